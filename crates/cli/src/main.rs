@@ -1,0 +1,67 @@
+//! `cdi`: one binary for every cdi-rs component. Argument parsing and wiring only; the work is
+//! done by the library crates.
+
+mod size;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Context;
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(
+    name = "cdi",
+    version,
+    about = "cdi-rs: KubeVirt's Containerized Data Importer, in Rust"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Print the CustomResourceDefinitions of the cdi.kubevirt.io kinds (apiextensions.k8s.io/v1).
+    Crds {
+        /// Write one file per CRD into this directory instead of printing them.
+        #[arg(long, value_name = "DIR")]
+        out_dir: Option<PathBuf>,
+    },
+    /// Show the PVC request and the disk image size a DataVolume of this size gets.
+    Size(size::SizeArgs),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Crds { out_dir } => crds(out_dir),
+        Command::Size(args) => size::run(&args),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("error: {err:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn crds(out_dir: Option<PathBuf>) -> anyhow::Result<()> {
+    let rendered = cdi_api::crd::rendered();
+    match out_dir {
+        None => {
+            let all: Vec<String> = rendered.into_iter().map(|(_, yaml)| yaml).collect();
+            print!("---\n{}", all.join("---\n"));
+        }
+        Some(dir) => {
+            std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+            for (name, yaml) in rendered {
+                let path = dir.join(name);
+                std::fs::write(&path, yaml)
+                    .with_context(|| format!("writing {}", path.display()))?;
+            }
+        }
+    }
+    Ok(())
+}

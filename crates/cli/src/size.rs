@@ -1,0 +1,5 @@
+pub fn run(_: &SizeArgs) -> anyhow::Result<()> {
+    Ok(())
+}
+#[derive(clap::Args)]
+pub struct SizeArgs {}
