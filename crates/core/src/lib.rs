@@ -1,1 +1,11 @@
+//! cdi-core: every decision of cdi-rs as a pure function over plain data.
+//!
+//! No I/O, no async, no Kubernetes client: the controllers observe, call into this crate to
+//! decide, and act on the answer. That is where the bugs would be, so that is where the tests
+//! are.
 
+pub mod quantity;
+pub mod size;
+
+pub use quantity::Quantity;
+pub use size::{ClaimApi, MIB, Overhead, VolumeMode};
