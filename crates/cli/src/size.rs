@@ -1,7 +1,7 @@
 //! `cdi size`: the SPEC §3 calculator.
 
-use cdi_core::size::{self, ClaimApi, Overhead, SizePlan, VolumeMode};
 use cdi_core::Quantity;
+use cdi_core::size::{self, ClaimApi, Overhead, SizePlan, VolumeMode};
 
 #[derive(clap::Args)]
 pub struct SizeArgs {
@@ -30,19 +30,31 @@ fn report(args: &SizeArgs) -> anyhow::Result<String> {
         );
     }
     let overhead: Overhead = args.overhead.parse()?;
-    let mode = VolumeMode::resolve(Some(&args.volume_mode));
+    let mode = size::resolve_volume_mode(Some(&args.volume_mode));
     let storage = size::plan(ClaimApi::Storage, mode, request, overhead);
     let pvc = size::plan(ClaimApi::Pvc, mode, request, overhead);
 
     let mut out = String::new();
-    let shown_overhead = if mode == VolumeMode::Block { "none (Block)".to_string() } else { overhead.to_string() };
+    let shown_overhead = if mode == VolumeMode::Block {
+        "none (Block)".to_string()
+    } else {
+        overhead.to_string()
+    };
     out.push_str(&format!(
         "DataVolume size {} = {request} bytes, volume mode {mode}, filesystem overhead {shown_overhead}\n\n",
         args.size
     ));
-    out.push_str(&format!("{:<14} {:>30} {:>30}\n", "API", "PVC request", "disk image"));
+    out.push_str(&format!(
+        "{:<14} {:>30} {:>30}\n",
+        "API", "PVC request", "disk image"
+    ));
     for (name, p) in [("spec.storage", &storage), ("spec.pvc", &pvc)] {
-        out.push_str(&format!("{:<14} {:>30} {:>30}\n", name, bytes(p.pvc_request), bytes(p.disk_image)));
+        out.push_str(&format!(
+            "{:<14} {:>30} {:>30}\n",
+            name,
+            bytes(p.pvc_request),
+            bytes(p.disk_image)
+        ));
     }
     out.push('\n');
     out.push_str(&verdict("spec.storage", &storage, request));
@@ -88,7 +100,11 @@ mod tests {
     use super::*;
 
     fn args(size: &str, overhead: &str, mode: &str) -> SizeArgs {
-        SizeArgs { size: size.into(), overhead: overhead.into(), volume_mode: mode.into() }
+        SizeArgs {
+            size: size.into(),
+            overhead: overhead.into(),
+            volume_mode: mode.into(),
+        }
     }
 
     #[test]
@@ -97,8 +113,14 @@ mod tests {
         assert!(out.contains("11381663335 B (10.60 GiB)"), "{out}");
         assert!(out.contains("10737418240 B (10.00 GiB)"), "{out}");
         assert!(out.contains("10129244160 B (9.43 GiB)"), "{out}");
-        assert!(out.contains("spec.storage: the disk gets the requested size."), "{out}");
-        assert!(out.contains("spec.pvc: the disk is 580.00 MiB smaller than requested"), "{out}");
+        assert!(
+            out.contains("spec.storage: the disk gets the requested size."),
+            "{out}"
+        );
+        assert!(
+            out.contains("spec.pvc: the disk is 580.00 MiB smaller than requested"),
+            "{out}"
+        );
     }
 
     #[test]
@@ -110,11 +132,17 @@ mod tests {
 
     #[test]
     fn bad_input_names_the_fix() {
-        let err = report(&args("10GB", "0.06", "Filesystem")).unwrap_err().to_string();
+        let err = report(&args("10GB", "0.06", "Filesystem"))
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("unknown unit \"GB\""), "{err}");
-        let err = report(&args("10Gi", "6%", "Filesystem")).unwrap_err().to_string();
+        let err = report(&args("10Gi", "6%", "Filesystem"))
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("such as 0.06"), "{err}");
-        let err = report(&args("1Ki", "0.06", "Filesystem")).unwrap_err().to_string();
+        let err = report(&args("1Ki", "0.06", "Filesystem"))
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("at least 1Mi"), "{err}");
     }
 }

@@ -4,6 +4,7 @@
 //! decide, and act on the answer. That is where the bugs would be, so that is where the tests
 //! are.
 
+pub mod capabilities;
 pub mod quantity;
 pub mod size;
 

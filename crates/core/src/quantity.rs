@@ -39,7 +39,9 @@ pub enum QuantityError {
         "{input:?} is not a quantity: expected a number with an optional unit (Ki Mi Gi Ti Pi Ei, n u m k M G T P E, or an exponent such as e9), such as 10Gi"
     )]
     Syntax { input: String },
-    #[error("{input:?} has an unknown unit {suffix:?}: use Ki Mi Gi Ti Pi Ei, k M G T P E, m, or an exponent such as e9")]
+    #[error(
+        "{input:?} has an unknown unit {suffix:?}: use Ki Mi Gi Ti Pi Ei, k M G T P E, m, or an exponent such as e9"
+    )]
     Suffix { input: String, suffix: String },
     #[error("{input:?} is too large: a quantity may not exceed 2^63-1")]
     TooLarge { input: String },
@@ -48,7 +50,10 @@ pub enum QuantityError {
 impl Quantity {
     /// A whole number of bytes, printed as plain digits (`DecimalSI`), as CDI writes sizes.
     pub fn from_bytes(bytes: i64) -> Self {
-        Quantity { nanos: bytes as i128 * NANO, format: Format::DecimalSi }
+        Quantity {
+            nanos: bytes as i128 * NANO,
+            format: Format::DecimalSi,
+        }
     }
 
     /// The value rounded up to an integer (away from zero), as apimachinery's `Value()`.
@@ -102,8 +107,12 @@ impl FromStr for Quantity {
         if input.is_empty() {
             return Err(QuantityError::Empty);
         }
-        let syntax = || QuantityError::Syntax { input: input.to_string() };
-        let too_large = || QuantityError::TooLarge { input: input.to_string() };
+        let syntax = || QuantityError::Syntax {
+            input: input.to_string(),
+        };
+        let too_large = || QuantityError::TooLarge {
+            input: input.to_string(),
+        };
 
         let bytes = input.as_bytes();
         let mut pos = 0;
@@ -143,7 +152,11 @@ impl FromStr for Quantity {
         if significant.len() > 30 {
             return Err(too_large());
         }
-        let mantissa: i128 = if significant.is_empty() { 0 } else { significant.parse().map_err(|_| syntax())? };
+        let mantissa: i128 = if significant.is_empty() {
+            0
+        } else {
+            significant.parse().map_err(|_| syntax())?
+        };
         let frac_len = frac_digits.len() as i32;
 
         let (format, nanos) = match suffix {
@@ -195,7 +208,10 @@ impl FromStr for Quantity {
                 if mantissa != 0 && shift > 40 {
                     return Err(too_large());
                 }
-                (format, scale_decimal(mantissa, shift).ok_or_else(too_large)?)
+                (
+                    format,
+                    scale_decimal(mantissa, shift).ok_or_else(too_large)?,
+                )
             }
         };
         if nanos > MAX_NANOS {
@@ -252,7 +268,11 @@ impl fmt::Display for Quantity {
             exp -= 1;
         }
         if self.format == Format::DecimalExponent {
-            if exp == 0 { write!(f, "{mantissa}") } else { write!(f, "{mantissa}e{exp}") }
+            if exp == 0 {
+                write!(f, "{mantissa}")
+            } else {
+                write!(f, "{mantissa}e{exp}")
+            }
         } else {
             let suffix = match exp {
                 -9 => "n",
@@ -273,7 +293,9 @@ impl fmt::Display for Quantity {
 
 impl TryFrom<&k8s_openapi::apimachinery::pkg::api::resource::Quantity> for Quantity {
     type Error = QuantityError;
-    fn try_from(q: &k8s_openapi::apimachinery::pkg::api::resource::Quantity) -> Result<Self, Self::Error> {
+    fn try_from(
+        q: &k8s_openapi::apimachinery::pkg::api::resource::Quantity,
+    ) -> Result<Self, Self::Error> {
         q.0.parse()
     }
 }
@@ -351,20 +373,40 @@ mod tests {
         for (input, want) in cases {
             assert_eq!(q(input).to_string(), want, "{input}");
         }
-        assert_eq!(Quantity::from_bytes(10_737_418_240).to_string(), "10737418240");
-        assert_eq!(Quantity::from_bytes(11_381_663_335).to_string(), "11381663335");
+        assert_eq!(
+            Quantity::from_bytes(10_737_418_240).to_string(),
+            "10737418240"
+        );
+        assert_eq!(
+            Quantity::from_bytes(11_381_663_335).to_string(),
+            "11381663335"
+        );
     }
 
     #[test]
     fn garbage_is_refused_with_a_clear_error() {
-        for bad in ["", "Gi", "ten", "1 Gi", "1GB", "1gi", "1.2.3", "--1", "1e", "1ex", "e3", " 1", "1Gi "] {
+        for bad in [
+            "", "Gi", "ten", "1 Gi", "1GB", "1gi", "1.2.3", "--1", "1e", "1ex", "e3", " 1", "1Gi ",
+        ] {
             let err = bad.parse::<Quantity>().expect_err(bad);
             let msg = err.to_string();
-            assert!(msg.contains("quantity") || msg.contains("unit"), "{bad}: {msg}");
+            assert!(
+                msg.contains("quantity") || msg.contains("unit"),
+                "{bad}: {msg}"
+            );
         }
-        assert!(matches!("8Ei".parse::<Quantity>(), Err(QuantityError::TooLarge { .. })));
-        assert!(matches!("1e40".parse::<Quantity>(), Err(QuantityError::TooLarge { .. })));
-        assert!(matches!("1GB".parse::<Quantity>(), Err(QuantityError::Suffix { .. })));
+        assert!(matches!(
+            "8Ei".parse::<Quantity>(),
+            Err(QuantityError::TooLarge { .. })
+        ));
+        assert!(matches!(
+            "1e40".parse::<Quantity>(),
+            Err(QuantityError::TooLarge { .. })
+        ));
+        assert!(matches!(
+            "1GB".parse::<Quantity>(),
+            Err(QuantityError::Suffix { .. })
+        ));
     }
 
     proptest! {

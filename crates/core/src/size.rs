@@ -32,7 +32,11 @@ impl Overhead {
 
     /// From thousandths (`60` is `0.06`); `None` above 1000.
     pub const fn from_thousandths(thousandths: u16) -> Option<Overhead> {
-        if thousandths <= 1000 { Some(Overhead { thousandths }) } else { None }
+        if thousandths <= 1000 {
+            Some(Overhead { thousandths })
+        } else {
+            None
+        }
     }
 
     pub const fn thousandths(self) -> u16 {
@@ -60,11 +64,16 @@ impl FromStr for Overhead {
             return Ok(Overhead::ZERO);
         }
         let decimals = rest.strip_prefix('.').ok_or_else(err)?;
-        if decimals.is_empty() || decimals.len() > 3 || !decimals.bytes().all(|b| b.is_ascii_digit()) {
+        if decimals.is_empty()
+            || decimals.len() > 3
+            || !decimals.bytes().all(|b| b.is_ascii_digit())
+        {
             return Err(err());
         }
         let padded = format!("{decimals:0<3}");
-        Ok(Overhead { thousandths: padded.parse().map_err(|_| err())? })
+        Ok(Overhead {
+            thousandths: padded.parse().map_err(|_| err())?,
+        })
     }
 }
 
@@ -105,26 +114,14 @@ pub fn usable_space(available: i64, overhead: Overhead) -> i64 {
     round_down(without_overhead, MIB)
 }
 
-/// Kubernetes volume modes, as far as the size math cares.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum VolumeMode {
-    Filesystem,
-    Block,
-}
+pub use cdi_api::VolumeMode;
 
-impl VolumeMode {
-    /// Upstream's `ResolveVolumeMode`: only an explicit `Block` is Block.
-    pub fn resolve(mode: Option<&str>) -> VolumeMode {
-        if mode == Some("Block") { VolumeMode::Block } else { VolumeMode::Filesystem }
-    }
-}
-
-impl fmt::Display for VolumeMode {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            VolumeMode::Filesystem => "Filesystem",
-            VolumeMode::Block => "Block",
-        })
+/// Upstream's `ResolveVolumeMode`: only an explicit `Block` is Block; unset is Filesystem.
+pub fn resolve_volume_mode(mode: Option<&str>) -> VolumeMode {
+    if mode == Some("Block") {
+        VolumeMode::Block
+    } else {
+        VolumeMode::Filesystem
     }
 }
 
@@ -160,13 +157,22 @@ pub struct SizePlan {
 /// The claim and disk sizes for `request` bytes through `api` (capacity assumed equal to the
 /// request, as provisioners that honour requests exactly give).
 pub fn plan(api: ClaimApi, mode: VolumeMode, request: i64, overhead: Overhead) -> SizePlan {
-    let overhead = if mode == VolumeMode::Block { Overhead::ZERO } else { overhead };
+    let overhead = if mode == VolumeMode::Block {
+        Overhead::ZERO
+    } else {
+        overhead
+    };
     let pvc_request = match (api, mode) {
         (ClaimApi::Storage, VolumeMode::Filesystem) => required_space(request, overhead),
         _ => request,
     };
     let disk_image = resize_target(mode, pvc_request, pvc_request, overhead);
-    SizePlan { api, mode, pvc_request, disk_image }
+    SizePlan {
+        api,
+        mode,
+        pvc_request,
+        disk_image,
+    }
 }
 
 #[cfg(test)]
@@ -182,10 +188,26 @@ mod tests {
 
     #[test]
     fn spec_table() {
-        let storage = plan(ClaimApi::Storage, VolumeMode::Filesystem, 10 * GI, DEFAULT_OVERHEAD);
-        assert_eq!((storage.pvc_request, storage.disk_image), (11_381_663_335, 10_737_418_240));
-        let pvc = plan(ClaimApi::Pvc, VolumeMode::Filesystem, 10 * GI, DEFAULT_OVERHEAD);
-        assert_eq!((pvc.pvc_request, pvc.disk_image), (10_737_418_240, 10_129_244_160));
+        let storage = plan(
+            ClaimApi::Storage,
+            VolumeMode::Filesystem,
+            10 * GI,
+            DEFAULT_OVERHEAD,
+        );
+        assert_eq!(
+            (storage.pvc_request, storage.disk_image),
+            (11_381_663_335, 10_737_418_240)
+        );
+        let pvc = plan(
+            ClaimApi::Pvc,
+            VolumeMode::Filesystem,
+            10 * GI,
+            DEFAULT_OVERHEAD,
+        );
+        assert_eq!(
+            (pvc.pvc_request, pvc.disk_image),
+            (10_737_418_240, 10_129_244_160)
+        );
         for api in [ClaimApi::Storage, ClaimApi::Pvc] {
             let block = plan(api, VolumeMode::Block, 10 * GI, DEFAULT_OVERHEAD);
             assert_eq!((block.pvc_request, block.disk_image), (10 * GI, 10 * GI));
@@ -203,10 +225,20 @@ mod tests {
 
     #[test]
     fn overhead_accepts_exactly_the_percent_pattern() {
-        for (s, t) in [("0", 0), ("1", 1000), ("0.06", 60), ("0.055", 55), ("0.1", 100), ("0.000", 0), ("0.999", 999)] {
+        for (s, t) in [
+            ("0", 0),
+            ("1", 1000),
+            ("0.06", 60),
+            ("0.055", 55),
+            ("0.1", 100),
+            ("0.000", 0),
+            ("0.999", 999),
+        ] {
             assert_eq!(oh(s).thousandths(), t, "{s}");
         }
-        for bad in ["", "1.0", "0.0601", ".06", "0.", "6%", "-0.1", "2", "0,06", "00.1"] {
+        for bad in [
+            "", "1.0", "0.0601", ".06", "0.", "6%", "-0.1", "2", "0,06", "00.1",
+        ] {
             let err = bad.parse::<Overhead>().expect_err(bad);
             assert!(err.to_string().contains("between 0 and 1"), "{bad}");
         }
@@ -353,6 +385,9 @@ mod tests {
             }
         }
         let (request, overhead) = found.expect("some input where float64 and exact decimal differ");
-        assert_eq!(required_space(request, overhead), model_required(request, overhead));
+        assert_eq!(
+            required_space(request, overhead),
+            model_required(request, overhead)
+        );
     }
 }
