@@ -7,6 +7,7 @@
 pub mod capabilities;
 pub mod quantity;
 pub mod size;
+pub mod storageprofile;
 
 pub use quantity::Quantity;
 pub use size::{ClaimApi, MIB, Overhead, VolumeMode};
