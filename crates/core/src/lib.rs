@@ -6,6 +6,7 @@
 
 pub mod capabilities;
 pub mod quantity;
+pub mod render;
 pub mod size;
 pub mod storageprofile;
 

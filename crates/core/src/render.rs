@@ -1,0 +1,637 @@
+//! Rendering the PersistentVolumeClaim of a DataVolume (SPEC §2.1): what the DataVolume
+//! controller creates, decided from plain data.
+
+use std::collections::BTreeMap;
+
+use cdi_api::config::CDIConfig;
+use cdi_api::datavolume::{
+    DataVolume, DataVolumeSource, StorageSpec, VOLUME_MODE_FROM_STORAGE_PROFILE,
+};
+use cdi_api::enums::ContentType;
+use cdi_api::populators::{
+    VOLUME_CLONE_SOURCE_KIND, VOLUME_IMPORT_SOURCE_KIND, VOLUME_UPLOAD_SOURCE_KIND,
+};
+use cdi_api::storageprofile::StorageProfile;
+use cdi_api::{ann, gate, label, name};
+use k8s_openapi::api::core::v1::{
+    PersistentVolumeClaim, PersistentVolumeClaimSpec, TypedObjectReference,
+    VolumeResourceRequirements,
+};
+use k8s_openapi::api::storage::v1::StorageClass;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+
+use crate::quantity::{Quantity, QuantityError};
+use crate::size::{self, ClaimApi, MIB, Overhead, VolumeMode, resolve_volume_mode};
+
+/// What the cluster looks like, as far as rendering is concerned.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct RenderContext<'a> {
+    pub storage_classes: &'a [StorageClass],
+    pub storage_profiles: &'a [StorageProfile],
+    pub config: Option<&'a CDIConfig>,
+    /// Names of the CSIDriver objects in the cluster.
+    pub csi_drivers: &'a [String],
+}
+
+/// Why a DataVolume's claim cannot be rendered. Every message names the object and the fix.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RenderError {
+    #[error("DataVolume {dv}: set exactly one of spec.pvc or spec.storage")]
+    NoClaimSpec { dv: String },
+    #[error("DataVolume {dv}: spec.pvc and spec.storage are mutually exclusive; keep one")]
+    BothClaimSpecs { dv: String },
+    #[error("DataVolume {dv}: spec.source needs exactly one source kind, found {found}")]
+    SourceKinds { dv: String, found: String },
+    #[error(
+        "DataVolume {dv}: spec.storage.resources.requests.storage is missing; set the disk size, such as 10Gi"
+    )]
+    MissingSize { dv: String },
+    #[error("DataVolume {dv}: requested storage {size} is smaller than 1Mi; ask for at least 1Mi")]
+    TooSmall { dv: String, size: String },
+    #[error("DataVolume {dv}: requested storage: {source}")]
+    BadSize { dv: String, source: QuantityError },
+    #[error(
+        "DataVolume {dv}: contentType archive needs a Filesystem volume; remove volumeMode: Block"
+    )]
+    ArchiveOnBlock { dv: String },
+    #[error(
+        "DataVolume {dv}: no StorageClass to choose access modes from; set spec.storage.accessModes and spec.storage.storageClassName, or mark a class as default"
+    )]
+    NoStorageClass { dv: String },
+    #[error(
+        "StorageProfile {profile} has no claimPropertySets: set spec.storage.accessModes in DataVolume {dv} or fill the profile's spec.claimPropertySets"
+    )]
+    EmptyProfile { dv: String, profile: String },
+    #[error(
+        "StorageProfile {profile} has no claimPropertySet for volumeMode {mode}: set spec.storage.accessModes in DataVolume {dv} or add a set for {mode} to the profile"
+    )]
+    NoMatchingAccessMode {
+        dv: String,
+        profile: String,
+        mode: String,
+    },
+    #[error(
+        "StorageProfile {profile} does not exist yet: it is created for StorageClass {profile}; retry, or set spec.storage.accessModes and volumeMode"
+    )]
+    MissingProfile { dv: String, profile: String },
+    #[error(
+        "DataVolume {dv}: annotation {key}={value:?} is not a boolean; use \"true\" or \"false\""
+    )]
+    BadUsePopulator {
+        dv: String,
+        key: &'static str,
+        value: String,
+    },
+}
+
+/// The claim to create, and what was decided on the way.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RenderedClaim {
+    pub claim: PersistentVolumeClaim,
+    /// Whether the populator path is used (written back to the DataVolume's
+    /// `storage.usePopulator` annotation, as upstream does).
+    pub use_populator: bool,
+    /// Warnings for the user, emitted as events (the `spec.pvc` size surprise).
+    pub warnings: Vec<String>,
+}
+
+/// Go's `strconv.ParseBool`.
+fn parse_bool(s: &str) -> Option<bool> {
+    match s {
+        "1" | "t" | "T" | "TRUE" | "true" | "True" => Some(true),
+        "0" | "f" | "F" | "FALSE" | "false" | "False" => Some(false),
+        _ => None,
+    }
+}
+
+fn annotation<'a>(meta: &'a ObjectMeta, key: &str) -> Option<&'a str> {
+    meta.annotations
+        .as_ref()
+        .and_then(|a| a.get(key))
+        .map(String::as_str)
+}
+
+/// The default StorageClass: with `virt` (kubevirt content), the virt default first, then the
+/// Kubernetes default; among several, the newest, then the first by name.
+pub fn default_storage_class(classes: &[StorageClass], virt: bool) -> Option<&StorageClass> {
+    let pick = |key: &str| {
+        classes
+            .iter()
+            .filter(|c| annotation(&c.metadata, key) == Some("true"))
+            .min_by(|a, b| {
+                let ts = |c: &StorageClass| c.metadata.creation_timestamp.as_ref().map(|t| t.0);
+                ts(b)
+                    .cmp(&ts(a))
+                    .then_with(|| a.metadata.name.cmp(&b.metadata.name))
+            })
+    };
+    (if virt {
+        pick(ann::DEFAULT_VIRT_STORAGE_CLASS)
+    } else {
+        None
+    })
+    .or_else(|| pick(ann::DEFAULT_STORAGE_CLASS))
+}
+
+fn class_named<'a>(classes: &'a [StorageClass], name: &str) -> Option<&'a StorageClass> {
+    classes
+        .iter()
+        .find(|c| c.metadata.name.as_deref() == Some(name))
+}
+
+/// The filesystem overhead for claims of `class`: the per-class value of CDIConfig's status, else
+/// its global value, else 0.06. Block volumes have none. Values that do not match upstream's
+/// `Percent` pattern are skipped as if absent.
+pub fn filesystem_overhead(
+    config: Option<&CDIConfig>,
+    class: Option<&str>,
+    mode: VolumeMode,
+) -> Overhead {
+    if mode == VolumeMode::Block {
+        return Overhead::ZERO;
+    }
+    let fs = config
+        .and_then(|c| c.status.as_ref())
+        .and_then(|s| s.filesystem_overhead.as_ref());
+    let per_class = class.and_then(|name| {
+        fs.and_then(|f| f.storage_class.as_ref())
+            .and_then(|m| m.get(name))
+    });
+    let global = fs.and_then(|f| f.global.as_ref());
+    per_class
+        .and_then(|p| p.0.parse().ok())
+        .or_else(|| global.and_then(|p| p.0.parse().ok()))
+        .unwrap_or(size::DEFAULT_OVERHEAD)
+}
+
+fn gate_enabled(config: Option<&CDIConfig>, name: &str) -> bool {
+    config.is_some_and(|c| c.spec.gate_enabled(name))
+}
+
+/// Fill `spec.storage`'s missing class, access modes and volume mode (upstream's order).
+fn complete_storage(
+    dv: &str,
+    storage: &StorageSpec,
+    content: ContentType,
+    ctx: &RenderContext<'_>,
+) -> Result<PersistentVolumeClaimSpec, RenderError> {
+    let mut spec = PersistentVolumeClaimSpec {
+        access_modes: storage.access_modes.clone().filter(|m| !m.is_empty()),
+        selector: storage.selector.clone(),
+        resources: storage.resources.clone(),
+        volume_name: storage.volume_name.clone(),
+        storage_class_name: storage.storage_class_name.clone(),
+        volume_mode: storage
+            .volume_mode
+            .clone()
+            .filter(|m| !m.is_empty() && m != VOLUME_MODE_FROM_STORAGE_PROFILE),
+        data_source: storage.data_source.clone(),
+        data_source_ref: storage.data_source_ref.clone(),
+        ..Default::default()
+    };
+    if content == ContentType::Archive {
+        if spec.volume_mode.as_deref() == Some("Block") {
+            return Err(RenderError::ArchiveOnBlock { dv: dv.into() });
+        }
+        spec.volume_mode = Some("Filesystem".into());
+    }
+    let class = match &spec.storage_class_name {
+        Some(name) => class_named(ctx.storage_classes, name),
+        None => default_storage_class(ctx.storage_classes, content == ContentType::KubeVirt),
+    };
+    let Some(class) = class else {
+        if spec.access_modes.is_none() {
+            return Err(RenderError::NoStorageClass { dv: dv.into() });
+        }
+        return Ok(spec);
+    };
+    let class_name = class.metadata.name.clone().unwrap_or_default();
+    spec.storage_class_name = Some(class_name.clone());
+    if spec.access_modes.is_some() && spec.volume_mode.is_some() {
+        return Ok(spec);
+    }
+    let profile = ctx
+        .storage_profiles
+        .iter()
+        .find(|p| p.metadata.name.as_deref() == Some(class_name.as_str()))
+        .ok_or_else(|| RenderError::MissingProfile {
+            dv: dv.into(),
+            profile: class_name.clone(),
+        })?;
+    let sets = profile
+        .status
+        .as_ref()
+        .and_then(|s| s.claim_property_sets.clone())
+        .unwrap_or_default();
+    let modes = |set: &cdi_api::ClaimPropertySet| -> Vec<String> {
+        set.access_modes
+            .iter()
+            .map(|m| m.as_str().to_string())
+            .collect()
+    };
+    match (&spec.access_modes, &spec.volume_mode) {
+        (None, None) => {
+            // Only the first set counts, as upstream.
+            let first = sets
+                .first()
+                .filter(|s| !s.access_modes.is_empty())
+                .ok_or_else(|| RenderError::EmptyProfile {
+                    dv: dv.into(),
+                    profile: class_name.clone(),
+                })?;
+            spec.access_modes = Some(modes(first));
+            spec.volume_mode = Some(first.volume_mode.as_str().to_string());
+        }
+        (None, Some(mode)) => {
+            let set = sets
+                .iter()
+                .find(|s| s.volume_mode.as_str() == mode && !s.access_modes.is_empty())
+                .ok_or_else(|| {
+                    if sets.is_empty() {
+                        RenderError::EmptyProfile {
+                            dv: dv.into(),
+                            profile: class_name.clone(),
+                        }
+                    } else {
+                        RenderError::NoMatchingAccessMode {
+                            dv: dv.into(),
+                            profile: class_name.clone(),
+                            mode: mode.clone(),
+                        }
+                    }
+                })?;
+            spec.access_modes = Some(modes(set));
+        }
+        (Some(wanted), None) => {
+            // The first set sharing any access mode gives the volume mode; none is fine.
+            if let Some(set) = sets.iter().find(|s| {
+                s.access_modes
+                    .iter()
+                    .any(|m| wanted.iter().any(|w| w == m.as_str()))
+            }) {
+                spec.volume_mode = Some(set.volume_mode.as_str().to_string());
+            }
+        }
+        (Some(_), Some(_)) => {}
+    }
+    Ok(spec)
+}
+
+/// Inflate `spec.storage`'s size for a Filesystem volume and raise it to the profile's minimum.
+fn size_storage(
+    dv: &str,
+    spec: &mut PersistentVolumeClaimSpec,
+    is_clone: bool,
+    ctx: &RenderContext<'_>,
+) -> Result<(), RenderError> {
+    let requests = spec
+        .resources
+        .get_or_insert_with(VolumeResourceRequirements::default)
+        .requests
+        .get_or_insert_with(BTreeMap::new);
+    let Some(requested) = requests.get("storage") else {
+        if is_clone {
+            // The clone controllers detect the size from the source.
+            requests.insert("storage".into(), Quantity::from_bytes(0).into());
+            return Ok(());
+        }
+        return Err(RenderError::MissingSize { dv: dv.into() });
+    };
+    let quantity = Quantity::try_from(requested).map_err(|source| RenderError::BadSize {
+        dv: dv.into(),
+        source,
+    })?;
+    let bytes = quantity.value();
+    if bytes < MIB {
+        return Err(RenderError::TooSmall {
+            dv: dv.into(),
+            size: requested.0.clone(),
+        });
+    }
+    let mode = resolve_volume_mode(spec.volume_mode.as_deref());
+    let overhead = filesystem_overhead(ctx.config, spec.storage_class_name.as_deref(), mode);
+    let plan = size::plan(ClaimApi::Storage, mode, bytes, overhead);
+    let mut result: k8s_openapi::apimachinery::pkg::api::resource::Quantity =
+        Quantity::from_bytes(plan.pvc_request).into();
+    let minimum = spec
+        .storage_class_name
+        .as_deref()
+        .and_then(|class| {
+            ctx.storage_profiles
+                .iter()
+                .find(|p| p.metadata.name.as_deref() == Some(class))
+        })
+        .and_then(|p| annotation(&p.metadata, ann::MINIMUM_SUPPORTED_PVC_SIZE))
+        .and_then(|m| m.parse::<Quantity>().ok().map(|q| (m, q)));
+    if let Some((text, min)) = minimum
+        && min.value() > plan.pvc_request
+    {
+        result = k8s_openapi::apimachinery::pkg::api::resource::Quantity(text.to_string());
+    }
+    requests.insert("storage".into(), result);
+    Ok(())
+}
+
+/// The import annotations of a classic-path claim (what the importer pod is built from).
+fn source_annotations(source: &DataVolumeSource, into: &mut BTreeMap<String, String>) {
+    let mut set = |k: &str, v: &str| {
+        into.insert(k.to_string(), v.to_string());
+    };
+    let non_empty = |v: &Option<String>| v.as_deref().filter(|s| !s.is_empty()).map(str::to_string);
+    if let Some(http) = &source.http {
+        set(ann::IMPORT_ENDPOINT, &http.url);
+        set(ann::IMPORT_SOURCE, "http");
+        if let Some(v) = non_empty(&http.secret_ref) {
+            set(ann::IMPORT_SECRET, &v);
+        }
+        if let Some(v) = non_empty(&http.cert_config_map) {
+            set(ann::IMPORT_CERT_CONFIG_MAP, &v);
+        }
+        if let Some(v) = non_empty(&http.checksum) {
+            set(ann::IMPORT_CHECKSUM, &v);
+        }
+        if http.insecure_skip_verify == Some(true) {
+            set(ann::IMPORT_INSECURE_SKIP_VERIFY, "true");
+        }
+        for (i, h) in http.extra_headers.iter().flatten().enumerate() {
+            set(&ann::extra_header(i), h);
+        }
+        for (i, h) in http.secret_extra_headers.iter().flatten().enumerate() {
+            set(&ann::secret_extra_header(i), h);
+        }
+    } else if let Some(s3) = &source.s3 {
+        set(ann::IMPORT_ENDPOINT, &s3.url);
+        set(ann::IMPORT_SOURCE, "s3");
+        if let Some(v) = non_empty(&s3.secret_ref) {
+            set(ann::IMPORT_SECRET, &v);
+        }
+        if let Some(v) = non_empty(&s3.cert_config_map) {
+            set(ann::IMPORT_CERT_CONFIG_MAP, &v);
+        }
+    } else if let Some(gcs) = &source.gcs {
+        set(ann::IMPORT_ENDPOINT, &gcs.url);
+        set(ann::IMPORT_SOURCE, "gcs");
+        if let Some(v) = non_empty(&gcs.secret_ref) {
+            set(ann::IMPORT_SECRET, &v);
+        }
+    } else if let Some(reg) = &source.registry {
+        set(ann::IMPORT_SOURCE, "registry");
+        if let Some(m) = reg.pull_method {
+            set(ann::REGISTRY_IMPORT_METHOD, m.as_str());
+        }
+        if let Some(url) = non_empty(&reg.url) {
+            set(ann::IMPORT_ENDPOINT, &url);
+        } else if let Some(stream) = non_empty(&reg.image_stream) {
+            set(ann::IMPORT_ENDPOINT, &stream);
+            set(ann::REGISTRY_IMAGE_STREAM, "true");
+        }
+        if let Some(v) = non_empty(&reg.secret_ref) {
+            set(ann::IMPORT_SECRET, &v);
+        }
+        if let Some(v) = non_empty(&reg.cert_config_map) {
+            set(ann::IMPORT_CERT_CONFIG_MAP, &v);
+        }
+        if let Some(arch) = reg
+            .platform
+            .as_ref()
+            .and_then(|p| non_empty(&p.architecture))
+        {
+            set(ann::REGISTRY_IMAGE_ARCHITECTURE, &arch);
+        }
+    } else if let Some(io) = &source.imageio {
+        set(ann::IMPORT_ENDPOINT, &io.url);
+        set(ann::IMPORT_SOURCE, "imageio");
+        set(ann::IMPORT_SECRET, io.secret_ref.as_deref().unwrap_or(""));
+        set(
+            ann::IMPORT_CERT_CONFIG_MAP,
+            io.cert_config_map.as_deref().unwrap_or(""),
+        );
+        set(ann::DISK_ID, &io.disk_id);
+        if io.insecure_skip_verify == Some(true) {
+            set(ann::IMPORT_INSECURE_SKIP_VERIFY, "true");
+        }
+    } else if let Some(vddk) = &source.vddk {
+        set(ann::IMPORT_ENDPOINT, vddk.url.as_deref().unwrap_or(""));
+        set(ann::IMPORT_SOURCE, "vddk");
+        set(ann::IMPORT_SECRET, vddk.secret_ref.as_deref().unwrap_or(""));
+        set(
+            ann::BACKING_FILE,
+            vddk.backing_file.as_deref().unwrap_or(""),
+        );
+        set(ann::UUID, vddk.uuid.as_deref().unwrap_or(""));
+        set(ann::THUMBPRINT, vddk.thumbprint.as_deref().unwrap_or(""));
+        if let Some(v) = non_empty(&vddk.init_image_url) {
+            set(ann::VDDK_INIT_IMAGE_URL, &v);
+        }
+        if let Some(v) = non_empty(&vddk.extra_args) {
+            set(ann::VDDK_EXTRA_ARGS, &v);
+        }
+    } else if source.blank.is_some() {
+        set(ann::IMPORT_SOURCE, "none");
+    }
+}
+
+/// Render the claim of `dv` (name, namespace, labels, annotations, owner, spec).
+pub fn render_claim(
+    dv: &DataVolume,
+    ctx: &RenderContext<'_>,
+) -> Result<RenderedClaim, RenderError> {
+    let dv_name = dv.metadata.name.clone().unwrap_or_default();
+    let id = match &dv.metadata.namespace {
+        Some(ns) => format!("{ns}/{dv_name}"),
+        None => dv_name.clone(),
+    };
+    let source = dv.spec.source.clone().unwrap_or_default();
+    let kinds = source.kinds();
+    if kinds.len() > 1 || (kinds.is_empty() && dv.spec.source.is_some()) {
+        let found = if kinds.is_empty() {
+            "none".to_string()
+        } else {
+            kinds
+                .iter()
+                .map(|k| k.field())
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        return Err(RenderError::SourceKinds { dv: id, found });
+    }
+    let content = dv.spec.content_type.unwrap_or_default();
+    let is_clone = source.pvc.is_some() || source.snapshot.is_some();
+    let mut warnings = Vec::new();
+
+    let spec = match (&dv.spec.pvc, &dv.spec.storage) {
+        (Some(_), Some(_)) => return Err(RenderError::BothClaimSpecs { dv: id }),
+        (None, None) => return Err(RenderError::NoClaimSpec { dv: id }),
+        (Some(pvc), None) => {
+            let spec = pvc.clone();
+            if let Some(w) = pvc_size_warning(&id, &spec, ctx) {
+                warnings.push(w);
+            }
+            spec
+        }
+        (None, Some(storage)) => {
+            let mut spec = complete_storage(&id, storage, content, ctx)?;
+            size_storage(&id, &mut spec, is_clone, ctx)?;
+            spec
+        }
+    };
+
+    // The populator decision: the DataVolume's annotation, else "the provisioner is CSI".
+    let use_populator = match annotation(&dv.metadata, ann::USE_POPULATOR) {
+        Some(value) => parse_bool(value).ok_or_else(|| RenderError::BadUsePopulator {
+            dv: id.clone(),
+            key: ann::USE_POPULATOR,
+            value: value.to_string(),
+        })?,
+        None => {
+            let class = match &spec.storage_class_name {
+                Some(name) => class_named(ctx.storage_classes, name),
+                None => default_storage_class(ctx.storage_classes, false),
+            };
+            class.is_some_and(|c| ctx.csi_drivers.iter().any(|d| *d == c.provisioner))
+        }
+    };
+
+    let mode = resolve_volume_mode(spec.volume_mode.as_deref());
+    let mut labels = BTreeMap::from([(label::APP.to_string(), label::APP_VALUE.to_string())]);
+    if mode == VolumeMode::Filesystem {
+        labels.insert(
+            label::KUBE_PERSISTENT_VOLUME_FILLING_UP_SUPPRESS.to_string(),
+            label::KUBE_PERSISTENT_VOLUME_FILLING_UP_SUPPRESS_VALUE.to_string(),
+        );
+    }
+    labels.extend(dv.metadata.labels.clone().unwrap_or_default());
+    labels.insert(
+        "app.kubernetes.io/managed-by".into(),
+        "cdi-controller".into(),
+    );
+    labels.insert("app.kubernetes.io/component".into(), "storage".into());
+
+    let mut annotations = dv.metadata.annotations.clone().unwrap_or_default();
+    annotations.remove(ann::POPULATED_FOR);
+    annotations.insert(ann::USE_POPULATOR.into(), use_populator.to_string());
+    annotations.insert(ann::POD_RESTARTS.into(), "0".into());
+    annotations.insert(ann::CONTENT_TYPE.into(), content.as_str().into());
+    if let Some(pc) = dv
+        .spec
+        .priority_class_name
+        .as_deref()
+        .filter(|s| !s.is_empty())
+    {
+        annotations.insert(ann::PRIORITY_CLASS_NAME.into(), pc.into());
+    }
+    let preallocation = dv
+        .spec
+        .preallocation
+        .or_else(|| {
+            ctx.config
+                .and_then(|c| c.status.as_ref())
+                .and_then(|s| s.preallocation)
+        })
+        .unwrap_or(false);
+    annotations.insert(
+        ann::PREALLOCATION_REQUESTED.into(),
+        preallocation.to_string(),
+    );
+    if let Some(uid) = &dv.metadata.uid {
+        annotations.insert(ann::CREATED_FOR_DATA_VOLUME.into(), uid.clone());
+    }
+    // Without the gate, nothing waits for a first consumer: say so on the claim itself.
+    if !gate_enabled(ctx.config, gate::HONOR_WAIT_FOR_FIRST_CONSUMER) {
+        annotations.insert(ann::IMMEDIATE_BINDING.into(), String::new());
+    }
+
+    let mut spec = spec;
+    let uid = dv.metadata.uid.clone().unwrap_or_default();
+    let populator_ref = |kind: &str, prefix: &str| TypedObjectReference {
+        api_group: Some(cdi_api::GROUP.into()),
+        kind: kind.into(),
+        name: format!("{prefix}-{uid}"),
+        namespace: None,
+    };
+    if use_populator && !kinds.is_empty() {
+        if source.upload.is_some() {
+            spec.data_source_ref = Some(populator_ref(
+                VOLUME_UPLOAD_SOURCE_KIND,
+                name::VOLUME_UPLOAD_SOURCE_PREFIX,
+            ));
+        } else if is_clone {
+            spec.data_source_ref = Some(populator_ref(
+                VOLUME_CLONE_SOURCE_KIND,
+                name::VOLUME_CLONE_SOURCE_PREFIX,
+            ));
+            let src_ns = source
+                .pvc
+                .as_ref()
+                .map(|p| &p.namespace)
+                .or(source.snapshot.as_ref().map(|s| &s.namespace));
+            if let Some(ns) = src_ns.filter(|ns| Some(*ns) != dv.metadata.namespace.as_ref()) {
+                annotations.insert(ann::DATA_SOURCE_NAMESPACE.into(), ns.clone());
+            }
+        } else {
+            spec.data_source_ref = Some(populator_ref(
+                VOLUME_IMPORT_SOURCE_KIND,
+                name::VOLUME_IMPORT_SOURCE_PREFIX,
+            ));
+        }
+    } else if source.upload.is_some() {
+        annotations.insert(ann::UPLOAD_REQUEST.into(), String::new());
+    } else if let Some(pvc) = &source.pvc {
+        let ns = if pvc.namespace.is_empty() {
+            dv.metadata.namespace.clone().unwrap_or_default()
+        } else {
+            pvc.namespace.clone()
+        };
+        annotations.insert(ann::CLONE_REQUEST.into(), format!("{ns}/{}", pvc.name));
+    } else {
+        source_annotations(&source, &mut annotations);
+    }
+
+    let owner = OwnerReference {
+        api_version: format!("{}/{}", cdi_api::GROUP, cdi_api::VERSION),
+        kind: "DataVolume".into(),
+        name: dv_name.clone(),
+        uid,
+        controller: Some(true),
+        block_owner_deletion: Some(true),
+    };
+    let claim = PersistentVolumeClaim {
+        metadata: ObjectMeta {
+            name: Some(dv_name),
+            namespace: dv.metadata.namespace.clone(),
+            labels: Some(labels),
+            annotations: Some(annotations),
+            owner_references: Some(vec![owner]),
+            ..Default::default()
+        },
+        spec: Some(spec),
+        status: None,
+    };
+    Ok(RenderedClaim {
+        claim,
+        use_populator,
+        warnings,
+    })
+}
+
+/// SPEC §9: a `spec.pvc` Filesystem claim yields a disk smaller than its request.
+fn pvc_size_warning(
+    dv: &str,
+    spec: &PersistentVolumeClaimSpec,
+    ctx: &RenderContext<'_>,
+) -> Option<String> {
+    let mode = resolve_volume_mode(spec.volume_mode.as_deref());
+    if mode == VolumeMode::Block {
+        return None;
+    }
+    let requested = spec.resources.as_ref()?.requests.as_ref()?.get("storage")?;
+    let bytes = Quantity::try_from(requested).ok()?.value();
+    let overhead = filesystem_overhead(ctx.config, spec.storage_class_name.as_deref(), mode);
+    let plan = size::plan(ClaimApi::Pvc, mode, bytes, overhead);
+    (plan.disk_image < bytes).then(|| {
+        format!(
+            "DataVolume {dv}: spec.pvc requests {} ({bytes} bytes) but the disk image will be {} bytes after the {overhead} filesystem overhead; use spec.storage to get a disk of the requested size",
+            requested.0, plan.disk_image
+        )
+    })
+}
