@@ -213,6 +213,8 @@ string_enum! {
     }
 }
 
+// The macro-built enum cannot take `#[derive(Default)]`.
+#[allow(clippy::derivable_impls)]
 impl Default for ContentType {
     fn default() -> Self {
         ContentType::KubeVirt

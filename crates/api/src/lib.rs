@@ -6,6 +6,9 @@
 //!
 //! No I/O: this crate is data and its schema.
 
+// kube's `printcolumn(...)` attributes repeat `type_ = "string"`; that is not a duplicate.
+#![allow(clippy::duplicated_attributes)]
+
 pub mod config;
 pub mod crd;
 pub mod datasource;

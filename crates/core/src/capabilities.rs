@@ -470,7 +470,9 @@ mod tests {
 
     #[test]
     fn parameter_mappers() {
-        let cases: &[(&str, &[(&str, &str)], &str)] = &[
+        /// (provisioner, parameters, expected key)
+        type Case<'a> = (&'a str, &'a [(&'a str, &'a str)], &'a str);
+        let cases: &[Case] = &[
             ("ebs.csi.aws.com", &[("type", "gp3")], "ebs.csi.aws.com/gp"),
             ("ebs.csi.aws.com", &[("type", "io2")], "ebs.csi.aws.com/io2"),
             ("ebs.csi.aws.com", &[("type", "st1")], "ebs.csi.aws.com"),

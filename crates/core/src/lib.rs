@@ -5,6 +5,7 @@
 //! are.
 
 pub mod capabilities;
+pub mod clone;
 pub mod quantity;
 pub mod render;
 pub mod size;

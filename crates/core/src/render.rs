@@ -488,7 +488,7 @@ pub fn render_claim(
                 Some(name) => class_named(ctx.storage_classes, name),
                 None => default_storage_class(ctx.storage_classes, false),
             };
-            class.is_some_and(|c| ctx.csi_drivers.iter().any(|d| *d == c.provisioner))
+            class.is_some_and(|c| ctx.csi_drivers.contains(&c.provisioner))
         }
     };
 

@@ -1,0 +1,426 @@
+//! The clone strategy for a PVC source (SPEC §2.6): which of snapshot, csi-clone and host-assisted
+//! copy a clone uses, and why it fell back to copy when it did.
+
+use cdi_api::enums::CloneStrategy;
+
+use crate::storageprofile::{SnapshotClassInfo, snapshot_class_for};
+
+/// One side of a clone, reduced to what the strategy depends on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CloneClaim {
+    pub namespace: String,
+    pub name: String,
+    /// The CSI driver: the bound PV's driver, else the StorageClass's provisioner; `None` when
+    /// neither is known (no class).
+    pub driver: Option<String>,
+    pub volume_mode: cdi_api::VolumeMode,
+    /// `spec.resources.requests.storage` in bytes.
+    pub request: i64,
+    /// `status.capacity.storage` in bytes, once bound.
+    pub capacity: Option<i64>,
+}
+
+/// What the target side's cluster says.
+#[derive(Debug, Clone, Default)]
+pub struct CloneEnvironment<'a> {
+    /// The target claim's StorageClass exists (by name).
+    pub target_class: Option<&'a str>,
+    pub target_class_exists: bool,
+    /// The target class allows volume expansion.
+    pub allow_volume_expansion: bool,
+    /// `CDI.spec.cloneStrategyOverride`.
+    pub strategy_override: Option<CloneStrategy>,
+    /// The target StorageProfile's `status.cloneStrategy`.
+    pub profile_strategy: Option<CloneStrategy>,
+    /// The target StorageProfile's `spec.snapshotClass`.
+    pub profile_snapshot_class: Option<&'a str>,
+    pub snapshot_classes: &'a [SnapshotClassInfo],
+    /// `cdi.kubevirt.io/permissiveClone` on the target: skip the size check.
+    pub permissive: bool,
+}
+
+/// Why a faster strategy was not possible; each is a warning event on the target claim.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FallbackReason {
+    NoVolumeSnapshotClass,
+    IncompatibleProvisioners,
+    IncompatibleVolumeModes,
+    NoVolumeExpansion,
+}
+
+impl FallbackReason {
+    /// The event reason upstream emits.
+    pub const fn reason(self) -> &'static str {
+        match self {
+            FallbackReason::NoVolumeSnapshotClass => "NoVolumeSnapshotClass",
+            FallbackReason::IncompatibleProvisioners => "IncompatibleProvisioners",
+            FallbackReason::IncompatibleVolumeModes => "IncompatibleVolumeModes",
+            FallbackReason::NoVolumeExpansion => "NoVolumeExpansion",
+        }
+    }
+
+    /// The event message upstream emits (also written to `cdi.kubevirt.io/cloneFallbackReason`).
+    pub const fn message(self) -> &'static str {
+        match self {
+            FallbackReason::NoVolumeSnapshotClass => "No compatible volumesnapshotclass found",
+            FallbackReason::IncompatibleProvisioners => "Provisioners are incompatible",
+            FallbackReason::IncompatibleVolumeModes => {
+                "The volume modes of source and target are incompatible"
+            }
+            FallbackReason::NoVolumeExpansion => "No volume expansion is possible",
+        }
+    }
+}
+
+/// The chosen strategy.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClonePlan {
+    pub strategy: CloneStrategy,
+    /// Set when the preferred strategy was not possible and `copy` was chosen instead.
+    pub fallback: Option<FallbackReason>,
+    /// The VolumeSnapshotClass a snapshot clone uses.
+    pub snapshot_class: Option<String>,
+}
+
+/// Why no strategy can be chosen yet.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CloneError {
+    #[error(
+        "clone target {target}: it has no StorageClass; set spec.storage.storageClassName or mark a class as default"
+    )]
+    NoTargetClass { target: String },
+    #[error(
+        "clone target {target}: StorageClass {class} does not exist; create it or choose another"
+    )]
+    TargetClassMissing { target: String, class: String },
+    #[error(
+        "clone target {target}: the source pvc {source_claim} doesn't exist; create it, or fix spec.source.pvc"
+    )]
+    SourceMissing {
+        target: String,
+        source_claim: String,
+    },
+    #[error(
+        "clone target {target}: target resources requests storage size is smaller than the source {target_size} < {source_size}; ask for at least the source's size"
+    )]
+    TargetTooSmall {
+        target: String,
+        target_size: i64,
+        source_size: i64,
+    },
+    #[error(
+        "clone target {target}: the source {source_claim} has no capacity yet; it must be bound before a {strategy} clone"
+    )]
+    SourceUnbound {
+        target: String,
+        source_claim: String,
+        strategy: CloneStrategy,
+    },
+}
+
+/// Choose the strategy to clone the claim `source_name` ("namespace/name"; `source` is None when
+/// it does not exist) into `target`.
+pub fn choose_strategy(
+    source_name: &str,
+    source: Option<&CloneClaim>,
+    target: &CloneClaim,
+    env: &CloneEnvironment<'_>,
+) -> Result<ClonePlan, CloneError> {
+    let target_id = format!("{}/{}", target.namespace, target.name);
+    let class =
+        env.target_class
+            .filter(|c| !c.is_empty())
+            .ok_or_else(|| CloneError::NoTargetClass {
+                target: target_id.clone(),
+            })?;
+    if !env.target_class_exists {
+        return Err(CloneError::TargetClassMissing {
+            target: target_id,
+            class: class.to_string(),
+        });
+    }
+    let source = source.ok_or_else(|| CloneError::SourceMissing {
+        target: target_id.clone(),
+        source_claim: source_name.to_string(),
+    })?;
+    if !env.permissive && source.request > target.request {
+        return Err(CloneError::TargetTooSmall {
+            target: target_id,
+            target_size: target.request,
+            source_size: source.request,
+        });
+    }
+
+    let copy = |reason| {
+        Ok(ClonePlan {
+            strategy: CloneStrategy::Copy,
+            fallback: Some(reason),
+            snapshot_class: None,
+        })
+    };
+    let strategy = env
+        .strategy_override
+        .or(env.profile_strategy)
+        .unwrap_or(CloneStrategy::Snapshot);
+    if strategy == CloneStrategy::Copy {
+        return Ok(ClonePlan {
+            strategy,
+            fallback: None,
+            snapshot_class: None,
+        });
+    }
+
+    let common_driver = match (&source.driver, &target.driver) {
+        (Some(a), Some(b)) if a == b => Some(a.clone()),
+        _ => None,
+    };
+    let mut snapshot_class = None;
+    if strategy == CloneStrategy::Snapshot {
+        let found = common_driver.as_deref().and_then(|driver| {
+            snapshot_class_for(
+                class,
+                driver,
+                env.profile_snapshot_class,
+                env.snapshot_classes,
+            )
+            .ok()
+            .flatten()
+        });
+        match found {
+            Some(name) => snapshot_class = Some(name),
+            None => return copy(FallbackReason::NoVolumeSnapshotClass),
+        }
+    }
+    if common_driver.is_none() {
+        return copy(FallbackReason::IncompatibleProvisioners);
+    }
+    if source.volume_mode != target.volume_mode {
+        return copy(FallbackReason::IncompatibleVolumeModes);
+    }
+    let capacity = source.capacity.ok_or_else(|| CloneError::SourceUnbound {
+        target: target_id,
+        source_claim: source_name.to_string(),
+        strategy,
+    })?;
+    if capacity < target.request && !env.allow_volume_expansion {
+        return copy(FallbackReason::NoVolumeExpansion);
+    }
+    Ok(ClonePlan {
+        strategy,
+        fallback: None,
+        snapshot_class,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use cdi_api::VolumeMode;
+
+    const GI: i64 = 1 << 30;
+
+    fn claim(
+        name: &str,
+        driver: Option<&str>,
+        mode: VolumeMode,
+        request: i64,
+        capacity: Option<i64>,
+    ) -> CloneClaim {
+        CloneClaim {
+            namespace: "ns".into(),
+            name: name.into(),
+            driver: driver.map(str::to_string),
+            volume_mode: mode,
+            request,
+            capacity,
+        }
+    }
+
+    fn snap(name: &str, driver: &str) -> SnapshotClassInfo {
+        SnapshotClassInfo {
+            name: name.into(),
+            driver: driver.into(),
+            is_default: false,
+        }
+    }
+
+    #[test]
+    fn the_planner_table() {
+        let fs = VolumeMode::Filesystem;
+        let snaps = [snap("csi-snap", "csi.example")];
+        let src = claim("src", Some("csi.example"), fs, 10 * GI, Some(10 * GI));
+        let tgt = claim("tgt", Some("csi.example"), fs, 10 * GI, None);
+        let base = CloneEnvironment {
+            target_class: Some("csi"),
+            target_class_exists: true,
+            snapshot_classes: &snaps,
+            ..Default::default()
+        };
+        struct Case<'a> {
+            what: &'a str,
+            source: CloneClaim,
+            target: CloneClaim,
+            env: CloneEnvironment<'a>,
+            want: (CloneStrategy, Option<FallbackReason>),
+        }
+        let cases = vec![
+            Case {
+                what: "default is snapshot",
+                source: src.clone(),
+                target: tgt.clone(),
+                env: base.clone(),
+                want: (CloneStrategy::Snapshot, None),
+            },
+            Case {
+                what: "no snapshot class",
+                source: src.clone(),
+                target: tgt.clone(),
+                env: CloneEnvironment {
+                    snapshot_classes: &[],
+                    ..base.clone()
+                },
+                want: (
+                    CloneStrategy::Copy,
+                    Some(FallbackReason::NoVolumeSnapshotClass),
+                ),
+            },
+            Case {
+                what: "override wins over the profile",
+                source: src.clone(),
+                target: tgt.clone(),
+                env: CloneEnvironment {
+                    strategy_override: Some(CloneStrategy::Copy),
+                    profile_strategy: Some(CloneStrategy::CsiClone),
+                    ..base.clone()
+                },
+                want: (CloneStrategy::Copy, None),
+            },
+            Case {
+                what: "profile csi-clone",
+                source: src.clone(),
+                target: tgt.clone(),
+                env: CloneEnvironment {
+                    profile_strategy: Some(CloneStrategy::CsiClone),
+                    ..base.clone()
+                },
+                want: (CloneStrategy::CsiClone, None),
+            },
+            Case {
+                what: "different drivers",
+                source: claim("src", Some("other.csi"), fs, 10 * GI, Some(10 * GI)),
+                target: tgt.clone(),
+                env: CloneEnvironment {
+                    profile_strategy: Some(CloneStrategy::CsiClone),
+                    ..base.clone()
+                },
+                want: (
+                    CloneStrategy::Copy,
+                    Some(FallbackReason::IncompatibleProvisioners),
+                ),
+            },
+            Case {
+                what: "different volume modes",
+                source: claim(
+                    "src",
+                    Some("csi.example"),
+                    VolumeMode::Block,
+                    10 * GI,
+                    Some(10 * GI),
+                ),
+                target: tgt.clone(),
+                env: base.clone(),
+                want: (
+                    CloneStrategy::Copy,
+                    Some(FallbackReason::IncompatibleVolumeModes),
+                ),
+            },
+            Case {
+                what: "larger target without expansion",
+                source: src.clone(),
+                target: claim("tgt", Some("csi.example"), fs, 20 * GI, None),
+                env: base.clone(),
+                want: (CloneStrategy::Copy, Some(FallbackReason::NoVolumeExpansion)),
+            },
+            Case {
+                what: "larger target with expansion",
+                source: src.clone(),
+                target: claim("tgt", Some("csi.example"), fs, 20 * GI, None),
+                env: CloneEnvironment {
+                    allow_volume_expansion: true,
+                    ..base.clone()
+                },
+                want: (CloneStrategy::Snapshot, None),
+            },
+        ];
+        for case in cases {
+            let plan = choose_strategy("ns/src", Some(&case.source), &case.target, &case.env)
+                .unwrap_or_else(|e| panic!("{}: {e}", case.what));
+            assert_eq!((plan.strategy, plan.fallback), case.want, "{}", case.what);
+        }
+    }
+
+    #[test]
+    fn requirements_that_stop_the_clone() {
+        let fs = VolumeMode::Filesystem;
+        let src = claim("src", Some("d"), fs, 10 * GI, Some(10 * GI));
+        let small = claim("tgt", Some("d"), fs, 5 * GI, None);
+        let env = CloneEnvironment {
+            target_class: Some("c"),
+            target_class_exists: true,
+            ..Default::default()
+        };
+        let err = choose_strategy("ns/src", Some(&src), &small, &env).unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("smaller than the source 5368709120 < 10737418240"),
+            "{err}"
+        );
+        let permissive = CloneEnvironment {
+            permissive: true,
+            strategy_override: Some(CloneStrategy::Copy),
+            ..env.clone()
+        };
+        assert_eq!(
+            choose_strategy("ns/src", Some(&src), &small, &permissive)
+                .unwrap()
+                .strategy,
+            CloneStrategy::Copy
+        );
+        let err = choose_strategy("ns/src", None, &small, &env).unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("the source pvc ns/src doesn't exist"),
+            "{err}"
+        );
+        let missing = CloneEnvironment {
+            target_class_exists: false,
+            ..env.clone()
+        };
+        assert!(
+            choose_strategy("ns/src", Some(&src), &src, &missing)
+                .unwrap_err()
+                .to_string()
+                .contains("StorageClass c does not exist")
+        );
+        let none = CloneEnvironment {
+            target_class: None,
+            ..env
+        };
+        assert!(matches!(
+            choose_strategy("ns/src", Some(&src), &src, &none),
+            Err(CloneError::NoTargetClass { .. })
+        ));
+    }
+
+    #[test]
+    fn fallback_messages_are_upstreams() {
+        assert_eq!(
+            FallbackReason::NoVolumeSnapshotClass.message(),
+            "No compatible volumesnapshotclass found"
+        );
+        assert_eq!(
+            FallbackReason::IncompatibleProvisioners.reason(),
+            "IncompatibleProvisioners"
+        );
+    }
+}
