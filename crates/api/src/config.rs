@@ -165,11 +165,15 @@ pub struct TlsSecurityProfile {
     /// Type is one of Old, Intermediate, Modern or Custom.
     #[serde(rename = "type")]
     pub type_: Option<TlsProfileType>,
-    pub old: Option<BTreeMap<String, serde_json::Value>>,
-    pub intermediate: Option<BTreeMap<String, serde_json::Value>>,
-    pub modern: Option<BTreeMap<String, serde_json::Value>>,
+    pub old: Option<PredefinedTlsProfile>,
+    pub intermediate: Option<PredefinedTlsProfile>,
+    pub modern: Option<PredefinedTlsProfile>,
     pub custom: Option<CustomTlsProfile>,
 }
+
+/// The body of `old`, `intermediate` and `modern`: empty, the name says it all.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub struct PredefinedTlsProfile {}
 
 /// A custom TLS profile: the ciphers and the minimum TLS version.
 #[skip_serializing_none]

@@ -118,8 +118,6 @@ pub struct DataImportCronSpec {
     /// RetentionPolicy specifies whether the created DataVolumes and DataSources are retained
     /// when their DataImportCron is deleted. Default is RetainAll.
     pub retention_policy: Option<DataImportCronRetentionPolicy>,
-    /// CreatedBy is the JSON-marshaled UserInfo of the user who created this DataImportCron.
-    pub created_by: Option<String>,
     /// The ServiceAccount for the poller pod.
     pub service_account_name: Option<String>,
 }

@@ -65,6 +65,8 @@ pub struct DataVolumeSpec {
     pub storage: Option<StorageSpec>,
     /// PriorityClassName for Importer, Cloner and Uploader pod.
     pub priority_class_name: Option<String>,
+    /// ServiceAccountName for Importer and Uploader pod.
+    pub service_account_name: Option<String>,
     /// DataVolumeContentType options: "kubevirt", "archive".
     pub content_type: Option<ContentType>,
     /// Checkpoints is a list of DataVolumeCheckpoints, representing stages in a multistage import.
@@ -328,6 +330,8 @@ pub struct DataVolumeSourceVddk {
     pub thumbprint: Option<String>,
     /// SecretRef provides a reference to a secret containing the username and password.
     pub secret_ref: Option<String>,
+    /// CertConfigMap is a reference to a ConfigMap containing the host's CA certificate.
+    pub cert_config_map: Option<String>,
     /// InitImageURL is an optional URL to an image containing an extracted VDDK library.
     #[serde(rename = "initImageURL")]
     pub init_image_url: Option<String>,
@@ -392,10 +396,14 @@ pub struct DataVolumeCondition {
 pub struct DataVolumeTemplateSpec {
     pub api_version: Option<String>,
     pub kind: Option<String>,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "is_empty_meta")]
     pub metadata: ObjectMeta,
     pub spec: DataVolumeSpec,
     pub status: Option<DataVolumeStatus>,
+}
+
+fn is_empty_meta(meta: &ObjectMeta) -> bool {
+    *meta == ObjectMeta::default()
 }
 
 impl DataVolume {

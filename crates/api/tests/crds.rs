@@ -218,8 +218,12 @@ fn check_structural(node: &Value, path: &str, errors: &mut Vec<String>) {
     if let Some(items) = obj.get("items") {
         check_structural(items, &format!("{path}[]"), errors);
     }
-    if let Some(extra @ Value::Object(_)) = obj.get("additionalProperties") {
-        check_structural(extra, &format!("{path}{{}}"), errors);
+    match obj.get("additionalProperties") {
+        Some(extra @ Value::Object(_)) => check_structural(extra, &format!("{path}{{}}"), errors),
+        Some(other) => errors.push(format!(
+            "{path}: additionalProperties {other} (use a schema)"
+        )),
+        None => {}
     }
 }
 

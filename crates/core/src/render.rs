@@ -520,6 +520,14 @@ pub fn render_claim(
     {
         annotations.insert(ann::PRIORITY_CLASS_NAME.into(), pc.into());
     }
+    if let Some(sa) = dv
+        .spec
+        .service_account_name
+        .as_deref()
+        .filter(|s| !s.is_empty())
+    {
+        annotations.insert(ann::POD_SERVICE_ACCOUNT_NAME.into(), sa.into());
+    }
     let preallocation = dv
         .spec
         .preallocation

@@ -166,6 +166,8 @@ spec:
   source:
     http:
       url: "https://example.com/images/root.qcow2"
+  priorityClassName: vm-disks
+  serviceAccountName: importer
   pvc:
     storageClassName: local-path-wffc
     accessModes: [ReadWriteOnce]
@@ -192,6 +194,8 @@ fn seed_spec_pvc_is_verbatim_with_import_annotations() {
     assert_eq!(a[ann::USE_POPULATOR], "false");
     assert_eq!(a[ann::PREALLOCATION_REQUESTED], "false");
     assert_eq!(a[ann::CREATED_FOR_DATA_VOLUME], "5e1d");
+    assert_eq!(a[ann::PRIORITY_CLASS_NAME], "vm-disks");
+    assert_eq!(a[ann::POD_SERVICE_ACCOUNT_NAME], "importer");
     assert!(
         !a.contains_key(ann::IMMEDIATE_BINDING),
         "gate on: the claim waits for its consumer"
