@@ -1,0 +1,40 @@
+//! The importer's error: one line a user can act on, and whether retrying can help.
+
+use crate::qcow2::Qcow2Error;
+
+/// Why an import failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ImportError {
+    #[error("{context}: {source}")]
+    Io {
+        context: String,
+        source: std::io::Error,
+    },
+    #[error("invalid qcow2 image: {0}")]
+    Qcow2(#[from] Qcow2Error),
+    #[error("a larger PVC is required: image virtual size {virtual_size} > usable {usable}")]
+    TooLarge { virtual_size: u64, usable: u64 },
+    #[error("the image is damaged: {0}")]
+    Damaged(String),
+    #[error("{0}")]
+    Unsupported(String),
+    #[error("internal error: {0}")]
+    Internal(String),
+}
+
+impl ImportError {
+    pub fn io(context: impl Into<String>, source: std::io::Error) -> Self {
+        ImportError::Io {
+            context: context.into(),
+            source,
+        }
+    }
+
+    /// Errors no retry can fix: the pod should not be restarted for them.
+    pub fn is_fatal(&self) -> bool {
+        matches!(
+            self,
+            ImportError::Qcow2(_) | ImportError::TooLarge { .. } | ImportError::Unsupported(_)
+        )
+    }
+}

@@ -1,0 +1,340 @@
+//! The target: a file (`/data/disk.img`) or a block device, written positionally on a thread of
+//! its own, with all-zero blocks left as holes.
+
+use std::fs::{File, OpenOptions};
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::thread::JoinHandle;
+
+use bytes::Bytes;
+use rustix::fs::{FallocateFlags, fallocate};
+use tokio::sync::mpsc;
+
+use crate::error::ImportError;
+
+/// The granularity of hole detection: a filesystem block.
+pub const BLOCK: usize = 4096;
+static ZEROS: [u8; BLOCK] = [0; BLOCK];
+
+/// What is written to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TargetKind {
+    /// A regular file, created empty: everything not written reads as zeros.
+    File,
+    /// A block device (or a preallocated file): old contents must be zeroed explicitly.
+    Block,
+}
+
+/// One positional write.
+#[derive(Debug)]
+pub enum Op {
+    Data {
+        offset: u64,
+        data: Bytes,
+    },
+    /// `len` bytes of zeros at `offset` (a no-op on a fresh file).
+    Zero {
+        offset: u64,
+        len: u64,
+    },
+}
+
+/// What the writer did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct WriteStats {
+    /// Bytes written to the target.
+    pub written: u64,
+    /// Bytes left as holes (or zeroed without writing data).
+    pub holes: u64,
+}
+
+/// The open target.
+pub struct Target {
+    file: File,
+    path: PathBuf,
+    kind: TargetKind,
+}
+
+impl Target {
+    /// Create (or truncate) the image file at `path`.
+    pub fn create_file(path: &Path) -> Result<Target, ImportError> {
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(path)
+            .map_err(|e| ImportError::io(format!("creating {}", path.display()), e))?;
+        Ok(Target {
+            file,
+            path: path.to_path_buf(),
+            kind: TargetKind::File,
+        })
+    }
+
+    /// Open an existing block device.
+    pub fn open_block(path: &Path) -> Result<Target, ImportError> {
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(path)
+            .map_err(|e| ImportError::io(format!("opening block device {}", path.display()), e))?;
+        Ok(Target {
+            file,
+            path: path.to_path_buf(),
+            kind: TargetKind::Block,
+        })
+    }
+
+    pub fn kind(&self) -> TargetKind {
+        self.kind
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The target's current size (the device size for a block device).
+    pub fn size(&self) -> Result<u64, ImportError> {
+        use std::io::{Seek, SeekFrom};
+        let mut f = &self.file;
+        f.seek(SeekFrom::End(0))
+            .map_err(|e| ImportError::io(format!("sizing {}", self.path.display()), e))
+    }
+
+    /// Make a file target exactly `len` bytes (new space reads as zeros). A block device keeps
+    /// its size; it must be at least `len`.
+    pub fn set_len(&self, len: u64) -> Result<(), ImportError> {
+        match self.kind {
+            TargetKind::File => self
+                .file
+                .set_len(len)
+                .map_err(|e| ImportError::io(format!("resizing {}", self.path.display()), e)),
+            TargetKind::Block => {
+                let size = self.size()?;
+                if size < len {
+                    return Err(ImportError::TooLarge {
+                        virtual_size: len,
+                        usable: size,
+                    });
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// Allocate every byte of `len` without changing the data (preallocation).
+    pub fn preallocate(&self, len: u64) -> Result<(), ImportError> {
+        if len == 0 || self.kind == TargetKind::Block {
+            return Ok(());
+        }
+        fallocate(&self.file, FallocateFlags::KEEP_SIZE, 0, len).map_err(|e| {
+            ImportError::io(format!("preallocating {}", self.path.display()), e.into())
+        })
+    }
+
+    /// Flush data and metadata to stable storage.
+    pub fn sync(&self) -> Result<(), ImportError> {
+        self.file
+            .sync_all()
+            .map_err(|e| ImportError::io(format!("syncing {}", self.path.display()), e))
+    }
+
+    /// Start the writer thread; it owns a clone of the file.
+    pub fn writer(&self, depth: usize) -> Result<Writer, ImportError> {
+        let file = self
+            .file
+            .try_clone()
+            .map_err(|e| ImportError::io("duplicating the target", e))?;
+        let (tx, rx) = mpsc::channel(depth);
+        let kind = self.kind;
+        let path = self.path.clone();
+        let handle = std::thread::Builder::new()
+            .name("cdi-writer".into())
+            .spawn(move || {
+                write_loop(file, kind, rx)
+                    .map_err(|e| ImportError::io(format!("writing {}", path.display()), e))
+            })
+            .map_err(|e| ImportError::io("starting the writer", e))?;
+        Ok(Writer {
+            tx: Some(tx),
+            handle: Some(handle),
+        })
+    }
+}
+
+/// Sends writes to the writer thread; `finish` waits for all of them.
+pub struct Writer {
+    tx: Option<mpsc::Sender<Op>>,
+    handle: Option<JoinHandle<Result<WriteStats, ImportError>>>,
+}
+
+impl Writer {
+    /// A sender for producer tasks.
+    pub fn sender(&self) -> mpsc::Sender<Op> {
+        self.tx.clone().expect("writer not finished")
+    }
+
+    /// Close the queue and wait for every write.
+    pub async fn finish(mut self) -> Result<WriteStats, ImportError> {
+        drop(self.tx.take());
+        let handle = self.handle.take().expect("finish once");
+        tokio::task::spawn_blocking(move || handle.join())
+            .await
+            .map_err(|e| ImportError::Internal(format!("writer join: {e}")))?
+            .map_err(|_| ImportError::Internal("the writer thread panicked".into()))?
+    }
+}
+
+fn write_loop(
+    file: File,
+    kind: TargetKind,
+    mut rx: mpsc::Receiver<Op>,
+) -> std::io::Result<WriteStats> {
+    let mut stats = WriteStats::default();
+    while let Some(op) = rx.blocking_recv() {
+        match op {
+            Op::Data { offset, data } => write_sparse(&file, kind, offset, &data, &mut stats)?,
+            Op::Zero { offset, len } => {
+                zero(&file, kind, offset, len)?;
+                stats.holes += len;
+            }
+        }
+    }
+    Ok(stats)
+}
+
+/// Write `data` at `offset`, skipping all-zero blocks (zeroing them explicitly on a block
+/// device, whose old contents would otherwise show through).
+fn write_sparse(
+    file: &File,
+    kind: TargetKind,
+    offset: u64,
+    data: &[u8],
+    stats: &mut WriteStats,
+) -> std::io::Result<()> {
+    let mut run_start: Option<usize> = None;
+    let mut pos = 0;
+    while pos < data.len() {
+        // Blocks aligned to the target's block grid, so holes line up with filesystem blocks.
+        let abs = offset + pos as u64;
+        let end = (pos + BLOCK - (abs % BLOCK as u64) as usize).min(data.len());
+        let is_zero = data[pos..end] == ZEROS[..end - pos];
+        match (is_zero, run_start) {
+            (false, None) => run_start = Some(pos),
+            (true, Some(start)) => {
+                file.write_all_at(&data[start..pos], offset + start as u64)?;
+                stats.written += (pos - start) as u64;
+                run_start = None;
+            }
+            _ => {}
+        }
+        if is_zero {
+            zero(file, kind, abs, (end - pos) as u64)?;
+            stats.holes += (end - pos) as u64;
+        }
+        pos = end;
+    }
+    if let Some(start) = run_start {
+        file.write_all_at(&data[start..], offset + start as u64)?;
+        stats.written += (data.len() - start) as u64;
+    }
+    Ok(())
+}
+
+fn zero(file: &File, kind: TargetKind, offset: u64, len: u64) -> std::io::Result<()> {
+    if kind == TargetKind::File || len == 0 {
+        return Ok(());
+    }
+    if fallocate(
+        file,
+        FallocateFlags::ZERO_RANGE | FallocateFlags::KEEP_SIZE,
+        offset,
+        len,
+    )
+    .is_ok()
+    {
+        return Ok(());
+    }
+    let mut done = 0;
+    while done < len {
+        let n = (len - done).min(BLOCK as u64) as usize;
+        file.write_all_at(&ZEROS[..n], offset + done)?;
+        done += n as u64;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn zero_blocks_become_holes() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("disk.img");
+        let target = Target::create_file(&path).unwrap();
+        target.set_len(64 * 1024).unwrap();
+        let writer = target.writer(4).unwrap();
+        let mut data = vec![0u8; 32 * 1024];
+        data[5000] = 7; // second block
+        data[20000..20010].fill(9); // fifth block
+        writer
+            .sender()
+            .send(Op::Data {
+                offset: 8192,
+                data: Bytes::from(data.clone()),
+            })
+            .await
+            .unwrap();
+        let stats = writer.finish().await.unwrap();
+        assert_eq!(stats.written, 2 * BLOCK as u64);
+        assert_eq!(stats.holes, 32 * 1024 - 2 * BLOCK as u64);
+        let back = std::fs::read(&path).unwrap();
+        assert_eq!(back.len(), 64 * 1024);
+        assert_eq!(&back[8192..8192 + data.len()], &data[..]);
+        assert!(back[..8192].iter().all(|&b| b == 0));
+        use std::os::unix::fs::MetadataExt;
+        let blocks = std::fs::metadata(&path).unwrap().blocks();
+        assert!(
+            blocks * 512 <= 4 * BLOCK as u64,
+            "allocated {} bytes",
+            blocks * 512
+        );
+    }
+
+    #[tokio::test]
+    async fn block_targets_are_zeroed() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("dev");
+        std::fs::write(&path, vec![0xffu8; 16384]).unwrap();
+        let target = Target::open_block(&path).unwrap();
+        assert_eq!(target.size().unwrap(), 16384);
+        let writer = target.writer(2).unwrap();
+        writer
+            .sender()
+            .send(Op::Data {
+                offset: 0,
+                data: Bytes::from(vec![0u8; 4096]),
+            })
+            .await
+            .unwrap();
+        writer
+            .sender()
+            .send(Op::Zero {
+                offset: 8192,
+                len: 8192,
+            })
+            .await
+            .unwrap();
+        writer.finish().await.unwrap();
+        let back = std::fs::read(&path).unwrap();
+        assert!(back[..4096].iter().all(|&b| b == 0));
+        assert!(back[4096..8192].iter().all(|&b| b == 0xff), "untouched");
+        assert!(back[8192..].iter().all(|&b| b == 0));
+        assert!(matches!(
+            target.set_len(1 << 20),
+            Err(ImportError::TooLarge { .. })
+        ));
+    }
+}
