@@ -14,6 +14,8 @@ pub enum ImportError {
     Qcow2(#[from] Qcow2Error),
     #[error("a larger PVC is required: image virtual size {virtual_size} > usable {usable}")]
     TooLarge { virtual_size: u64, usable: u64 },
+    #[error("checksum mismatch: expected {expected}, the download has {actual}")]
+    ChecksumMismatch { expected: String, actual: String },
     #[error("the image is damaged: {0}")]
     Damaged(String),
     #[error("{0}")]
@@ -34,7 +36,10 @@ impl ImportError {
     pub fn is_fatal(&self) -> bool {
         matches!(
             self,
-            ImportError::Qcow2(_) | ImportError::TooLarge { .. } | ImportError::Unsupported(_)
+            ImportError::Qcow2(_)
+                | ImportError::TooLarge { .. }
+                | ImportError::Unsupported(_)
+                | ImportError::ChecksumMismatch { .. }
         )
     }
 }

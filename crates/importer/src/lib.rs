@@ -1,9 +1,13 @@
 //! cdi-importer: turns a source (HTTP, registry, upload, file) into a raw disk image on a
 //! Kubernetes volume, streaming and without scratch space where the format allows.
 
+pub mod checksum;
+pub mod convert;
 pub mod error;
+pub mod import;
 pub mod probe;
 pub mod qcow2;
+pub mod qemu;
 pub mod reader;
 pub mod writer;
 

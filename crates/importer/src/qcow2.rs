@@ -273,7 +273,7 @@ pub fn parse_header(head: &[u8], file_len: u64) -> Result<Header, Qcow2Error> {
         )));
     }
     if l1_size > 0 {
-        if l1_table_offset % cluster_size != 0 {
+        if !l1_table_offset.is_multiple_of(cluster_size) {
             return Err(Qcow2Error::Misaligned {
                 what: "L1 table",
                 offset: l1_table_offset,
@@ -347,7 +347,7 @@ pub fn l1_entry(header: &Header, entry: u64, file_len: u64) -> Result<Option<u64
         return Ok(None);
     }
     let cluster_size = header.cluster_size();
-    if offset % cluster_size != 0 {
+    if !offset.is_multiple_of(cluster_size) {
         return Err(Qcow2Error::Misaligned {
             what: "L2 table",
             offset,
@@ -392,7 +392,7 @@ pub fn l2_entry(header: &Header, entry: u64, file_len: u64) -> Result<Cluster, Q
     if host == 0 {
         return Ok(Cluster::Unallocated);
     }
-    if host % cluster_size != 0 {
+    if !host.is_multiple_of(cluster_size) {
         return Err(Qcow2Error::Misaligned {
             what: "data cluster",
             offset: host,
@@ -449,7 +449,8 @@ mod tests {
 
     #[test]
     fn hostile_headers_are_refused() {
-        let cases: Vec<(Box<dyn Fn(&mut Vec<u8>)>, &str)> = vec![
+        type Mutation = Box<dyn Fn(&mut Vec<u8>)>;
+        let cases: Vec<(Mutation, &str)> = vec![
             (Box::new(|h| h[0] = b'X'), "bad magic"),
             (
                 Box::new(|h| h[4..8].copy_from_slice(&4u32.to_be_bytes())),

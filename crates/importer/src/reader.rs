@@ -12,7 +12,7 @@ use crate::error::ImportError;
 /// A source that can be read at any offset. Reads may run concurrently.
 pub trait RangeReader: Send + Sync + 'static {
     /// The source's length in bytes.
-    fn len(&self) -> u64;
+    fn size(&self) -> u64;
 
     /// Read exactly `len` bytes at `offset` (fewer only at the end of the source).
     fn read_at(
@@ -61,7 +61,7 @@ pub(crate) fn pread(file: &File, offset: u64, len: usize) -> std::io::Result<Vec
 }
 
 impl RangeReader for FileReader {
-    fn len(&self) -> u64 {
+    fn size(&self) -> u64 {
         self.len
     }
 

@@ -1,0 +1,101 @@
+//! The formats converted through `qemu-img` (vmdk, vdi, vhd, vhdx): inspected first, so that an
+//! image that would make qemu open another host path is refused before conversion.
+
+use std::path::Path;
+use std::process::Command;
+
+use serde::Deserialize;
+
+use crate::error::ImportError;
+use crate::probe::Format;
+
+#[derive(Debug, Deserialize)]
+struct Info {
+    #[serde(rename = "virtual-size")]
+    virtual_size: u64,
+    #[serde(rename = "backing-filename")]
+    backing_filename: Option<String>,
+    #[serde(rename = "format-specific")]
+    format_specific: Option<FormatSpecific>,
+    encrypted: Option<bool>,
+}
+
+#[derive(Debug, Deserialize)]
+struct FormatSpecific {
+    data: Option<FormatData>,
+}
+
+#[derive(Debug, Deserialize)]
+struct FormatData {
+    extents: Option<Vec<Extent>>,
+}
+
+#[derive(Debug, Deserialize)]
+struct Extent {
+    filename: String,
+}
+
+fn run(cmd: &mut Command, what: &str) -> Result<Vec<u8>, ImportError> {
+    let out = cmd.output().map_err(|e| {
+        ImportError::io(
+            format!("running qemu-img ({what}); is qemu-utils installed?"),
+            e,
+        )
+    })?;
+    if !out.status.success() {
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        return Err(ImportError::Damaged(format!(
+            "qemu-img {what}: {}",
+            stderr.trim()
+        )));
+    }
+    Ok(out.stdout)
+}
+
+/// The virtual size of `path` read as `format`, refusing backing files, encryption and extents in
+/// other files.
+pub fn inspect(path: &Path, format: Format) -> Result<u64, ImportError> {
+    let out = run(
+        Command::new("qemu-img")
+            .args(["info", "--output=json", "-f", format.name()])
+            .arg(path),
+        "info",
+    )?;
+    let info: Info = serde_json::from_slice(&out)
+        .map_err(|e| ImportError::Internal(format!("qemu-img info output: {e}")))?;
+    if let Some(backing) = info.backing_filename {
+        return Err(ImportError::Unsupported(format!(
+            "the {format} image has a backing file {backing:?}: importing it would read a path outside the image; flatten it first"
+        )));
+    }
+    if info.encrypted == Some(true) {
+        return Err(ImportError::Unsupported(format!(
+            "the {format} image is encrypted; decrypt it first"
+        )));
+    }
+    let extents = info
+        .format_specific
+        .and_then(|f| f.data)
+        .and_then(|d| d.extents)
+        .unwrap_or_default();
+    let own = path.to_string_lossy();
+    if let Some(other) = extents.iter().find(|e| e.filename != own) {
+        return Err(ImportError::Unsupported(format!(
+            "the {format} image keeps data in another file {:?}: importing it would read a path outside the image; convert it to a single-file image first",
+            other.filename
+        )));
+    }
+    Ok(info.virtual_size)
+}
+
+/// Convert `src` to raw into the existing target `dst` (sparse: qemu-img skips zeros).
+pub fn convert_to_raw(src: &Path, format: Format, dst: &Path) -> Result<(), ImportError> {
+    run(
+        Command::new("qemu-img")
+            .args(["convert", "-n", "-f", format.name(), "-O", "raw"])
+            .arg(src)
+            .arg(dst),
+        "convert",
+    )?;
+    Ok(())
+}
