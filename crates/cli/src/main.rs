@@ -1,6 +1,7 @@
 //! `cdi`: one binary for every cdi-rs component. Argument parsing and wiring only; the work is
 //! done by the library crates.
 
+mod import;
 mod size;
 
 use std::path::PathBuf;
@@ -30,6 +31,8 @@ enum Command {
     },
     /// Show the PVC request and the disk image size a DataVolume of this size gets.
     Size(size::SizeArgs),
+    /// Import a disk image into a raw disk image file or block device, as the importer pod does.
+    Import(import::ImportArgs),
 }
 
 fn main() -> ExitCode {
@@ -37,6 +40,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Crds { out_dir } => crds(out_dir),
         Command::Size(args) => size::run(&args),
+        Command::Import(args) => import::run(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -1,0 +1,157 @@
+//! `cdi import`: the importer outside Kubernetes, from a local image to a file or block device.
+
+use std::io::IsTerminal;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use anyhow::Context;
+use cdi_core::Quantity;
+use cdi_core::size::{self, ClaimApi, Overhead, VolumeMode};
+use cdi_importer::convert::{Progress, Tuning};
+use cdi_importer::import::{ImportOptions, ImportReport, SizeSpec, TargetSpec, import_file};
+
+#[derive(clap::Args)]
+pub struct ImportArgs {
+    /// The image to import: a local file (raw, qcow2, vmdk, vdi, vhd, vhdx, iso; optionally
+    /// gz/xz/zstd compressed).
+    #[arg(long, value_name = "PATH")]
+    source: PathBuf,
+    /// The DataVolume size; the image is grown to the disk size a claim of this size gets.
+    /// Without it the image keeps its own virtual size.
+    #[arg(long)]
+    size: Option<String>,
+    /// Size as `spec.storage` does: the claim is inflated by the overhead (the default).
+    #[arg(long, conflicts_with = "pvc_api")]
+    storage_api: bool,
+    /// Size as `spec.pvc` does: the claim is the size, the disk smaller by the overhead.
+    #[arg(long)]
+    pvc_api: bool,
+    /// Filesystem overhead of the volume.
+    #[arg(long, default_value = "0.06")]
+    overhead: String,
+    /// Expected checksum of the source, `algorithm:hex` (md5, sha1, sha256, sha512).
+    #[arg(long)]
+    checksum: Option<String>,
+    /// Allocate the whole image instead of leaving zero ranges as holes.
+    #[arg(long)]
+    preallocate: bool,
+    /// DEST is a block device (its size is the disk size; old contents are zeroed).
+    #[arg(long)]
+    block: bool,
+    /// Where the rare scratch copy goes (a compressed non-raw image).
+    #[arg(long, default_value_os_t = std::env::temp_dir())]
+    scratch_dir: PathBuf,
+    /// The disk image to write (`disk.img`), or the block device with --block.
+    dest: PathBuf,
+}
+
+pub fn run(args: &ImportArgs) -> anyhow::Result<()> {
+    let overhead: Overhead = args.overhead.parse()?;
+    let size = match &args.size {
+        None => None,
+        Some(text) => {
+            let bytes = text.parse::<Quantity>()?.value();
+            anyhow::ensure!(bytes >= size::MIB, "--size {text} is smaller than 1Mi");
+            let api = if args.pvc_api {
+                ClaimApi::Pvc
+            } else {
+                ClaimApi::Storage
+            };
+            let plan = size::plan(api, VolumeMode::Filesystem, bytes, overhead);
+            Some(SizeSpec {
+                requested: plan.pvc_request as u64,
+                capacity: plan.pvc_request as u64,
+            })
+        }
+    };
+    let opts = ImportOptions {
+        target: if args.block {
+            TargetSpec::Block(args.dest.clone())
+        } else {
+            TargetSpec::File(args.dest.clone())
+        },
+        size,
+        overhead,
+        preallocate: args.preallocate,
+        checksum: args.checksum.as_deref().map(str::parse).transpose()?,
+        scratch_dir: args.scratch_dir.clone(),
+        tuning: Tuning::default(),
+    };
+    let runtime = tokio::runtime::Runtime::new().context("starting the runtime")?;
+    let progress = Arc::new(Progress::default());
+    let bar = std::io::stderr()
+        .is_terminal()
+        .then(|| progress_bar(progress.clone()));
+    let result = runtime.block_on(import_file(&args.source, &opts, progress));
+    if let Some((bar, ticker)) = bar {
+        bar.finish_and_clear();
+        let _ = ticker.join();
+    }
+    let report = result.with_context(|| {
+        format!(
+            "importing {} into {}",
+            args.source.display(),
+            args.dest.display()
+        )
+    })?;
+    print!("{}", summary(&report));
+    Ok(())
+}
+
+fn progress_bar(progress: Arc<Progress>) -> (indicatif::ProgressBar, std::thread::JoinHandle<()>) {
+    let bar = indicatif::ProgressBar::new(0);
+    bar.set_style(
+        indicatif::ProgressStyle::with_template(
+            "{bar:40} {bytes}/{total_bytes} {bytes_per_sec} eta {eta}",
+        )
+        .expect("a valid template"),
+    );
+    let b = bar.clone();
+    // The bar follows the shared counters; the import itself never touches the terminal.
+    let ticker = std::thread::spawn(move || {
+        while !b.is_finished() {
+            b.set_length(progress.total.load(Ordering::Relaxed));
+            b.set_position(progress.done.load(Ordering::Relaxed));
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    });
+    (bar, ticker)
+}
+
+fn human(n: u64) -> String {
+    const UNITS: [&str; 6] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
+    let mut value = n as f64;
+    let mut unit = 0;
+    while value >= 1024.0 && unit + 1 < UNITS.len() {
+        value /= 1024.0;
+        unit += 1;
+    }
+    if unit == 0 {
+        format!("{n} B")
+    } else {
+        format!("{value:.2} {}", UNITS[unit])
+    }
+}
+
+fn summary(r: &ImportReport) -> String {
+    let format = match r.compression {
+        Some(c) => format!("{} ({}-compressed)", r.format, c.name()),
+        None => r.format.to_string(),
+    };
+    let secs = r.elapsed.as_secs_f64().max(1e-6);
+    format!(
+        "format:       {format}\nvirtual size: {} ({})\ndisk size:    {} ({})\ntransferred:  {}\nwritten:      {}\nholes:        {}\nscratch:      {}\ntime:         {:.2} s ({}/s)\n",
+        r.virtual_size,
+        human(r.virtual_size),
+        r.final_size,
+        human(r.final_size),
+        human(r.transferred),
+        human(r.written),
+        human(r.holes),
+        if r.scratch_used { "used" } else { "none" },
+        secs,
+        human((r.transferred as f64 / secs) as u64),
+    )
+}

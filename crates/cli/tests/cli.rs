@@ -1,0 +1,79 @@
+//! The `cdi` binary as a user runs it.
+
+use std::process::Command;
+
+fn cdi(args: &[&str]) -> (bool, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_cdi"))
+        .args(args)
+        .output()
+        .unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into(),
+        String::from_utf8_lossy(&out.stderr).into(),
+    )
+}
+
+#[test]
+fn size_prints_the_spec_numbers() {
+    let (ok, out, _) = cdi(&["size", "10Gi"]);
+    assert!(ok);
+    assert!(out.contains("spec.storage        11381663335 B"), "{out}");
+    assert!(out.contains("10129244160 B"), "{out}");
+}
+
+#[test]
+fn crds_print_every_kind_as_yaml_documents() {
+    let (ok, out, _) = cdi(&["crds"]);
+    assert!(ok);
+    assert_eq!(
+        out.matches("\nkind: CustomResourceDefinition\n").count(),
+        10
+    );
+    assert_eq!(out.matches("---\n").count(), 10);
+}
+
+#[test]
+fn import_a_qcow2_and_explain_a_too_small_size() {
+    let dir = tempfile::tempdir().unwrap();
+    let image = dir.path().join("img.qcow2");
+    let status = Command::new("qemu-img")
+        .args(["create", "-f", "qcow2"])
+        .arg(&image)
+        .arg("100M")
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let dest = dir.path().join("disk.img");
+    let (ok, out, err) = cdi(&[
+        "import",
+        "--source",
+        image.to_str().unwrap(),
+        "--size",
+        "1Gi",
+        dest.to_str().unwrap(),
+    ]);
+    assert!(ok, "{err}");
+    assert!(out.contains("format:       qcow2"), "{out}");
+    assert_eq!(
+        std::fs::metadata(&dest).unwrap().len(),
+        1 << 30,
+        "grown to the usable size of a spec.storage 1Gi claim"
+    );
+
+    let (ok, _, err) = cdi(&[
+        "import",
+        "--source",
+        image.to_str().unwrap(),
+        "--size",
+        "50Mi",
+        "--pvc-api",
+        dest.to_str().unwrap(),
+    ]);
+    assert!(!ok);
+    assert!(
+        err.contains("a larger PVC is required: image virtual size 104857600 > usable"),
+        "{err}"
+    );
+    assert!(!dest.exists());
+}
