@@ -14,6 +14,8 @@ pub enum ImportError {
     Qcow2(#[from] Qcow2Error),
     #[error("a larger PVC is required: image virtual size {virtual_size} > usable {usable}")]
     TooLarge { virtual_size: u64, usable: u64 },
+    #[error("{url}: {message}")]
+    Http { url: String, message: String },
     #[error("checksum mismatch: expected {expected}, the download has {actual}")]
     ChecksumMismatch { expected: String, actual: String },
     #[error("the image is damaged: {0}")]
@@ -29,6 +31,17 @@ impl ImportError {
         ImportError::Io {
             context: context.into(),
             source,
+        }
+    }
+
+    /// Transfer errors worth another attempt: a dropped connection, a stall, a 5xx, 408, 429.
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            ImportError::Http { message, .. } => {
+                !message.starts_with("HTTP 4") || message.starts_with("HTTP 408") || message.starts_with("HTTP 429")
+            }
+            ImportError::Io { .. } => true,
+            _ => false,
         }
     }
 

@@ -1,9 +1,15 @@
 //! The import state machine: Info → Transfer/Convert → Resize → Complete (or Error), for one
 //! source into one target.
+//!
+//! Random-access sources (local files, HTTP servers with range support) are converted in place:
+//! raw and qcow2 need no scratch space. Sequential sources (a server without ranges, a
+//! compressed stream, a download that must be checksummed first) stream raw images straight to
+//! the target and spool anything else to scratch.
 
-use std::io::Read;
+use std::io::{Cursor, Read};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -12,10 +18,18 @@ use cdi_core::size::{self, Overhead, VolumeMode};
 use crate::checksum::{Checksum, Hasher};
 use crate::convert::{self, Progress, Tuning};
 use crate::error::ImportError;
+use crate::http::{self, HttpClient, HttpReader, HttpSource};
 use crate::probe::{self, Compression, Detected, Format, PROBE_LEN};
 use crate::qemu;
 use crate::reader::{FileReader, RangeReader};
 use crate::writer::{Op, Target, TargetKind, WriteStats};
+
+/// What to import.
+#[derive(Debug, Clone)]
+pub enum Source {
+    File(PathBuf),
+    Http(HttpSource),
+}
 
 /// Where the image goes.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -44,19 +58,9 @@ pub struct ImportOptions {
     pub overhead: Overhead,
     pub preallocate: bool,
     pub checksum: Option<Checksum>,
-    /// For the few cases that need a scratch copy (a compressed non-raw image).
+    /// For the cases that need a scratch copy (a sequential source of a non-raw image).
     pub scratch_dir: PathBuf,
     pub tuning: Tuning,
-}
-
-/// The phases of an import, as upstream names them.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Phase {
-    Info,
-    Transfer,
-    Convert,
-    Resize,
-    Complete,
 }
 
 /// What an import did.
@@ -76,7 +80,113 @@ pub struct ImportReport {
     pub elapsed: Duration,
 }
 
-/// The size the image must be grown to, and the most it may be.
+/// The result of the transfer and conversion, before resizing.
+struct Converted {
+    format: Format,
+    compression: Option<Compression>,
+    virtual_size: u64,
+    stats: WriteStats,
+    scratch_used: bool,
+}
+
+/// Import `source` into the target. On failure a file target is removed, so nothing is left
+/// that claims to be the requested image.
+pub async fn import(source: &Source, opts: &ImportOptions, progress: Arc<Progress>) -> Result<ImportReport, ImportError> {
+    let started = Instant::now();
+    match import_inner(source, opts, &progress).await {
+        Ok(mut report) => {
+            report.elapsed = started.elapsed();
+            Ok(report)
+        }
+        Err(err) => {
+            if let TargetSpec::File(path) = &opts.target {
+                let _ = std::fs::remove_file(path);
+            }
+            Err(err)
+        }
+    }
+}
+
+/// Import a local file (see [`import`]).
+pub async fn import_file(src: &Path, opts: &ImportOptions, progress: Arc<Progress>) -> Result<ImportReport, ImportError> {
+    import(&Source::File(src.to_path_buf()), opts, progress).await
+}
+
+async fn import_inner(source: &Source, opts: &ImportOptions, progress: &Arc<Progress>) -> Result<ImportReport, ImportError> {
+    let target = open_target(&opts.target)?;
+    let limit = size_limit(opts, &target)?;
+    let converted = match source {
+        Source::File(path) => {
+            if let Some(expected) = &opts.checksum {
+                let (p, c) = (path.clone(), expected.clone());
+                verify(expected, &blocking(move || hash_file(&p, &c)).await?)?;
+            }
+            let reader = Arc::new(FileReader::open(path)?);
+            progress.total.store(reader.size(), Ordering::Relaxed);
+            convert_random_access(reader, Some(path), &target, limit, opts, progress).await?
+        }
+        Source::Http(src) => {
+            let client = HttpClient::new(src.clone())?;
+            let info = client.info().await?;
+            progress.total.store(info.len.unwrap_or(0), Ordering::Relaxed);
+            let mut direct = None;
+            if let Some(len) = info.len
+                && info.ranges
+                && opts.checksum.is_none()
+            {
+                let reader = Arc::new(HttpReader::new(client.clone(), len));
+                let head = reader.read_at(0, PROBE_LEN.min(len as usize)).await?;
+                if matches!(probe::probe(&head), Detected::Image(Format::Qcow2 | Format::Raw | Format::Iso)) {
+                    direct = Some(convert_random_access(reader, None, &target, limit, opts, progress).await?);
+                }
+            }
+            match direct {
+                Some(c) => c,
+                None => {
+                    let stream = http::stream(client, info, opts.tuning.parallel * 4);
+                    convert_stream(Box::new(stream), &target, limit, opts, progress).await?
+                }
+            }
+        }
+    };
+
+    // Resize: only ever grow.
+    let final_size = match (&opts.target, limit) {
+        (TargetSpec::File(_), Some(l)) => converted.virtual_size.max(l),
+        (TargetSpec::File(_), None) => converted.virtual_size,
+        (TargetSpec::Block(_), _) => target.size()?,
+    };
+    target.set_len(final_size)?;
+    if opts.preallocate {
+        target.preallocate(final_size)?;
+    }
+    target.sync()?;
+    Ok(ImportReport {
+        format: converted.format,
+        compression: converted.compression,
+        virtual_size: converted.virtual_size,
+        final_size,
+        transferred: progress.done.load(Ordering::Relaxed),
+        written: converted.stats.written,
+        holes: converted.stats.holes,
+        scratch_used: converted.scratch_used,
+        preallocated: opts.preallocate,
+        elapsed: Duration::ZERO,
+    })
+}
+
+fn verify(expected: &Checksum, actual_hex: &str) -> Result<(), ImportError> {
+    if actual_hex == expected.hex {
+        return Ok(());
+    }
+    Err(ImportError::ChecksumMismatch {
+        expected: expected.to_string(),
+        actual: format!("{}:{actual_hex}", expected.algorithm.name()),
+    })
+}
+
+/// The most the image may be (and what it is grown to): the usable space of the claim on a
+/// Filesystem volume, the device size on a block device, unbounded without a size.
 fn size_limit(opts: &ImportOptions, target: &Target) -> Result<Option<u64>, ImportError> {
     match (&opts.target, opts.size) {
         (TargetSpec::Block(_), _) => Ok(Some(target.size()?)),
@@ -92,10 +202,7 @@ fn size_limit(opts: &ImportOptions, target: &Target) -> Result<Option<u64>, Impo
 
 fn check_fits(virtual_size: u64, limit: Option<u64>) -> Result<(), ImportError> {
     match limit {
-        Some(usable) if virtual_size > usable => Err(ImportError::TooLarge {
-            virtual_size,
-            usable,
-        }),
+        Some(usable) if virtual_size > usable => Err(ImportError::TooLarge { virtual_size, usable }),
         _ => Ok(()),
     }
 }
@@ -107,194 +214,104 @@ fn open_target(spec: &TargetSpec) -> Result<Target, ImportError> {
     }
 }
 
-/// Hash a whole local file.
 fn hash_file(path: &Path, checksum: &Checksum) -> Result<String, ImportError> {
-    let mut file = std::fs::File::open(path)
-        .map_err(|e| ImportError::io(format!("opening {}", path.display()), e))?;
+    let mut file = std::fs::File::open(path).map_err(|e| ImportError::io(format!("opening {}", path.display()), e))?;
     let mut hasher = Hasher::new(checksum.algorithm);
     let mut buf = vec![0u8; 1 << 20];
     loop {
-        let n = file
-            .read(&mut buf)
-            .map_err(|e| ImportError::io(format!("reading {}", path.display()), e))?;
+        let n = file.read(&mut buf).map_err(|e| ImportError::io(format!("reading {}", path.display()), e))?;
         if n == 0 {
-            break;
+            return Ok(hasher.finish());
         }
         hasher.update(&buf[..n]);
     }
-    Ok(hasher.finish())
 }
 
-/// Import a local file.
-pub async fn import_file(
-    src: &Path,
-    opts: &ImportOptions,
-    progress: Arc<Progress>,
-) -> Result<ImportReport, ImportError> {
-    let started = Instant::now();
-    match import_file_inner(src, opts, &progress).await {
-        Ok(mut report) => {
-            report.elapsed = started.elapsed();
-            Ok(report)
-        }
-        Err(err) => {
-            // Whatever the target held is not the requested image: leave nothing that claims to be.
-            discard(&opts.target);
-            Err(err)
-        }
-    }
+async fn blocking<T: Send + 'static>(f: impl FnOnce() -> Result<T, ImportError> + Send + 'static) -> Result<T, ImportError> {
+    tokio::task::spawn_blocking(f).await.map_err(|e| ImportError::Internal(e.to_string()))?
 }
 
-async fn import_file_inner(
-    src: &Path,
-    opts: &ImportOptions,
-    progress: &Progress,
-) -> Result<ImportReport, ImportError> {
-    if let Some(expected) = &opts.checksum {
-        let (path, checksum) = (src.to_path_buf(), expected.clone());
-        let actual = blocking(move || hash_file(&path, &checksum)).await?;
-        if actual != expected.hex {
-            return Err(ImportError::ChecksumMismatch {
-                expected: expected.to_string(),
-                actual: format!("{}:{actual}", expected.algorithm.name()),
-            });
-        }
-    }
-    let reader = Arc::new(FileReader::open(src)?);
-    progress
-        .total
-        .store(reader.size(), std::sync::atomic::Ordering::Relaxed);
-    import_reader(reader, Some(src), opts, progress).await
-}
-
-/// Remove a half-written file target, so nothing claims to be a complete image.
-fn discard(target: &TargetSpec) {
-    if let TargetSpec::File(path) = target {
-        let _ = std::fs::remove_file(path);
-    }
-}
-
-/// Detect the format of a random-access source and convert it into the target.
-pub async fn import_reader<R: RangeReader>(
+/// Detect the format of a random-access source and convert it into the target. Formats that
+/// qemu-img converts, and compressed files, need `local_path`.
+async fn convert_random_access<R: RangeReader>(
     reader: Arc<R>,
     local_path: Option<&Path>,
+    target: &Target,
+    limit: Option<u64>,
     opts: &ImportOptions,
-    progress: &Progress,
-) -> Result<ImportReport, ImportError> {
-    // Info.
+    progress: &Arc<Progress>,
+) -> Result<Converted, ImportError> {
     let len = reader.size();
     let head = reader.read_at(0, PROBE_LEN.min(len as usize)).await?;
     let detected = match probe::probe(&head) {
-        Detected::Image(Format::Raw)
-            if len >= 512 && probe::probe_footer(&reader.read_at(len - 512, 512).await?) =>
-        {
+        Detected::Image(Format::Raw) if len >= 512 && probe::probe_footer(&reader.read_at(len - 512, 512).await?) => {
             Detected::Image(Format::Vhd)
         }
         other => other,
     };
-    let target = open_target(&opts.target)?;
-    let limit = size_limit(opts, &target)?;
-    let zero_fill = target.kind() == TargetKind::Block;
-
-    let (format, virtual_size, stats, compression, scratch_used) = match detected {
+    let plain = |format, virtual_size, stats| Converted { format, compression: None, virtual_size, stats, scratch_used: false };
+    match detected {
         Detected::Image(format @ (Format::Raw | Format::Iso)) => {
             check_fits(len, limit)?;
             target.set_len(len.max(limit.unwrap_or(0)))?;
             let writer = target.writer(opts.tuning.parallel)?;
             convert::copy_raw(reader.clone(), len, writer.sender(), opts.tuning, progress).await?;
-            (format, len, writer.finish().await?, None, false)
+            Ok(plain(format, len, writer.finish().await?))
         }
         Detected::Image(Format::Qcow2) => {
             let header = convert::read_qcow2_header(reader.as_ref()).await?;
             check_fits(header.virtual_size, limit)?;
             target.set_len(header.virtual_size.max(limit.unwrap_or(0)))?;
             let writer = target.writer(opts.tuning.parallel)?;
-            convert::convert_qcow2(
-                reader.clone(),
-                &header,
-                writer.sender(),
-                zero_fill,
-                opts.tuning,
-                progress,
-            )
-            .await?;
-            (
-                Format::Qcow2,
-                header.virtual_size,
-                writer.finish().await?,
-                None,
-                false,
-            )
+            let zero_fill = target.kind() == TargetKind::Block;
+            convert::convert_qcow2(reader.clone(), &header, writer.sender(), zero_fill, opts.tuning, progress).await?;
+            Ok(plain(Format::Qcow2, header.virtual_size, writer.finish().await?))
         }
         Detected::Image(format) => {
-            let path = local_path.ok_or_else(|| {
-                ImportError::Internal(format!("{format} images are converted from a local copy"))
-            })?;
-            let (p, f) = (path.to_path_buf(), format);
-            let virtual_size = blocking(move || qemu::inspect(&p, f)).await?;
+            let path = local_path.ok_or_else(|| ImportError::Internal(format!("{format} is converted from a local copy")))?;
+            let (p, t) = (path.to_path_buf(), target.path().to_path_buf());
+            let virtual_size = blocking(move || qemu::inspect(&p, format)).await?;
             check_fits(virtual_size, limit)?;
             target.set_len(virtual_size.max(limit.unwrap_or(0)))?;
-            let (p, t) = (path.to_path_buf(), target.path().to_path_buf());
-            blocking(move || qemu::convert_to_raw(&p, f, &t)).await?;
+            let p = path.to_path_buf();
+            blocking(move || qemu::convert_to_raw(&p, format, &t)).await?;
             progress.add(len);
-            // qemu-img wrote the data itself; the file's allocation tells what it wrote.
-            (format, virtual_size, WriteStats::default(), None, false)
+            Ok(plain(format, virtual_size, WriteStats::default()))
         }
-        Detected::Compressed(compression) => {
-            let path = local_path.ok_or_else(|| {
-                ImportError::Internal("compressed images stream from a local file".into())
-            })?;
-            let report =
-                import_compressed(path, compression, &target, limit, opts, progress).await?;
-            (report.0, report.1, report.2, Some(compression), report.3)
+        Detected::Compressed(_) => {
+            let path = local_path.ok_or_else(|| ImportError::Internal("compressed images stream from a local copy".into()))?;
+            let file = std::fs::File::open(path).map_err(|e| ImportError::io(format!("opening {}", path.display()), e))?;
+            // The checksum, if any, was verified on the file already.
+            let opts = ImportOptions { checksum: None, ..opts.clone() };
+            convert_stream(Box::new(file), target, limit, &opts, progress).await
         }
-    };
-
-    // Resize: only ever grow.
-    let final_size = match (&opts.target, limit) {
-        (TargetSpec::File(_), Some(l)) => virtual_size.max(l),
-        (TargetSpec::File(_), None) => virtual_size,
-        (TargetSpec::Block(_), _) => target.size()?,
-    };
-    target.set_len(final_size)?;
-    if opts.preallocate {
-        target.preallocate(final_size)?;
     }
-    target.sync()?;
-    Ok(ImportReport {
-        format,
-        compression,
-        virtual_size,
-        final_size,
-        transferred: progress.done.load(std::sync::atomic::Ordering::Relaxed),
-        written: stats.written,
-        holes: stats.holes,
-        scratch_used,
-        preallocated: opts.preallocate,
-        elapsed: Duration::ZERO,
-    })
 }
 
-async fn blocking<T: Send + 'static>(
-    f: impl FnOnce() -> Result<T, ImportError> + Send + 'static,
-) -> Result<T, ImportError> {
-    tokio::task::spawn_blocking(f)
-        .await
-        .map_err(|e| ImportError::Internal(e.to_string()))?
+/// A reader that hashes and counts what passes through it.
+struct Counting<R> {
+    inner: R,
+    hasher: Arc<std::sync::Mutex<Option<Hasher>>>,
+    progress: Arc<Progress>,
+}
+
+impl<R: Read> Read for Counting<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        if let Some(h) = self.hasher.lock().expect("hasher lock").as_mut() {
+            h.update(&buf[..n]);
+        }
+        self.progress.add(n as u64);
+        Ok(n)
+    }
 }
 
 /// A decompressing reader for a stream compression.
-pub fn decoder<'a>(
-    compression: Compression,
-    input: Box<dyn Read + Send + 'a>,
-) -> Result<Box<dyn Read + Send + 'a>, ImportError> {
+pub fn decoder<'a>(compression: Compression, input: Box<dyn Read + Send + 'a>) -> Result<Box<dyn Read + Send + 'a>, ImportError> {
     Ok(match compression {
         Compression::Gzip => Box::new(flate2::read::MultiGzDecoder::new(input)),
         Compression::Xz => Box::new(liblzma::read::XzDecoder::new_multi_decoder(input)),
-        Compression::Zstd => Box::new(
-            zstd::stream::read::Decoder::new(input)
-                .map_err(|e| ImportError::io("starting zstd", e))?,
-        ),
+        Compression::Zstd => Box::new(zstd::stream::read::Decoder::new(input).map_err(|e| ImportError::io("starting zstd", e))?),
     })
 }
 
@@ -312,133 +329,121 @@ fn read_full(r: &mut dyn Read, buf: &mut [u8]) -> std::io::Result<usize> {
     Ok(done)
 }
 
-/// A compressed local file: a raw image inside streams straight to the target; anything else is
-/// decompressed to scratch first (its tables must be read at random).
-async fn import_compressed(
-    path: &Path,
-    compression: Compression,
+/// Peek at the head of a stream and give back a reader that still yields it.
+fn peek(mut input: Box<dyn Read + Send>, what: &str) -> Result<(Detected, Box<dyn Read + Send>), ImportError> {
+    let mut head = vec![0u8; PROBE_LEN];
+    let n = read_full(&mut input, &mut head).map_err(|e| ImportError::Damaged(format!("{what}: {e}")))?;
+    head.truncate(n);
+    let detected = probe::probe(&head);
+    Ok((detected, Box::new(Cursor::new(head).chain(input))))
+}
+
+/// Convert a sequential stream: raw streams to the target; anything else is spooled to scratch
+/// and converted from there. A checksum covers the stream as received.
+async fn convert_stream(
+    input: Box<dyn Read + Send>,
     target: &Target,
     limit: Option<u64>,
     opts: &ImportOptions,
-    progress: &Progress,
-) -> Result<(Format, u64, WriteStats, bool), ImportError> {
-    let src = path.to_path_buf();
-    let open = move || -> Result<Box<dyn Read + Send>, ImportError> {
-        let file = std::fs::File::open(&src)
-            .map_err(|e| ImportError::io(format!("opening {}", src.display()), e))?;
-        decoder(
-            compression,
-            Box::new(std::io::BufReader::with_capacity(1 << 20, file)),
-        )
-    };
-    let mut peek = open()?;
-    let mut head = vec![0u8; PROBE_LEN];
-    let n = read_full(&mut peek, &mut head)
-        .map_err(|e| ImportError::Damaged(format!("{}: {e}", compression.name())))?;
-    head.truncate(n);
-    drop(peek);
-    let inner = match probe::probe(&head) {
-        Detected::Image(f) => f,
+    progress: &Arc<Progress>,
+) -> Result<Converted, ImportError> {
+    let hasher = Arc::new(std::sync::Mutex::new(opts.checksum.as_ref().map(|c| Hasher::new(c.algorithm))));
+    let counted: Box<dyn Read + Send> =
+        Box::new(Counting { inner: input, hasher: hasher.clone(), progress: progress.clone() });
+    let (detected, stream) = blocking(move || peek(counted, "reading the source")).await?;
+    let (compression, stream, inner) = match detected {
         Detected::Compressed(c) => {
-            return Err(ImportError::Unsupported(format!(
-                "{} inside {}: decompress one layer first",
-                c.name(),
-                compression.name()
-            )));
+            let decoded = decoder(c, stream)?;
+            let (inner, decoded) = blocking(move || peek(decoded, c.name())).await?;
+            match inner {
+                Detected::Image(f) => (Some(c), decoded, f),
+                Detected::Compressed(n) => {
+                    return Err(ImportError::Unsupported(format!(
+                        "{} inside {}: decompress one layer first",
+                        n.name(),
+                        c.name()
+                    )));
+                }
+            }
         }
+        Detected::Image(f) => (None, stream, f),
     };
-    // A bomb cannot write more than the target holds (plus the metadata a format may carry).
-    let bound = limit.map(|l| l + l / 8 + (64 << 20)).unwrap_or(u64::MAX);
-    let chunk = opts.tuning.request_bytes as usize;
+    let context = compression.map(|c| c.name()).unwrap_or("the source");
 
-    if matches!(inner, Format::Raw | Format::Iso) {
+    let result = if matches!(inner, Format::Raw | Format::Iso) {
+        // Stream straight to the target, never past what it may hold.
         let writer = target.writer(opts.tuning.parallel)?;
         let tx = writer.sender();
-        let mut reader = open()?;
-        let limit_for_raw = limit;
-        let total = tokio::task::spawn_blocking(move || -> Result<u64, ImportError> {
+        let chunk = opts.tuning.request_bytes as usize;
+        let mut stream = stream;
+        let written = blocking(move || {
             let mut offset = 0u64;
             loop {
                 let mut buf = vec![0u8; chunk];
-                let n = read_full(&mut reader, &mut buf)
-                    .map_err(|e| ImportError::Damaged(format!("{}: {e}", compression.name())))?;
+                let n = read_full(&mut stream, &mut buf).map_err(|e| ImportError::Damaged(format!("{context}: {e}")))?;
                 if n == 0 {
                     return Ok(offset);
                 }
                 buf.truncate(n);
-                offset += n as u64;
-                if let Some(usable) = limit_for_raw
-                    && offset > usable
+                if let Some(usable) = limit
+                    && offset + n as u64 > usable
                 {
-                    return Err(ImportError::TooLarge {
-                        virtual_size: offset,
-                        usable,
-                    });
+                    return Err(ImportError::TooLarge { virtual_size: offset + n as u64, usable });
                 }
-                tx.blocking_send(Op::Data {
-                    offset: offset - n as u64,
-                    data: Bytes::from(buf),
-                })
-                .map_err(|_| ImportError::Internal("the writer stopped early".into()))?;
+                tx.blocking_send(Op::Data { offset, data: Bytes::from(buf) })
+                    .map_err(|_| ImportError::Internal("the writer stopped early".into()))?;
+                offset += n as u64;
             }
         })
-        .await
-        .map_err(|e| ImportError::Internal(e.to_string()))?;
+        .await;
         let stats = writer.finish().await?;
-        let total = total?;
-        progress.add(std::fs::metadata(path).map(|m| m.len()).unwrap_or(0));
-        return Ok((inner, total, stats, false));
-    }
-
-    // Decompress to scratch, then import the scratch copy.
-    std::fs::create_dir_all(&opts.scratch_dir)
-        .map_err(|e| ImportError::io(format!("creating {}", opts.scratch_dir.display()), e))?;
-    let scratch = opts.scratch_dir.join("cdi-scratch.img");
-    let dst = scratch.clone();
-    let mut reader = open()?;
-    blocking(move || {
-        let mut out = std::fs::File::create(&dst)
-            .map_err(|e| ImportError::io(format!("creating {}", dst.display()), e))?;
-        let mut written = 0u64;
-        let mut buf = vec![0u8; 1 << 20];
-        loop {
-            let n = read_full(&mut reader, &mut buf)
-                .map_err(|e| ImportError::Damaged(format!("{}: {e}", compression.name())))?;
-            if n == 0 {
-                return Ok(());
+        let virtual_size = written?;
+        Converted { format: inner, compression, virtual_size, stats, scratch_used: false }
+    } else {
+        // Spool to scratch, bounded: a bomb cannot fill more than the target could hold.
+        std::fs::create_dir_all(&opts.scratch_dir)
+            .map_err(|e| ImportError::io(format!("creating {}", opts.scratch_dir.display()), e))?;
+        let scratch = opts.scratch_dir.join(format!("cdi-scratch-{}.img", std::process::id()));
+        let bound = limit.map(|l| l + l / 8 + (64 << 20)).unwrap_or(u64::MAX);
+        let dst = scratch.clone();
+        let mut stream = stream;
+        let spooled = blocking(move || {
+            let mut out = std::fs::File::create(&dst).map_err(|e| ImportError::io(format!("creating {}", dst.display()), e))?;
+            let mut total = 0u64;
+            let mut buf = vec![0u8; 1 << 20];
+            loop {
+                let n = read_full(&mut stream, &mut buf).map_err(|e| ImportError::Damaged(format!("{context}: {e}")))?;
+                if n == 0 {
+                    return Ok(());
+                }
+                total += n as u64;
+                if total > bound {
+                    return Err(ImportError::Damaged(format!(
+                        "the source expands past {bound} bytes, more than the target can hold"
+                    )));
+                }
+                std::io::Write::write_all(&mut out, &buf[..n]).map_err(|e| ImportError::io(format!("writing {}", dst.display()), e))?;
             }
-            written += n as u64;
-            if written > bound {
-                return Err(ImportError::Damaged(format!(
-                    "decompressed data exceeds {bound} bytes, more than the target can hold"
-                )));
+        })
+        .await;
+        let result = match spooled {
+            Ok(()) => {
+                let inner_opts = ImportOptions { checksum: None, ..opts.clone() };
+                let reader = Arc::new(FileReader::open(&scratch)?);
+                // The bytes were counted as they arrived; the scratch copy is not counted again.
+                let uncounted = Arc::new(Progress::default());
+                Box::pin(convert_random_access(reader, Some(&scratch), target, limit, &inner_opts, &uncounted))
+                    .await
+                    .map(|c| Converted { compression, scratch_used: true, ..c })
             }
-            std::io::Write::write_all(&mut out, &buf[..n])
-                .map_err(|e| ImportError::io(format!("writing {}", dst.display()), e))?;
-        }
-    })
-    .await?;
-    let inner_opts = ImportOptions {
-        checksum: None,
-        ..opts.clone()
+            Err(e) => Err(e),
+        };
+        let _ = std::fs::remove_file(&scratch);
+        result?
     };
-    let result = Box::pin(import_reader(
-        Arc::new(FileReader::open(&scratch)?),
-        Some(&scratch),
-        &inner_opts,
-        progress,
-    ))
-    .await;
-    let _ = std::fs::remove_file(&scratch);
-    let report = result?;
-    let _ = target;
-    Ok((
-        report.format,
-        report.virtual_size,
-        WriteStats {
-            written: report.written,
-            holes: report.holes,
-        },
-        true,
-    ))
+    if let Some(expected) = &opts.checksum {
+        let actual = hasher.lock().expect("hasher lock").take().map(Hasher::finish).unwrap_or_default();
+        verify(expected, &actual)?;
+    }
+    Ok(result)
 }

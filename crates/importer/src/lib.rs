@@ -4,6 +4,7 @@
 pub mod checksum;
 pub mod convert;
 pub mod error;
+pub mod http;
 pub mod import;
 pub mod probe;
 pub mod qcow2;

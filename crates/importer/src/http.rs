@@ -1,0 +1,333 @@
+//! HTTP(S) sources: probing, range reads for random access, and a sequential stream, both
+//! resuming a broken transfer with a range request from the last byte received.
+
+use std::io::Read;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use futures::StreamExt;
+use reqwest::StatusCode;
+use reqwest::header::{ACCEPT_ENCODING, CONTENT_LENGTH, CONTENT_RANGE, RANGE};
+use tokio::sync::mpsc;
+
+use crate::error::ImportError;
+use crate::reader::RangeReader;
+
+/// Where and how to fetch.
+#[derive(Clone, Default)]
+pub struct HttpSource {
+    pub url: String,
+    /// Basic auth (`accessKeyId`/`secretKey` of the DataVolume's secret).
+    pub basic_auth: Option<(String, String)>,
+    /// Extra headers; their values may be secrets and are never logged.
+    pub headers: Vec<(String, String)>,
+    /// PEM certificates to trust besides the system roots (`IMPORTER_CERT_DIR`).
+    pub ca_certs_pem: Vec<Vec<u8>>,
+    /// Skip TLS verification (`insecureSkipVerify`).
+    pub insecure: bool,
+    pub retry: RetryPolicy,
+}
+
+impl std::fmt::Debug for HttpSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HttpSource")
+            .field("url", &redact(&self.url))
+            .field("basic_auth", &self.basic_auth.as_ref().map(|_| "<redacted>"))
+            .field("headers", &self.headers.iter().map(|(k, _)| k.as_str()).collect::<Vec<_>>())
+            .field("insecure", &self.insecure)
+            .finish()
+    }
+}
+
+/// How broken transfers are retried.
+#[derive(Debug, Clone, Copy)]
+pub struct RetryPolicy {
+    /// Attempts after the first, per request.
+    pub retries: u32,
+    /// The first backoff; it doubles after each failure.
+    pub backoff: Duration,
+    /// No data for this long counts as a broken connection.
+    pub stall: Duration,
+    pub connect: Duration,
+}
+
+impl Default for RetryPolicy {
+    fn default() -> Self {
+        RetryPolicy { retries: 5, backoff: Duration::from_millis(500), stall: Duration::from_secs(60), connect: Duration::from_secs(30) }
+    }
+}
+
+/// A URL without credentials, for messages.
+pub fn redact(url: &str) -> String {
+    match reqwest::Url::parse(url) {
+        Ok(mut u) => {
+            let _ = u.set_username("");
+            let _ = u.set_password(None);
+            u.to_string()
+        }
+        Err(_) => url.to_string(),
+    }
+}
+
+/// What the server told about the source.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HttpInfo {
+    pub len: Option<u64>,
+    /// The server answered a range request with 206.
+    pub ranges: bool,
+}
+
+/// A configured client for one source.
+#[derive(Clone)]
+pub struct HttpClient {
+    client: reqwest::Client,
+    source: Arc<HttpSource>,
+}
+
+fn http_error(url: &str, status: StatusCode) -> ImportError {
+    ImportError::Http { url: redact(url), message: format!("HTTP {status}") }
+}
+
+fn transport_error(url: &str, err: reqwest::Error) -> ImportError {
+    // reqwest's Display names the URL; rebuild the message without credentials.
+    let err = err.without_url();
+    let mut message = err.to_string();
+    let mut source = std::error::Error::source(&err);
+    while let Some(s) = source {
+        message.push_str(": ");
+        message.push_str(&s.to_string());
+        source = s.source();
+    }
+    ImportError::Http { url: redact(url), message }
+}
+
+impl HttpClient {
+    pub fn new(source: HttpSource) -> Result<HttpClient, ImportError> {
+        let mut builder = reqwest::Client::builder()
+            .connect_timeout(source.retry.connect)
+            .read_timeout(source.retry.stall)
+            .redirect(reqwest::redirect::Policy::limited(10));
+        let mut extra = Vec::new();
+        for pem in &source.ca_certs_pem {
+            let certs = reqwest::Certificate::from_pem_bundle(pem)
+                .map_err(|e| ImportError::Unsupported(format!("a certificate in the CA directory is not valid PEM: {e}")))?;
+            extra.extend(certs);
+        }
+        if !extra.is_empty() {
+            builder = builder.tls_certs_merge(extra);
+        }
+        if source.insecure {
+            builder = builder.tls_danger_accept_invalid_certs(true);
+        }
+        let client = builder.build().map_err(|e| ImportError::Internal(format!("building the HTTP client: {e}")))?;
+        Ok(HttpClient { client, source: Arc::new(source) })
+    }
+
+    pub fn url(&self) -> &str {
+        &self.source.url
+    }
+
+    fn request(&self, method: reqwest::Method, range: Option<String>) -> reqwest::RequestBuilder {
+        let mut req = self.client.request(method, &self.source.url).header(ACCEPT_ENCODING, "identity");
+        if let Some((user, pass)) = &self.source.basic_auth {
+            req = req.basic_auth(user, Some(pass));
+        }
+        for (name, value) in &self.source.headers {
+            req = req.header(name.as_str(), value.as_str());
+        }
+        if let Some(range) = range {
+            req = req.header(RANGE, range);
+        }
+        req
+    }
+
+    /// Probe size and range support: HEAD, then a one-byte range GET (the only reliable test of
+    /// range support).
+    pub async fn info(&self) -> Result<HttpInfo, ImportError> {
+        let url = self.url();
+        let mut len = None;
+        if let Ok(resp) = self.request(reqwest::Method::HEAD, None).send().await
+            && resp.status().is_success()
+        {
+            len = resp.headers().get(CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse().ok());
+        }
+        let resp = self
+            .request(reqwest::Method::GET, Some("bytes=0-0".into()))
+            .send()
+            .await
+            .map_err(|e| transport_error(url, e))?;
+        let status = resp.status();
+        if status == StatusCode::PARTIAL_CONTENT {
+            let total = resp
+                .headers()
+                .get(CONTENT_RANGE)
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| v.rsplit_once('/'))
+                .and_then(|(_, t)| t.parse().ok());
+            return Ok(HttpInfo { len: total.or(len), ranges: total.is_some() });
+        }
+        if !status.is_success() {
+            return Err(http_error(url, status));
+        }
+        let len = len.or_else(|| resp.content_length());
+        Ok(HttpInfo { len, ranges: false })
+    }
+
+    /// GET `bytes=start-` (or from 0 without ranges) and check the server honoured it.
+    async fn open_at(&self, start: u64, end: Option<u64>, ranges: bool) -> Result<reqwest::Response, ImportError> {
+        let url = self.url();
+        let range = ranges.then(|| match end {
+            Some(e) => format!("bytes={start}-{}", e - 1),
+            None => format!("bytes={start}-"),
+        });
+        let resp = self.request(reqwest::Method::GET, range).send().await.map_err(|e| transport_error(url, e))?;
+        let status = resp.status();
+        if !status.is_success() {
+            return Err(http_error(url, status));
+        }
+        if ranges {
+            let begins = resp
+                .headers()
+                .get(CONTENT_RANGE)
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| v.strip_prefix("bytes "))
+                .and_then(|v| v.split_once('-'))
+                .and_then(|(a, _)| a.parse::<u64>().ok());
+            if status != StatusCode::PARTIAL_CONTENT || begins != Some(start) {
+                return Err(ImportError::Http {
+                    url: redact(url),
+                    message: format!("asked for bytes from {start}, the server answered {status} without that range"),
+                });
+            }
+        }
+        Ok(resp)
+    }
+
+    async fn backoff(&self, attempt: u32) {
+        tokio::time::sleep(self.source.retry.backoff * 2u32.saturating_pow(attempt.min(6))).await;
+    }
+}
+
+/// Random access over range requests.
+pub struct HttpReader {
+    client: HttpClient,
+    len: u64,
+}
+
+impl HttpReader {
+    /// A reader for a server that supports ranges and told the length.
+    pub fn new(client: HttpClient, len: u64) -> Self {
+        HttpReader { client, len }
+    }
+}
+
+impl RangeReader for HttpReader {
+    fn size(&self) -> u64 {
+        self.len
+    }
+
+    async fn read_at(&self, offset: u64, len: usize) -> Result<Bytes, ImportError> {
+        let end = (offset + len as u64).min(self.len);
+        let mut buf = BytesMut::with_capacity((end - offset) as usize);
+        let mut attempt = 0;
+        while (buf.len() as u64) < end - offset {
+            let from = offset + buf.len() as u64;
+            let result = async {
+                let mut body = self.client.open_at(from, Some(end), true).await?.bytes_stream();
+                while let Some(chunk) = body.next().await {
+                    let chunk = chunk.map_err(|e| transport_error(self.client.url(), e))?;
+                    let room = (end - offset) as usize - buf.len();
+                    buf.extend_from_slice(&chunk[..chunk.len().min(room)]);
+                }
+                Ok::<_, ImportError>(())
+            }
+            .await;
+            if (buf.len() as u64) >= end - offset {
+                break;
+            }
+            let err = match result {
+                Err(e) => e,
+                Ok(()) => ImportError::Http { url: redact(self.client.url()), message: "the response ended early".into() },
+            };
+            if attempt >= self.client.source.retry.retries || !err.is_retryable() {
+                return Err(err);
+            }
+            attempt += 1;
+            tracing::warn!(offset = offset + buf.len() as u64, attempt, error = %err, "transfer broke; resuming with a range request");
+            self.client.backoff(attempt).await;
+        }
+        Ok(buf.freeze())
+    }
+}
+
+/// The whole source as a sequential stream, resumed with range requests when the server
+/// supports them. Runs on the runtime; read it from a blocking thread via [`StreamReader`].
+pub fn stream(client: HttpClient, info: HttpInfo, depth: usize) -> StreamReader {
+    let (tx, rx) = mpsc::channel::<Result<Bytes, ImportError>>(depth);
+    tokio::spawn(async move {
+        let mut pos = 0u64;
+        let mut attempt = 0;
+        loop {
+            let result = async {
+                let mut body = client.open_at(pos, None, info.ranges && pos > 0).await?.bytes_stream();
+                while let Some(chunk) = body.next().await {
+                    let chunk = chunk.map_err(|e| transport_error(client.url(), e))?;
+                    pos += chunk.len() as u64;
+                    if tx.send(Ok(chunk)).await.is_err() {
+                        return Ok(());
+                    }
+                }
+                Ok::<_, ImportError>(())
+            }
+            .await;
+            let err = match result {
+                Ok(()) if info.len.is_none_or(|l| pos >= l) => return,
+                Ok(()) => ImportError::Http { url: redact(client.url()), message: format!("the response ended at {pos} of {} bytes", info.len.unwrap_or(0)) },
+                Err(e) => e,
+            };
+            if !info.ranges || attempt >= client.source.retry.retries || !err.is_retryable() {
+                let _ = tx.send(Err(err)).await;
+                return;
+            }
+            attempt += 1;
+            tracing::warn!(offset = pos, attempt, error = %err, "transfer broke; resuming with a range request");
+            client.backoff(attempt).await;
+        }
+    });
+    StreamReader { rx, current: Bytes::new(), error: None }
+}
+
+/// A blocking `Read` over the chunks a download task sends.
+pub struct StreamReader {
+    rx: mpsc::Receiver<Result<Bytes, ImportError>>,
+    current: Bytes,
+    error: Option<ImportError>,
+}
+
+impl StreamReader {
+    /// The transfer error behind a failed read, if any (`Read` can only carry an io::Error).
+    pub fn take_error(&mut self) -> Option<ImportError> {
+        self.error.take()
+    }
+}
+
+impl Read for StreamReader {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        while self.current.is_empty() {
+            match self.rx.blocking_recv() {
+                Some(Ok(chunk)) => self.current = chunk,
+                Some(Err(e)) => {
+                    let msg = e.to_string();
+                    self.error = Some(e);
+                    return Err(std::io::Error::other(msg));
+                }
+                None => return Ok(0),
+            }
+        }
+        let n = buf.len().min(self.current.len());
+        buf[..n].copy_from_slice(&self.current[..n]);
+        let _ = self.current.split_to(n);
+        Ok(n)
+    }
+}

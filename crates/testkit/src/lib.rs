@@ -1,0 +1,344 @@
+//! Test servers that are real: TCP on 127.0.0.1, real HTTP/1.1 framing, real TLS. Each fault a
+//! test needs (no range support, redirects, auth, a connection dropped mid-body, a stall, a lying
+//! Content-Length) is a setting, so tests cause the fault for real instead of mocking a client.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::net::TcpListener;
+
+/// One served file and how the server misbehaves.
+#[derive(Debug, Clone, Default)]
+pub struct Behaviour {
+    /// Answer `Range` requests with 206 (otherwise the whole body with 200, and no Accept-Ranges).
+    pub ranges: bool,
+    /// `Authorization: Basic` credentials required (401 otherwise).
+    pub basic_auth: Option<(String, String)>,
+    /// Headers every request must carry (400 otherwise), as "Name: value".
+    pub required_headers: Vec<(String, String)>,
+    /// Close the connection after this many body bytes, on the first `times` responses.
+    pub drop_after: Option<(u64, usize)>,
+    /// Stop sending for this long after this many body bytes, on the first response.
+    pub stall_after: Option<(u64, Duration)>,
+    /// Announce this Content-Length but send the real body.
+    pub lie_content_length: Option<u64>,
+    /// Do not answer HEAD (405), as some servers do.
+    pub no_head: bool,
+}
+
+/// What the server saw, for assertions.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Logged {
+    pub method: String,
+    pub path: String,
+    pub range: Option<String>,
+    pub status: u16,
+    /// Body bytes actually sent.
+    pub sent: u64,
+}
+
+#[derive(Default)]
+struct State {
+    files: HashMap<String, (Arc<Vec<u8>>, Behaviour)>,
+    redirects: HashMap<String, String>,
+    log: Vec<Logged>,
+    drops_done: usize,
+    stalls_done: usize,
+}
+
+/// TLS material: a test CA and a server certificate for 127.0.0.1 and localhost.
+pub struct TestCa {
+    pub ca_pem: String,
+    cert_der: Vec<u8>,
+    key_der: Vec<u8>,
+}
+
+impl TestCa {
+    pub fn new() -> TestCa {
+        let ca_key = rcgen::KeyPair::generate().expect("a CA key");
+        let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).expect("CA params");
+        ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        ca_params.distinguished_name.push(rcgen::DnType::CommonName, "cdi-rs test CA");
+        let ca_cert = ca_params.self_signed(&ca_key).expect("a CA certificate");
+        let issuer = rcgen::Issuer::new(ca_params, ca_key);
+        let key = rcgen::KeyPair::generate().expect("a server key");
+        let params = rcgen::CertificateParams::new(vec!["localhost".to_string(), "127.0.0.1".to_string()]).expect("params");
+        let cert = params.signed_by(&key, &issuer).expect("a server certificate");
+        TestCa { ca_pem: ca_cert.pem(), cert_der: cert.der().to_vec(), key_der: key.serialize_der() }
+    }
+
+    fn acceptor(&self) -> tokio_rustls::TlsAcceptor {
+        use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
+        let config = rustls::ServerConfig::builder_with_provider(Arc::new(rustls::crypto::aws_lc_rs::default_provider()))
+            .with_safe_default_protocol_versions()
+            .expect("TLS versions")
+            .with_no_client_auth()
+            .with_single_cert(
+                vec![CertificateDer::from(self.cert_der.clone())],
+                PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(self.key_der.clone())),
+            )
+            .expect("a server config");
+        tokio_rustls::TlsAcceptor::from(Arc::new(config))
+    }
+}
+
+impl Default for TestCa {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// A file server on 127.0.0.1; stops when dropped.
+pub struct FileServer {
+    addr: SocketAddr,
+    tls: bool,
+    state: Arc<Mutex<State>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl FileServer {
+    /// Start on an ephemeral port, plain HTTP or TLS with `ca`'s server certificate.
+    pub async fn start(ca: Option<&TestCa>) -> FileServer {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind 127.0.0.1");
+        let addr = listener.local_addr().expect("local addr");
+        let state = Arc::new(Mutex::new(State::default()));
+        let acceptor = ca.map(TestCa::acceptor);
+        let s = state.clone();
+        let task = tokio::spawn(async move {
+            while let Ok((stream, _)) = listener.accept().await {
+                let state = s.clone();
+                let acceptor = acceptor.clone();
+                tokio::spawn(async move {
+                    match acceptor {
+                        Some(a) => {
+                            if let Ok(tls) = a.accept(stream).await {
+                                let _ = serve(tls, state).await;
+                            }
+                        }
+                        None => {
+                            let _ = serve(stream, state).await;
+                        }
+                    }
+                });
+            }
+        });
+        FileServer { addr, tls: ca.is_some(), state, task }
+    }
+
+    /// Serve `data` at `path` with `behaviour`.
+    pub fn add(&self, path: &str, data: Vec<u8>, behaviour: Behaviour) {
+        self.state.lock().unwrap().files.insert(path.to_string(), (Arc::new(data), behaviour));
+    }
+
+    /// Answer `from` with a 302 to `to`.
+    pub fn redirect(&self, from: &str, to: &str) {
+        self.state.lock().unwrap().redirects.insert(from.to_string(), to.to_string());
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("{}://{}{}", if self.tls { "https" } else { "http" }, self.addr, path)
+    }
+
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Every request so far.
+    pub fn log(&self) -> Vec<Logged> {
+        self.state.lock().unwrap().log.clone()
+    }
+
+    /// Body bytes sent in all responses so far.
+    pub fn bytes_sent(&self) -> u64 {
+        self.log().iter().map(|l| l.sent).sum()
+    }
+}
+
+impl Drop for FileServer {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+fn basic(user: &str, pass: &str) -> String {
+    const TABLE: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let input = format!("{user}:{pass}");
+    let bytes = input.as_bytes();
+    let mut out = String::new();
+    for chunk in bytes.chunks(3) {
+        let b = [chunk[0], *chunk.get(1).unwrap_or(&0), *chunk.get(2).unwrap_or(&0)];
+        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
+        for i in 0..4 {
+            if i <= chunk.len() {
+                out.push(TABLE[((n >> (18 - 6 * i)) & 63) as usize] as char);
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    format!("Basic {out}")
+}
+
+async fn serve<S: AsyncRead + AsyncWrite + Unpin>(mut stream: S, state: Arc<Mutex<State>>) -> std::io::Result<()> {
+    // Read the request head.
+    let mut head = Vec::new();
+    let mut byte = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        if stream.read(&mut byte).await? == 0 || head.len() > 16384 {
+            return Ok(());
+        }
+        head.push(byte[0]);
+    }
+    let text = String::from_utf8_lossy(&head).to_string();
+    let mut lines = text.split("\r\n");
+    let mut first = lines.next().unwrap_or("").split(' ');
+    let method = first.next().unwrap_or("").to_string();
+    let path = first.next().unwrap_or("").to_string();
+    let headers: Vec<(String, String)> = lines
+        .filter_map(|l| l.split_once(':'))
+        .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_string()))
+        .collect();
+    let header = |name: &str| headers.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone());
+    let range = header("range");
+
+    let mut log = Logged { method: method.clone(), path: path.clone(), range: range.clone(), status: 0, sent: 0 };
+    let respond = |status: u16, reason: &str, extra: &str| format!("HTTP/1.1 {status} {reason}\r\nConnection: close\r\n{extra}Content-Length: 0\r\n\r\n");
+
+    let (file, redirect, drop_at, stall_at) = {
+        let mut st = state.lock().unwrap();
+        let redirect = st.redirects.get(&path).cloned();
+        let file = st.files.get(&path).cloned();
+        let (mut drop_at, mut stall_at) = (None, None);
+        if let Some((_, b)) = &file
+            && method == "GET"
+        {
+            if let Some((n, times)) = b.drop_after
+                && st.drops_done < times
+            {
+                st.drops_done += 1;
+                drop_at = Some(n);
+            }
+            if let Some((n, d)) = b.stall_after
+                && st.stalls_done == 0
+            {
+                st.stalls_done += 1;
+                stall_at = Some((n, d));
+            }
+        }
+        (file, redirect, drop_at, stall_at)
+    };
+
+    let finish = |log: Logged| state.lock().unwrap().log.push(log);
+    if let Some(to) = redirect {
+        log.status = 302;
+        stream.write_all(respond(302, "Found", &format!("Location: {to}\r\n")).as_bytes()).await?;
+        finish(log);
+        return Ok(());
+    }
+    let Some((data, behaviour)) = file else {
+        log.status = 404;
+        stream.write_all(respond(404, "Not Found", "").as_bytes()).await?;
+        finish(log);
+        return Ok(());
+    };
+    if let Some((user, pass)) = &behaviour.basic_auth
+        && header("authorization").as_deref() != Some(basic(user, pass).as_str())
+    {
+        log.status = 401;
+        stream.write_all(respond(401, "Unauthorized", "WWW-Authenticate: Basic realm=\"cdi\"\r\n").as_bytes()).await?;
+        finish(log);
+        return Ok(());
+    }
+    for (name, value) in &behaviour.required_headers {
+        if header(&name.to_ascii_lowercase()).as_deref() != Some(value.as_str()) {
+            log.status = 400;
+            stream.write_all(respond(400, "Bad Request", "").as_bytes()).await?;
+            finish(log);
+            return Ok(());
+        }
+    }
+    if method == "HEAD" && behaviour.no_head {
+        log.status = 405;
+        stream.write_all(respond(405, "Method Not Allowed", "").as_bytes()).await?;
+        finish(log);
+        return Ok(());
+    }
+
+    let total = data.len() as u64;
+    let (status, start, end) = match range.as_deref().and_then(|r| r.strip_prefix("bytes=")) {
+        Some(spec) if behaviour.ranges => {
+            let (a, b) = spec.split_once('-').unwrap_or((spec, ""));
+            let start: u64 = a.parse().unwrap_or(0);
+            let end: u64 = if b.is_empty() { total.saturating_sub(1) } else { b.parse::<u64>().unwrap_or(0).min(total.saturating_sub(1)) };
+            if start >= total {
+                log.status = 416;
+                stream.write_all(respond(416, "Range Not Satisfiable", &format!("Content-Range: bytes */{total}\r\n")).as_bytes()).await?;
+                finish(log);
+                return Ok(());
+            }
+            (206, start, end + 1)
+        }
+        _ => (200, 0, total),
+    };
+    let mut extra = String::new();
+    if behaviour.ranges {
+        extra.push_str("Accept-Ranges: bytes\r\n");
+    }
+    if status == 206 {
+        extra.push_str(&format!("Content-Range: bytes {start}-{}/{total}\r\n", end - 1));
+    }
+    let length = behaviour.lie_content_length.unwrap_or(end - start);
+    let reason = if status == 206 { "Partial Content" } else { "OK" };
+    let head = format!(
+        "HTTP/1.1 {status} {reason}\r\nConnection: close\r\nContent-Type: application/octet-stream\r\n{extra}Content-Length: {length}\r\n\r\n"
+    );
+    stream.write_all(head.as_bytes()).await?;
+    log.status = status;
+    if method == "HEAD" {
+        finish(log);
+        return Ok(());
+    }
+    let body = &data[start as usize..end as usize];
+    let mut sent = 0u64;
+    let mut result = Ok(());
+    for chunk in body.chunks(64 * 1024) {
+        let mut chunk = chunk;
+        if let Some(n) = drop_at
+            && sent + chunk.len() as u64 > n
+        {
+            chunk = &chunk[..(n - sent) as usize];
+            let _ = stream.write_all(chunk).await;
+            sent += chunk.len() as u64;
+            break;
+        }
+        if let Some((n, d)) = stall_at
+            && sent + chunk.len() as u64 > n
+        {
+            tokio::time::sleep(d).await;
+        }
+        if let Err(e) = stream.write_all(chunk).await {
+            result = Err(e);
+            break;
+        }
+        sent += chunk.len() as u64;
+    }
+    let _ = stream.flush().await;
+    let _ = stream.shutdown().await;
+    log.sent = sent;
+    finish(log);
+    result
+}
+
+#[cfg(test)]
+mod tests {
+    use super::basic;
+
+    #[test]
+    fn basic_auth_header() {
+        assert_eq!(basic("Aladdin", "open sesame"), "Basic QWxhZGRpbjpvcGVuIHNlc2FtZQ==");
+        assert_eq!(basic("a", "b"), "Basic YTpi");
+    }
+}
