@@ -38,7 +38,9 @@ impl ImportError {
     pub fn is_retryable(&self) -> bool {
         match self {
             ImportError::Http { message, .. } => {
-                !message.starts_with("HTTP 4") || message.starts_with("HTTP 408") || message.starts_with("HTTP 429")
+                !message.starts_with("HTTP 4")
+                    || message.starts_with("HTTP 408")
+                    || message.starts_with("HTTP 429")
             }
             ImportError::Io { .. } => true,
             _ => false,

@@ -33,8 +33,18 @@ impl std::fmt::Debug for HttpSource {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("HttpSource")
             .field("url", &redact(&self.url))
-            .field("basic_auth", &self.basic_auth.as_ref().map(|_| "<redacted>"))
-            .field("headers", &self.headers.iter().map(|(k, _)| k.as_str()).collect::<Vec<_>>())
+            .field(
+                "basic_auth",
+                &self.basic_auth.as_ref().map(|_| "<redacted>"),
+            )
+            .field(
+                "headers",
+                &self
+                    .headers
+                    .iter()
+                    .map(|(k, _)| k.as_str())
+                    .collect::<Vec<_>>(),
+            )
             .field("insecure", &self.insecure)
             .finish()
     }
@@ -54,7 +64,12 @@ pub struct RetryPolicy {
 
 impl Default for RetryPolicy {
     fn default() -> Self {
-        RetryPolicy { retries: 5, backoff: Duration::from_millis(500), stall: Duration::from_secs(60), connect: Duration::from_secs(30) }
+        RetryPolicy {
+            retries: 5,
+            backoff: Duration::from_millis(500),
+            stall: Duration::from_secs(60),
+            connect: Duration::from_secs(30),
+        }
     }
 }
 
@@ -86,7 +101,10 @@ pub struct HttpClient {
 }
 
 fn http_error(url: &str, status: StatusCode) -> ImportError {
-    ImportError::Http { url: redact(url), message: format!("HTTP {status}") }
+    ImportError::Http {
+        url: redact(url),
+        message: format!("HTTP {status}"),
+    }
 }
 
 fn transport_error(url: &str, err: reqwest::Error) -> ImportError {
@@ -99,7 +117,10 @@ fn transport_error(url: &str, err: reqwest::Error) -> ImportError {
         message.push_str(&s.to_string());
         source = s.source();
     }
-    ImportError::Http { url: redact(url), message }
+    ImportError::Http {
+        url: redact(url),
+        message,
+    }
 }
 
 impl HttpClient {
@@ -110,8 +131,11 @@ impl HttpClient {
             .redirect(reqwest::redirect::Policy::limited(10));
         let mut extra = Vec::new();
         for pem in &source.ca_certs_pem {
-            let certs = reqwest::Certificate::from_pem_bundle(pem)
-                .map_err(|e| ImportError::Unsupported(format!("a certificate in the CA directory is not valid PEM: {e}")))?;
+            let certs = reqwest::Certificate::from_pem_bundle(pem).map_err(|e| {
+                ImportError::Unsupported(format!(
+                    "a certificate in the CA directory is not valid PEM: {e}"
+                ))
+            })?;
             extra.extend(certs);
         }
         if !extra.is_empty() {
@@ -120,8 +144,13 @@ impl HttpClient {
         if source.insecure {
             builder = builder.tls_danger_accept_invalid_certs(true);
         }
-        let client = builder.build().map_err(|e| ImportError::Internal(format!("building the HTTP client: {e}")))?;
-        Ok(HttpClient { client, source: Arc::new(source) })
+        let client = builder
+            .build()
+            .map_err(|e| ImportError::Internal(format!("building the HTTP client: {e}")))?;
+        Ok(HttpClient {
+            client,
+            source: Arc::new(source),
+        })
     }
 
     pub fn url(&self) -> &str {
@@ -129,7 +158,10 @@ impl HttpClient {
     }
 
     fn request(&self, method: reqwest::Method, range: Option<String>) -> reqwest::RequestBuilder {
-        let mut req = self.client.request(method, &self.source.url).header(ACCEPT_ENCODING, "identity");
+        let mut req = self
+            .client
+            .request(method, &self.source.url)
+            .header(ACCEPT_ENCODING, "identity");
         if let Some((user, pass)) = &self.source.basic_auth {
             req = req.basic_auth(user, Some(pass));
         }
@@ -150,7 +182,11 @@ impl HttpClient {
         if let Ok(resp) = self.request(reqwest::Method::HEAD, None).send().await
             && resp.status().is_success()
         {
-            len = resp.headers().get(CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse().ok());
+            len = resp
+                .headers()
+                .get(CONTENT_LENGTH)
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| v.parse().ok());
         }
         let resp = self
             .request(reqwest::Method::GET, Some("bytes=0-0".into()))
@@ -165,7 +201,10 @@ impl HttpClient {
                 .and_then(|v| v.to_str().ok())
                 .and_then(|v| v.rsplit_once('/'))
                 .and_then(|(_, t)| t.parse().ok());
-            return Ok(HttpInfo { len: total.or(len), ranges: total.is_some() });
+            return Ok(HttpInfo {
+                len: total.or(len),
+                ranges: total.is_some(),
+            });
         }
         if !status.is_success() {
             return Err(http_error(url, status));
@@ -175,13 +214,22 @@ impl HttpClient {
     }
 
     /// GET `bytes=start-` (or from 0 without ranges) and check the server honoured it.
-    async fn open_at(&self, start: u64, end: Option<u64>, ranges: bool) -> Result<reqwest::Response, ImportError> {
+    async fn open_at(
+        &self,
+        start: u64,
+        end: Option<u64>,
+        ranges: bool,
+    ) -> Result<reqwest::Response, ImportError> {
         let url = self.url();
         let range = ranges.then(|| match end {
             Some(e) => format!("bytes={start}-{}", e - 1),
             None => format!("bytes={start}-"),
         });
-        let resp = self.request(reqwest::Method::GET, range).send().await.map_err(|e| transport_error(url, e))?;
+        let resp = self
+            .request(reqwest::Method::GET, range)
+            .send()
+            .await
+            .map_err(|e| transport_error(url, e))?;
         let status = resp.status();
         if !status.is_success() {
             return Err(http_error(url, status));
@@ -197,7 +245,9 @@ impl HttpClient {
             if status != StatusCode::PARTIAL_CONTENT || begins != Some(start) {
                 return Err(ImportError::Http {
                     url: redact(url),
-                    message: format!("asked for bytes from {start}, the server answered {status} without that range"),
+                    message: format!(
+                        "asked for bytes from {start}, the server answered {status} without that range"
+                    ),
                 });
             }
         }
@@ -234,7 +284,11 @@ impl RangeReader for HttpReader {
         while (buf.len() as u64) < end - offset {
             let from = offset + buf.len() as u64;
             let result = async {
-                let mut body = self.client.open_at(from, Some(end), true).await?.bytes_stream();
+                let mut body = self
+                    .client
+                    .open_at(from, Some(end), true)
+                    .await?
+                    .bytes_stream();
                 while let Some(chunk) = body.next().await {
                     let chunk = chunk.map_err(|e| transport_error(self.client.url(), e))?;
                     let room = (end - offset) as usize - buf.len();
@@ -248,7 +302,10 @@ impl RangeReader for HttpReader {
             }
             let err = match result {
                 Err(e) => e,
-                Ok(()) => ImportError::Http { url: redact(self.client.url()), message: "the response ended early".into() },
+                Ok(()) => ImportError::Http {
+                    url: redact(self.client.url()),
+                    message: "the response ended early".into(),
+                },
             };
             if attempt >= self.client.source.retry.retries || !err.is_retryable() {
                 return Err(err);
@@ -270,7 +327,10 @@ pub fn stream(client: HttpClient, info: HttpInfo, depth: usize) -> StreamReader 
         let mut attempt = 0;
         loop {
             let result = async {
-                let mut body = client.open_at(pos, None, info.ranges && pos > 0).await?.bytes_stream();
+                let mut body = client
+                    .open_at(pos, None, info.ranges && pos > 0)
+                    .await?
+                    .bytes_stream();
                 while let Some(chunk) = body.next().await {
                     let chunk = chunk.map_err(|e| transport_error(client.url(), e))?;
                     pos += chunk.len() as u64;
@@ -283,7 +343,13 @@ pub fn stream(client: HttpClient, info: HttpInfo, depth: usize) -> StreamReader 
             .await;
             let err = match result {
                 Ok(()) if info.len.is_none_or(|l| pos >= l) => return,
-                Ok(()) => ImportError::Http { url: redact(client.url()), message: format!("the response ended at {pos} of {} bytes", info.len.unwrap_or(0)) },
+                Ok(()) => ImportError::Http {
+                    url: redact(client.url()),
+                    message: format!(
+                        "the response ended at {pos} of {} bytes",
+                        info.len.unwrap_or(0)
+                    ),
+                },
                 Err(e) => e,
             };
             if !info.ranges || attempt >= client.source.retry.retries || !err.is_retryable() {
@@ -295,7 +361,11 @@ pub fn stream(client: HttpClient, info: HttpInfo, depth: usize) -> StreamReader 
             client.backoff(attempt).await;
         }
     });
-    StreamReader { rx, current: Bytes::new(), error: None }
+    StreamReader {
+        rx,
+        current: Bytes::new(),
+        error: None,
+    }
 }
 
 /// A blocking `Read` over the chunks a download task sends.

@@ -91,7 +91,11 @@ struct Converted {
 
 /// Import `source` into the target. On failure a file target is removed, so nothing is left
 /// that claims to be the requested image.
-pub async fn import(source: &Source, opts: &ImportOptions, progress: Arc<Progress>) -> Result<ImportReport, ImportError> {
+pub async fn import(
+    source: &Source,
+    opts: &ImportOptions,
+    progress: Arc<Progress>,
+) -> Result<ImportReport, ImportError> {
     let started = Instant::now();
     match import_inner(source, opts, &progress).await {
         Ok(mut report) => {
@@ -108,11 +112,19 @@ pub async fn import(source: &Source, opts: &ImportOptions, progress: Arc<Progres
 }
 
 /// Import a local file (see [`import`]).
-pub async fn import_file(src: &Path, opts: &ImportOptions, progress: Arc<Progress>) -> Result<ImportReport, ImportError> {
+pub async fn import_file(
+    src: &Path,
+    opts: &ImportOptions,
+    progress: Arc<Progress>,
+) -> Result<ImportReport, ImportError> {
     import(&Source::File(src.to_path_buf()), opts, progress).await
 }
 
-async fn import_inner(source: &Source, opts: &ImportOptions, progress: &Arc<Progress>) -> Result<ImportReport, ImportError> {
+async fn import_inner(
+    source: &Source,
+    opts: &ImportOptions,
+    progress: &Arc<Progress>,
+) -> Result<ImportReport, ImportError> {
     let target = open_target(&opts.target)?;
     let limit = size_limit(opts, &target)?;
     let converted = match source {
@@ -128,7 +140,9 @@ async fn import_inner(source: &Source, opts: &ImportOptions, progress: &Arc<Prog
         Source::Http(src) => {
             let client = HttpClient::new(src.clone())?;
             let info = client.info().await?;
-            progress.total.store(info.len.unwrap_or(0), Ordering::Relaxed);
+            progress
+                .total
+                .store(info.len.unwrap_or(0), Ordering::Relaxed);
             let mut direct = None;
             if let Some(len) = info.len
                 && info.ranges
@@ -136,8 +150,13 @@ async fn import_inner(source: &Source, opts: &ImportOptions, progress: &Arc<Prog
             {
                 let reader = Arc::new(HttpReader::new(client.clone(), len));
                 let head = reader.read_at(0, PROBE_LEN.min(len as usize)).await?;
-                if matches!(probe::probe(&head), Detected::Image(Format::Qcow2 | Format::Raw | Format::Iso)) {
-                    direct = Some(convert_random_access(reader, None, &target, limit, opts, progress).await?);
+                if matches!(
+                    probe::probe(&head),
+                    Detected::Image(Format::Qcow2 | Format::Raw | Format::Iso)
+                ) {
+                    direct = Some(
+                        convert_random_access(reader, None, &target, limit, opts, progress).await?,
+                    );
                 }
             }
             match direct {
@@ -202,7 +221,10 @@ fn size_limit(opts: &ImportOptions, target: &Target) -> Result<Option<u64>, Impo
 
 fn check_fits(virtual_size: u64, limit: Option<u64>) -> Result<(), ImportError> {
     match limit {
-        Some(usable) if virtual_size > usable => Err(ImportError::TooLarge { virtual_size, usable }),
+        Some(usable) if virtual_size > usable => Err(ImportError::TooLarge {
+            virtual_size,
+            usable,
+        }),
         _ => Ok(()),
     }
 }
@@ -215,11 +237,14 @@ fn open_target(spec: &TargetSpec) -> Result<Target, ImportError> {
 }
 
 fn hash_file(path: &Path, checksum: &Checksum) -> Result<String, ImportError> {
-    let mut file = std::fs::File::open(path).map_err(|e| ImportError::io(format!("opening {}", path.display()), e))?;
+    let mut file = std::fs::File::open(path)
+        .map_err(|e| ImportError::io(format!("opening {}", path.display()), e))?;
     let mut hasher = Hasher::new(checksum.algorithm);
     let mut buf = vec![0u8; 1 << 20];
     loop {
-        let n = file.read(&mut buf).map_err(|e| ImportError::io(format!("reading {}", path.display()), e))?;
+        let n = file
+            .read(&mut buf)
+            .map_err(|e| ImportError::io(format!("reading {}", path.display()), e))?;
         if n == 0 {
             return Ok(hasher.finish());
         }
@@ -227,8 +252,12 @@ fn hash_file(path: &Path, checksum: &Checksum) -> Result<String, ImportError> {
     }
 }
 
-async fn blocking<T: Send + 'static>(f: impl FnOnce() -> Result<T, ImportError> + Send + 'static) -> Result<T, ImportError> {
-    tokio::task::spawn_blocking(f).await.map_err(|e| ImportError::Internal(e.to_string()))?
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T, ImportError> + Send + 'static,
+) -> Result<T, ImportError> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| ImportError::Internal(e.to_string()))?
 }
 
 /// Detect the format of a random-access source and convert it into the target. Formats that
@@ -244,12 +273,20 @@ async fn convert_random_access<R: RangeReader>(
     let len = reader.size();
     let head = reader.read_at(0, PROBE_LEN.min(len as usize)).await?;
     let detected = match probe::probe(&head) {
-        Detected::Image(Format::Raw) if len >= 512 && probe::probe_footer(&reader.read_at(len - 512, 512).await?) => {
+        Detected::Image(Format::Raw)
+            if len >= 512 && probe::probe_footer(&reader.read_at(len - 512, 512).await?) =>
+        {
             Detected::Image(Format::Vhd)
         }
         other => other,
     };
-    let plain = |format, virtual_size, stats| Converted { format, compression: None, virtual_size, stats, scratch_used: false };
+    let plain = |format, virtual_size, stats| Converted {
+        format,
+        compression: None,
+        virtual_size,
+        stats,
+        scratch_used: false,
+    };
     match detected {
         Detected::Image(format @ (Format::Raw | Format::Iso)) => {
             check_fits(len, limit)?;
@@ -264,11 +301,25 @@ async fn convert_random_access<R: RangeReader>(
             target.set_len(header.virtual_size.max(limit.unwrap_or(0)))?;
             let writer = target.writer(opts.tuning.parallel)?;
             let zero_fill = target.kind() == TargetKind::Block;
-            convert::convert_qcow2(reader.clone(), &header, writer.sender(), zero_fill, opts.tuning, progress).await?;
-            Ok(plain(Format::Qcow2, header.virtual_size, writer.finish().await?))
+            convert::convert_qcow2(
+                reader.clone(),
+                &header,
+                writer.sender(),
+                zero_fill,
+                opts.tuning,
+                progress,
+            )
+            .await?;
+            Ok(plain(
+                Format::Qcow2,
+                header.virtual_size,
+                writer.finish().await?,
+            ))
         }
         Detected::Image(format) => {
-            let path = local_path.ok_or_else(|| ImportError::Internal(format!("{format} is converted from a local copy")))?;
+            let path = local_path.ok_or_else(|| {
+                ImportError::Internal(format!("{format} is converted from a local copy"))
+            })?;
             let (p, t) = (path.to_path_buf(), target.path().to_path_buf());
             let virtual_size = blocking(move || qemu::inspect(&p, format)).await?;
             check_fits(virtual_size, limit)?;
@@ -279,10 +330,16 @@ async fn convert_random_access<R: RangeReader>(
             Ok(plain(format, virtual_size, WriteStats::default()))
         }
         Detected::Compressed(_) => {
-            let path = local_path.ok_or_else(|| ImportError::Internal("compressed images stream from a local copy".into()))?;
-            let file = std::fs::File::open(path).map_err(|e| ImportError::io(format!("opening {}", path.display()), e))?;
+            let path = local_path.ok_or_else(|| {
+                ImportError::Internal("compressed images stream from a local copy".into())
+            })?;
+            let file = std::fs::File::open(path)
+                .map_err(|e| ImportError::io(format!("opening {}", path.display()), e))?;
             // The checksum, if any, was verified on the file already.
-            let opts = ImportOptions { checksum: None, ..opts.clone() };
+            let opts = ImportOptions {
+                checksum: None,
+                ..opts.clone()
+            };
             convert_stream(Box::new(file), target, limit, &opts, progress).await
         }
     }
@@ -307,11 +364,17 @@ impl<R: Read> Read for Counting<R> {
 }
 
 /// A decompressing reader for a stream compression.
-pub fn decoder<'a>(compression: Compression, input: Box<dyn Read + Send + 'a>) -> Result<Box<dyn Read + Send + 'a>, ImportError> {
+pub fn decoder<'a>(
+    compression: Compression,
+    input: Box<dyn Read + Send + 'a>,
+) -> Result<Box<dyn Read + Send + 'a>, ImportError> {
     Ok(match compression {
         Compression::Gzip => Box::new(flate2::read::MultiGzDecoder::new(input)),
         Compression::Xz => Box::new(liblzma::read::XzDecoder::new_multi_decoder(input)),
-        Compression::Zstd => Box::new(zstd::stream::read::Decoder::new(input).map_err(|e| ImportError::io("starting zstd", e))?),
+        Compression::Zstd => Box::new(
+            zstd::stream::read::Decoder::new(input)
+                .map_err(|e| ImportError::io("starting zstd", e))?,
+        ),
     })
 }
 
@@ -330,9 +393,13 @@ fn read_full(r: &mut dyn Read, buf: &mut [u8]) -> std::io::Result<usize> {
 }
 
 /// Peek at the head of a stream and give back a reader that still yields it.
-fn peek(mut input: Box<dyn Read + Send>, what: &str) -> Result<(Detected, Box<dyn Read + Send>), ImportError> {
+fn peek(
+    mut input: Box<dyn Read + Send>,
+    what: &str,
+) -> Result<(Detected, Box<dyn Read + Send>), ImportError> {
     let mut head = vec![0u8; PROBE_LEN];
-    let n = read_full(&mut input, &mut head).map_err(|e| ImportError::Damaged(format!("{what}: {e}")))?;
+    let n = read_full(&mut input, &mut head)
+        .map_err(|e| ImportError::Damaged(format!("{what}: {e}")))?;
     head.truncate(n);
     let detected = probe::probe(&head);
     Ok((detected, Box::new(Cursor::new(head).chain(input))))
@@ -347,9 +414,14 @@ async fn convert_stream(
     opts: &ImportOptions,
     progress: &Arc<Progress>,
 ) -> Result<Converted, ImportError> {
-    let hasher = Arc::new(std::sync::Mutex::new(opts.checksum.as_ref().map(|c| Hasher::new(c.algorithm))));
-    let counted: Box<dyn Read + Send> =
-        Box::new(Counting { inner: input, hasher: hasher.clone(), progress: progress.clone() });
+    let hasher = Arc::new(std::sync::Mutex::new(
+        opts.checksum.as_ref().map(|c| Hasher::new(c.algorithm)),
+    ));
+    let counted: Box<dyn Read + Send> = Box::new(Counting {
+        inner: input,
+        hasher: hasher.clone(),
+        progress: progress.clone(),
+    });
     let (detected, stream) = blocking(move || peek(counted, "reading the source")).await?;
     let (compression, stream, inner) = match detected {
         Detected::Compressed(c) => {
@@ -380,7 +452,8 @@ async fn convert_stream(
             let mut offset = 0u64;
             loop {
                 let mut buf = vec![0u8; chunk];
-                let n = read_full(&mut stream, &mut buf).map_err(|e| ImportError::Damaged(format!("{context}: {e}")))?;
+                let n = read_full(&mut stream, &mut buf)
+                    .map_err(|e| ImportError::Damaged(format!("{context}: {e}")))?;
                 if n == 0 {
                     return Ok(offset);
                 }
@@ -388,31 +461,47 @@ async fn convert_stream(
                 if let Some(usable) = limit
                     && offset + n as u64 > usable
                 {
-                    return Err(ImportError::TooLarge { virtual_size: offset + n as u64, usable });
+                    return Err(ImportError::TooLarge {
+                        virtual_size: offset + n as u64,
+                        usable,
+                    });
                 }
-                tx.blocking_send(Op::Data { offset, data: Bytes::from(buf) })
-                    .map_err(|_| ImportError::Internal("the writer stopped early".into()))?;
+                tx.blocking_send(Op::Data {
+                    offset,
+                    data: Bytes::from(buf),
+                })
+                .map_err(|_| ImportError::Internal("the writer stopped early".into()))?;
                 offset += n as u64;
             }
         })
         .await;
         let stats = writer.finish().await?;
         let virtual_size = written?;
-        Converted { format: inner, compression, virtual_size, stats, scratch_used: false }
+        Converted {
+            format: inner,
+            compression,
+            virtual_size,
+            stats,
+            scratch_used: false,
+        }
     } else {
         // Spool to scratch, bounded: a bomb cannot fill more than the target could hold.
         std::fs::create_dir_all(&opts.scratch_dir)
             .map_err(|e| ImportError::io(format!("creating {}", opts.scratch_dir.display()), e))?;
-        let scratch = opts.scratch_dir.join(format!("cdi-scratch-{}.img", std::process::id()));
+        let scratch = opts
+            .scratch_dir
+            .join(format!("cdi-scratch-{}.img", std::process::id()));
         let bound = limit.map(|l| l + l / 8 + (64 << 20)).unwrap_or(u64::MAX);
         let dst = scratch.clone();
         let mut stream = stream;
         let spooled = blocking(move || {
-            let mut out = std::fs::File::create(&dst).map_err(|e| ImportError::io(format!("creating {}", dst.display()), e))?;
+            let mut out = std::fs::File::create(&dst)
+                .map_err(|e| ImportError::io(format!("creating {}", dst.display()), e))?;
             let mut total = 0u64;
             let mut buf = vec![0u8; 1 << 20];
             loop {
-                let n = read_full(&mut stream, &mut buf).map_err(|e| ImportError::Damaged(format!("{context}: {e}")))?;
+                let n = read_full(&mut stream, &mut buf)
+                    .map_err(|e| ImportError::Damaged(format!("{context}: {e}")))?;
                 if n == 0 {
                     return Ok(());
                 }
@@ -422,19 +511,34 @@ async fn convert_stream(
                         "the source expands past {bound} bytes, more than the target can hold"
                     )));
                 }
-                std::io::Write::write_all(&mut out, &buf[..n]).map_err(|e| ImportError::io(format!("writing {}", dst.display()), e))?;
+                std::io::Write::write_all(&mut out, &buf[..n])
+                    .map_err(|e| ImportError::io(format!("writing {}", dst.display()), e))?;
             }
         })
         .await;
         let result = match spooled {
             Ok(()) => {
-                let inner_opts = ImportOptions { checksum: None, ..opts.clone() };
+                let inner_opts = ImportOptions {
+                    checksum: None,
+                    ..opts.clone()
+                };
                 let reader = Arc::new(FileReader::open(&scratch)?);
                 // The bytes were counted as they arrived; the scratch copy is not counted again.
                 let uncounted = Arc::new(Progress::default());
-                Box::pin(convert_random_access(reader, Some(&scratch), target, limit, &inner_opts, &uncounted))
-                    .await
-                    .map(|c| Converted { compression, scratch_used: true, ..c })
+                Box::pin(convert_random_access(
+                    reader,
+                    Some(&scratch),
+                    target,
+                    limit,
+                    &inner_opts,
+                    &uncounted,
+                ))
+                .await
+                .map(|c| Converted {
+                    compression,
+                    scratch_used: true,
+                    ..c
+                })
             }
             Err(e) => Err(e),
         };
@@ -442,7 +546,12 @@ async fn convert_stream(
         result?
     };
     if let Some(expected) = &opts.checksum {
-        let actual = hasher.lock().expect("hasher lock").take().map(Hasher::finish).unwrap_or_default();
+        let actual = hasher
+            .lock()
+            .expect("hasher lock")
+            .take()
+            .map(Hasher::finish)
+            .unwrap_or_default();
         verify(expected, &actual)?;
     }
     Ok(result)

@@ -12,46 +12,10 @@ use cdi_importer::probe::{Compression, Format};
 
 const MIB: u64 = 1 << 20;
 
-fn qemu_img(args: &[&str]) {
-    let out = Command::new("qemu-img")
-        .args(args)
-        .output()
-        .expect("qemu-img runs (install qemu-utils)");
-    assert!(
-        out.status.success(),
-        "qemu-img {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
+use cdi_testkit::images::{assert_same as same, qemu_img};
 
-/// A deterministic image: runs of random data, runs of zeros, partly-zero blocks, and data in
-/// the last partial cluster.
 fn source_raw(path: &Path, size: u64) {
-    let mut data = vec![0u8; size as usize];
-    let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
-    let mut next = || {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        x
-    };
-    let mut offset = 0usize;
-    while offset < data.len() {
-        let run = (next() % (256 * 1024)) as usize + 512;
-        let end = (offset + run).min(data.len());
-        match next() % 4 {
-            0 | 1 => data[offset..end].iter_mut().for_each(|b| *b = next() as u8),
-            2 => data[offset..end]
-                .iter_mut()
-                .step_by(4096)
-                .for_each(|b| *b = 0xa5),
-            _ => {}
-        }
-        offset = end;
-    }
-    let tail = data.len() - 100;
-    data[tail..].fill(0x5a);
-    std::fs::write(path, data).unwrap();
+    std::fs::write(path, cdi_testkit::images::pattern(size)).unwrap();
 }
 
 struct Scenario {
@@ -97,28 +61,11 @@ impl Scenario {
 
     /// qemu-img's own raw conversion of `image`.
     fn oracle(&self, image: &str, format: &str) -> Vec<u8> {
-        let out = self.path(&format!("{image}.oracle"));
-        qemu_img(&[
-            "convert",
-            "-f",
-            format,
-            "-O",
-            "raw",
-            self.path(image).to_str().unwrap(),
-            out.to_str().unwrap(),
-        ]);
-        std::fs::read(out).unwrap()
+        cdi_testkit::images::oracle(&self.path(image), format)
     }
 
     fn read(&self, name: &str) -> Vec<u8> {
         std::fs::read(self.path(name)).unwrap()
-    }
-}
-
-fn same(a: &[u8], b: &[u8], what: &str) {
-    assert_eq!(a.len(), b.len(), "{what}: length");
-    if let Some(i) = a.iter().zip(b).position(|(x, y)| x != y) {
-        panic!("{what}: first difference at byte {i}");
     }
 }
 

@@ -61,26 +61,38 @@ impl TestCa {
         let ca_key = rcgen::KeyPair::generate().expect("a CA key");
         let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).expect("CA params");
         ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
-        ca_params.distinguished_name.push(rcgen::DnType::CommonName, "cdi-rs test CA");
+        ca_params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, "cdi-rs test CA");
         let ca_cert = ca_params.self_signed(&ca_key).expect("a CA certificate");
         let issuer = rcgen::Issuer::new(ca_params, ca_key);
         let key = rcgen::KeyPair::generate().expect("a server key");
-        let params = rcgen::CertificateParams::new(vec!["localhost".to_string(), "127.0.0.1".to_string()]).expect("params");
-        let cert = params.signed_by(&key, &issuer).expect("a server certificate");
-        TestCa { ca_pem: ca_cert.pem(), cert_der: cert.der().to_vec(), key_der: key.serialize_der() }
+        let params =
+            rcgen::CertificateParams::new(vec!["localhost".to_string(), "127.0.0.1".to_string()])
+                .expect("params");
+        let cert = params
+            .signed_by(&key, &issuer)
+            .expect("a server certificate");
+        TestCa {
+            ca_pem: ca_cert.pem(),
+            cert_der: cert.der().to_vec(),
+            key_der: key.serialize_der(),
+        }
     }
 
     fn acceptor(&self) -> tokio_rustls::TlsAcceptor {
         use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
-        let config = rustls::ServerConfig::builder_with_provider(Arc::new(rustls::crypto::aws_lc_rs::default_provider()))
-            .with_safe_default_protocol_versions()
-            .expect("TLS versions")
-            .with_no_client_auth()
-            .with_single_cert(
-                vec![CertificateDer::from(self.cert_der.clone())],
-                PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(self.key_der.clone())),
-            )
-            .expect("a server config");
+        let config = rustls::ServerConfig::builder_with_provider(Arc::new(
+            rustls::crypto::aws_lc_rs::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()
+        .expect("TLS versions")
+        .with_no_client_auth()
+        .with_single_cert(
+            vec![CertificateDer::from(self.cert_der.clone())],
+            PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(self.key_der.clone())),
+        )
+        .expect("a server config");
         tokio_rustls::TlsAcceptor::from(Arc::new(config))
     }
 }
@@ -102,7 +114,9 @@ pub struct FileServer {
 impl FileServer {
     /// Start on an ephemeral port, plain HTTP or TLS with `ca`'s server certificate.
     pub async fn start(ca: Option<&TestCa>) -> FileServer {
-        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind 127.0.0.1");
+        let listener = TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind 127.0.0.1");
         let addr = listener.local_addr().expect("local addr");
         let state = Arc::new(Mutex::new(State::default()));
         let acceptor = ca.map(TestCa::acceptor);
@@ -125,21 +139,39 @@ impl FileServer {
                 });
             }
         });
-        FileServer { addr, tls: ca.is_some(), state, task }
+        FileServer {
+            addr,
+            tls: ca.is_some(),
+            state,
+            task,
+        }
     }
 
     /// Serve `data` at `path` with `behaviour`.
     pub fn add(&self, path: &str, data: Vec<u8>, behaviour: Behaviour) {
-        self.state.lock().unwrap().files.insert(path.to_string(), (Arc::new(data), behaviour));
+        self.state
+            .lock()
+            .unwrap()
+            .files
+            .insert(path.to_string(), (Arc::new(data), behaviour));
     }
 
     /// Answer `from` with a 302 to `to`.
     pub fn redirect(&self, from: &str, to: &str) {
-        self.state.lock().unwrap().redirects.insert(from.to_string(), to.to_string());
+        self.state
+            .lock()
+            .unwrap()
+            .redirects
+            .insert(from.to_string(), to.to_string());
     }
 
     pub fn url(&self, path: &str) -> String {
-        format!("{}://{}{}", if self.tls { "https" } else { "http" }, self.addr, path)
+        format!(
+            "{}://{}{}",
+            if self.tls { "https" } else { "http" },
+            self.addr,
+            path
+        )
     }
 
     pub fn addr(&self) -> SocketAddr {
@@ -169,7 +201,11 @@ fn basic(user: &str, pass: &str) -> String {
     let bytes = input.as_bytes();
     let mut out = String::new();
     for chunk in bytes.chunks(3) {
-        let b = [chunk[0], *chunk.get(1).unwrap_or(&0), *chunk.get(2).unwrap_or(&0)];
+        let b = [
+            chunk[0],
+            *chunk.get(1).unwrap_or(&0),
+            *chunk.get(2).unwrap_or(&0),
+        ];
         let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
         for i in 0..4 {
             if i <= chunk.len() {
@@ -182,7 +218,10 @@ fn basic(user: &str, pass: &str) -> String {
     format!("Basic {out}")
 }
 
-async fn serve<S: AsyncRead + AsyncWrite + Unpin>(mut stream: S, state: Arc<Mutex<State>>) -> std::io::Result<()> {
+async fn serve<S: AsyncRead + AsyncWrite + Unpin>(
+    mut stream: S,
+    state: Arc<Mutex<State>>,
+) -> std::io::Result<()> {
     // Read the request head.
     let mut head = Vec::new();
     let mut byte = [0u8; 1];
@@ -201,46 +240,48 @@ async fn serve<S: AsyncRead + AsyncWrite + Unpin>(mut stream: S, state: Arc<Mute
         .filter_map(|l| l.split_once(':'))
         .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_string()))
         .collect();
-    let header = |name: &str| headers.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone());
+    let header = |name: &str| {
+        headers
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.clone())
+    };
     let range = header("range");
 
-    let mut log = Logged { method: method.clone(), path: path.clone(), range: range.clone(), status: 0, sent: 0 };
-    let respond = |status: u16, reason: &str, extra: &str| format!("HTTP/1.1 {status} {reason}\r\nConnection: close\r\n{extra}Content-Length: 0\r\n\r\n");
-
-    let (file, redirect, drop_at, stall_at) = {
-        let mut st = state.lock().unwrap();
-        let redirect = st.redirects.get(&path).cloned();
-        let file = st.files.get(&path).cloned();
-        let (mut drop_at, mut stall_at) = (None, None);
-        if let Some((_, b)) = &file
-            && method == "GET"
-        {
-            if let Some((n, times)) = b.drop_after
-                && st.drops_done < times
-            {
-                st.drops_done += 1;
-                drop_at = Some(n);
-            }
-            if let Some((n, d)) = b.stall_after
-                && st.stalls_done == 0
-            {
-                st.stalls_done += 1;
-                stall_at = Some((n, d));
-            }
-        }
-        (file, redirect, drop_at, stall_at)
+    let mut log = Logged {
+        method: method.clone(),
+        path: path.clone(),
+        range: range.clone(),
+        status: 0,
+        sent: 0,
+    };
+    let respond = |status: u16, reason: &str, extra: &str| {
+        format!(
+            "HTTP/1.1 {status} {reason}\r\nConnection: close\r\n{extra}Content-Length: 0\r\n\r\n"
+        )
     };
 
+    let (file, redirect) = {
+        let st = state.lock().unwrap();
+        (
+            st.files.get(&path).cloned(),
+            st.redirects.get(&path).cloned(),
+        )
+    };
     let finish = |log: Logged| state.lock().unwrap().log.push(log);
     if let Some(to) = redirect {
         log.status = 302;
-        stream.write_all(respond(302, "Found", &format!("Location: {to}\r\n")).as_bytes()).await?;
+        stream
+            .write_all(respond(302, "Found", &format!("Location: {to}\r\n")).as_bytes())
+            .await?;
         finish(log);
         return Ok(());
     }
     let Some((data, behaviour)) = file else {
         log.status = 404;
-        stream.write_all(respond(404, "Not Found", "").as_bytes()).await?;
+        stream
+            .write_all(respond(404, "Not Found", "").as_bytes())
+            .await?;
         finish(log);
         return Ok(());
     };
@@ -248,21 +289,34 @@ async fn serve<S: AsyncRead + AsyncWrite + Unpin>(mut stream: S, state: Arc<Mute
         && header("authorization").as_deref() != Some(basic(user, pass).as_str())
     {
         log.status = 401;
-        stream.write_all(respond(401, "Unauthorized", "WWW-Authenticate: Basic realm=\"cdi\"\r\n").as_bytes()).await?;
+        stream
+            .write_all(
+                respond(
+                    401,
+                    "Unauthorized",
+                    "WWW-Authenticate: Basic realm=\"cdi\"\r\n",
+                )
+                .as_bytes(),
+            )
+            .await?;
         finish(log);
         return Ok(());
     }
     for (name, value) in &behaviour.required_headers {
         if header(&name.to_ascii_lowercase()).as_deref() != Some(value.as_str()) {
             log.status = 400;
-            stream.write_all(respond(400, "Bad Request", "").as_bytes()).await?;
+            stream
+                .write_all(respond(400, "Bad Request", "").as_bytes())
+                .await?;
             finish(log);
             return Ok(());
         }
     }
     if method == "HEAD" && behaviour.no_head {
         log.status = 405;
-        stream.write_all(respond(405, "Method Not Allowed", "").as_bytes()).await?;
+        stream
+            .write_all(respond(405, "Method Not Allowed", "").as_bytes())
+            .await?;
         finish(log);
         return Ok(());
     }
@@ -272,10 +326,23 @@ async fn serve<S: AsyncRead + AsyncWrite + Unpin>(mut stream: S, state: Arc<Mute
         Some(spec) if behaviour.ranges => {
             let (a, b) = spec.split_once('-').unwrap_or((spec, ""));
             let start: u64 = a.parse().unwrap_or(0);
-            let end: u64 = if b.is_empty() { total.saturating_sub(1) } else { b.parse::<u64>().unwrap_or(0).min(total.saturating_sub(1)) };
+            let end: u64 = if b.is_empty() {
+                total.saturating_sub(1)
+            } else {
+                b.parse::<u64>().unwrap_or(0).min(total.saturating_sub(1))
+            };
             if start >= total {
                 log.status = 416;
-                stream.write_all(respond(416, "Range Not Satisfiable", &format!("Content-Range: bytes */{total}\r\n")).as_bytes()).await?;
+                stream
+                    .write_all(
+                        respond(
+                            416,
+                            "Range Not Satisfiable",
+                            &format!("Content-Range: bytes */{total}\r\n"),
+                        )
+                        .as_bytes(),
+                    )
+                    .await?;
                 finish(log);
                 return Ok(());
             }
@@ -288,10 +355,17 @@ async fn serve<S: AsyncRead + AsyncWrite + Unpin>(mut stream: S, state: Arc<Mute
         extra.push_str("Accept-Ranges: bytes\r\n");
     }
     if status == 206 {
-        extra.push_str(&format!("Content-Range: bytes {start}-{}/{total}\r\n", end - 1));
+        extra.push_str(&format!(
+            "Content-Range: bytes {start}-{}/{total}\r\n",
+            end - 1
+        ));
     }
     let length = behaviour.lie_content_length.unwrap_or(end - start);
-    let reason = if status == 206 { "Partial Content" } else { "OK" };
+    let reason = if status == 206 {
+        "Partial Content"
+    } else {
+        "OK"
+    };
     let head = format!(
         "HTTP/1.1 {status} {reason}\r\nConnection: close\r\nContent-Type: application/octet-stream\r\n{extra}Content-Length: {length}\r\n\r\n"
     );
@@ -302,6 +376,27 @@ async fn serve<S: AsyncRead + AsyncWrite + Unpin>(mut stream: S, state: Arc<Mute
         return Ok(());
     }
     let body = &data[start as usize..end as usize];
+    // Faults apply only to responses long enough to hit them (not to probes).
+    let (drop_at, stall_at) = {
+        let mut st = state.lock().unwrap();
+        let mut drop_at = None;
+        if let Some((n, times)) = behaviour.drop_after
+            && (body.len() as u64) > n
+            && st.drops_done < times
+        {
+            st.drops_done += 1;
+            drop_at = Some(n);
+        }
+        let mut stall_at = None;
+        if let Some((n, d)) = behaviour.stall_after
+            && (body.len() as u64) > n
+            && st.stalls_done == 0
+        {
+            st.stalls_done += 1;
+            stall_at = Some((n, d));
+        }
+        (drop_at, stall_at)
+    };
     let mut sent = 0u64;
     let mut result = Ok(());
     for chunk in body.chunks(64 * 1024) {
@@ -338,7 +433,97 @@ mod tests {
 
     #[test]
     fn basic_auth_header() {
-        assert_eq!(basic("Aladdin", "open sesame"), "Basic QWxhZGRpbjpvcGVuIHNlc2FtZQ==");
+        assert_eq!(
+            basic("Aladdin", "open sesame"),
+            "Basic QWxhZGRpbjpvcGVuIHNlc2FtZQ=="
+        );
         assert_eq!(basic("a", "b"), "Basic YTpi");
+    }
+}
+
+/// Disk images for tests, generated at test time.
+pub mod images {
+    use std::path::Path;
+    use std::process::Command;
+
+    /// Deterministic image content: runs of random data, runs of zeros, sparse blocks, and data
+    /// up to the last byte, so every conversion path (holes, partial clusters) is exercised.
+    pub fn pattern(size: u64) -> Vec<u8> {
+        let mut data = vec![0u8; size as usize];
+        let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+        let mut next = || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        let mut offset = 0usize;
+        while offset < data.len() {
+            let run = (next() % (256 * 1024)) as usize + 512;
+            let end = (offset + run).min(data.len());
+            match next() % 4 {
+                0 | 1 => data[offset..end].iter_mut().for_each(|b| *b = next() as u8),
+                2 => data[offset..end]
+                    .iter_mut()
+                    .step_by(4096)
+                    .for_each(|b| *b = 0xa5),
+                _ => {}
+            }
+            offset = end;
+        }
+        let tail = data.len().saturating_sub(100);
+        data[tail..].fill(0x5a);
+        data
+    }
+
+    /// Run `qemu-img` with `args`, panicking with its stderr on failure.
+    pub fn qemu_img(args: &[&str]) {
+        let out = Command::new("qemu-img")
+            .args(args)
+            .output()
+            .expect("qemu-img runs (install qemu-utils)");
+        assert!(
+            out.status.success(),
+            "qemu-img {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    /// Convert a raw file to `format` with extra `-o`-style arguments.
+    pub fn convert(src: &Path, format: &str, extra: &[&str], dst: &Path) {
+        let mut args = vec!["convert", "-f", "raw", "-O", format];
+        args.extend_from_slice(extra);
+        let (s, d) = (
+            src.to_str().expect("utf-8 path"),
+            dst.to_str().expect("utf-8 path"),
+        );
+        args.push(s);
+        args.push(d);
+        qemu_img(&args);
+    }
+
+    /// qemu-img's raw conversion of `image` (the oracle).
+    pub fn oracle(image: &Path, format: &str) -> Vec<u8> {
+        let out = image.with_extension("oracle");
+        qemu_img(&[
+            "convert",
+            "-f",
+            format,
+            "-O",
+            "raw",
+            image.to_str().expect("utf-8"),
+            out.to_str().expect("utf-8"),
+        ]);
+        let data = std::fs::read(&out).expect("oracle output");
+        let _ = std::fs::remove_file(out);
+        data
+    }
+
+    /// Assert two images are equal, naming the first differing byte instead of dumping them.
+    pub fn assert_same(actual: &[u8], expected: &[u8], what: &str) {
+        assert_eq!(actual.len(), expected.len(), "{what}: length");
+        if let Some(i) = actual.iter().zip(expected).position(|(a, b)| a != b) {
+            panic!("{what}: first difference at byte {i}");
+        }
     }
 }
