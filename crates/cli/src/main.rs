@@ -2,6 +2,7 @@
 //! done by the library crates.
 
 mod import;
+mod importer;
 mod size;
 
 use std::path::PathBuf;
@@ -33,11 +34,15 @@ enum Command {
     Size(size::SizeArgs),
     /// Import a disk image into a raw disk image file or block device, as the importer pod does.
     Import(import::ImportArgs),
+    /// The importer pod's entry point: reads upstream's IMPORTER_* environment, writes the
+    /// volume and the termination message.
+    Importer(importer::ImporterArgs),
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
-    let result = match cli.command {
+    let result = match Cli::parse().command {
+        // The pod entry point reports through its termination message and exit code itself.
+        Command::Importer(args) => return importer::run(&args),
         Command::Crds { out_dir } => crds(out_dir),
         Command::Size(args) => size::run(&args),
         Command::Import(args) => import::run(&args),

@@ -194,7 +194,7 @@ async fn import_inner(
     })
 }
 
-fn verify(expected: &Checksum, actual_hex: &str) -> Result<(), ImportError> {
+pub(crate) fn verify(expected: &Checksum, actual_hex: &str) -> Result<(), ImportError> {
     if actual_hex == expected.hex {
         return Ok(());
     }
@@ -252,7 +252,7 @@ fn hash_file(path: &Path, checksum: &Checksum) -> Result<String, ImportError> {
     }
 }
 
-async fn blocking<T: Send + 'static>(
+pub(crate) async fn blocking<T: Send + 'static>(
     f: impl FnOnce() -> Result<T, ImportError> + Send + 'static,
 ) -> Result<T, ImportError> {
     tokio::task::spawn_blocking(f)
@@ -346,10 +346,10 @@ async fn convert_random_access<R: RangeReader>(
 }
 
 /// A reader that hashes and counts what passes through it.
-struct Counting<R> {
-    inner: R,
-    hasher: Arc<std::sync::Mutex<Option<Hasher>>>,
-    progress: Arc<Progress>,
+pub(crate) struct Counting<R> {
+    pub(crate) inner: R,
+    pub(crate) hasher: Arc<std::sync::Mutex<Option<Hasher>>>,
+    pub(crate) progress: Arc<Progress>,
 }
 
 impl<R: Read> Read for Counting<R> {
@@ -393,7 +393,7 @@ fn read_full(r: &mut dyn Read, buf: &mut [u8]) -> std::io::Result<usize> {
 }
 
 /// Peek at the head of a stream and give back a reader that still yields it.
-fn peek(
+pub(crate) fn peek(
     mut input: Box<dyn Read + Send>,
     what: &str,
 ) -> Result<(Detected, Box<dyn Read + Send>), ImportError> {

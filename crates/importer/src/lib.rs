@@ -1,11 +1,14 @@
 //! cdi-importer: turns a source (HTTP, registry, upload, file) into a raw disk image on a
 //! Kubernetes volume, streaming and without scratch space where the format allows.
 
+pub mod archive;
 pub mod checksum;
 pub mod convert;
 pub mod error;
 pub mod http;
 pub mod import;
+pub mod metrics;
+pub mod pod;
 pub mod probe;
 pub mod qcow2;
 pub mod qemu;

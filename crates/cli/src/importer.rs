@@ -1,0 +1,93 @@
+//! `cdi importer`: the importer pod's entry point. Configuration comes from upstream's
+//! environment variables; the result goes to the termination log and the exit code.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use cdi_importer::convert::Progress;
+use cdi_importer::pod::{self, PodConfig, PodPaths};
+
+#[derive(clap::Args)]
+pub struct ImporterArgs {
+    /// The filesystem volume's mount point.
+    #[arg(long, default_value = "/data")]
+    data_dir: PathBuf,
+    /// The block volume's device (the volume is Block when it exists).
+    #[arg(long, default_value = "/dev/cdi-block-volume")]
+    block_device: PathBuf,
+    #[arg(long, default_value = "/scratch")]
+    scratch_dir: PathBuf,
+    #[arg(long, default_value = "/dev/termination-log")]
+    termination_log: PathBuf,
+    /// Mounted secrets holding extra HTTP headers.
+    #[arg(long, default_value = "/extraheaders")]
+    extra_headers_dir: PathBuf,
+    /// Where the progress metric is served over HTTPS.
+    #[arg(long, env = "CDI_METRICS_ADDR", default_value = "0.0.0.0:8443")]
+    metrics_addr: SocketAddr,
+}
+
+pub fn run(args: &ImporterArgs) -> ExitCode {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
+        )
+        .with_writer(std::io::stderr)
+        .try_init();
+    let paths = PodPaths {
+        data_dir: args.data_dir.clone(),
+        block_device: args.block_device.clone(),
+        scratch_dir: args.scratch_dir.clone(),
+        termination_log: args.termination_log.clone(),
+        extra_headers_dir: args.extra_headers_dir.clone(),
+    };
+    let fail = |message: String| {
+        eprintln!("error: {message}");
+        if let Err(e) = pod::write_termination_message(&paths.termination_log, &message) {
+            eprintln!("error: writing {}: {e}", paths.termination_log.display());
+        }
+        ExitCode::FAILURE
+    };
+    let env: HashMap<String, String> = std::env::vars().collect();
+    let config = match PodConfig::from_env(&env, &paths) {
+        Ok(c) => c,
+        Err(e) => return fail(e.to_string()),
+    };
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(r) => r,
+        Err(e) => return fail(format!("starting the runtime: {e}")),
+    };
+    let progress = Arc::new(Progress::default());
+    let result = runtime.block_on(async {
+        let metrics = cdi_importer::metrics::serve(
+            args.metrics_addr,
+            config.owner_uid.clone(),
+            progress.clone(),
+        )
+        .await;
+        if let Err(e) = &metrics {
+            // Progress is a convenience; the import goes on without it.
+            tracing::warn!(error = %e, "the progress metric is not served");
+        }
+        let result = pod::run(&config, &paths, progress).await;
+        if let Ok((_, task)) = metrics {
+            task.abort();
+        }
+        result
+    });
+    match result {
+        Ok(message) => {
+            if let Err(e) =
+                pod::write_termination_message(&paths.termination_log, &message.to_json())
+            {
+                eprintln!("error: writing {}: {e}", paths.termination_log.display());
+                return ExitCode::FAILURE;
+            }
+            ExitCode::SUCCESS
+        }
+        Err(e) => fail(e.to_string()),
+    }
+}

@@ -1,0 +1,126 @@
+//! `contentType: archive`: a tar (optionally compressed) unpacked onto the filesystem volume.
+
+use std::io::Read;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+
+use crate::checksum::{Checksum, Hasher};
+use crate::convert::Progress;
+use crate::error::ImportError;
+use crate::http::{self, HttpClient};
+use crate::import::{Counting, Source, blocking, decoder, peek, verify};
+use crate::probe::Detected;
+
+/// Fails a read once more than `limit` bytes came through: an archive cannot expand past the
+/// volume.
+struct Bounded<R> {
+    inner: R,
+    seen: u64,
+    limit: u64,
+}
+
+impl<R: Read> Read for Bounded<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        self.seen += n as u64;
+        if self.seen > self.limit {
+            return Err(std::io::Error::other(format!(
+                "the archive expands past the {} bytes the volume has",
+                self.limit
+            )));
+        }
+        Ok(n)
+    }
+}
+
+/// Remove everything under `dir` but `dir` itself (the volume's mount point).
+fn clear(dir: &Path) {
+    if let Ok(entries) = std::fs::read_dir(dir) {
+        for entry in entries.flatten() {
+            let path = entry.path();
+            let _ = if path.is_dir() {
+                std::fs::remove_dir_all(&path)
+            } else {
+                std::fs::remove_file(&path)
+            };
+        }
+    }
+}
+
+/// Unpack `source` into `dir`. Entries cannot escape `dir` (the tar crate refuses `..` and
+/// absolute paths). On any failure, what was unpacked is removed.
+pub async fn unpack(
+    source: &Source,
+    dir: &Path,
+    capacity: u64,
+    checksum: Option<&Checksum>,
+    progress: Arc<Progress>,
+) -> Result<(), ImportError> {
+    let input: Box<dyn Read + Send> = match source {
+        Source::File(path) => {
+            let file = std::fs::File::open(path)
+                .map_err(|e| ImportError::io(format!("opening {}", path.display()), e))?;
+            if let Ok(meta) = file.metadata() {
+                progress
+                    .total
+                    .store(meta.len(), std::sync::atomic::Ordering::Relaxed);
+            }
+            Box::new(file)
+        }
+        Source::Http(src) => {
+            let client = HttpClient::new(src.clone())?;
+            let info = client.info().await?;
+            progress
+                .total
+                .store(info.len.unwrap_or(0), std::sync::atomic::Ordering::Relaxed);
+            Box::new(http::stream(client, info, 16))
+        }
+    };
+    let hasher = Arc::new(Mutex::new(checksum.map(|c| Hasher::new(c.algorithm))));
+    let counted: Box<dyn Read + Send> = Box::new(Counting {
+        inner: input,
+        hasher: hasher.clone(),
+        progress,
+    });
+    let dest = dir.to_path_buf();
+    let result = blocking(move || {
+        let (detected, stream) = peek(counted, "reading the archive")?;
+        let stream = match detected {
+            Detected::Compressed(c) => decoder(c, stream)?,
+            Detected::Image(_) => stream,
+        };
+        let mut archive = tar::Archive::new(Bounded {
+            inner: stream,
+            seen: 0,
+            limit: capacity,
+        });
+        archive.set_preserve_permissions(true);
+        archive.set_unpack_xattrs(false);
+        archive.set_overwrite(true);
+        archive
+            .unpack(&dest)
+            .map_err(|e| ImportError::Damaged(format!("unpacking the archive: {e}")))?;
+        // Hash whatever follows the tar end marker too: the checksum covers the whole download.
+        let mut rest = archive.into_inner();
+        std::io::copy(&mut rest, &mut std::io::sink())
+            .map_err(|e| ImportError::Damaged(format!("reading the archive: {e}")))?;
+        Ok(())
+    })
+    .await;
+    let result = result.and_then(|()| match checksum {
+        Some(expected) => {
+            let actual = hasher
+                .lock()
+                .expect("hasher lock")
+                .take()
+                .map(Hasher::finish)
+                .unwrap_or_default();
+            verify(expected, &actual)
+        }
+        None => Ok(()),
+    });
+    if result.is_err() {
+        clear(dir);
+    }
+    result
+}

@@ -1,0 +1,115 @@
+//! The importer's progress metric, served over HTTPS (self-signed) as upstream's importer does:
+//! `kubevirt_cdi_import_progress_total{ownerUID="…"} <percent>` on `/metrics`.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper::{Request, Response, StatusCode};
+use hyper_util::rt::TokioIo;
+
+use crate::convert::Progress;
+use crate::error::ImportError;
+
+/// The metric's name, as upstream.
+pub const IMPORT_PROGRESS: &str = "kubevirt_cdi_import_progress_total";
+
+/// The exposition text for the current progress.
+pub fn render(owner_uid: &str, progress: &Progress) -> String {
+    let total = progress.total.load(Ordering::Relaxed);
+    let done = progress.done.load(Ordering::Relaxed);
+    let percent = if total == 0 {
+        0.0
+    } else {
+        (done as f64 * 100.0 / total as f64).min(100.0)
+    };
+    // Label values are escaped as the text format requires.
+    let uid = owner_uid
+        .replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n");
+    format!(
+        "# HELP {IMPORT_PROGRESS} The import progress in percentage\n# TYPE {IMPORT_PROGRESS} counter\n{IMPORT_PROGRESS}{{ownerUID=\"{uid}\"}} {percent:.2}\n"
+    )
+}
+
+/// Serve `/metrics` on `addr` over TLS with a fresh self-signed certificate until the returned
+/// task is aborted. Returns the bound address (for port 0).
+pub async fn serve(
+    addr: SocketAddr,
+    owner_uid: String,
+    progress: Arc<Progress>,
+) -> Result<(SocketAddr, tokio::task::JoinHandle<()>), ImportError> {
+    let key = rcgen::KeyPair::generate()
+        .map_err(|e| ImportError::Internal(format!("metrics key: {e}")))?;
+    let cert = rcgen::CertificateParams::new(vec!["cdi-importer".to_string()])
+        .and_then(|p| p.self_signed(&key))
+        .map_err(|e| ImportError::Internal(format!("metrics certificate: {e}")))?;
+    let config = rustls::ServerConfig::builder_with_provider(Arc::new(
+        rustls::crypto::aws_lc_rs::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .and_then(|b| {
+        b.with_no_client_auth().with_single_cert(
+            vec![cert.der().clone()],
+            rustls::pki_types::PrivateKeyDer::Pkcs8(key.serialize_der().into()),
+        )
+    })
+    .map_err(|e| ImportError::Internal(format!("metrics TLS: {e}")))?;
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(|e| ImportError::io(format!("listening on {addr}"), e))?;
+    let bound = listener
+        .local_addr()
+        .map_err(|e| ImportError::io("metrics address", e))?;
+    let task = tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            let (acceptor, progress, uid) = (acceptor.clone(), progress.clone(), owner_uid.clone());
+            tokio::spawn(async move {
+                let Ok(tls) = acceptor.accept(stream).await else {
+                    return;
+                };
+                let service =
+                    hyper::service::service_fn(move |req: Request<hyper::body::Incoming>| {
+                        let body = render(&uid, &progress);
+                        async move {
+                            let response = if req.uri().path() == "/metrics" {
+                                Response::builder()
+                                    .header("Content-Type", "text/plain; version=0.0.4")
+                                    .body(Full::new(Bytes::from(body)))
+                            } else {
+                                Response::builder()
+                                    .status(StatusCode::NOT_FOUND)
+                                    .body(Full::new(Bytes::new()))
+                            };
+                            Ok::<_, hyper::http::Error>(response.expect("a static response"))
+                        }
+                    });
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(TokioIo::new(tls), service)
+                    .await;
+            });
+        }
+    });
+    Ok((bound, task))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exposition() {
+        let p = Progress::default();
+        p.total.store(400, Ordering::Relaxed);
+        p.add(181);
+        assert_eq!(
+            render("5e1d", &p).lines().last().unwrap(),
+            "kubevirt_cdi_import_progress_total{ownerUID=\"5e1d\"} 45.25"
+        );
+        assert!(render("a\"b", &Progress::default()).contains("ownerUID=\"a\\\"b\"} 0.00"));
+    }
+}

@@ -1,0 +1,405 @@
+//! The importer pod's contract with the import controller: upstream's environment variables in,
+//! the image on the volume and a JSON termination message out.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use cdi_core::Quantity;
+use cdi_core::size::{self, Overhead, VolumeMode};
+use serde::Serialize;
+
+use crate::convert::{Progress, Tuning};
+use crate::error::ImportError;
+use crate::http::{HttpSource, RetryPolicy};
+use crate::import::{self, ImportOptions, SizeSpec, Source, TargetSpec};
+
+/// Upstream's message for a successful import.
+pub const COMPLETE_MESSAGE: &str = "Import Complete";
+/// Kubelet truncates termination messages longer than this.
+pub const MAX_TERMINATION_MESSAGE: usize = 4096;
+
+/// Where things are inside the pod; every path can be moved for running outside one.
+#[derive(Debug, Clone)]
+pub struct PodPaths {
+    /// The filesystem volume's mount point; the image is `disk.img` in it.
+    pub data_dir: PathBuf,
+    /// The block volume's device; its existence means the volume is Block.
+    pub block_device: PathBuf,
+    pub scratch_dir: PathBuf,
+    pub termination_log: PathBuf,
+    /// Mounted secrets, one file per extra header.
+    pub extra_headers_dir: PathBuf,
+}
+
+impl Default for PodPaths {
+    fn default() -> Self {
+        PodPaths {
+            data_dir: "/data".into(),
+            block_device: "/dev/cdi-block-volume".into(),
+            scratch_dir: "/scratch".into(),
+            termination_log: "/dev/termination-log".into(),
+            extra_headers_dir: "/extraheaders".into(),
+        }
+    }
+}
+
+/// What kind of data the import produces.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ContentType {
+    /// A disk image, converted to raw.
+    KubeVirt,
+    /// A tar archive unpacked onto the filesystem volume.
+    Archive,
+}
+
+/// The source as the environment describes it.
+#[derive(Debug, Clone)]
+pub enum PodSource {
+    Http(HttpSource),
+    /// `none`: a blank image.
+    Blank,
+}
+
+/// The importer's configuration, read from the environment.
+#[derive(Debug, Clone)]
+pub struct PodConfig {
+    pub source: PodSource,
+    pub content_type: ContentType,
+    /// The claim's request in bytes.
+    pub image_size: Option<u64>,
+    pub overhead: Overhead,
+    pub preallocation: bool,
+    pub checksum: Option<crate::checksum::Checksum>,
+    pub owner_uid: String,
+}
+
+/// The JSON termination message the controller reads.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TerminationMessage {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub scratch_space_required: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub preallocation_applied: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub labels: Option<BTreeMap<String, String>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+}
+
+impl TerminationMessage {
+    pub fn to_json(&self) -> String {
+        serde_json::to_string(self).expect("plain data serialises")
+    }
+}
+
+/// Write the termination message (a JSON object on success, one line of text on failure),
+/// within kubelet's limit.
+pub fn write_termination_message(path: &Path, text: &str) -> std::io::Result<()> {
+    let one_line = text.replace('\n', " ");
+    let mut end = one_line.len().min(MAX_TERMINATION_MESSAGE);
+    while !one_line.is_char_boundary(end) {
+        end -= 1;
+    }
+    std::fs::write(path, &one_line[..end])
+}
+
+fn env_bool(env: &HashMap<String, String>, name: &str) -> Result<bool, ImportError> {
+    match env.get(name).map(|s| s.trim()) {
+        None | Some("") => Ok(false),
+        Some(v) => match v.to_ascii_lowercase().as_str() {
+            "1" | "t" | "true" => Ok(true),
+            "0" | "f" | "false" => Ok(false),
+            _ => Err(ImportError::Unsupported(format!(
+                "{name}={v:?} is not a boolean; use \"true\" or \"false\""
+            ))),
+        },
+    }
+}
+
+fn split_header(line: &str, origin: &str) -> Result<(String, String), ImportError> {
+    let (name, value) = line.split_once(':').ok_or_else(|| {
+        ImportError::Unsupported(format!("extra header from {origin} is not \"Name: value\""))
+    })?;
+    Ok((name.trim().to_string(), value.trim().to_string()))
+}
+
+/// PEM files of a CA directory (a mounted ConfigMap: dot entries are its bookkeeping).
+fn read_cert_dir(dir: &Path) -> Result<Vec<Vec<u8>>, ImportError> {
+    let mut certs = Vec::new();
+    let entries = std::fs::read_dir(dir)
+        .map_err(|e| ImportError::io(format!("reading {}", dir.display()), e))?;
+    for entry in entries {
+        let entry = entry.map_err(|e| ImportError::io(format!("reading {}", dir.display()), e))?;
+        let name = entry.file_name();
+        if name.to_string_lossy().starts_with('.') || entry.path().is_dir() {
+            continue;
+        }
+        certs.push(
+            std::fs::read(entry.path())
+                .map_err(|e| ImportError::io(format!("reading {}", entry.path().display()), e))?,
+        );
+    }
+    Ok(certs)
+}
+
+/// Secret headers: every regular file under `dir` (not dot files or dot directories).
+fn read_secret_headers(dir: &Path, out: &mut Vec<(String, String)>) -> Result<(), ImportError> {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Ok(());
+    };
+    let mut paths: Vec<PathBuf> = entries.filter_map(|e| e.ok()).map(|e| e.path()).collect();
+    paths.sort();
+    for path in paths {
+        let hidden = path
+            .file_name()
+            .is_some_and(|n| n.to_string_lossy().starts_with('.'));
+        if hidden {
+            continue;
+        }
+        if path.is_dir() {
+            read_secret_headers(&path, out)?;
+        } else {
+            let text = std::fs::read_to_string(&path)
+                .map_err(|e| ImportError::io(format!("reading {}", path.display()), e))?;
+            out.push(split_header(text.trim_end(), "a mounted secret")?);
+        }
+    }
+    Ok(())
+}
+
+impl PodConfig {
+    /// Read the configuration from upstream's environment variables.
+    pub fn from_env(
+        env: &HashMap<String, String>,
+        paths: &PodPaths,
+    ) -> Result<PodConfig, ImportError> {
+        use cdi_api::env as e;
+        let get = |k: &str| env.get(k).map(String::as_str).filter(|v| !v.is_empty());
+        let content_type = match get(e::CONTENT_TYPE).unwrap_or("kubevirt") {
+            "kubevirt" => ContentType::KubeVirt,
+            "archive" => ContentType::Archive,
+            other => {
+                return Err(ImportError::Unsupported(format!(
+                    "{}={other:?}: use kubevirt or archive",
+                    e::CONTENT_TYPE
+                )));
+            }
+        };
+        let image_size = match get(e::IMAGE_SIZE) {
+            None => None,
+            Some(text) => Some(
+                text.parse::<Quantity>()
+                    .map_err(|err| ImportError::Unsupported(format!("{}: {err}", e::IMAGE_SIZE)))?
+                    .value()
+                    .max(0) as u64,
+            ),
+        };
+        let overhead = match get(e::FILESYSTEM_OVERHEAD) {
+            None => Overhead::ZERO,
+            Some(v) => v.parse().map_err(|err| {
+                ImportError::Unsupported(format!("{}: {err}", e::FILESYSTEM_OVERHEAD))
+            })?,
+        };
+        let checksum = get(e::CHECKSUM)
+            .map(|c| {
+                c.parse()
+                    .map_err(|err| ImportError::Unsupported(format!("{}: {err}", e::CHECKSUM)))
+            })
+            .transpose()?;
+        let source = match get(e::SOURCE).unwrap_or("http") {
+            "none" => PodSource::Blank,
+            "http" => {
+                let url = get(e::ENDPOINT)
+                    .ok_or_else(|| {
+                        ImportError::Unsupported(format!(
+                            "{} is required for an http source",
+                            e::ENDPOINT
+                        ))
+                    })?
+                    .to_string();
+                let basic_auth = match (get(e::ACCESS_KEY_ID), get(e::SECRET_KEY)) {
+                    (Some(u), Some(p)) => Some((u.to_string(), p.to_string())),
+                    _ => None,
+                };
+                let mut headers = Vec::new();
+                let mut numbered: Vec<(&String, &String)> = env
+                    .iter()
+                    .filter(|(k, _)| k.starts_with(e::EXTRA_HEADER_PREFIX))
+                    .collect();
+                numbered.sort();
+                for (name, value) in numbered {
+                    headers.push(split_header(value, name)?);
+                }
+                read_secret_headers(&paths.extra_headers_dir, &mut headers)?;
+                let ca_certs_pem = match get(e::CERT_DIR) {
+                    Some(dir) => read_cert_dir(Path::new(dir))?,
+                    None => Vec::new(),
+                };
+                PodSource::Http(HttpSource {
+                    url,
+                    basic_auth,
+                    headers,
+                    ca_certs_pem,
+                    insecure: env_bool(env, e::INSECURE_TLS)?,
+                    retry: RetryPolicy::default(),
+                })
+            }
+            other => {
+                return Err(ImportError::Unsupported(format!(
+                    "Unable to connect to {other} data source: cdi-rs does not import from {other} sources yet"
+                )));
+            }
+        };
+        Ok(PodConfig {
+            source,
+            content_type,
+            image_size,
+            overhead,
+            preallocation: env_bool(env, e::PREALLOCATION)?,
+            checksum,
+            owner_uid: env.get(e::OWNER_UID).cloned().unwrap_or_default(),
+        })
+    }
+}
+
+/// Free bytes of the filesystem holding `dir`.
+fn available_space(dir: &Path) -> Result<u64, ImportError> {
+    let stat = rustix::fs::statvfs(dir)
+        .map_err(|e| ImportError::io(format!("measuring {}", dir.display()), e.into()))?;
+    Ok(stat.f_bavail * stat.f_frsize)
+}
+
+/// Run the import the configuration describes; the returned message is the success message.
+pub async fn run(
+    config: &PodConfig,
+    paths: &PodPaths,
+    progress: Arc<Progress>,
+) -> Result<TerminationMessage, ImportError> {
+    let block = paths.block_device.exists();
+    let mode = if block {
+        VolumeMode::Block
+    } else {
+        VolumeMode::Filesystem
+    };
+    let target = if block {
+        TargetSpec::Block(paths.block_device.clone())
+    } else {
+        TargetSpec::File(paths.data_dir.join("disk.img"))
+    };
+    let capacity = if block {
+        crate::writer::Target::open_block(&paths.block_device)?.size()?
+    } else {
+        available_space(&paths.data_dir)?
+    };
+    let size = config.image_size.map(|requested| SizeSpec {
+        requested,
+        capacity,
+    });
+    let done = |scratch: bool| TerminationMessage {
+        scratch_space_required: scratch.then_some(true),
+        preallocation_applied: Some(config.preallocation),
+        labels: None,
+        message: Some(COMPLETE_MESSAGE.to_string()),
+    };
+
+    match (&config.source, config.content_type) {
+        (PodSource::Blank, ContentType::Archive) => Err(ImportError::Unsupported(
+            "Cannot create empty disk with content type archive".into(),
+        )),
+        (PodSource::Blank, ContentType::KubeVirt) => {
+            blank(&target, mode, size, config.overhead, config.preallocation)?;
+            Ok(done(false))
+        }
+        (PodSource::Http(src), ContentType::Archive) => {
+            if block {
+                return Err(ImportError::Unsupported(
+                    "contentType archive needs a Filesystem volume, not Block".into(),
+                ));
+            }
+            crate::archive::unpack(
+                &Source::Http(src.clone()),
+                &paths.data_dir,
+                capacity,
+                config.checksum.as_ref(),
+                progress,
+            )
+            .await?;
+            Ok(done(false))
+        }
+        (PodSource::Http(src), ContentType::KubeVirt) => {
+            let opts = ImportOptions {
+                target,
+                size,
+                overhead: if block {
+                    Overhead::ZERO
+                } else {
+                    config.overhead
+                },
+                preallocate: config.preallocation,
+                checksum: config.checksum.clone(),
+                scratch_dir: paths.scratch_dir.clone(),
+                tuning: Tuning::default(),
+            };
+            let report = import::import(&Source::Http(src.clone()), &opts, progress).await?;
+            tracing::info!(
+                format = %report.format,
+                virtual_size = report.virtual_size,
+                final_size = report.final_size,
+                transferred = report.transferred,
+                written = report.written,
+                scratch = report.scratch_used,
+                "import complete"
+            );
+            Ok(done(false))
+        }
+    }
+}
+
+/// A blank image: on a filesystem, a sparse file of the usable size (allocated when asked); on a
+/// block device, nothing to do unless preallocation asks for zeros.
+fn blank(
+    target: &TargetSpec,
+    mode: VolumeMode,
+    size: Option<SizeSpec>,
+    overhead: Overhead,
+    preallocate: bool,
+) -> Result<(), ImportError> {
+    let size = size.ok_or_else(|| {
+        ImportError::Unsupported("a blank image needs IMPORTER_IMAGE_SIZE".into())
+    })?;
+    match target {
+        TargetSpec::File(path) => {
+            let len =
+                size::resize_target(mode, size.capacity as i64, size.requested as i64, overhead)
+                    as u64;
+            let t = crate::writer::Target::create_file(path)?;
+            t.set_len(len)?;
+            if preallocate {
+                t.preallocate(len)?;
+            }
+            t.sync()
+        }
+        TargetSpec::Block(path) => {
+            if !preallocate {
+                return Ok(());
+            }
+            let t = crate::writer::Target::open_block(path)?;
+            let len = t.size()?.min(size.requested);
+            let device = std::fs::OpenOptions::new()
+                .write(true)
+                .open(path)
+                .map_err(|e| ImportError::io(format!("opening {}", path.display()), e))?;
+            let zeros = vec![0u8; 1 << 20];
+            let mut offset = 0;
+            while offset < len {
+                let n = (len - offset).min(zeros.len() as u64) as usize;
+                std::os::unix::fs::FileExt::write_all_at(&device, &zeros[..n], offset)
+                    .map_err(|e| ImportError::io(format!("zeroing {}", path.display()), e))?;
+                offset += n as u64;
+            }
+            t.sync()
+        }
+    }
+}
