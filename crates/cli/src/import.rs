@@ -10,14 +10,27 @@ use anyhow::Context;
 use cdi_core::Quantity;
 use cdi_core::size::{self, ClaimApi, Overhead, VolumeMode};
 use cdi_importer::convert::{Progress, Tuning};
-use cdi_importer::import::{ImportOptions, ImportReport, SizeSpec, TargetSpec, import_file};
+use cdi_importer::http::HttpSource;
+use cdi_importer::import::{ImportOptions, ImportReport, SizeSpec, Source, TargetSpec, import};
 
 #[derive(clap::Args)]
 pub struct ImportArgs {
-    /// The image to import: a local file (raw, qcow2, vmdk, vdi, vhd, vhdx, iso; optionally
-    /// gz/xz/zstd compressed).
-    #[arg(long, value_name = "PATH")]
-    source: PathBuf,
+    /// The image to import: an http(s):// URL or a local file (raw, qcow2, vmdk, vdi, vhd, vhdx,
+    /// iso; optionally gz/xz/zstd compressed).
+    #[arg(long, value_name = "URL|PATH")]
+    source: String,
+    /// Extra HTTP header, "Name: value" (repeatable).
+    #[arg(long = "header", value_name = "NAME: VALUE")]
+    headers: Vec<String>,
+    /// Basic auth user; the password is read from CDI_IMPORT_PASSWORD.
+    #[arg(long)]
+    user: Option<String>,
+    /// A directory of PEM CA certificates to trust for https:// sources.
+    #[arg(long, value_name = "DIR")]
+    ca_dir: Option<PathBuf>,
+    /// Do not verify the server's TLS certificate.
+    #[arg(long)]
+    insecure: bool,
     /// The DataVolume size; the image is grown to the disk size a claim of this size gets.
     /// Without it the image keeps its own virtual size.
     #[arg(long)]
@@ -79,25 +92,72 @@ pub fn run(args: &ImportArgs) -> anyhow::Result<()> {
         scratch_dir: args.scratch_dir.clone(),
         tuning: Tuning::default(),
     };
+    let source = source(args)?;
     let runtime = tokio::runtime::Runtime::new().context("starting the runtime")?;
     let progress = Arc::new(Progress::default());
     let bar = std::io::stderr()
         .is_terminal()
         .then(|| progress_bar(progress.clone()));
-    let result = runtime.block_on(import_file(&args.source, &opts, progress));
+    let result = runtime.block_on(import(&source, &opts, progress));
     if let Some((bar, ticker)) = bar {
         bar.finish_and_clear();
         let _ = ticker.join();
     }
-    let report = result.with_context(|| {
-        format!(
-            "importing {} into {}",
-            args.source.display(),
-            args.dest.display()
-        )
-    })?;
+    let shown = match &source {
+        Source::Http(h) => cdi_importer::http::redact(&h.url),
+        Source::File(p) => p.display().to_string(),
+    };
+    let report =
+        result.with_context(|| format!("importing {shown} into {}", args.dest.display()))?;
     print!("{}", summary(&report));
     Ok(())
+}
+
+fn source(args: &ImportArgs) -> anyhow::Result<Source> {
+    if !(args.source.starts_with("http://") || args.source.starts_with("https://")) {
+        anyhow::ensure!(
+            args.headers.is_empty()
+                && args.user.is_none()
+                && args.ca_dir.is_none()
+                && !args.insecure,
+            "--header, --user, --ca-dir and --insecure apply to http(s):// sources only"
+        );
+        return Ok(Source::File(PathBuf::from(&args.source)));
+    }
+    let mut headers = Vec::new();
+    for h in &args.headers {
+        let (name, value) = h
+            .split_once(':')
+            .with_context(|| format!("--header {h:?} is not \"Name: value\""))?;
+        headers.push((name.trim().to_string(), value.trim().to_string()));
+    }
+    let basic_auth = match &args.user {
+        Some(user) => Some((
+            user.clone(),
+            std::env::var("CDI_IMPORT_PASSWORD")
+                .context("--user needs the password in CDI_IMPORT_PASSWORD")?,
+        )),
+        None => None,
+    };
+    let mut ca_certs_pem = Vec::new();
+    if let Some(dir) = &args.ca_dir {
+        for entry in std::fs::read_dir(dir).with_context(|| format!("reading {}", dir.display()))? {
+            let path = entry?.path();
+            if path.is_file() {
+                ca_certs_pem.push(
+                    std::fs::read(&path).with_context(|| format!("reading {}", path.display()))?,
+                );
+            }
+        }
+    }
+    Ok(Source::Http(HttpSource {
+        url: args.source.clone(),
+        basic_auth,
+        headers,
+        ca_certs_pem,
+        insecure: args.insecure,
+        ..Default::default()
+    }))
 }
 
 fn progress_bar(progress: Arc<Progress>) -> (indicatif::ProgressBar, std::thread::JoinHandle<()>) {

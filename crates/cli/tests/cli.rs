@@ -77,3 +77,44 @@ fn import_a_qcow2_and_explain_a_too_small_size() {
     );
     assert!(!dest.exists());
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn import_from_a_url() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = cdi_testkit::images::pattern(3 << 20);
+    let server = cdi_testkit::FileServer::start(None).await;
+    server.add(
+        "/disk.raw",
+        data.clone(),
+        cdi_testkit::Behaviour {
+            ranges: true,
+            ..Default::default()
+        },
+    );
+    let dest = dir.path().join("disk.img");
+    let url = server.url("/disk.raw");
+    let args = [
+        "import",
+        "--source",
+        url.as_str(),
+        "--header",
+        "X-A: b",
+        dest.to_str().unwrap(),
+    ]
+    .map(String::from);
+    let out = tokio::task::spawn_blocking(move || {
+        Command::new(env!("CARGO_BIN_EXE_cdi"))
+            .args(&args)
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("format:       raw"));
+    assert_eq!(std::fs::read(&dest).unwrap(), data);
+}
