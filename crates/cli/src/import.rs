@@ -53,6 +53,12 @@ pub struct ImportArgs {
     /// DEST is a block device (its size is the disk size; old contents are zeroed).
     #[arg(long)]
     block: bool,
+    /// Largest read request (a Kubernetes quantity); also bounds one request's decompressed size.
+    #[arg(long, default_value = "2Mi")]
+    request_size: String,
+    /// Read requests in flight at once (default: one per core, 2 to 4).
+    #[arg(long)]
+    parallel: Option<usize>,
     /// Where the rare scratch copy goes (a compressed non-raw image).
     #[arg(long, default_value_os_t = std::env::temp_dir())]
     scratch_dir: PathBuf,
@@ -90,7 +96,15 @@ pub fn run(args: &ImportArgs) -> anyhow::Result<()> {
         preallocate: args.preallocate,
         checksum: args.checksum.as_deref().map(str::parse).transpose()?,
         scratch_dir: args.scratch_dir.clone(),
-        tuning: Tuning::default(),
+        tuning: Tuning {
+            request_bytes: args
+                .request_size
+                .parse::<Quantity>()?
+                .value()
+                .max(64 * 1024) as u64,
+            parallel: args.parallel.unwrap_or(Tuning::default().parallel).max(1),
+            ..Tuning::default()
+        },
     };
     let source = source(args)?;
     let runtime = tokio::runtime::Runtime::new().context("starting the runtime")?;

@@ -10,6 +10,7 @@ use bytes::Bytes;
 use futures::stream::{self, StreamExt, TryStreamExt};
 use tokio::sync::mpsc;
 
+use crate::buffer::Buffer;
 use crate::error::ImportError;
 use crate::qcow2::{self, Cluster, ClusterCompression, Header};
 use crate::reader::RangeReader;
@@ -28,9 +29,14 @@ pub struct Tuning {
 
 impl Default for Tuning {
     fn default() -> Self {
+        // One request in flight per core, at least two so that transfer overlaps decompression;
+        // more than four only adds memory.
+        let cores = std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(2);
         Tuning {
-            request_bytes: 4 << 20,
-            parallel: 4,
+            request_bytes: 2 << 20,
+            parallel: cores.clamp(2, 4),
             max_gap: 64 << 10,
         }
     }
@@ -112,7 +118,9 @@ fn plan_requests(
     for (guest, cluster) in clusters {
         let (start, end) = span(&cluster);
         if let Some(last) = requests.last_mut() {
-            let fits = start >= last.end && start - last.end <= tuning.max_gap;
+            // Compressed clusters are packed byte by byte while their stored lengths round up to
+            // sectors, so a cluster may start before the previous one's range ends.
+            let fits = start <= last.end + tuning.max_gap;
             let small = end.max(last.end) - last.start <= tuning.request_bytes
                 && output + cluster_size <= tuning.request_bytes;
             if fits && small {
@@ -132,91 +140,137 @@ fn plan_requests(
     requests
 }
 
-fn decompress(kind: ClusterCompression, input: &[u8], out: &mut [u8]) -> Result<(), String> {
-    match kind {
-        ClusterCompression::Deflate => {
-            let mut d = flate2::Decompress::new(false);
-            match d.decompress(input, out, flate2::FlushDecompress::Finish) {
-                Ok(_) if d.total_out() as usize == out.len() => Ok(()),
-                Ok(_) => Err(format!(
-                    "deflate produced {} of {} bytes",
-                    d.total_out(),
-                    out.len()
-                )),
-                Err(e) => Err(format!("deflate: {e}")),
+/// Inflates compressed clusters; one per request, so its state is allocated once, not per
+/// cluster.
+enum Inflater {
+    Deflate(flate2::Decompress),
+    Zstd(zstd::stream::raw::Decoder<'static>),
+}
+
+impl Inflater {
+    fn new(kind: ClusterCompression) -> Result<Inflater, String> {
+        Ok(match kind {
+            ClusterCompression::Deflate => Inflater::Deflate(flate2::Decompress::new(false)),
+            ClusterCompression::Zstd => {
+                Inflater::Zstd(zstd::stream::raw::Decoder::new().map_err(|e| format!("zstd: {e}"))?)
             }
-        }
-        ClusterCompression::Zstd => {
-            // The stored length is rounded up to sectors, so bytes of the next cluster may follow
-            // the frame: decode one frame, stopping when the cluster is full. The cluster-sized
-            // output buffer bounds what a hostile stream can expand to.
-            use zstd::stream::raw::{Decoder, InBuffer, Operation, OutBuffer};
-            let mut d = Decoder::new().map_err(|e| format!("zstd: {e}"))?;
-            let mut input = InBuffer::around(input);
-            let mut output = OutBuffer::around(out);
-            loop {
-                let hint = d
-                    .run(&mut input, &mut output)
-                    .map_err(|e| format!("zstd: {e}"))?;
+        })
+    }
+
+    /// Inflate one cluster into `out` (exactly its size). The stored length is rounded up to
+    /// sectors, so bytes of the next cluster may follow the compressed data: decoding stops when
+    /// the cluster is full. The cluster-sized output bounds what a hostile stream can expand to.
+    fn inflate(&mut self, input: &[u8], out: &mut [u8]) -> Result<(), String> {
+        match self {
+            Inflater::Deflate(d) => {
+                d.reset(false);
+                match d.decompress(input, out, flate2::FlushDecompress::Finish) {
+                    Ok(_) if d.total_out() as usize == out.len() => Ok(()),
+                    Ok(_) => Err(format!(
+                        "deflate produced {} of {} bytes",
+                        d.total_out(),
+                        out.len()
+                    )),
+                    Err(e) => Err(format!("deflate: {e}")),
+                }
+            }
+            Inflater::Zstd(d) => {
+                use zstd::stream::raw::{InBuffer, Operation, OutBuffer};
+                d.reinit().map_err(|e| format!("zstd: {e}"))?;
+                let capacity = out.len();
+                let mut input = InBuffer::around(input);
+                let mut output = OutBuffer::around(out);
+                loop {
+                    let hint = d
+                        .run(&mut input, &mut output)
+                        .map_err(|e| format!("zstd: {e}"))?;
+                    if output.pos() == capacity || hint == 0 {
+                        break;
+                    }
+                    if input.pos() == input.src.len() {
+                        return Err(format!(
+                            "zstd data ends after {} bytes of a cluster",
+                            output.pos()
+                        ));
+                    }
+                }
                 let produced = output.pos();
-                if produced == output.capacity() || hint == 0 {
-                    break;
+                if produced != capacity {
+                    return Err(format!("zstd produced {produced} of {capacity} bytes"));
                 }
-                if input.pos() == input.src.len() {
-                    return Err(format!(
-                        "zstd data ends after {produced} bytes of a cluster"
-                    ));
-                }
+                Ok(())
             }
-            let produced = output.pos();
-            if produced != out.len() {
-                return Err(format!("zstd produced {produced} of {} bytes", out.len()));
-            }
-            Ok(())
         }
     }
 }
 
-/// Turn one fetched request into writes: data slices as they are, compressed clusters inflated.
+/// Turn one fetched request into writes: data clusters as slices of what was read, compressed
+/// clusters inflated into one output buffer for the request.
 fn expand(header: &Header, request: &Request, data: &Bytes) -> Result<Vec<Op>, ImportError> {
     let cs = header.cluster_size();
-    let mut ops = Vec::with_capacity(request.clusters.len());
+    let visible = |guest: u64| cs.min(header.virtual_size - guest) as usize;
+    let inflated: usize = request
+        .clusters
+        .iter()
+        .filter(|(_, c)| matches!(c, Cluster::Compressed { .. }))
+        .map(|(g, _)| visible(*g))
+        .sum();
+    let mut out = Buffer::with_len(inflated)
+        .map_err(|e| ImportError::io("allocating a transfer buffer", e))?;
+    let mut inflater = None;
+    let mut at = 0usize;
+    let mut placed = Vec::with_capacity(request.clusters.len());
     for &(guest, cluster) in &request.clusters {
-        let visible = cs.min(header.virtual_size - guest) as usize;
+        let n = visible(guest);
         match cluster {
-            Cluster::Data { host } => {
-                let from = (host - request.start) as usize;
-                let to = (from + visible).min(data.len());
-                let mut slice = data.slice(from.min(data.len())..to);
-                if slice.len() < visible {
-                    // A cluster cut short by the end of the file reads as zeros past it.
-                    let mut padded = slice.to_vec();
-                    padded.resize(visible, 0);
-                    slice = Bytes::from(padded);
-                }
-                ops.push(Op::Data {
-                    offset: guest,
-                    data: slice,
-                });
-            }
             Cluster::Compressed { host, len } => {
-                let from = (host - request.start) as usize;
-                let input = &data[from.min(data.len())..(from + len as usize).min(data.len())];
-                let mut out = vec![0u8; cs as usize];
-                decompress(header.compression, input, &mut out).map_err(|e| {
-                    ImportError::Damaged(format!(
-                        "compressed cluster at guest offset {guest} (host {host}): {e}"
-                    ))
-                })?;
-                out.truncate(visible);
-                ops.push(Op::Data {
-                    offset: guest,
-                    data: Bytes::from(out),
-                });
+                let from = ((host - request.start) as usize).min(data.len());
+                let input = &data[from..(from + len as usize).min(data.len())];
+                let inflater = match &mut inflater {
+                    Some(i) => i,
+                    None => inflater
+                        .insert(Inflater::new(header.compression).map_err(ImportError::Damaged)?),
+                };
+                inflater
+                    .inflate(input, &mut out.as_mut()[at..at + n])
+                    .map_err(|e| {
+                        ImportError::Damaged(format!(
+                            "compressed cluster at guest offset {guest} (host {host}): {e}"
+                        ))
+                    })?;
+                placed.push((guest, None, at));
+                at += n;
             }
+            Cluster::Data { host } => placed.push((guest, Some(host), 0)),
             Cluster::Zero | Cluster::Unallocated => {}
         }
     }
+    let out = out.freeze();
+    let ops = placed
+        .into_iter()
+        .map(|(guest, host, at)| {
+            let n = visible(guest);
+            let data = match host {
+                None => out.slice(at..at + n),
+                Some(host) => {
+                    let from = ((host - request.start) as usize).min(data.len());
+                    let slice = data.slice(from..(from + n).min(data.len()));
+                    if slice.len() < n {
+                        // A cluster cut short by the end of the file reads as zeros past it.
+                        let mut padded = slice.to_vec();
+                        padded.resize(n, 0);
+                        Bytes::from(padded)
+                    } else {
+                        slice
+                    }
+                }
+            };
+            Op::Data {
+                offset: guest,
+                data,
+            }
+        })
+        .collect();
     Ok(ops)
 }
 
@@ -358,10 +412,7 @@ pub async fn convert_qcow2<R: RangeReader>(
                 let tx = tx.clone();
                 async move {
                     progress.add(fetched);
-                    for op in ops {
-                        send(&tx, op).await?;
-                    }
-                    Ok(())
+                    send(&tx, Op::Many(ops)).await
                 }
             })
             .await?;

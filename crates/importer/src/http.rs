@@ -5,12 +5,13 @@ use std::io::Read;
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use futures::StreamExt;
 use reqwest::StatusCode;
 use reqwest::header::{ACCEPT_ENCODING, CONTENT_LENGTH, CONTENT_RANGE, RANGE};
 use tokio::sync::mpsc;
 
+use crate::buffer::Buffer;
 use crate::error::ImportError;
 use crate::reader::RangeReader;
 
@@ -279,10 +280,13 @@ impl RangeReader for HttpReader {
 
     async fn read_at(&self, offset: u64, len: usize) -> Result<Bytes, ImportError> {
         let end = (offset + len as u64).min(self.len);
-        let mut buf = BytesMut::with_capacity((end - offset) as usize);
+        let want = (end - offset) as usize;
+        let mut buf = Buffer::with_len(want)
+            .map_err(|e| ImportError::io("allocating a transfer buffer", e))?;
+        let mut got = 0usize;
         let mut attempt = 0;
-        while (buf.len() as u64) < end - offset {
-            let from = offset + buf.len() as u64;
+        while got < want {
+            let from = offset + got as u64;
             let result = async {
                 let mut body = self
                     .client
@@ -291,13 +295,14 @@ impl RangeReader for HttpReader {
                     .bytes_stream();
                 while let Some(chunk) = body.next().await {
                     let chunk = chunk.map_err(|e| transport_error(self.client.url(), e))?;
-                    let room = (end - offset) as usize - buf.len();
-                    buf.extend_from_slice(&chunk[..chunk.len().min(room)]);
+                    let n = chunk.len().min(want - got);
+                    buf.as_mut()[got..got + n].copy_from_slice(&chunk[..n]);
+                    got += n;
                 }
                 Ok::<_, ImportError>(())
             }
             .await;
-            if (buf.len() as u64) >= end - offset {
+            if got >= want {
                 break;
             }
             let err = match result {
@@ -311,7 +316,7 @@ impl RangeReader for HttpReader {
                 return Err(err);
             }
             attempt += 1;
-            tracing::warn!(offset = offset + buf.len() as u64, attempt, error = %err, "transfer broke; resuming with a range request");
+            tracing::warn!(offset = offset + got as u64, attempt, error = %err, "transfer broke; resuming with a range request");
             self.client.backoff(attempt).await;
         }
         Ok(buf.freeze())

@@ -2,6 +2,7 @@
 //! Kubernetes volume, streaming and without scratch space where the format allows.
 
 pub mod archive;
+pub mod buffer;
 pub mod checksum;
 pub mod convert;
 pub mod error;

@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
+use crate::buffer::Buffer;
 use crate::error::ImportError;
 
 /// A source that can be read at any offset. Reads may run concurrently.
@@ -45,11 +46,11 @@ impl FileReader {
 }
 
 /// Read up to `len` bytes at `offset`, stopping early only at end of file.
-pub(crate) fn pread(file: &File, offset: u64, len: usize) -> std::io::Result<Vec<u8>> {
-    let mut buf = vec![0u8; len];
+pub(crate) fn pread(file: &File, offset: u64, len: usize) -> std::io::Result<Bytes> {
+    let mut buf = Buffer::with_len(len)?;
     let mut done = 0;
     while done < len {
-        match file.read_at(&mut buf[done..], offset + done as u64) {
+        match file.read_at(&mut buf.as_mut()[done..], offset + done as u64) {
             Ok(0) => break,
             Ok(n) => done += n,
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
@@ -57,7 +58,7 @@ pub(crate) fn pread(file: &File, offset: u64, len: usize) -> std::io::Result<Vec
         }
     }
     buf.truncate(done);
-    Ok(buf)
+    Ok(buf.freeze())
 }
 
 impl RangeReader for FileReader {
@@ -71,7 +72,6 @@ impl RangeReader for FileReader {
         tokio::task::spawn_blocking(move || pread(&file, offset, len))
             .await
             .map_err(|e| ImportError::Internal(format!("reader task: {e}")))?
-            .map(Bytes::from)
             .map_err(|e| ImportError::io(format!("reading {len} bytes at {offset}"), e))
     }
 }

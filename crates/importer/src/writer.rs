@@ -37,6 +37,8 @@ pub enum Op {
         offset: u64,
         len: u64,
     },
+    /// Several writes sent at once (one wake-up of the writer per request, not per cluster).
+    Many(Vec<Op>),
 }
 
 /// What the writer did.
@@ -193,15 +195,23 @@ fn write_loop(
 ) -> std::io::Result<WriteStats> {
     let mut stats = WriteStats::default();
     while let Some(op) = rx.blocking_recv() {
-        match op {
-            Op::Data { offset, data } => write_sparse(&file, kind, offset, &data, &mut stats)?,
-            Op::Zero { offset, len } => {
-                zero(&file, kind, offset, len)?;
-                stats.holes += len;
-            }
-        }
+        apply(&file, kind, op, &mut stats)?;
     }
     Ok(stats)
+}
+
+fn apply(file: &File, kind: TargetKind, op: Op, stats: &mut WriteStats) -> std::io::Result<()> {
+    match op {
+        Op::Data { offset, data } => write_sparse(file, kind, offset, &data, stats),
+        Op::Zero { offset, len } => {
+            zero(file, kind, offset, len)?;
+            stats.holes += len;
+            Ok(())
+        }
+        Op::Many(ops) => ops
+            .into_iter()
+            .try_for_each(|op| apply(file, kind, op, stats)),
+    }
 }
 
 /// Write `data` at `offset`, skipping all-zero blocks (zeroing them explicitly on a block

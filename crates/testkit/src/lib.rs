@@ -40,9 +40,36 @@ pub struct Logged {
     pub sent: u64,
 }
 
+/// What a path serves: bytes in memory, or a file read as requested (for large images).
+#[derive(Clone)]
+enum Body {
+    Memory(Arc<Vec<u8>>),
+    File(Arc<std::fs::File>, u64),
+}
+
+impl Body {
+    fn len(&self) -> u64 {
+        match self {
+            Body::Memory(d) => d.len() as u64,
+            Body::File(_, len) => *len,
+        }
+    }
+
+    fn chunk(&self, offset: u64, len: usize) -> std::io::Result<Vec<u8>> {
+        match self {
+            Body::Memory(d) => Ok(d[offset as usize..offset as usize + len].to_vec()),
+            Body::File(f, _) => {
+                let mut buf = vec![0u8; len];
+                std::os::unix::fs::FileExt::read_exact_at(f.as_ref(), &mut buf, offset)?;
+                Ok(buf)
+            }
+        }
+    }
+}
+
 #[derive(Default)]
 struct State {
-    files: HashMap<String, (Arc<Vec<u8>>, Behaviour)>,
+    files: HashMap<String, (Body, Behaviour)>,
     redirects: HashMap<String, String>,
     log: Vec<Logged>,
     drops_done: usize,
@@ -153,7 +180,24 @@ impl FileServer {
             .lock()
             .unwrap()
             .files
-            .insert(path.to_string(), (Arc::new(data), behaviour));
+            .insert(path.to_string(), (Body::Memory(Arc::new(data)), behaviour));
+    }
+
+    /// Serve the file at `file` (read on demand, so it may be large) at `path`.
+    pub fn add_file(
+        &self,
+        path: &str,
+        file: &std::path::Path,
+        behaviour: Behaviour,
+    ) -> std::io::Result<()> {
+        let f = std::fs::File::open(file)?;
+        let len = f.metadata()?.len();
+        self.state
+            .lock()
+            .unwrap()
+            .files
+            .insert(path.to_string(), (Body::File(Arc::new(f), len), behaviour));
+        Ok(())
     }
 
     /// Answer `from` with a 302 to `to`.
@@ -321,7 +365,7 @@ async fn serve<S: AsyncRead + AsyncWrite + Unpin>(
         return Ok(());
     }
 
-    let total = data.len() as u64;
+    let total = data.len();
     let (status, start, end) = match range.as_deref().and_then(|r| r.strip_prefix("bytes=")) {
         Some(spec) if behaviour.ranges => {
             let (a, b) = spec.split_once('-').unwrap_or((spec, ""));
@@ -375,13 +419,13 @@ async fn serve<S: AsyncRead + AsyncWrite + Unpin>(
         finish(log);
         return Ok(());
     }
-    let body = &data[start as usize..end as usize];
+    let body_len = end - start;
     // Faults apply only to responses long enough to hit them (not to probes).
     let (drop_at, stall_at) = {
         let mut st = state.lock().unwrap();
         let mut drop_at = None;
         if let Some((n, times)) = behaviour.drop_after
-            && (body.len() as u64) > n
+            && body_len > n
             && st.drops_done < times
         {
             st.drops_done += 1;
@@ -389,7 +433,7 @@ async fn serve<S: AsyncRead + AsyncWrite + Unpin>(
         }
         let mut stall_at = None;
         if let Some((n, d)) = behaviour.stall_after
-            && (body.len() as u64) > n
+            && body_len > n
             && st.stalls_done == 0
         {
             st.stalls_done += 1;
@@ -399,26 +443,31 @@ async fn serve<S: AsyncRead + AsyncWrite + Unpin>(
     };
     let mut sent = 0u64;
     let mut result = Ok(());
-    for chunk in body.chunks(64 * 1024) {
-        let mut chunk = chunk;
-        if let Some(n) = drop_at
-            && sent + chunk.len() as u64 > n
+    let mut offset = start;
+    while offset < end {
+        let mut n = (end - offset).min(256 * 1024);
+        let stop = drop_at.is_some_and(|d| sent + n > d);
+        if let Some(d) = drop_at
+            && stop
         {
-            chunk = &chunk[..(n - sent) as usize];
-            let _ = stream.write_all(chunk).await;
-            sent += chunk.len() as u64;
-            break;
+            n = d - sent;
         }
-        if let Some((n, d)) = stall_at
-            && sent + chunk.len() as u64 > n
+        if let Some((s, d)) = stall_at
+            && sent + n > s
+            && sent <= s
         {
             tokio::time::sleep(d).await;
         }
-        if let Err(e) = stream.write_all(chunk).await {
+        let chunk = data.chunk(offset, n as usize)?;
+        if let Err(e) = stream.write_all(&chunk).await {
             result = Err(e);
             break;
         }
-        sent += chunk.len() as u64;
+        sent += n;
+        offset += n;
+        if stop {
+            break;
+        }
     }
     let _ = stream.flush().await;
     let _ = stream.shutdown().await;
