@@ -75,7 +75,7 @@ impl Buffer {
         })
     }
 
-    pub fn as_mut(&mut self) -> &mut [u8] {
+    pub fn bytes_mut(&mut self) -> &mut [u8] {
         match self {
             Buffer::Heap(v) => v,
             Buffer::Mapped { map, len } => &mut map.as_mut().expect("present until frozen")[..*len],
@@ -119,8 +119,8 @@ mod tests {
     fn buffers_fill_truncate_and_slice() {
         for size in [1000, 1 << 20] {
             let mut b = Buffer::with_len(size).unwrap();
-            b.as_mut().fill(0);
-            b.as_mut()[10] = 7;
+            b.bytes_mut().fill(0);
+            b.bytes_mut()[10] = 7;
             b.truncate(100);
             let bytes = b.freeze();
             assert_eq!(bytes.len(), 100);

@@ -232,7 +232,7 @@ fn expand(header: &Header, request: &Request, data: &Bytes) -> Result<Vec<Op>, I
                         .insert(Inflater::new(header.compression).map_err(ImportError::Damaged)?),
                 };
                 inflater
-                    .inflate(input, &mut out.as_mut()[at..at + n])
+                    .inflate(input, &mut out.bytes_mut()[at..at + n])
                     .map_err(|e| {
                         ImportError::Damaged(format!(
                             "compressed cluster at guest offset {guest} (host {host}): {e}"

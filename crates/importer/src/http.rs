@@ -296,7 +296,7 @@ impl RangeReader for HttpReader {
                 while let Some(chunk) = body.next().await {
                     let chunk = chunk.map_err(|e| transport_error(self.client.url(), e))?;
                     let n = chunk.len().min(want - got);
-                    buf.as_mut()[got..got + n].copy_from_slice(&chunk[..n]);
+                    buf.bytes_mut()[got..got + n].copy_from_slice(&chunk[..n]);
                     got += n;
                 }
                 Ok::<_, ImportError>(())

@@ -50,7 +50,7 @@ pub(crate) fn pread(file: &File, offset: u64, len: usize) -> std::io::Result<Byt
     let mut buf = Buffer::with_len(len)?;
     let mut done = 0;
     while done < len {
-        match file.read_at(&mut buf.as_mut()[done..], offset + done as u64) {
+        match file.read_at(&mut buf.bytes_mut()[done..], offset + done as u64) {
             Ok(0) => break,
             Ok(n) => done += n,
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
