@@ -118,3 +118,48 @@ async fn import_from_a_url() {
     assert!(String::from_utf8_lossy(&out.stdout).contains("format:       raw"));
     assert_eq!(std::fs::read(&dest).unwrap(), data);
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_proxy_environment_is_honoured() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = cdi_testkit::images::pattern(1 << 20);
+    let proxy = cdi_testkit::FileServer::start(None).await;
+    proxy.add(
+        "/disk.raw",
+        data.clone(),
+        cdi_testkit::Behaviour {
+            ranges: true,
+            ..Default::default()
+        },
+    );
+    let dest = dir.path().join("disk.img");
+    let proxy_url = format!("http://{}", proxy.addr());
+    let args = [
+        "import",
+        "--source",
+        "http://images.invalid/disk.raw",
+        dest.to_str().unwrap(),
+    ]
+    .map(String::from);
+    let out = tokio::task::spawn_blocking(move || {
+        Command::new(env!("CARGO_BIN_EXE_cdi"))
+            .args(&args)
+            .env("http_proxy", proxy_url)
+            .env_remove("no_proxy")
+            .env_remove("NO_PROXY")
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(std::fs::read(&dest).unwrap(), data);
+    assert!(
+        proxy.log().iter().all(|l| l.proxied),
+        "every request went through the proxy"
+    );
+}

@@ -418,3 +418,14 @@ async fn dangerous_images_are_refused_before_anything_is_written() {
     );
     assert!(!s.path("t.raw").exists());
 }
+
+#[tokio::test]
+async fn iso_images_are_copied_as_raw() {
+    let s = Scenario::new();
+    let mut iso = cdi_testkit::images::pattern(4 * MIB);
+    iso[0x8001..0x8006].copy_from_slice(b"CD001");
+    std::fs::write(s.path("cd.iso"), &iso).unwrap();
+    let report = s.import("cd.iso", "cd.raw").await.unwrap();
+    assert_eq!(report.format, Format::Iso);
+    same(&s.read("cd.raw"), &iso, "iso");
+}

@@ -38,6 +38,8 @@ pub struct Logged {
     pub status: u16,
     /// Body bytes actually sent.
     pub sent: u64,
+    /// The request came through as a proxy request (`GET http://host/path`).
+    pub proxied: bool,
 }
 
 /// What a path serves: bytes in memory, or a file read as requested (for large images).
@@ -279,7 +281,17 @@ async fn serve<S: AsyncRead + AsyncWrite + Unpin>(
     let mut lines = text.split("\r\n");
     let mut first = lines.next().unwrap_or("").split(' ');
     let method = first.next().unwrap_or("").to_string();
-    let path = first.next().unwrap_or("").to_string();
+    let target = first.next().unwrap_or("").to_string();
+    // As an HTTP proxy, the server gets absolute URIs; it serves them from its own files.
+    let (path, proxied) = match target.strip_prefix("http://") {
+        Some(rest) => (
+            rest.find('/')
+                .map(|i| rest[i..].to_string())
+                .unwrap_or_else(|| "/".into()),
+            true,
+        ),
+        None => (target.clone(), false),
+    };
     let headers: Vec<(String, String)> = lines
         .filter_map(|l| l.split_once(':'))
         .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_string()))
@@ -298,6 +310,7 @@ async fn serve<S: AsyncRead + AsyncWrite + Unpin>(
         range: range.clone(),
         status: 0,
         sent: 0,
+        proxied,
     };
     let respond = |status: u16, reason: &str, extra: &str| {
         format!(
