@@ -88,6 +88,22 @@ pub fn run(args: &ImporterArgs) -> ExitCode {
             }
             ExitCode::SUCCESS
         }
-        Err(e) => fail(e.to_string()),
+        Err(e @ cdi_importer::ImportError::ChecksumMismatch { .. }) => {
+            // Upstream's contract: exit 0 so kubelet does not restart the pod, and a JSON message
+            // the controller recognises as fatal by "checksum mismatch". The image is removed.
+            let message = pod::TerminationMessage {
+                message: Some(format!("Unable to process data: {e}")),
+                ..Default::default()
+            };
+            eprintln!("error: {e}");
+            match pod::write_termination_message(&paths.termination_log, &message.to_json()) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(err) => {
+                    eprintln!("error: writing {}: {err}", paths.termination_log.display());
+                    ExitCode::FAILURE
+                }
+            }
+        }
+        Err(e) => fail(format!("Unable to process data: {e}")),
     }
 }

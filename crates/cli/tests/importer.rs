@@ -126,6 +126,11 @@ async fn failures_write_a_one_line_cause() {
         .await;
     assert!(!out.ok);
     assert!(
+        out.termination.starts_with("Unable to process data: "),
+        "{}",
+        out.termination
+    );
+    assert!(
         out.termination.contains("HTTP 404") && out.termination.contains("/missing.img"),
         "{}",
         out.termination
@@ -183,12 +188,13 @@ async fn checksum_mismatch_is_fatal_and_removes_the_image() {
             ("IMPORTER_CHECKSUM", "md5:0123456789abcdef0123456789abcdef"),
         ])
         .await;
-    assert!(!out.ok);
+    // As upstream: exit 0 (no restart loop) with a JSON message the controller marks fatal.
+    assert!(out.ok, "{}", out.stderr);
+    let message: serde_json::Value = serde_json::from_str(&out.termination).unwrap();
+    let text = message["message"].as_str().unwrap();
     assert!(
-        out.termination
-            .starts_with("checksum mismatch: expected md5:0123456789abcdef0123456789abcdef"),
-        "{}",
-        out.termination
+        text.starts_with("Unable to process data: checksum mismatch: expected md5:0123456789abcdef0123456789abcdef"),
+        "{text}"
     );
     assert!(!pod.data().join("disk.img").exists());
 }
