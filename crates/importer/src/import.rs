@@ -73,7 +73,9 @@ pub struct ImportReport {
     pub final_size: u64,
     /// Source bytes transferred.
     pub transferred: u64,
+    /// Bytes of the image that hold data (allocated, on a file).
     pub written: u64,
+    /// Bytes left as holes (on a file), or zeroed without data (on a block device).
     pub holes: u64,
     pub scratch_used: bool,
     pub preallocated: bool,
@@ -180,14 +182,27 @@ async fn import_inner(
         target.preallocate(final_size)?;
     }
     target.sync()?;
+    // On a file, what is allocated is what counts (qemu-img may have written it, not us); the
+    // rest are holes. A block device has no holes: its zeros were written or zeroed.
+    let (written, holes) = match &opts.target {
+        TargetSpec::File(path) => {
+            use std::os::unix::fs::MetadataExt;
+            let allocated = std::fs::metadata(path)
+                .map(|m| m.blocks() * 512)
+                .unwrap_or(converted.stats.written);
+            let written = allocated.min(final_size);
+            (written, final_size - written)
+        }
+        TargetSpec::Block(_) => (converted.stats.written, converted.stats.holes),
+    };
     Ok(ImportReport {
         format: converted.format,
         compression: converted.compression,
         virtual_size: converted.virtual_size,
         final_size,
         transferred: progress.done.load(Ordering::Relaxed),
-        written: converted.stats.written,
-        holes: converted.stats.holes,
+        written,
+        holes,
         scratch_used: converted.scratch_used,
         preallocated: opts.preallocate,
         elapsed: Duration::ZERO,
