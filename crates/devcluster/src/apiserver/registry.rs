@@ -1,0 +1,345 @@
+//! The resources the server serves: built-in kinds as a table, custom resources registered at
+//! run time from CustomResourceDefinitions.
+
+use std::collections::BTreeMap;
+
+use serde_json::{Value, json};
+
+/// One served resource.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ResourceDef {
+    /// Empty for the core group.
+    pub group: String,
+    pub version: String,
+    pub kind: String,
+    pub plural: String,
+    pub singular: String,
+    pub namespaced: bool,
+    pub short_names: Vec<String>,
+    pub categories: Vec<String>,
+    /// Subresources served: `status`, `binding`.
+    pub subresources: Vec<String>,
+    /// Only `create` (SubjectAccessReview and friends): nothing is stored.
+    pub create_only: bool,
+    /// The CRD's structural schema, for custom resources.
+    pub schema: Option<Value>,
+    /// The CRD's printer columns, for custom resources.
+    pub printer_columns: Vec<Value>,
+}
+
+impl ResourceDef {
+    pub fn api_version(&self) -> String {
+        if self.group.is_empty() {
+            self.version.clone()
+        } else {
+            format!("{}/{}", self.group, self.version)
+        }
+    }
+
+    pub fn has_status(&self) -> bool {
+        self.subresources.iter().any(|s| s == "status")
+    }
+
+    pub fn verbs(&self) -> Vec<&'static str> {
+        if self.create_only {
+            return vec!["create"];
+        }
+        vec![
+            "create",
+            "delete",
+            "deletecollection",
+            "get",
+            "list",
+            "patch",
+            "update",
+            "watch",
+        ]
+    }
+
+    /// The discovery entry (`APIResource`) of the resource and its subresources.
+    pub fn discovery(&self) -> Vec<Value> {
+        let mut main = json!({
+            "name": self.plural,
+            "singularName": self.singular,
+            "namespaced": self.namespaced,
+            "kind": self.kind,
+            "verbs": self.verbs(),
+        });
+        if !self.short_names.is_empty() {
+            main["shortNames"] = json!(self.short_names);
+        }
+        if !self.categories.is_empty() {
+            main["categories"] = json!(self.categories);
+        }
+        let mut out = vec![main];
+        for sub in &self.subresources {
+            let (kind, verbs) = match sub.as_str() {
+                "binding" => ("Binding", vec!["create"]),
+                _ => (self.kind.as_str(), vec!["get", "patch", "update"]),
+            };
+            out.push(json!({
+                "name": format!("{}/{sub}", self.plural),
+                "singularName": "",
+                "namespaced": self.namespaced,
+                "kind": kind,
+                "verbs": verbs,
+            }));
+        }
+        out
+    }
+}
+
+/// (group, version, kind, plural, namespaced, short names, categories, subresources)
+type Builtin = (
+    &'static str,
+    &'static str,
+    &'static str,
+    &'static str,
+    bool,
+    &'static [&'static str],
+    &'static [&'static str],
+    &'static [&'static str],
+);
+
+/// The built-in kinds the system touches.
+const BUILTINS: &[Builtin] = &[
+    (
+        "",
+        "v1",
+        "Namespace",
+        "namespaces",
+        false,
+        &["ns"],
+        &[],
+        &["status"],
+    ),
+    ("", "v1", "Node", "nodes", false, &["no"], &[], &["status"]),
+    (
+        "",
+        "v1",
+        "Pod",
+        "pods",
+        true,
+        &["po"],
+        &["all"],
+        &["status", "binding"],
+    ),
+    (
+        "",
+        "v1",
+        "Service",
+        "services",
+        true,
+        &["svc"],
+        &["all"],
+        &["status"],
+    ),
+    ("", "v1", "ConfigMap", "configmaps", true, &["cm"], &[], &[]),
+    ("", "v1", "Secret", "secrets", true, &[], &[], &[]),
+    (
+        "",
+        "v1",
+        "ServiceAccount",
+        "serviceaccounts",
+        true,
+        &["sa"],
+        &[],
+        &[],
+    ),
+    ("", "v1", "Event", "events", true, &["ev"], &[], &[]),
+    (
+        "",
+        "v1",
+        "PersistentVolumeClaim",
+        "persistentvolumeclaims",
+        true,
+        &["pvc"],
+        &[],
+        &["status"],
+    ),
+    (
+        "",
+        "v1",
+        "PersistentVolume",
+        "persistentvolumes",
+        false,
+        &["pv"],
+        &[],
+        &["status"],
+    ),
+    (
+        "events.k8s.io",
+        "v1",
+        "Event",
+        "events",
+        true,
+        &["ev"],
+        &[],
+        &[],
+    ),
+    (
+        "storage.k8s.io",
+        "v1",
+        "StorageClass",
+        "storageclasses",
+        false,
+        &["sc"],
+        &[],
+        &[],
+    ),
+    (
+        "storage.k8s.io",
+        "v1",
+        "CSIDriver",
+        "csidrivers",
+        false,
+        &[],
+        &[],
+        &[],
+    ),
+    (
+        "snapshot.storage.k8s.io",
+        "v1",
+        "VolumeSnapshot",
+        "volumesnapshots",
+        true,
+        &["vs"],
+        &[],
+        &["status"],
+    ),
+    (
+        "snapshot.storage.k8s.io",
+        "v1",
+        "VolumeSnapshotClass",
+        "volumesnapshotclasses",
+        false,
+        &["vsclass", "vsclasses"],
+        &[],
+        &[],
+    ),
+    (
+        "snapshot.storage.k8s.io",
+        "v1",
+        "VolumeSnapshotContent",
+        "volumesnapshotcontents",
+        false,
+        &["vsc", "vscs"],
+        &[],
+        &["status"],
+    ),
+    (
+        "coordination.k8s.io",
+        "v1",
+        "Lease",
+        "leases",
+        true,
+        &[],
+        &[],
+        &[],
+    ),
+    (
+        "apiextensions.k8s.io",
+        "v1",
+        "CustomResourceDefinition",
+        "customresourcedefinitions",
+        false,
+        &["crd", "crds"],
+        &[],
+        &["status"],
+    ),
+    (
+        "apps",
+        "v1",
+        "Deployment",
+        "deployments",
+        true,
+        &["deploy"],
+        &["all"],
+        &["status"],
+    ),
+];
+
+/// Every served resource, by (group, plural).
+#[derive(Debug, Clone, Default)]
+pub struct Registry {
+    resources: BTreeMap<(String, String), ResourceDef>,
+}
+
+impl Registry {
+    pub fn with_builtins() -> Registry {
+        let mut r = Registry::default();
+        for (group, version, kind, plural, namespaced, short, categories, subresources) in BUILTINS
+        {
+            r.add(ResourceDef {
+                group: group.to_string(),
+                version: version.to_string(),
+                kind: kind.to_string(),
+                plural: plural.to_string(),
+                singular: kind.to_lowercase(),
+                namespaced: *namespaced,
+                short_names: short.iter().map(|s| s.to_string()).collect(),
+                categories: categories.iter().map(|s| s.to_string()).collect(),
+                subresources: subresources.iter().map(|s| s.to_string()).collect(),
+                create_only: false,
+                schema: None,
+                printer_columns: Vec::new(),
+            });
+        }
+        r.add(ResourceDef {
+            group: "authorization.k8s.io".into(),
+            version: "v1".into(),
+            kind: "SubjectAccessReview".into(),
+            plural: "subjectaccessreviews".into(),
+            singular: "subjectaccessreview".into(),
+            namespaced: false,
+            short_names: vec![],
+            categories: vec![],
+            subresources: vec![],
+            create_only: true,
+            schema: None,
+            printer_columns: vec![],
+        });
+        r
+    }
+
+    pub fn add(&mut self, def: ResourceDef) {
+        self.resources
+            .insert((def.group.clone(), def.plural.clone()), def);
+    }
+
+    pub fn remove(&mut self, group: &str, plural: &str) -> Option<ResourceDef> {
+        self.resources
+            .remove(&(group.to_string(), plural.to_string()))
+    }
+
+    /// The resource at `/apis/{group}/{version}/{plural}` (or `/api/v1/{plural}`).
+    pub fn get(&self, group: &str, version: &str, plural: &str) -> Option<&ResourceDef> {
+        self.resources
+            .get(&(group.to_string(), plural.to_string()))
+            .filter(|d| d.version == version)
+    }
+
+    pub fn all(&self) -> impl Iterator<Item = &ResourceDef> {
+        self.resources.values()
+    }
+
+    /// Groups with their versions, core group excluded, in a stable order.
+    pub fn groups(&self) -> BTreeMap<String, Vec<String>> {
+        let mut groups: BTreeMap<String, Vec<String>> = BTreeMap::new();
+        for d in self.resources.values().filter(|d| !d.group.is_empty()) {
+            let versions = groups.entry(d.group.clone()).or_default();
+            if !versions.contains(&d.version) {
+                versions.push(d.version.clone());
+            }
+        }
+        groups
+    }
+
+    /// Resources of one group version.
+    pub fn in_group_version(&self, group: &str, version: &str) -> Vec<&ResourceDef> {
+        self.resources
+            .values()
+            .filter(|d| d.group == group && d.version == version)
+            .collect()
+    }
+}

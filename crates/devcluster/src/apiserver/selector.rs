@@ -1,0 +1,245 @@
+//! Label and field selectors as Kubernetes parses and applies them.
+
+use std::collections::BTreeMap;
+
+use serde_json::Value;
+
+/// One label requirement.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Requirement {
+    Equals(String, String),
+    NotEquals(String, String),
+    In(String, Vec<String>),
+    NotIn(String, Vec<String>),
+    Exists(String),
+    NotExists(String),
+}
+
+/// A parsed label selector; empty matches everything.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LabelSelector(pub Vec<Requirement>);
+
+fn valid_key(k: &str) -> bool {
+    !k.is_empty()
+        && k.chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_./".contains(c))
+}
+
+fn valid_value(v: &str) -> bool {
+    v.chars()
+        .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
+}
+
+/// Split on commas outside parentheses.
+fn split_top(s: &str) -> Result<Vec<&str>, String> {
+    let (mut depth, mut start, mut parts) = (0i32, 0usize, Vec::new());
+    for (i, c) in s.char_indices() {
+        match c {
+            '(' => depth += 1,
+            ')' => depth -= 1,
+            ',' if depth == 0 => {
+                parts.push(&s[start..i]);
+                start = i + 1;
+            }
+            _ => {}
+        }
+        if depth < 0 {
+            return Err(format!("unbalanced parentheses in {s:?}"));
+        }
+    }
+    if depth != 0 {
+        return Err(format!("unbalanced parentheses in {s:?}"));
+    }
+    parts.push(&s[start..]);
+    Ok(parts)
+}
+
+fn set(values: &str, whole: &str) -> Result<Vec<String>, String> {
+    let inner = values
+        .trim()
+        .strip_prefix('(')
+        .and_then(|v| v.strip_suffix(')'))
+        .ok_or_else(|| format!("expected a parenthesised set in {whole:?}"))?;
+    let vals: Vec<String> = inner
+        .split(',')
+        .map(|v| v.trim().to_string())
+        .filter(|v| !v.is_empty())
+        .collect();
+    if vals.is_empty() || vals.iter().any(|v| !valid_value(v)) {
+        return Err(format!("invalid value set in {whole:?}"));
+    }
+    Ok(vals)
+}
+
+impl LabelSelector {
+    pub fn parse(s: &str) -> Result<LabelSelector, String> {
+        let mut reqs = Vec::new();
+        if s.trim().is_empty() {
+            return Ok(LabelSelector(reqs));
+        }
+        for part in split_top(s)? {
+            let p = part.trim();
+            let req = if let Some(k) = p.strip_prefix('!') {
+                Requirement::NotExists(k.trim().to_string())
+            } else if let Some((k, v)) = p.split_once("!=") {
+                Requirement::NotEquals(k.trim().to_string(), v.trim().to_string())
+            } else if let Some((k, v)) = p.split_once("==") {
+                Requirement::Equals(k.trim().to_string(), v.trim().to_string())
+            } else if let Some((k, v)) = p.split_once('=') {
+                Requirement::Equals(k.trim().to_string(), v.trim().to_string())
+            } else if let Some(idx) = p.find(" notin ") {
+                Requirement::NotIn(p[..idx].trim().to_string(), set(&p[idx + 7..], p)?)
+            } else if let Some(idx) = p.find(" in ") {
+                Requirement::In(p[..idx].trim().to_string(), set(&p[idx + 4..], p)?)
+            } else {
+                Requirement::Exists(p.to_string())
+            };
+            let (key, value) = match &req {
+                Requirement::Equals(k, v) | Requirement::NotEquals(k, v) => (k, Some(v)),
+                Requirement::In(k, _)
+                | Requirement::NotIn(k, _)
+                | Requirement::Exists(k)
+                | Requirement::NotExists(k) => (k, None),
+            };
+            if !valid_key(key) || value.is_some_and(|v| !valid_value(v)) {
+                return Err(format!("unable to parse requirement {p:?}"));
+            }
+            reqs.push(req);
+        }
+        Ok(LabelSelector(reqs))
+    }
+
+    pub fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
+        self.0.iter().all(|r| match r {
+            Requirement::Equals(k, v) => labels.get(k) == Some(v),
+            Requirement::NotEquals(k, v) => labels.get(k) != Some(v),
+            Requirement::In(k, vs) => labels.get(k).is_some_and(|l| vs.contains(l)),
+            Requirement::NotIn(k, vs) => labels.get(k).is_none_or(|l| !vs.contains(l)),
+            Requirement::Exists(k) => labels.contains_key(k),
+            Requirement::NotExists(k) => !labels.contains_key(k),
+        })
+    }
+}
+
+/// A parsed field selector: (path, equal?, value).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct FieldSelector(pub Vec<(String, bool, String)>);
+
+impl FieldSelector {
+    pub fn parse(s: &str) -> Result<FieldSelector, String> {
+        let mut out = Vec::new();
+        if s.trim().is_empty() {
+            return Ok(FieldSelector(out));
+        }
+        for part in s.split(',') {
+            let p = part.trim();
+            let (path, eq, value) = if let Some((k, v)) = p.split_once("!=") {
+                (k, false, v)
+            } else if let Some((k, v)) = p.split_once("==") {
+                (k, true, v)
+            } else if let Some((k, v)) = p.split_once('=') {
+                (k, true, v)
+            } else {
+                return Err(format!(
+                    "invalid field selector {p:?}: use field=value or field!=value"
+                ));
+            };
+            out.push((path.trim().to_string(), eq, value.trim().to_string()));
+        }
+        Ok(FieldSelector(out))
+    }
+
+    /// Fields are dotted paths into the object; a missing field reads as "".
+    pub fn matches(&self, obj: &Value) -> bool {
+        self.0.iter().all(|(path, eq, value)| {
+            let mut cur = obj;
+            for seg in path.split('.') {
+                cur = cur.get(seg).unwrap_or(&Value::Null);
+            }
+            let actual = match cur {
+                Value::String(s) => s.clone(),
+                Value::Null => String::new(),
+                other => other.to_string(),
+            };
+            (actual == *value) == *eq
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn label_requirements() {
+        let l = labels(&[
+            ("app", "cdi"),
+            ("tier", "web"),
+            ("kubevirt.io/created-by", "uid-1"),
+        ]);
+        let cases = [
+            ("", true),
+            ("app=cdi", true),
+            ("app==cdi", true),
+            ("app!=cdi", false),
+            ("app!=other", true),
+            ("missing!=x", true),
+            ("tier in (web, db)", true),
+            ("tier notin (web,db)", false),
+            ("missing notin (a)", true),
+            ("kubevirt.io/created-by", true),
+            ("!kubevirt.io/created-by", false),
+            ("app=cdi,tier in (db)", false),
+            ("app=cdi, tier in (web,db), !gone", true),
+        ];
+        for (s, want) in cases {
+            assert_eq!(LabelSelector::parse(s).unwrap().matches(&l), want, "{s}");
+        }
+        for bad in ["tier in (", "tier in ()", "a b=c", "x=(", "in (a)"] {
+            assert!(
+                LabelSelector::parse(bad).is_err() || bad == "in (a)",
+                "{bad}"
+            );
+        }
+    }
+
+    #[test]
+    fn fields() {
+        let pod = serde_json::json!({"metadata": {"name": "p", "namespace": "ns"}, "spec": {"nodeName": "node-2"}, "status": {"phase": "Running"}});
+        for (s, want) in [
+            ("metadata.name=p", true),
+            ("metadata.namespace==ns,spec.nodeName=node-2", true),
+            ("status.phase!=Running", false),
+            ("spec.nodeName=", false),
+            ("spec.missing=", true),
+        ] {
+            assert_eq!(FieldSelector::parse(s).unwrap().matches(&pod), want, "{s}");
+        }
+        assert!(FieldSelector::parse("nonsense").is_err());
+    }
+
+    proptest! {
+        #[test]
+        fn parsing_never_panics(s in "[a-z=!(), .in/-]{0,40}") {
+            let _ = LabelSelector::parse(&s);
+            let _ = FieldSelector::parse(&s);
+        }
+
+        #[test]
+        fn equality_selectors_round_trip(k in "[a-z][a-z0-9]{0,8}", v in "[a-z0-9]{0,8}") {
+            let l: BTreeMap<String, String> = [(k.clone(), v.clone())].into();
+            let eq = format!("{k}={v}");
+            let ne = format!("{k}!={v}");
+            prop_assert!(LabelSelector::parse(&eq).unwrap().matches(&l));
+            prop_assert!(!LabelSelector::parse(&ne).unwrap().matches(&l));
+        }
+    }
+}

@@ -1,0 +1,796 @@
+//! The HTTP surface: discovery, the REST verbs on every resource, watches as streamed JSON lines.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::{Body, Bytes};
+use axum::extract::{Request, State};
+use axum::http::{Method, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde_json::{Value, json};
+
+use super::errors::{ApiError, ApiResult};
+use super::patch::{self, PatchKind};
+use super::registry::{Registry, ResourceDef};
+use super::selector::{FieldSelector, LabelSelector};
+use super::store::{ChangeKind, ListOptions, Propagation, Store};
+
+/// The in-memory API server.
+#[derive(Clone)]
+pub struct ApiServer {
+    store: Arc<Store>,
+}
+
+impl Default for ApiServer {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// Where a request points.
+enum Target {
+    Version,
+    ApiVersions,
+    Groups,
+    Group(String),
+    Resources(String, String),
+    Collection {
+        def: ResourceDef,
+        ns: Option<String>,
+    },
+    Item {
+        def: ResourceDef,
+        ns: String,
+        name: String,
+        sub: Option<String>,
+    },
+}
+
+fn json_response(status: StatusCode, v: &Value) -> Response {
+    (
+        status,
+        [(header::CONTENT_TYPE, "application/json")],
+        serde_json::to_vec(v).unwrap_or_default(),
+    )
+        .into_response()
+}
+
+fn query(req: &Request) -> HashMap<String, String> {
+    req.uri()
+        .query()
+        .map(|q| {
+            q.split('&')
+                .filter(|p| !p.is_empty())
+                .map(|p| {
+                    let (k, v) = p.split_once('=').unwrap_or((p, ""));
+                    (decode(k), decode(v))
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Percent-decoding of query components (`+` is a space).
+fn decode(s: &str) -> String {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'%' if i + 2 < bytes.len() => {
+                match u8::from_str_radix(
+                    std::str::from_utf8(&bytes[i + 1..i + 3]).unwrap_or("zz"),
+                    16,
+                ) {
+                    Ok(b) => {
+                        out.push(b);
+                        i += 3;
+                        continue;
+                    }
+                    Err(_) => out.push(b'%'),
+                }
+            }
+            b'+' => out.push(b' '),
+            b => out.push(b),
+        }
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+impl ApiServer {
+    pub fn new() -> ApiServer {
+        ApiServer {
+            store: Arc::new(Store::new(Registry::with_builtins())),
+        }
+    }
+
+    /// A server whose watches can resume only within the last `history` changes.
+    pub fn with_history(history: usize) -> ApiServer {
+        ApiServer {
+            store: Arc::new(Store::with_history(Registry::with_builtins(), history)),
+        }
+    }
+
+    pub fn store(&self) -> &Arc<Store> {
+        &self.store
+    }
+
+    /// The server as a router: hand it to `kube::Client::new` in-process, or serve it.
+    pub fn router(&self) -> axum::Router {
+        axum::Router::new()
+            .fallback(handle)
+            .with_state(self.clone())
+    }
+
+    /// Listen on `addr` (port 0 for any); returns the bound address and the serving task.
+    pub async fn serve(
+        &self,
+        addr: SocketAddr,
+    ) -> std::io::Result<(SocketAddr, tokio::task::JoinHandle<()>)> {
+        let listener = tokio::net::TcpListener::bind(addr).await?;
+        let bound = listener.local_addr()?;
+        let router = self.router();
+        let task = tokio::spawn(async move {
+            let _ = axum::serve(listener, router).await;
+        });
+        Ok((bound, task))
+    }
+
+    fn route(&self, path: &str) -> ApiResult<Target> {
+        let segs: Vec<&str> = path
+            .trim_matches('/')
+            .split('/')
+            .filter(|s| !s.is_empty())
+            .collect();
+        let (group, version, rest): (&str, &str, &[&str]) = match segs.as_slice() {
+            ["version"] => return Ok(Target::Version),
+            ["api"] => return Ok(Target::ApiVersions),
+            ["apis"] => return Ok(Target::Groups),
+            ["apis", g] => return Ok(Target::Group(g.to_string())),
+            ["api", v] => return Ok(Target::Resources(String::new(), v.to_string())),
+            ["apis", g, v] => return Ok(Target::Resources(g.to_string(), v.to_string())),
+            ["api", v, rest @ ..] => ("", *v, rest),
+            ["apis", g, v, rest @ ..] => (*g, *v, rest),
+            _ => return Err(ApiError::path_not_found()),
+        };
+        let registry = self.store.registry();
+        let def = |plural: &str| {
+            registry
+                .get(group, version, plural)
+                .cloned()
+                .ok_or_else(ApiError::path_not_found)
+        };
+        let core_ns = group.is_empty();
+        Ok(match rest {
+            [plural] => Target::Collection {
+                def: def(plural)?,
+                ns: None,
+            },
+            ["namespaces", name] if core_ns => Target::Item {
+                def: def("namespaces")?,
+                ns: String::new(),
+                name: name.to_string(),
+                sub: None,
+            },
+            ["namespaces", name, sub @ ("status" | "finalize")] if core_ns => Target::Item {
+                def: def("namespaces")?,
+                ns: String::new(),
+                name: name.to_string(),
+                sub: Some(sub.to_string()),
+            },
+            ["namespaces", ns, plural] => {
+                let d = def(plural)?;
+                if !d.namespaced {
+                    return Err(ApiError::path_not_found());
+                }
+                Target::Collection {
+                    def: d,
+                    ns: Some(ns.to_string()),
+                }
+            }
+            ["namespaces", ns, plural, name] => Target::Item {
+                def: def(plural)?,
+                ns: ns.to_string(),
+                name: name.to_string(),
+                sub: None,
+            },
+            ["namespaces", ns, plural, name, sub] => Target::Item {
+                def: def(plural)?,
+                ns: ns.to_string(),
+                name: name.to_string(),
+                sub: Some(sub.to_string()),
+            },
+            [plural, name] => Target::Item {
+                def: def(plural)?,
+                ns: String::new(),
+                name: name.to_string(),
+                sub: None,
+            },
+            [plural, name, sub] => Target::Item {
+                def: def(plural)?,
+                ns: String::new(),
+                name: name.to_string(),
+                sub: Some(sub.to_string()),
+            },
+            _ => return Err(ApiError::path_not_found()),
+        })
+    }
+}
+
+async fn handle(State(server): State<ApiServer>, req: Request) -> Response {
+    match dispatch(&server, req).await {
+        Ok(r) => r,
+        Err(e) => e.into_response(),
+    }
+}
+
+fn list_options(q: &HashMap<String, String>) -> ApiResult<ListOptions> {
+    Ok(ListOptions {
+        labels: LabelSelector::parse(q.get("labelSelector").map(String::as_str).unwrap_or(""))
+            .map_err(|e| ApiError::bad_request(format!("unable to parse requirement: {e}")))?,
+        fields: FieldSelector::parse(q.get("fieldSelector").map(String::as_str).unwrap_or(""))
+            .map_err(ApiError::bad_request)?,
+        limit: q
+            .get("limit")
+            .and_then(|l| l.parse().ok())
+            .filter(|l| *l > 0),
+        continue_after: q.get("continue").filter(|c| !c.is_empty()).cloned(),
+    })
+}
+
+async fn body_bytes(req: Request) -> ApiResult<Bytes> {
+    axum::body::to_bytes(req.into_body(), 256 << 20)
+        .await
+        .map_err(|e| ApiError::bad_request(format!("reading the body: {e}")))
+}
+
+fn parse_object(bytes: &[u8]) -> ApiResult<Value> {
+    let v: Value = serde_json::from_slice(bytes)
+        .or_else(|_| serde_saphyr::from_slice::<Value>(bytes).map_err(|e| e.to_string()))
+        .map_err(|e| ApiError::bad_request(format!("the body is not a valid object: {e}")))?;
+    if !v.is_object() {
+        return Err(ApiError::bad_request("the body must be an object"));
+    }
+    Ok(v)
+}
+
+async fn dispatch(server: &ApiServer, req: Request) -> ApiResult<Response> {
+    let target = server.route(req.uri().path())?;
+    let q = query(&req);
+    let method = req.method().clone();
+    let dry_run = q.get("dryRun").is_some_and(|d| d == "All");
+    let store = server.store.clone();
+    match target {
+        Target::Version => Ok(json_response(StatusCode::OK, &version())),
+        Target::ApiVersions => Ok(json_response(
+            StatusCode::OK,
+            &json!({"kind": "APIVersions", "versions": ["v1"], "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": "127.0.0.1"}]}),
+        )),
+        Target::Groups => Ok(json_response(StatusCode::OK, &groups(&store.registry()))),
+        Target::Group(g) => {
+            let list = groups(&store.registry());
+            let found = list["groups"]
+                .as_array()
+                .and_then(|a| a.iter().find(|x| x["name"] == g.as_str()).cloned());
+            match found {
+                Some(mut group) => {
+                    group["kind"] = json!("APIGroup");
+                    group["apiVersion"] = json!("v1");
+                    Ok(json_response(StatusCode::OK, &group))
+                }
+                None => Err(ApiError::path_not_found()),
+            }
+        }
+        Target::Resources(g, v) => {
+            let registry = store.registry();
+            let defs = registry.in_group_version(&g, &v);
+            if defs.is_empty() {
+                return Err(ApiError::path_not_found());
+            }
+            let group_version = if g.is_empty() {
+                v.clone()
+            } else {
+                format!("{g}/{v}")
+            };
+            let resources: Vec<Value> = defs.iter().flat_map(|d| d.discovery()).collect();
+            Ok(json_response(
+                StatusCode::OK,
+                &json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": group_version, "resources": resources}),
+            ))
+        }
+        Target::Collection { def, ns } => match method {
+            Method::GET if q.get("watch").is_some_and(|w| w == "true" || w == "1") => {
+                watch(store, def, ns, q)
+            }
+            Method::GET => {
+                let opts = list_options(&q)?;
+                let (items, rv, next) = store.list(&def, ns.as_deref(), &opts);
+                let mut meta = json!({"resourceVersion": rv.to_string()});
+                if let Some(next) = next {
+                    meta["continue"] = json!(next);
+                }
+                Ok(json_response(
+                    StatusCode::OK,
+                    &json!({"apiVersion": def.api_version(), "kind": format!("{}List", def.kind), "metadata": meta, "items": items}),
+                ))
+            }
+            Method::POST => {
+                let ns = ns.unwrap_or_default();
+                if def.namespaced && ns.is_empty() {
+                    return Err(ApiError::method_not_allowed(format!(
+                        "{} must be created in a namespace",
+                        def.plural
+                    )));
+                }
+                let obj = parse_object(&body_bytes(req).await?)?;
+                if def.create_only {
+                    let mut review = obj;
+                    review["status"] =
+                        json!({"allowed": true, "reason": "cdi dev allows every request"});
+                    return Ok(json_response(StatusCode::CREATED, &review));
+                }
+                let created = create(&store, &def, &ns, obj, dry_run)?;
+                Ok(json_response(StatusCode::CREATED, &created))
+            }
+            Method::DELETE => {
+                let opts = list_options(&q)?;
+                let (items, _, _) = store.list(&def, ns.as_deref(), &opts);
+                let mut deleted = Vec::new();
+                for item in items {
+                    let name = item["metadata"]["name"].as_str().unwrap_or("").to_string();
+                    let ins = item["metadata"]["namespace"]
+                        .as_str()
+                        .unwrap_or("")
+                        .to_string();
+                    if let Ok(d) =
+                        store.delete(&def, &ins, &name, Propagation::Background, None, dry_run)
+                    {
+                        deleted.push(d);
+                    }
+                }
+                Ok(json_response(
+                    StatusCode::OK,
+                    &json!({"apiVersion": def.api_version(), "kind": format!("{}List", def.kind), "metadata": {"resourceVersion": store.resource_version().to_string()}, "items": deleted}),
+                ))
+            }
+            _ => Err(ApiError::method_not_allowed(format!(
+                "{method} is not supported on {}",
+                def.plural
+            ))),
+        },
+        Target::Item { def, ns, name, sub } => {
+            if def.create_only {
+                return Err(ApiError::method_not_allowed(format!(
+                    "{} only supports create",
+                    def.plural
+                )));
+            }
+            match (sub.as_deref(), &method) {
+                (None | Some("status"), &Method::GET) => {
+                    Ok(json_response(StatusCode::OK, &store.get(&def, &ns, &name)?))
+                }
+                (None | Some("status"), &Method::PUT) => {
+                    let status = sub.is_some();
+                    if status && !def.has_status() {
+                        return Err(ApiError::path_not_found());
+                    }
+                    let obj = parse_object(&body_bytes(req).await?)?;
+                    let updated = store.update(&def, &ns, &name, obj, status, dry_run)?;
+                    after_write(&store, &def, &updated);
+                    Ok(json_response(StatusCode::OK, &updated))
+                }
+                (None | Some("status"), &Method::PATCH) => {
+                    let status = sub.is_some();
+                    let ct = req
+                        .headers()
+                        .get(header::CONTENT_TYPE)
+                        .and_then(|v| v.to_str().ok())
+                        .unwrap_or("")
+                        .to_string();
+                    let kind = PatchKind::from_content_type(&ct)?;
+                    let body = body_bytes(req).await?;
+                    let result = store.modify(
+                        &def,
+                        &ns,
+                        &name,
+                        dry_run,
+                        |current| patch::apply(kind, current, &body),
+                        status,
+                    );
+                    let updated = match result {
+                        Err(e) if e.code == 404 && kind == PatchKind::Apply && !status => {
+                            // Server-side apply creates what does not exist.
+                            let mut obj = parse_object(&body)?;
+                            obj["metadata"]["name"] = json!(name);
+                            create(&store, &def, &ns, obj, dry_run)?
+                        }
+                        other => other?,
+                    };
+                    after_write(&store, &def, &updated);
+                    Ok(json_response(StatusCode::OK, &updated))
+                }
+                (None, &Method::DELETE) => {
+                    let body = body_bytes(req).await?;
+                    let opts: Value = if body.is_empty() {
+                        json!({})
+                    } else {
+                        serde_json::from_slice(&body).unwrap_or(json!({}))
+                    };
+                    let policy = q
+                        .get("propagationPolicy")
+                        .cloned()
+                        .or_else(|| opts["propagationPolicy"].as_str().map(str::to_string))
+                        .or_else(|| {
+                            (opts["orphanDependents"] == json!(true)).then(|| "Orphan".to_string())
+                        });
+                    let propagation = match policy.as_deref() {
+                        Some("Orphan") => Propagation::Orphan,
+                        Some("Foreground") => Propagation::Foreground,
+                        _ => Propagation::Background,
+                    };
+                    let uid = opts["preconditions"]["uid"].as_str().map(str::to_string);
+                    let deleted =
+                        store.delete(&def, &ns, &name, propagation, uid.as_deref(), dry_run)?;
+                    let is_crd = def.group == "apiextensions.k8s.io"
+                        && def.plural == "customresourcedefinitions";
+                    if is_crd && store.get(&def, &ns, &name).is_err() {
+                        unregister_crd(&store, &deleted);
+                    }
+                    Ok(json_response(StatusCode::OK, &deleted))
+                }
+                (Some("binding"), &Method::POST)
+                    if def.group.is_empty() && def.plural == "pods" =>
+                {
+                    let binding = parse_object(&body_bytes(req).await?)?;
+                    let node = binding["target"]["name"].as_str().unwrap_or("").to_string();
+                    if node.is_empty() {
+                        return Err(ApiError::invalid(
+                            "Binding",
+                            &name,
+                            vec![("target.name".into(), "Required value".into())],
+                        ));
+                    }
+                    store.modify(
+                        &def,
+                        &ns,
+                        &name,
+                        dry_run,
+                        |current| {
+                            if current["spec"]["nodeName"]
+                                .as_str()
+                                .is_some_and(|n| !n.is_empty())
+                            {
+                                return Err(ApiError::conflict("", "pods", &name));
+                            }
+                            let mut next = current.clone();
+                            next["spec"]["nodeName"] = json!(node);
+                            Ok(next)
+                        },
+                        false,
+                    )?;
+                    Ok(json_response(
+                        StatusCode::CREATED,
+                        &json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}),
+                    ))
+                }
+                _ => Err(ApiError::method_not_allowed(format!(
+                    "{method} is not supported on {}/{}",
+                    def.plural,
+                    sub.unwrap_or_default()
+                ))),
+            }
+        }
+    }
+}
+
+fn version() -> Value {
+    json!({
+        "major": "1",
+        "minor": "33",
+        "gitVersion": "v1.33.0-cdi-dev",
+        "gitCommit": "0000000000000000000000000000000000000000",
+        "gitTreeState": "clean",
+        "buildDate": "2026-01-01T00:00:00Z",
+        "goVersion": "go1.24",
+        "compiler": "rustc",
+        "platform": "linux/amd64",
+    })
+}
+
+fn groups(registry: &Registry) -> Value {
+    let groups: Vec<Value> = registry
+        .groups()
+        .into_iter()
+        .map(|(name, versions)| {
+            let versions: Vec<Value> = versions
+                .iter()
+                .map(|v| json!({"groupVersion": format!("{name}/{v}"), "version": v}))
+                .collect();
+            json!({"name": name, "versions": versions, "preferredVersion": versions[0]})
+        })
+        .collect();
+    json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": groups})
+}
+
+fn create(
+    store: &Store,
+    def: &ResourceDef,
+    ns: &str,
+    obj: Value,
+    dry_run: bool,
+) -> ApiResult<Value> {
+    let is_crd = def.group == "apiextensions.k8s.io" && def.plural == "customresourcedefinitions";
+    let custom = if is_crd {
+        Some(crd_resource(&obj)?)
+    } else {
+        None
+    };
+    let created = store.create(def, ns, obj, dry_run)?;
+    if let (Some(custom), false) = (custom, dry_run) {
+        store.register(custom);
+        return mark_established(store, def, &created);
+    }
+    Ok(created)
+}
+
+fn after_write(store: &Store, def: &ResourceDef, obj: &Value) {
+    if def.group == "apiextensions.k8s.io"
+        && def.plural == "customresourcedefinitions"
+        && let Ok(custom) = crd_resource(obj)
+    {
+        store.register(custom);
+    }
+}
+
+fn unregister_crd(store: &Store, crd: &Value) {
+    let group = crd["spec"]["group"].as_str().unwrap_or("");
+    let plural = crd["spec"]["names"]["plural"].as_str().unwrap_or("");
+    store.unregister(group, plural);
+}
+
+/// The served resource a CRD defines (its storage version).
+fn crd_resource(crd: &Value) -> ApiResult<ResourceDef> {
+    let name = crd["metadata"]["name"].as_str().unwrap_or("").to_string();
+    let invalid = |field: &str, msg: &str| {
+        ApiError::invalid(
+            "CustomResourceDefinition",
+            &name,
+            vec![(field.into(), msg.into())],
+        )
+    };
+    let spec = &crd["spec"];
+    let group = spec["group"]
+        .as_str()
+        .filter(|g| !g.is_empty())
+        .ok_or_else(|| invalid("spec.group", "Required value"))?;
+    let names = &spec["names"];
+    let plural = names["plural"]
+        .as_str()
+        .filter(|p| !p.is_empty())
+        .ok_or_else(|| invalid("spec.names.plural", "Required value"))?;
+    let kind = names["kind"]
+        .as_str()
+        .filter(|k| !k.is_empty())
+        .ok_or_else(|| invalid("spec.names.kind", "Required value"))?;
+    if name != format!("{plural}.{group}") {
+        return Err(invalid(
+            "metadata.name",
+            &format!("must be spec.names.plural+\".\"+spec.group: {plural}.{group}"),
+        ));
+    }
+    let versions = spec["versions"]
+        .as_array()
+        .filter(|v| !v.is_empty())
+        .ok_or_else(|| invalid("spec.versions", "Required value"))?;
+    let storage = versions
+        .iter()
+        .find(|v| v["storage"] == json!(true))
+        .ok_or_else(|| {
+            invalid(
+                "spec.versions",
+                "exactly one version must be marked as storage version",
+            )
+        })?;
+    let strings = |v: &Value| -> Vec<String> {
+        v.as_array()
+            .map(|a| {
+                a.iter()
+                    .filter_map(|s| s.as_str().map(str::to_string))
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let mut subresources = Vec::new();
+    if storage["subresources"]["status"].is_object() {
+        subresources.push("status".to_string());
+    }
+    Ok(ResourceDef {
+        group: group.to_string(),
+        version: storage["name"].as_str().unwrap_or("v1").to_string(),
+        kind: kind.to_string(),
+        plural: plural.to_string(),
+        singular: names["singular"]
+            .as_str()
+            .map(str::to_string)
+            .unwrap_or_else(|| kind.to_lowercase()),
+        namespaced: spec["scope"] != json!("Cluster"),
+        short_names: strings(&names["shortNames"]),
+        categories: strings(&names["categories"]),
+        subresources,
+        create_only: false,
+        schema: Some(storage["schema"]["openAPIV3Schema"].clone()),
+        printer_columns: storage["additionalPrinterColumns"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default(),
+    })
+}
+
+fn mark_established(store: &Store, def: &ResourceDef, crd: &Value) -> ApiResult<Value> {
+    let name = crd["metadata"]["name"].as_str().unwrap_or("").to_string();
+    let mut next = crd.clone();
+    let now = super::store::now();
+    next["status"] = json!({
+        "acceptedNames": crd["spec"]["names"],
+        "storedVersions": crd["spec"]["versions"].as_array().map(|vs| vs.iter().filter(|v| v["storage"] == json!(true)).map(|v| v["name"].clone()).collect::<Vec<_>>()).unwrap_or_default(),
+        "conditions": [
+            {"type": "NamesAccepted", "status": "True", "reason": "NoConflicts", "message": "no conflicts found", "lastTransitionTime": now},
+            {"type": "Established", "status": "True", "reason": "InitialNamesAccepted", "message": "the initial names have been accepted", "lastTransitionTime": now},
+        ],
+    });
+    next["metadata"]["resourceVersion"] = json!("");
+    store.update(def, "", &name, next, true, false)
+}
+
+/// A watch: past events (from a version, or synthetic ADDED for the current state), then live
+/// ones, as JSON lines; bookmarks when asked; closed after `timeoutSeconds`.
+fn watch(
+    store: Arc<Store>,
+    def: ResourceDef,
+    ns: Option<String>,
+    q: HashMap<String, String>,
+) -> ApiResult<Response> {
+    let opts = list_options(&q)?;
+    let rv = q.get("resourceVersion").cloned().unwrap_or_default();
+    let initial =
+        rv.is_empty() || rv == "0" || q.get("sendInitialEvents").is_some_and(|s| s == "true");
+    let bookmarks = q.get("allowWatchBookmarks").is_some_and(|b| b == "true");
+    let send_initial_end = q.get("sendInitialEvents").is_some_and(|s| s == "true");
+    let timeout = Duration::from_secs(
+        q.get("timeoutSeconds")
+            .and_then(|t| t.parse().ok())
+            .unwrap_or(1800),
+    );
+    let since = if initial {
+        None
+    } else {
+        Some(
+            rv.parse::<u64>()
+                .map_err(|_| ApiError::bad_request(format!("invalid resourceVersion {rv:?}")))?,
+        )
+    };
+
+    let (past, mut rx, at) = match store.watch_from(since.or(Some(store.resource_version()))) {
+        Ok(w) => w,
+        // As kube-apiserver: the watch starts, then says 410 in an ERROR event.
+        Err(e) if e.code == 410 => {
+            let line = ndjson(&json!({"type": "ERROR", "object": e.status()}));
+            return Ok((
+                StatusCode::OK,
+                [(header::CONTENT_TYPE, "application/json")],
+                Body::from(line),
+            )
+                .into_response());
+        }
+        Err(e) => return Err(e),
+    };
+    let mut lines: Vec<Value> = Vec::new();
+    let mut last = since.unwrap_or(at);
+    if initial {
+        let (items, rv_now, _) = store.list(
+            &def,
+            ns.as_deref(),
+            &ListOptions {
+                labels: opts.labels.clone(),
+                fields: opts.fields.clone(),
+                ..Default::default()
+            },
+        );
+        lines.extend(
+            items
+                .into_iter()
+                .map(|o| json!({"type": "ADDED", "object": o})),
+        );
+        last = rv_now.max(at);
+        if send_initial_end {
+            lines.push(json!({"type": "BOOKMARK", "object": {"kind": def.kind, "apiVersion": def.api_version(), "metadata": {"resourceVersion": last.to_string(), "annotations": {"k8s.io/initial-events-end": "true"}}}}));
+        }
+    }
+    let matches = {
+        let def = def.clone();
+        let ns = ns.clone();
+        let opts = opts.clone();
+        move |c: &super::store::Change| -> bool {
+            c.group == def.group
+                && c.plural == def.plural
+                && ns
+                    .as_ref()
+                    .is_none_or(|n| !def.namespaced || *n == c.namespace)
+                && opts.labels.matches(
+                    &c.object["metadata"]["labels"]
+                        .as_object()
+                        .map(|m| {
+                            m.iter()
+                                .map(|(k, v)| {
+                                    (k.clone(), v.as_str().unwrap_or_default().to_string())
+                                })
+                                .collect()
+                        })
+                        .unwrap_or_default(),
+                )
+                && opts.fields.matches(&c.object)
+        }
+    };
+    let threshold = last;
+    for change in past.iter().filter(|c| c.rv > threshold) {
+        if matches(change) {
+            lines.push(json!({"type": change.kind.as_str(), "object": change.object}));
+        }
+        last = last.max(change.rv);
+    }
+
+    let (tx, body_rx) = tokio::sync::mpsc::channel::<Result<Bytes, std::io::Error>>(256);
+    let kind = def.kind.clone();
+    let api_version = def.api_version();
+    tokio::spawn(async move {
+        for line in lines {
+            if tx.send(Ok(ndjson(&line))).await.is_err() {
+                return;
+            }
+        }
+        let deadline = tokio::time::sleep(timeout);
+        tokio::pin!(deadline);
+        let mut ticker = tokio::time::interval(Duration::from_secs(5));
+        ticker.tick().await;
+        loop {
+            tokio::select! {
+                _ = &mut deadline => return,
+                _ = ticker.tick(), if bookmarks => {
+                    let b = json!({"type": "BOOKMARK", "object": {"kind": kind, "apiVersion": api_version, "metadata": {"resourceVersion": last.to_string()}}});
+                    if tx.send(Ok(ndjson(&b))).await.is_err() { return; }
+                }
+                change = rx.recv() => match change {
+                    Ok(c) => {
+                        if c.rv <= last { continue; }
+                        last = c.rv;
+                        if matches(&c) {
+                            let kind = match c.kind { ChangeKind::Added => "ADDED", ChangeKind::Modified => "MODIFIED", ChangeKind::Deleted => "DELETED" };
+                            if tx.send(Ok(ndjson(&json!({"type": kind, "object": c.object})))).await.is_err() { return; }
+                        }
+                    }
+                    // Too slow a reader: end the watch; the client lists again.
+                    Err(_) => return,
+                },
+                _ = tx.closed() => return,
+            }
+        }
+    });
+    let stream = futures::stream::unfold(body_rx, |mut rx| async move {
+        rx.recv().await.map(|item| (item, rx))
+    });
+    Ok((
+        StatusCode::OK,
+        [(header::CONTENT_TYPE, "application/json")],
+        Body::from_stream(stream),
+    )
+        .into_response())
+}
+
+fn ndjson(v: &Value) -> Bytes {
+    let mut line = serde_json::to_vec(v).unwrap_or_default();
+    line.push(b'\n');
+    Bytes::from(line)
+}

@@ -1,0 +1,3 @@
+//! cdi-devcluster: the embedded development cluster of `cdi dev`.
+
+pub mod apiserver;

@@ -1,0 +1,450 @@
+//! The real kube-rs client and runtime against the embedded API server, in process.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use cdi_api::DataVolume;
+use cdi_devcluster::apiserver::ApiServer;
+use futures::{StreamExt, TryStreamExt};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use kube::api::{
+    DeleteParams, ListParams, Patch, PatchParams, PostParams, WatchEvent, WatchParams,
+};
+use kube::runtime::{Controller, controller::Action, watcher};
+use kube::{Api, Client, ResourceExt};
+use serde_json::json;
+
+fn client(server: &ApiServer) -> Client {
+    Client::new(server.router(), "default")
+}
+
+fn cm(name: &str, labels: &[(&str, &str)]) -> ConfigMap {
+    let mut c = ConfigMap::default();
+    c.metadata.name = Some(name.into());
+    c.metadata.labels = Some(
+        labels
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+    );
+    c.data = Some([("k".to_string(), "v".to_string())].into());
+    c
+}
+
+async fn install_crds(client: &Client) {
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    for crd in cdi_api::crd::crds() {
+        crds.create(&PostParams::default(), &crd).await.unwrap();
+    }
+}
+
+#[tokio::test]
+async fn crud_selectors_conflicts_and_patches() {
+    let server = ApiServer::new();
+    let cms: Api<ConfigMap> = Api::namespaced(client(&server), "default");
+    let a = cms
+        .create(
+            &PostParams::default(),
+            &cm("a", &[("app", "cdi"), ("tier", "web")]),
+        )
+        .await
+        .unwrap();
+    assert!(a.metadata.uid.is_some() && a.metadata.creation_timestamp.is_some());
+    cms.create(&PostParams::default(), &cm("b", &[("app", "other")]))
+        .await
+        .unwrap();
+    let err = cms
+        .create(&PostParams::default(), &cm("a", &[]))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, kube::Error::Api(ref s) if s.code == 409 && s.reason == "AlreadyExists"),
+        "{err}"
+    );
+
+    let names = |l: kube::core::ObjectList<ConfigMap>| {
+        l.items.iter().map(|c| c.name_any()).collect::<Vec<_>>()
+    };
+    assert_eq!(
+        names(
+            cms.list(&ListParams::default().labels("app=cdi"))
+                .await
+                .unwrap()
+        ),
+        ["a"]
+    );
+    assert_eq!(
+        names(
+            cms.list(&ListParams::default().labels("app in (cdi,other),tier!=db"))
+                .await
+                .unwrap()
+        ),
+        ["a", "b"]
+    );
+    assert_eq!(
+        names(
+            cms.list(&ListParams::default().fields("metadata.name=b"))
+                .await
+                .unwrap()
+        ),
+        ["b"]
+    );
+    let page = cms.list(&ListParams::default().limit(1)).await.unwrap();
+    assert_eq!(names(page.clone()), ["a"]);
+    let rest = cms
+        .list(
+            &ListParams::default()
+                .limit(1)
+                .continue_token(page.metadata.continue_.as_deref().unwrap()),
+        )
+        .await
+        .unwrap();
+    assert_eq!(names(rest), ["b"]);
+
+    // A stale resourceVersion is a conflict.
+    let mut stale = a.clone();
+    let mut fresh = a.clone();
+    fresh.data = Some([("k".to_string(), "new".to_string())].into());
+    cms.replace("a", &PostParams::default(), &fresh)
+        .await
+        .unwrap();
+    stale.data = Some([("k".to_string(), "lost update".to_string())].into());
+    let err = cms
+        .replace("a", &PostParams::default(), &stale)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, kube::Error::Api(ref s) if s.code == 409 && s.reason == "Conflict"),
+        "{err}"
+    );
+
+    let merged = cms
+        .patch(
+            "a",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": {"tier": null, "x": "1"}}})),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        merged.labels(),
+        &BTreeMap::from([
+            ("app".to_string(), "cdi".to_string()),
+            ("x".to_string(), "1".to_string())
+        ])
+    );
+    let jp: json_patch::Patch =
+        serde_json::from_value(json!([{"op": "add", "path": "/data/j", "value": "p"}])).unwrap();
+    let patched = cms
+        .patch("a", &PatchParams::default(), &Patch::<()>::Json(jp))
+        .await
+        .unwrap();
+    assert_eq!(patched.data.unwrap()["j"], "p");
+    let applied = cms
+        .patch("c", &PatchParams::apply("test").force(), &Patch::Apply(json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}, "data": {"a": "b"}})))
+        .await
+        .unwrap();
+    assert_eq!(applied.data.unwrap()["a"], "b", "apply creates");
+
+    cms.delete("b", &DeleteParams::default()).await.unwrap();
+    let err = cms.get("b").await.unwrap_err();
+    assert!(
+        matches!(err, kube::Error::Api(ref s) if s.code == 404 && s.reason == "NotFound"),
+        "{err}"
+    );
+
+    let mut generated = cm("", &[]);
+    generated.metadata.name = None;
+    generated.metadata.generate_name = Some("gen-".into());
+    let g = cms
+        .create(&PostParams::default(), &generated)
+        .await
+        .unwrap();
+    assert!(g.name_any().starts_with("gen-") && g.name_any().len() > 4);
+
+    let other: Api<ConfigMap> = Api::namespaced(client(&server), "missing");
+    let err = other
+        .create(&PostParams::default(), &cm("x", &[]))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, kube::Error::Api(ref s) if s.code == 404),
+        "{err}"
+    );
+}
+
+#[tokio::test]
+async fn custom_resources_from_the_generated_crds() {
+    let server = ApiServer::new();
+    let client = client(&server);
+    install_crds(&client).await;
+    let dvs: Api<DataVolume> = Api::namespaced(client.clone(), "default");
+    let dv: DataVolume = serde_json::from_value(json!({
+        "apiVersion": "cdi.kubevirt.io/v1beta1", "kind": "DataVolume",
+        "metadata": {"name": "disk"},
+        "spec": {"source": {"blank": {}}, "storage": {"resources": {"requests": {"storage": "1Gi"}}}},
+        "status": {"phase": "Succeeded"}
+    }))
+    .unwrap();
+    let created = dvs.create(&PostParams::default(), &dv).await.unwrap();
+    assert!(created.status.is_none(), "status is ignored on create");
+    assert_eq!(created.metadata.generation, Some(1));
+
+    let mut with_status = created.clone();
+    with_status.status = Some(serde_json::from_value(json!({"phase": "ImportScheduled"})).unwrap());
+    with_status.spec.priority_class_name = Some("ignored-by-status".into());
+    let s = dvs
+        .replace_status("disk", &PostParams::default(), &with_status)
+        .await
+        .unwrap();
+    assert_eq!(s.phase().map(|p| p.as_str()), Some("ImportScheduled"));
+    assert_eq!(
+        s.spec.priority_class_name, None,
+        "the status endpoint does not change spec"
+    );
+    assert_eq!(s.metadata.generation, Some(1));
+
+    let mut spec_change = s.clone();
+    spec_change.spec.priority_class_name = Some("high".into());
+    spec_change.status = None;
+    let u = dvs
+        .replace("disk", &PostParams::default(), &spec_change)
+        .await
+        .unwrap();
+    assert_eq!(
+        u.metadata.generation,
+        Some(2),
+        "a spec change bumps the generation"
+    );
+    assert_eq!(
+        u.phase().map(|p| p.as_str()),
+        Some("ImportScheduled"),
+        "the main endpoint keeps status"
+    );
+
+    // Discovery sees the new kinds with their short names.
+    let discovery = kube::discovery::Discovery::new(client.clone())
+        .run()
+        .await
+        .unwrap();
+    let (ar, caps) = discovery
+        .groups()
+        .flat_map(|g| g.recommended_resources())
+        .find(|(ar, _)| ar.kind == "DataVolume")
+        .expect("DataVolume discovered");
+    assert_eq!(
+        (ar.plural.as_str(), ar.group.as_str()),
+        ("datavolumes", "cdi.kubevirt.io")
+    );
+    assert!(caps.subresources.iter().any(|(s, _)| s.plural == "status"));
+
+    // Deleting the CRD removes the resource.
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    crds.delete("datavolumes.cdi.kubevirt.io", &DeleteParams::default())
+        .await
+        .unwrap();
+    assert!(dvs.list(&ListParams::default()).await.is_err());
+}
+
+#[tokio::test]
+async fn finalizers_and_garbage_collection() {
+    let server = ApiServer::new();
+    let cms: Api<ConfigMap> = Api::namespaced(client(&server), "default");
+    let mut held = cm("held", &[]);
+    held.metadata.finalizers = Some(vec!["cdi.kubevirt.io/test".into()]);
+    cms.create(&PostParams::default(), &held).await.unwrap();
+    cms.delete("held", &DeleteParams::default()).await.unwrap();
+    let still = cms.get("held").await.unwrap();
+    assert!(
+        still.metadata.deletion_timestamp.is_some(),
+        "finalizers keep the object"
+    );
+    cms.patch(
+        "held",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"finalizers": null}})),
+    )
+    .await
+    .unwrap();
+    assert!(
+        cms.get("held").await.is_err(),
+        "gone with the last finalizer"
+    );
+
+    let owned = |name: &str, owner: &ConfigMap| {
+        let mut c = cm(name, &[]);
+        c.metadata.owner_references = Some(vec![OwnerReference {
+            api_version: "v1".into(),
+            kind: "ConfigMap".into(),
+            name: owner.name_any(),
+            uid: owner.uid().unwrap(),
+            controller: Some(true),
+            block_owner_deletion: Some(true),
+        }]);
+        c
+    };
+    for policy in ["Background", "Orphan", "Foreground"] {
+        let owner = cms
+            .create(&PostParams::default(), &cm(&format!("owner-{policy}"), &[]))
+            .await
+            .unwrap();
+        cms.create(
+            &PostParams::default(),
+            &owned(&format!("child-{policy}"), &owner),
+        )
+        .await
+        .unwrap();
+        let params = match policy {
+            "Background" => DeleteParams::background(),
+            "Orphan" => DeleteParams::orphan(),
+            _ => DeleteParams::foreground(),
+        };
+        cms.delete(&owner.name_any(), &params).await.unwrap();
+        let child = cms.get_opt(&format!("child-{policy}")).await.unwrap();
+        match policy {
+            "Orphan" => assert!(
+                child
+                    .unwrap()
+                    .metadata
+                    .owner_references
+                    .unwrap_or_default()
+                    .is_empty()
+            ),
+            _ => assert!(child.is_none(), "{policy}: dependents are collected"),
+        }
+        assert!(
+            cms.get_opt(&owner.name_any()).await.unwrap().is_none(),
+            "{policy}: the owner is gone"
+        );
+    }
+
+    // Deleting a namespace removes what is in it.
+    let namespaces: Api<Namespace> = Api::all(client(&server));
+    let mut ns = Namespace::default();
+    ns.metadata.name = Some("scratch".into());
+    namespaces
+        .create(&PostParams::default(), &ns)
+        .await
+        .unwrap();
+    let in_ns: Api<ConfigMap> = Api::namespaced(client(&server), "scratch");
+    in_ns
+        .create(&PostParams::default(), &cm("x", &[]))
+        .await
+        .unwrap();
+    namespaces
+        .delete("scratch", &DeleteParams::default())
+        .await
+        .unwrap();
+    assert!(namespaces.get_opt("scratch").await.unwrap().is_none());
+    assert!(in_ns.get_opt("x").await.unwrap().is_none());
+}
+
+#[tokio::test]
+async fn watches_resume_and_expire() {
+    let server = ApiServer::with_history(20);
+    let cms: Api<ConfigMap> = Api::namespaced(client(&server), "default");
+    let first = cms
+        .create(&PostParams::default(), &cm("w0", &[("app", "cdi")]))
+        .await
+        .unwrap();
+    let rv = first.resource_version().unwrap();
+    cms.create(&PostParams::default(), &cm("w1", &[("app", "cdi")]))
+        .await
+        .unwrap();
+    cms.create(&PostParams::default(), &cm("other", &[("app", "x")]))
+        .await
+        .unwrap();
+    cms.delete("w0", &DeleteParams::default()).await.unwrap();
+
+    // Resume from a version: exactly what happened after it, filtered by the selector.
+    let mut stream = cms
+        .watch(&WatchParams::default().labels("app=cdi").timeout(2), &rv)
+        .await
+        .unwrap()
+        .boxed();
+    let mut seen = Vec::new();
+    while let Some(ev) = stream.try_next().await.unwrap() {
+        match ev {
+            WatchEvent::Added(c) => seen.push(format!("ADDED {}", c.name_any())),
+            WatchEvent::Deleted(c) => seen.push(format!("DELETED {}", c.name_any())),
+            WatchEvent::Modified(c) => seen.push(format!("MODIFIED {}", c.name_any())),
+            _ => {}
+        }
+        if seen.len() == 2 {
+            break;
+        }
+    }
+    assert_eq!(seen, ["ADDED w1", "DELETED w0"]);
+
+    for i in 0..30 {
+        cms.create(&PostParams::default(), &cm(&format!("n{i}"), &[]))
+            .await
+            .unwrap();
+    }
+    let mut expired = cms
+        .watch(&WatchParams::default().timeout(1), &rv)
+        .await
+        .unwrap()
+        .boxed();
+    match expired.try_next().await {
+        Ok(Some(WatchEvent::Error(e))) => assert_eq!(e.code, 410),
+        Err(kube::Error::Api(e)) => assert_eq!(e.code, 410),
+        other => panic!("expected 410 Gone, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn watcher_and_controller_react() {
+    let server = ApiServer::new();
+    let client = client(&server);
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
+
+    // A controller that marks every ConfigMap it reconciles.
+    let reconcile = |obj: Arc<ConfigMap>, client: Arc<Client>| async move {
+        let api: Api<ConfigMap> = Api::namespaced((*client).clone(), "default");
+        api.patch(
+            &obj.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"annotations": {"reconciled": "true"}}})),
+        )
+        .await?;
+        Ok::<_, kube::Error>(Action::await_change())
+    };
+    let controller = Controller::new(cms.clone(), watcher::Config::default())
+        .run(
+            reconcile,
+            |_obj, _err: &kube::Error, _ctx| Action::requeue(Duration::from_millis(200)),
+            Arc::new(client.clone()),
+        )
+        .for_each(|_| async {});
+    let task = tokio::spawn(controller);
+
+    let mut events = watcher(cms.clone(), watcher::Config::default()).boxed();
+    cms.create(&PostParams::default(), &cm("seen", &[]))
+        .await
+        .unwrap();
+    let mut saw_apply = false;
+    let mut saw_reconciled = false;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while !(saw_apply && saw_reconciled) && tokio::time::Instant::now() < deadline {
+        match tokio::time::timeout(Duration::from_secs(10), events.try_next()).await {
+            Ok(Ok(Some(watcher::Event::Apply(c) | watcher::Event::InitApply(c))))
+                if c.name_any() == "seen" =>
+            {
+                saw_apply = true;
+                saw_reconciled |= c
+                    .annotations()
+                    .get("reconciled")
+                    .is_some_and(|v| v == "true");
+            }
+            Ok(Ok(Some(_))) => {}
+            other => panic!("watcher stopped: {other:?}"),
+        }
+    }
+    task.abort();
+    assert!(saw_apply, "the watcher saw the new object");
+    assert!(saw_reconciled, "the controller reconciled it");
+}
