@@ -1,6 +1,7 @@
 //! `cdi`: one binary for every cdi-rs component. Argument parsing and wiring only; the work is
 //! done by the library crates.
 
+mod dev;
 mod import;
 mod importer;
 mod size;
@@ -34,6 +35,9 @@ enum Command {
     Size(size::SizeArgs),
     /// Import a disk image into a raw disk image file or block device, as the importer pod does.
     Import(import::ImportArgs),
+    /// The embedded development cluster.
+    #[command(subcommand)]
+    Dev(dev::DevCommand),
     /// The importer pod's entry point: reads upstream's IMPORTER_* environment, writes the
     /// volume and the termination message.
     Importer(importer::ImporterArgs),
@@ -46,6 +50,7 @@ fn main() -> ExitCode {
         Command::Crds { out_dir } => crds(out_dir),
         Command::Size(args) => size::run(&args),
         Command::Import(args) => import::run(&args),
+        Command::Dev(command) => dev::run(&command),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -61,7 +66,13 @@ fn crds(out_dir: Option<PathBuf>) -> anyhow::Result<()> {
     match out_dir {
         None => {
             let all: Vec<String> = rendered.into_iter().map(|(_, yaml)| yaml).collect();
-            print!("---\n{}", all.join("---\n"));
+            let text = format!("---\n{}", all.join("---\n"));
+            // A closed pipe (`cdi crds | head`) is the reader's choice, not an error.
+            if let Err(e) = std::io::Write::write_all(&mut std::io::stdout(), text.as_bytes())
+                && e.kind() != std::io::ErrorKind::BrokenPipe
+            {
+                return Err(e.into());
+            }
         }
         Some(dir) => {
             std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;

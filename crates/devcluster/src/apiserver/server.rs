@@ -32,6 +32,8 @@ impl Default for ApiServer {
 /// Where a request points.
 enum Target {
     Version,
+    OpenApiRoot,
+    OpenApi(String, String),
     ApiVersions,
     Groups,
     Group(String),
@@ -147,6 +149,13 @@ impl ApiServer {
             .collect();
         let (group, version, rest): (&str, &str, &[&str]) = match segs.as_slice() {
             ["version"] => return Ok(Target::Version),
+            ["openapi", "v3"] => return Ok(Target::OpenApiRoot),
+            ["openapi", "v3", "api", v] => {
+                return Ok(Target::OpenApi(String::new(), v.to_string()));
+            }
+            ["openapi", "v3", "apis", g, v] => {
+                return Ok(Target::OpenApi(g.to_string(), v.to_string()));
+            }
             ["api"] => return Ok(Target::ApiVersions),
             ["apis"] => return Ok(Target::Groups),
             ["apis", g] => return Ok(Target::Group(g.to_string())),
@@ -261,10 +270,23 @@ async fn dispatch(server: &ApiServer, req: Request) -> ApiResult<Response> {
     let target = server.route(req.uri().path())?;
     let q = query(&req);
     let method = req.method().clone();
+    let accept = req
+        .headers()
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .to_string();
     let dry_run = q.get("dryRun").is_some_and(|d| d == "All");
     let store = server.store.clone();
     match target {
         Target::Version => Ok(json_response(StatusCode::OK, &version())),
+        Target::OpenApiRoot => Ok(json_response(
+            StatusCode::OK,
+            &super::openapi::root(&store.registry()),
+        )),
+        Target::OpenApi(g, v) => super::openapi::group_version(&store.registry(), &g, &v)
+            .map(|doc| json_response(StatusCode::OK, &doc))
+            .ok_or_else(ApiError::path_not_found),
         Target::ApiVersions => Ok(json_response(
             StatusCode::OK,
             &json!({"kind": "APIVersions", "versions": ["v1"], "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": "127.0.0.1"}]}),
@@ -303,11 +325,19 @@ async fn dispatch(server: &ApiServer, req: Request) -> ApiResult<Response> {
         }
         Target::Collection { def, ns } => match method {
             Method::GET if q.get("watch").is_some_and(|w| w == "true" || w == "1") => {
-                watch(store, def, ns, q)
+                watch(store, def, ns, q, super::table::wants_table(&accept))
             }
             Method::GET => {
                 let opts = list_options(&q)?;
                 let (items, rv, next) = store.list(&def, ns.as_deref(), &opts);
+                if super::table::wants_table(&accept) {
+                    let include = q.get("includeObject").is_some_and(|i| i == "Object");
+                    let mut t = super::table::table(&def, &items, &rv.to_string(), include);
+                    if let Some(next) = next {
+                        t["metadata"]["continue"] = json!(next);
+                    }
+                    return Ok(json_response(StatusCode::OK, &t));
+                }
                 let mut meta = json!({"resourceVersion": rv.to_string()});
                 if let Some(next) = next {
                     meta["continue"] = json!(next);
@@ -370,7 +400,19 @@ async fn dispatch(server: &ApiServer, req: Request) -> ApiResult<Response> {
             }
             match (sub.as_deref(), &method) {
                 (None | Some("status"), &Method::GET) => {
-                    Ok(json_response(StatusCode::OK, &store.get(&def, &ns, &name)?))
+                    let obj = store.get(&def, &ns, &name)?;
+                    if super::table::wants_table(&accept) {
+                        let rv = obj["metadata"]["resourceVersion"]
+                            .as_str()
+                            .unwrap_or("")
+                            .to_string();
+                        let include = q.get("includeObject").is_some_and(|i| i == "Object");
+                        return Ok(json_response(
+                            StatusCode::OK,
+                            &super::table::table(&def, &[obj], &rv, include),
+                        ));
+                    }
+                    Ok(json_response(StatusCode::OK, &obj))
                 }
                 (None | Some("status"), &Method::PUT) => {
                     let status = sub.is_some();
@@ -652,6 +694,7 @@ fn watch(
     def: ResourceDef,
     ns: Option<String>,
     q: HashMap<String, String>,
+    as_table: bool,
 ) -> ApiResult<Response> {
     let opts = list_options(&q)?;
     let rv = q.get("resourceVersion").cloned().unwrap_or_default();
@@ -742,6 +785,21 @@ fn watch(
         last = last.max(change.rv);
     }
 
+    // `kubectl get -w` asks for each event's object as a one-row Table.
+    let shape = {
+        let def = def.clone();
+        move |event: Value| -> Value {
+            if !as_table || event["type"] == "BOOKMARK" || event["type"] == "ERROR" {
+                return event;
+            }
+            let rv = event["object"]["metadata"]["resourceVersion"]
+                .as_str()
+                .unwrap_or("")
+                .to_string();
+            json!({"type": event["type"], "object": super::table::table(&def, &[event["object"].clone()], &rv, false)})
+        }
+    };
+    let lines: Vec<Value> = lines.into_iter().map(&shape).collect();
     let (tx, body_rx) = tokio::sync::mpsc::channel::<Result<Bytes, std::io::Error>>(256);
     let kind = def.kind.clone();
     let api_version = def.api_version();
@@ -768,7 +826,7 @@ fn watch(
                         last = c.rv;
                         if matches(&c) {
                             let kind = match c.kind { ChangeKind::Added => "ADDED", ChangeKind::Modified => "MODIFIED", ChangeKind::Deleted => "DELETED" };
-                            if tx.send(Ok(ndjson(&json!({"type": kind, "object": c.object})))).await.is_err() { return; }
+                            if tx.send(Ok(ndjson(&shape(json!({"type": kind, "object": c.object}))))).await.is_err() { return; }
                         }
                     }
                     // Too slow a reader: end the watch; the client lists again.

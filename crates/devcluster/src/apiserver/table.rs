@@ -1,0 +1,232 @@
+//! Server-side printing: `Table` responses for clients that ask for them (`kubectl get`), with a
+//! custom resource's printer columns.
+
+use serde_json::{Value, json};
+
+use super::registry::ResourceDef;
+
+/// Whether the Accept header asks for a Table.
+pub fn wants_table(accept: &str) -> bool {
+    accept
+        .split(',')
+        .next()
+        .is_some_and(|first| first.contains("as=Table"))
+}
+
+/// Evaluate the JSONPath subset printer columns use: `.a.b`, `.a[0].b`, and
+/// `.a[?(@.k=="v")].b`.
+pub fn json_path(obj: &Value, path: &str) -> Value {
+    let mut cur = vec![obj.clone()];
+    let mut rest = path
+        .trim()
+        .trim_start_matches('{')
+        .trim_end_matches('}')
+        .trim_start_matches('.');
+    while !rest.is_empty() {
+        if let Some(filter) = rest.strip_prefix("[?(@.") {
+            let end = filter.find(")]").unwrap_or(filter.len());
+            let cond = &filter[..end];
+            rest = filter.get(end + 2..).unwrap_or("").trim_start_matches('.');
+            let (field, want) = cond.split_once("==").unwrap_or((cond, ""));
+            let want = want.trim().trim_matches(|c| c == '"' || c == '\'');
+            cur = cur
+                .iter()
+                .filter_map(Value::as_array)
+                .flatten()
+                .filter(|item| item.get(field.trim()).and_then(Value::as_str) == Some(want))
+                .cloned()
+                .collect();
+            continue;
+        }
+        if let Some(index) = rest.strip_prefix('[') {
+            let end = index.find(']').unwrap_or(index.len());
+            let i: usize = index[..end].parse().unwrap_or(usize::MAX);
+            rest = index.get(end + 1..).unwrap_or("").trim_start_matches('.');
+            cur = cur.iter().filter_map(|v| v.get(i).cloned()).collect();
+            continue;
+        }
+        let end = rest.find(['.', '[']).unwrap_or(rest.len());
+        let field = &rest[..end];
+        rest = rest[end..].trim_start_matches('.');
+        cur = cur.iter().filter_map(|v| v.get(field).cloned()).collect();
+    }
+    cur.into_iter().next().unwrap_or(Value::Null)
+}
+
+/// Kubernetes' human-readable duration (`5s`, `3m20s`, `4h`, `2d3h`, …), as `kubectl get`
+/// shows ages.
+pub fn human_duration(seconds: i64) -> String {
+    if seconds < -1 {
+        return "<invalid>".into();
+    }
+    if seconds < 0 {
+        return "0s".into();
+    }
+    if seconds < 120 {
+        return format!("{seconds}s");
+    }
+    let minutes = seconds / 60;
+    if minutes < 10 {
+        let s = seconds % 60;
+        return if s == 0 {
+            format!("{minutes}m")
+        } else {
+            format!("{minutes}m{s}s")
+        };
+    }
+    if minutes < 180 {
+        return format!("{minutes}m");
+    }
+    let hours = seconds / 3600;
+    if hours < 8 {
+        let m = minutes % 60;
+        return if m == 0 {
+            format!("{hours}h")
+        } else {
+            format!("{hours}h{m}m")
+        };
+    }
+    if hours < 48 {
+        return format!("{hours}h");
+    }
+    if hours < 24 * 8 {
+        let h = hours % 24;
+        return if h == 0 {
+            format!("{}d", hours / 24)
+        } else {
+            format!("{}d{h}h", hours / 24)
+        };
+    }
+    if hours < 24 * 365 * 2 {
+        return format!("{}d", hours / 24);
+    }
+    if hours < 24 * 365 * 8 {
+        let days = (hours / 24) % 365;
+        return if days == 0 {
+            format!("{}y", hours / 24 / 365)
+        } else {
+            format!("{}y{days}d", hours / 24 / 365)
+        };
+    }
+    format!("{}y", hours / 24 / 365)
+}
+
+fn age(timestamp: &Value) -> Value {
+    let Some(t) = timestamp
+        .as_str()
+        .and_then(|s| s.parse::<jiff::Timestamp>().ok())
+    else {
+        return json!("<unknown>");
+    };
+    let seconds = jiff::Timestamp::now().as_second() - t.as_second();
+    json!(human_duration(seconds))
+}
+
+fn columns(def: &ResourceDef) -> Vec<(String, String, String, String, i64)> {
+    // (name, type, format, jsonPath, priority)
+    let mut cols = vec![(
+        "Name".to_string(),
+        "string".to_string(),
+        "name".to_string(),
+        ".metadata.name".to_string(),
+        0,
+    )];
+    if def.printer_columns.is_empty() {
+        cols.push((
+            "Age".into(),
+            "date".into(),
+            String::new(),
+            ".metadata.creationTimestamp".into(),
+            0,
+        ));
+        return cols;
+    }
+    for c in &def.printer_columns {
+        cols.push((
+            c["name"].as_str().unwrap_or("").to_string(),
+            c["type"].as_str().unwrap_or("string").to_string(),
+            c["format"].as_str().unwrap_or("").to_string(),
+            c["jsonPath"].as_str().unwrap_or("").to_string(),
+            c["priority"].as_i64().unwrap_or(0),
+        ));
+    }
+    cols
+}
+
+/// A Table of `items`; rows carry the object's metadata (or the object, if asked).
+pub fn table(
+    def: &ResourceDef,
+    items: &[Value],
+    resource_version: &str,
+    include_object: bool,
+) -> Value {
+    let cols = columns(def);
+    let definitions: Vec<Value> = cols
+        .iter()
+        .map(|(name, ty, format, _, priority)| json!({"name": name, "type": ty, "format": format, "description": "", "priority": priority}))
+        .collect();
+    let rows: Vec<Value> = items
+        .iter()
+        .map(|obj| {
+            // Dates are shown as ages, computed here as kube-apiserver does.
+            let cells: Vec<Value> = cols
+                .iter()
+                .map(|(_, ty, _, path, _)| {
+                    let v = json_path(obj, path);
+                    if ty == "date" && !v.is_null() { age(&v) } else { v }
+                })
+                .collect();
+            let object = if include_object {
+                obj.clone()
+            } else {
+                json!({"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1", "metadata": obj["metadata"]})
+            };
+            json!({"cells": cells, "object": object})
+        })
+        .collect();
+    json!({
+        "kind": "Table",
+        "apiVersion": "meta.k8s.io/v1",
+        "metadata": {"resourceVersion": resource_version},
+        "columnDefinitions": definitions,
+        "rows": rows,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn printer_column_paths() {
+        let obj = json!({"status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "False"}, {"type": "Complete", "status": "True"}]}, "spec": {"list": [{"a": 1}, {"a": 2}]}});
+        assert_eq!(json_path(&obj, ".status.phase"), json!("Running"));
+        assert_eq!(
+            json_path(&obj, ".status.conditions[?(@.type==\"Complete\")].status"),
+            json!("True")
+        );
+        assert_eq!(json_path(&obj, ".spec.list[1].a"), json!(2));
+        assert_eq!(json_path(&obj, ".status.missing"), Value::Null);
+        assert!(wants_table(
+            "application/json;as=Table;v=v1;g=meta.k8s.io,application/json"
+        ));
+        assert!(!wants_table("application/json"));
+        let ages = [
+            (-5, "<invalid>"),
+            (-1, "0s"),
+            (5, "5s"),
+            (119, "119s"),
+            (200, "3m20s"),
+            (600, "10m"),
+            (3 * 3600 + 60, "3h1m"),
+            (30 * 3600, "30h"),
+            (50 * 3600, "2d2h"),
+            (10 * 86400, "10d"),
+            (800 * 86400, "2y70d"),
+            (9 * 365 * 86400, "9y"),
+        ];
+        for (s, want) in ages {
+            assert_eq!(human_duration(s), want, "{s}");
+        }
+    }
+}

@@ -1,0 +1,153 @@
+//! kubectl (the machine's, 1.27–1.33) against the listening server, through a written kubeconfig.
+
+use std::path::Path;
+use std::process::Command;
+
+use cdi_devcluster::apiserver::{self, ApiServer};
+
+struct Kubectl {
+    kubeconfig: std::path::PathBuf,
+}
+
+impl Kubectl {
+    async fn run(&self, args: &[&str], stdin: Option<&Path>) -> (bool, String, String) {
+        let mut cmd = Command::new("kubectl");
+        cmd.args(args).env("KUBECONFIG", &self.kubeconfig);
+        if let Some(file) = stdin {
+            cmd.stdin(std::fs::File::open(file).unwrap());
+        }
+        let out = tokio::task::spawn_blocking(move || cmd.output().expect("kubectl is installed"))
+            .await
+            .unwrap();
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).into(),
+            String::from_utf8_lossy(&out.stderr).into(),
+        )
+    }
+
+    async fn ok(&self, args: &[&str]) -> String {
+        let (ok, out, err) = self.run(args, None).await;
+        assert!(ok, "kubectl {args:?}: {err}");
+        out
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn kubectl_applies_gets_watches_patches_and_deletes() {
+    let server = ApiServer::new();
+    let (addr, _task) = server.serve("127.0.0.1:0".parse().unwrap()).await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = dir.path().join("kubeconfig");
+    std::fs::write(
+        &kubeconfig,
+        apiserver::kubeconfig(&format!("http://{addr}")),
+    )
+    .unwrap();
+    let k = Kubectl { kubeconfig };
+
+    let crds = dir.path().join("crds.yaml");
+    let all: String = cdi_api::crd::rendered()
+        .into_iter()
+        .map(|(_, y)| format!("---\n{y}"))
+        .collect();
+    std::fs::write(&crds, all).unwrap();
+    let (ok, out, err) = k.run(&["apply", "-f", "-"], Some(&crds)).await;
+    assert!(ok, "{err}");
+    assert_eq!(out.matches("created").count(), 10, "{out}");
+
+    let dv = dir.path().join("dv.yaml");
+    std::fs::write(
+        &dv,
+        "apiVersion: cdi.kubevirt.io/v1beta1\nkind: DataVolume\nmetadata:\n  name: disk\nspec:\n  source:\n    blank: {}\n  storage:\n    resources:\n      requests:\n        storage: 1Gi\n",
+    )
+    .unwrap();
+    let out = k.ok(&["apply", "-f", dv.to_str().unwrap()]).await;
+    assert!(
+        out.contains("datavolume.cdi.kubevirt.io/disk created"),
+        "{out}"
+    );
+    std::fs::write(
+        &dv,
+        std::fs::read_to_string(&dv).unwrap().replace("1Gi", "2Gi"),
+    )
+    .unwrap();
+    let out = k.ok(&["apply", "-f", dv.to_str().unwrap()]).await;
+    assert!(out.contains("configured"), "{out}");
+
+    let out = k.ok(&["get", "dv"]).await;
+    let header: Vec<&str> = out.lines().next().unwrap().split_whitespace().collect();
+    assert_eq!(
+        header,
+        ["NAME", "PHASE", "PROGRESS", "RESTARTS", "AGE"],
+        "printer columns: {out}"
+    );
+    assert!(out.lines().nth(1).unwrap().starts_with("disk"), "{out}");
+
+    let out = k
+        .ok(&[
+            "get",
+            "datavolume",
+            "disk",
+            "-o",
+            "jsonpath={.spec.storage.resources.requests.storage} {.metadata.generation}",
+        ])
+        .await;
+    assert_eq!(out, "2Gi 2");
+
+    k.ok(&["label", "dv", "disk", "tier=gold"]).await;
+    assert!(
+        k.ok(&["get", "dv", "-l", "tier=gold", "-o", "name"])
+            .await
+            .contains("datavolume.cdi.kubevirt.io/disk")
+    );
+    k.ok(&[
+        "patch",
+        "dv",
+        "disk",
+        "--type",
+        "merge",
+        "-p",
+        r#"{"metadata":{"annotations":{"a":"b"}}}"#,
+    ])
+    .await;
+    let described = k.ok(&["describe", "dv", "disk"]).await;
+    assert!(
+        described.contains("tier=gold") && described.contains("a: b"),
+        "{described}"
+    );
+
+    let resources = k.ok(&["api-resources"]).await;
+    assert!(
+        resources.lines().any(|l| l.starts_with("datavolumes")
+            && l.contains("dv,dvs")
+            && l.contains("DataVolume")),
+        "{resources}"
+    );
+
+    // `get -w` sees a change made while it watches.
+    let watcher = {
+        let k = Kubectl {
+            kubeconfig: k.kubeconfig.clone(),
+        };
+        tokio::spawn(async move {
+            k.run(&["get", "dv", "-w", "--request-timeout=4s"], None)
+                .await
+        })
+    };
+    tokio::time::sleep(std::time::Duration::from_millis(1500)).await;
+    k.ok(&["label", "dv", "disk", "watched=yes"]).await;
+    let (_, watched, _) = watcher.await.unwrap();
+    assert!(
+        watched.lines().filter(|l| l.starts_with("disk")).count() >= 2,
+        "the watch printed the change: {watched}"
+    );
+
+    let out = k.ok(&["delete", "dv", "disk"]).await;
+    assert!(out.contains("deleted"), "{out}");
+    let (_, out, err) = k.run(&["get", "dv"], None).await;
+    assert!(
+        out.is_empty() && err.contains("No resources found"),
+        "{out}{err}"
+    );
+}
