@@ -448,3 +448,86 @@ async fn watcher_and_controller_react() {
     assert!(saw_apply, "the watcher saw the new object");
     assert!(saw_reconciled, "the controller reconciled it");
 }
+
+#[tokio::test]
+async fn custom_resources_are_validated_pruned_and_defaulted() {
+    let server = ApiServer::new();
+    let client = client(&server);
+    install_crds(&client).await;
+    let dvs: Api<kube::core::DynamicObject> = Api::namespaced_with(
+        client.clone(),
+        "default",
+        &kube::core::ApiResource::erase::<DataVolume>(&()),
+    );
+    let bad: kube::core::DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "cdi.kubevirt.io/v1beta1", "kind": "DataVolume", "metadata": {"name": "bad"},
+        "spec": {"contentType": "tarball", "storage": {"resources": {"requests": {"storage": "1Gi"}}}}
+    }))
+    .unwrap();
+    let err = dvs.create(&PostParams::default(), &bad).await.unwrap_err();
+    match err {
+        kube::Error::Api(s) => {
+            assert_eq!((s.code, s.reason.as_str()), (422, "Invalid"));
+            assert!(
+                s.message
+                    .contains("spec.contentType: Unsupported value: \"tarball\""),
+                "{}",
+                s.message
+            );
+        }
+        other => panic!("{other}"),
+    }
+
+    let extra: kube::core::DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "cdi.kubevirt.io/v1beta1", "kind": "DataVolume", "metadata": {"name": "extra"},
+        "spec": {"bogus": 1, "source": {"blank": {}}, "storage": {"resources": {"requests": {"storage": "1Gi"}}}}
+    }))
+    .unwrap();
+    let created = dvs.create(&PostParams::default(), &extra).await.unwrap();
+    assert!(
+        created.data["spec"].get("bogus").is_none(),
+        "unknown fields are pruned"
+    );
+    let strict = PatchParams {
+        field_validation: Some(kube::api::ValidationDirective::Strict),
+        ..Default::default()
+    };
+    let err = dvs
+        .patch(
+            "extra",
+            &strict,
+            &Patch::Merge(json!({"spec": {"bogus": 2}})),
+        )
+        .await
+        .unwrap_err();
+    assert!(
+        err.to_string().contains("unknown field \"spec.bogus\""),
+        "{err}"
+    );
+
+    // A CRD of our own with a default.
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let crd: CustomResourceDefinition = serde_json::from_value(json!({
+        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": "widgets.example.com"},
+        "spec": {"group": "example.com", "scope": "Namespaced", "names": {"plural": "widgets", "singular": "widget", "kind": "Widget"},
+          "versions": [{"name": "v1", "served": true, "storage": true, "schema": {"openAPIV3Schema": {"type": "object", "properties": {
+            "spec": {"type": "object", "properties": {"size": {"type": "integer", "default": 3}}}}}}}]}
+    }))
+    .unwrap();
+    crds.create(&PostParams::default(), &crd).await.unwrap();
+    let widgets: Api<kube::core::DynamicObject> = Api::namespaced_with(
+        client.clone(),
+        "default",
+        &kube::core::ApiResource {
+            group: "example.com".into(),
+            version: "v1".into(),
+            api_version: "example.com/v1".into(),
+            kind: "Widget".into(),
+            plural: "widgets".into(),
+        },
+    );
+    let w: kube::core::DynamicObject = serde_json::from_value(json!({"apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": "w"}, "spec": {}})).unwrap();
+    let created = widgets.create(&PostParams::default(), &w).await.unwrap();
+    assert_eq!(created.data["spec"]["size"], 3, "defaults are applied");
+}

@@ -143,6 +143,18 @@ async fn kubectl_applies_gets_watches_patches_and_deletes() {
         "the watch printed the change: {watched}"
     );
 
+    // kubectl validates strictly: the server refuses unknown fields and invalid values.
+    let bad = dir.path().join("bad.yaml");
+    std::fs::write(&bad, "apiVersion: cdi.kubevirt.io/v1beta1\nkind: DataVolume\nmetadata:\n  name: bad\nspec:\n  bogus: 1\n  source:\n    blank: {}\n  storage: {}\n").unwrap();
+    let (ok, _, err) = k.run(&["apply", "-f", bad.to_str().unwrap()], None).await;
+    assert!(!ok && err.contains("unknown field \"spec.bogus\""), "{err}");
+    std::fs::write(&bad, "apiVersion: cdi.kubevirt.io/v1beta1\nkind: DataVolume\nmetadata:\n  name: bad\nspec:\n  contentType: tarball\n  storage: {}\n").unwrap();
+    let (ok, _, err) = k.run(&["apply", "-f", bad.to_str().unwrap()], None).await;
+    assert!(
+        !ok && err.contains("spec.contentType: Unsupported value: \"tarball\""),
+        "{err}"
+    );
+
     let out = k.ok(&["delete", "dv", "disk"]).await;
     assert!(out.contains("deleted"), "{out}");
     let (_, out, err) = k.run(&["get", "dv"], None).await;

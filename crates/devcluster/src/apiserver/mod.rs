@@ -5,6 +5,7 @@ pub mod errors;
 pub mod openapi;
 pub mod patch;
 pub mod registry;
+pub mod schema;
 pub mod selector;
 pub mod server;
 pub mod store;

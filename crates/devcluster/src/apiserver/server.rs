@@ -277,6 +277,10 @@ async fn dispatch(server: &ApiServer, req: Request) -> ApiResult<Response> {
         .unwrap_or("")
         .to_string();
     let dry_run = q.get("dryRun").is_some_and(|d| d == "All");
+    let validation = q
+        .get("fieldValidation")
+        .cloned()
+        .unwrap_or_else(|| "Warn".to_string());
     let store = server.store.clone();
     match target {
         Target::Version => Ok(json_response(StatusCode::OK, &version())),
@@ -362,8 +366,13 @@ async fn dispatch(server: &ApiServer, req: Request) -> ApiResult<Response> {
                         json!({"allowed": true, "reason": "cdi dev allows every request"});
                     return Ok(json_response(StatusCode::CREATED, &review));
                 }
+                let mut obj = obj;
+                let warnings = admit(&def, &mut obj, &validation)?;
                 let created = create(&store, &def, &ns, obj, dry_run)?;
-                Ok(json_response(StatusCode::CREATED, &created))
+                Ok(with_warnings(
+                    json_response(StatusCode::CREATED, &created),
+                    &warnings,
+                ))
             }
             Method::DELETE => {
                 let opts = list_options(&q)?;
@@ -419,10 +428,14 @@ async fn dispatch(server: &ApiServer, req: Request) -> ApiResult<Response> {
                     if status && !def.has_status() {
                         return Err(ApiError::path_not_found());
                     }
-                    let obj = parse_object(&body_bytes(req).await?)?;
+                    let mut obj = parse_object(&body_bytes(req).await?)?;
+                    let warnings = admit(&def, &mut obj, &validation)?;
                     let updated = store.update(&def, &ns, &name, obj, status, dry_run)?;
                     after_write(&store, &def, &updated);
-                    Ok(json_response(StatusCode::OK, &updated))
+                    Ok(with_warnings(
+                        json_response(StatusCode::OK, &updated),
+                        &warnings,
+                    ))
                 }
                 (None | Some("status"), &Method::PATCH) => {
                     let status = sub.is_some();
@@ -434,12 +447,17 @@ async fn dispatch(server: &ApiServer, req: Request) -> ApiResult<Response> {
                         .to_string();
                     let kind = PatchKind::from_content_type(&ct)?;
                     let body = body_bytes(req).await?;
+                    let mut warnings = Vec::new();
                     let result = store.modify(
                         &def,
                         &ns,
                         &name,
                         dry_run,
-                        |current| patch::apply(kind, current, &body),
+                        |current| {
+                            let mut next = patch::apply(kind, current, &body)?;
+                            warnings = admit(&def, &mut next, &validation)?;
+                            Ok(next)
+                        },
                         status,
                     );
                     let updated = match result {
@@ -447,12 +465,16 @@ async fn dispatch(server: &ApiServer, req: Request) -> ApiResult<Response> {
                             // Server-side apply creates what does not exist.
                             let mut obj = parse_object(&body)?;
                             obj["metadata"]["name"] = json!(name);
+                            warnings = admit(&def, &mut obj, &validation)?;
                             create(&store, &def, &ns, obj, dry_run)?
                         }
                         other => other?,
                     };
                     after_write(&store, &def, &updated);
-                    Ok(json_response(StatusCode::OK, &updated))
+                    Ok(with_warnings(
+                        json_response(StatusCode::OK, &updated),
+                        &warnings,
+                    ))
                 }
                 (None, &Method::DELETE) => {
                     let body = body_bytes(req).await?;
@@ -526,6 +548,49 @@ async fn dispatch(server: &ApiServer, req: Request) -> ApiResult<Response> {
             }
         }
     }
+}
+
+/// Admit a custom resource against its CRD's schema (built-in kinds pass through): invalid
+/// fields are a 422; unknown fields are pruned, refused under `fieldValidation=Strict`, and
+/// reported as warnings otherwise.
+fn admit(def: &ResourceDef, obj: &mut Value, field_validation: &str) -> ApiResult<Vec<String>> {
+    let Some(schema) = &def.schema else {
+        return Ok(Vec::new());
+    };
+    let result = super::schema::admit(schema, obj);
+    let name = obj["metadata"]["name"].as_str().unwrap_or("").to_string();
+    if !result.invalid.is_empty() {
+        return Err(ApiError::invalid(
+            &format!("{}.{}", def.kind, def.group),
+            &name,
+            result.invalid,
+        ));
+    }
+    let unknown: Vec<String> = result
+        .unknown
+        .iter()
+        .map(|f| format!("unknown field \"{f}\""))
+        .collect();
+    if field_validation == "Strict" && !unknown.is_empty() {
+        return Err(ApiError::bad_request(format!(
+            "strict decoding error: {}",
+            unknown.join(", ")
+        )));
+    }
+    if field_validation == "Ignore" {
+        return Ok(Vec::new());
+    }
+    Ok(unknown)
+}
+
+fn with_warnings(mut response: Response, warnings: &[String]) -> Response {
+    for w in warnings {
+        let text = format!("299 - {}", serde_json::to_string(w).unwrap_or_default());
+        if let Ok(v) = axum::http::HeaderValue::from_str(&text) {
+            response.headers_mut().append(header::WARNING, v);
+        }
+    }
+    response
 }
 
 fn version() -> Value {
