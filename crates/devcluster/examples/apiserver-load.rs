@@ -17,13 +17,24 @@ use serde_json::json;
 fn rss_mib() -> f64 {
     std::fs::read_to_string("/proc/self/status")
         .ok()
-        .and_then(|s| s.lines().find(|l| l.starts_with("VmRSS:")).map(|l| l.split_whitespace().nth(1).unwrap_or("0").parse::<f64>().unwrap_or(0.0)))
+        .and_then(|s| {
+            s.lines().find(|l| l.starts_with("VmRSS:")).map(|l| {
+                l.split_whitespace()
+                    .nth(1)
+                    .unwrap_or("0")
+                    .parse::<f64>()
+                    .unwrap_or(0.0)
+            })
+        })
         .unwrap_or(0.0)
         / 1024.0
 }
 
 fn now_micros() -> u128 {
-    SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_micros()
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_micros()
 }
 
 fn percentile(sorted: &[u128], p: f64) -> f64 {
@@ -36,7 +47,9 @@ fn percentile(sorted: &[u128], p: f64) -> f64 {
 
 #[tokio::main]
 async fn main() -> anyhow_free::Result<()> {
-    let mut args = std::env::args().skip(1).map(|a| a.parse::<usize>().expect("numbers"));
+    let mut args = std::env::args()
+        .skip(1)
+        .map(|a| a.parse::<usize>().expect("numbers"));
     let objects = args.next().unwrap_or(10_000);
     let writers = args.next().unwrap_or(8);
     let watchers = args.next().unwrap_or(10);
@@ -76,12 +89,25 @@ async fn main() -> anyhow_free::Result<()> {
         let rv = rv.clone();
         let latencies = latencies.clone();
         watch_tasks.push(tokio::spawn(async move {
-            let mut stream = api.watch(&WatchParams::default().timeout(120), &rv).await.expect("watch").boxed();
+            let mut stream = api
+                .watch(&WatchParams::default().timeout(120), &rv)
+                .await
+                .expect("watch")
+                .boxed();
             let mut seen = 0;
             while let Some(ev) = stream.try_next().await.expect("watch stream") {
                 if let WatchEvent::Modified(cm) = ev {
-                    let sent: u128 = cm.metadata.annotations.as_ref().and_then(|a| a.get("sent")).and_then(|s| s.parse().ok()).unwrap_or(0);
-                    latencies.lock().await.push(now_micros().saturating_sub(sent));
+                    let sent: u128 = cm
+                        .metadata
+                        .annotations
+                        .as_ref()
+                        .and_then(|a| a.get("sent"))
+                        .and_then(|s| s.parse().ok())
+                        .unwrap_or(0);
+                    latencies
+                        .lock()
+                        .await
+                        .push(now_micros().saturating_sub(sent));
                     seen += 1;
                     if seen == updates {
                         return;
@@ -98,8 +124,15 @@ async fn main() -> anyhow_free::Result<()> {
         let api = api.clone();
         tasks.push(tokio::spawn(async move {
             for i in (w * per)..((w + 1) * per).min(updates) {
-                let patch = json!({"metadata": {"annotations": {"sent": now_micros().to_string()}}});
-                api.patch(&format!("cm-{i}"), &PatchParams::default(), &Patch::Merge(patch)).await.expect("patch");
+                let patch =
+                    json!({"metadata": {"annotations": {"sent": now_micros().to_string()}}});
+                api.patch(
+                    &format!("cm-{i}"),
+                    &PatchParams::default(),
+                    &Patch::Merge(patch),
+                )
+                .await
+                .expect("patch");
             }
         }));
     }
@@ -113,11 +146,27 @@ async fn main() -> anyhow_free::Result<()> {
     let mut l = latencies.lock().await.clone();
     l.sort_unstable();
 
-    println!("objects {objects}, writers {writers}, watchers {watchers} (kube-rs client over HTTP on 127.0.0.1, one process)");
-    println!("create:  {:.0} writes/s ({objects} in {create_secs:.2} s)", objects as f64 / create_secs);
-    println!("update:  {:.0} writes/s ({updates} merge patches in {update_secs:.2} s)", updates as f64 / update_secs);
-    println!("watch:   {} events delivered, latency p50 {:.2} ms, p99 {:.2} ms", l.len(), percentile(&l, 0.5), percentile(&l, 0.99));
-    println!("memory:  RSS {rss_start:.1} MiB at start, {rss_loaded:.1} MiB with {objects} objects stored, {:.1} MiB after the watches", rss_mib());
+    println!(
+        "objects {objects}, writers {writers}, watchers {watchers} (kube-rs client over HTTP on 127.0.0.1, one process)"
+    );
+    println!(
+        "create:  {:.0} writes/s ({objects} in {create_secs:.2} s)",
+        objects as f64 / create_secs
+    );
+    println!(
+        "update:  {:.0} writes/s ({updates} merge patches in {update_secs:.2} s)",
+        updates as f64 / update_secs
+    );
+    println!(
+        "watch:   {} events delivered, latency p50 {:.2} ms, p99 {:.2} ms",
+        l.len(),
+        percentile(&l, 0.5),
+        percentile(&l, 0.99)
+    );
+    println!(
+        "memory:  RSS {rss_start:.1} MiB at start, {rss_loaded:.1} MiB with {objects} objects stored, {:.1} MiB after the watches",
+        rss_mib()
+    );
     Ok(())
 }
 
