@@ -15,7 +15,7 @@ use super::errors::{ApiError, ApiResult};
 use super::patch::{self, PatchKind};
 use super::registry::{Registry, ResourceDef};
 use super::selector::{FieldSelector, LabelSelector};
-use super::store::{ChangeKind, ListOptions, Propagation, Store};
+use super::store::{ChangeKind, ListOptions, Owner, Propagation, Store, WriteOptions};
 
 /// The in-memory API server.
 #[derive(Clone)]
@@ -277,6 +277,13 @@ async fn dispatch(server: &ApiServer, req: Request) -> ApiResult<Response> {
         .unwrap_or("")
         .to_string();
     let dry_run = q.get("dryRun").is_some_and(|d| d == "All");
+    let manager = q.get("fieldManager").cloned().filter(|m| !m.is_empty());
+    let force = q.get("force").is_some_and(|f| f == "true");
+    let writer = manager.clone().map(|manager| Owner {
+        manager,
+        applied: None,
+        force,
+    });
     let validation = q
         .get("fieldValidation")
         .cloned()
@@ -368,7 +375,7 @@ async fn dispatch(server: &ApiServer, req: Request) -> ApiResult<Response> {
                 }
                 let mut obj = obj;
                 let warnings = admit(&def, &mut obj, &validation)?;
-                let created = create(&store, &def, &ns, obj, dry_run)?;
+                let created = create(&store, &def, &ns, obj, dry_run, writer.as_ref())?;
                 Ok(with_warnings(
                     json_response(StatusCode::CREATED, &created),
                     &warnings,
@@ -430,7 +437,12 @@ async fn dispatch(server: &ApiServer, req: Request) -> ApiResult<Response> {
                     }
                     let mut obj = parse_object(&body_bytes(req).await?)?;
                     let warnings = admit(&def, &mut obj, &validation)?;
-                    let updated = store.update(&def, &ns, &name, obj, status, dry_run)?;
+                    let how = WriteOptions {
+                        dry_run,
+                        status_only: status,
+                        owner: writer.as_ref(),
+                    };
+                    let updated = store.update(&def, &ns, &name, obj, &how)?;
                     after_write(&store, &def, &updated);
                     Ok(with_warnings(
                         json_response(StatusCode::OK, &updated),
@@ -448,25 +460,38 @@ async fn dispatch(server: &ApiServer, req: Request) -> ApiResult<Response> {
                     let kind = PatchKind::from_content_type(&ct)?;
                     let body = body_bytes(req).await?;
                     let mut warnings = Vec::new();
-                    let result = store.modify(
-                        &def,
-                        &ns,
-                        &name,
+                    // An apply claims the fields it sets and conflicts with other managers'.
+                    let apply_owner = if kind == PatchKind::Apply {
+                        let applied = serde_json::from_slice::<Value>(&body)
+                            .or_else(|_| {
+                                serde_saphyr::from_slice::<Value>(&body).map_err(|e| e.to_string())
+                            })
+                            .ok();
+                        Some(Owner {
+                            manager: manager.clone().unwrap_or_else(|| "apply".into()),
+                            applied,
+                            force,
+                        })
+                    } else {
+                        writer.clone()
+                    };
+                    let how = WriteOptions {
                         dry_run,
-                        |current| {
-                            let mut next = patch::apply(kind, current, &body)?;
-                            warnings = admit(&def, &mut next, &validation)?;
-                            Ok(next)
-                        },
-                        status,
-                    );
+                        status_only: status,
+                        owner: apply_owner.as_ref(),
+                    };
+                    let result = store.modify(&def, &ns, &name, &how, |current| {
+                        let mut next = patch::apply(kind, current, &body)?;
+                        warnings = admit(&def, &mut next, &validation)?;
+                        Ok(next)
+                    });
                     let updated = match result {
                         Err(e) if e.code == 404 && kind == PatchKind::Apply && !status => {
                             // Server-side apply creates what does not exist.
                             let mut obj = parse_object(&body)?;
                             obj["metadata"]["name"] = json!(name);
                             warnings = admit(&def, &mut obj, &validation)?;
-                            create(&store, &def, &ns, obj, dry_run)?
+                            create(&store, &def, &ns, obj, dry_run, apply_owner.as_ref())?
                         }
                         other => other?,
                     };
@@ -517,24 +542,22 @@ async fn dispatch(server: &ApiServer, req: Request) -> ApiResult<Response> {
                             vec![("target.name".into(), "Required value".into())],
                         ));
                     }
-                    store.modify(
-                        &def,
-                        &ns,
-                        &name,
+                    let how = WriteOptions {
                         dry_run,
-                        |current| {
-                            if current["spec"]["nodeName"]
-                                .as_str()
-                                .is_some_and(|n| !n.is_empty())
-                            {
-                                return Err(ApiError::conflict("", "pods", &name));
-                            }
-                            let mut next = current.clone();
-                            next["spec"]["nodeName"] = json!(node);
-                            Ok(next)
-                        },
-                        false,
-                    )?;
+                        status_only: false,
+                        owner: writer.as_ref(),
+                    };
+                    store.modify(&def, &ns, &name, &how, |current| {
+                        if current["spec"]["nodeName"]
+                            .as_str()
+                            .is_some_and(|n| !n.is_empty())
+                        {
+                            return Err(ApiError::conflict("", "pods", &name));
+                        }
+                        let mut next = current.clone();
+                        next["spec"]["nodeName"] = json!(node);
+                        Ok(next)
+                    })?;
                     Ok(json_response(
                         StatusCode::CREATED,
                         &json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}),
@@ -628,6 +651,7 @@ fn create(
     ns: &str,
     obj: Value,
     dry_run: bool,
+    owner: Option<&Owner>,
 ) -> ApiResult<Value> {
     let is_crd = def.group == "apiextensions.k8s.io" && def.plural == "customresourcedefinitions";
     let custom = if is_crd {
@@ -635,7 +659,7 @@ fn create(
     } else {
         None
     };
-    let created = store.create(def, ns, obj, dry_run)?;
+    let created = store.create(def, ns, obj, dry_run, owner)?;
     if let (Some(custom), false) = (custom, dry_run) {
         store.register(custom);
         return mark_established(store, def, &created);
@@ -749,7 +773,16 @@ fn mark_established(store: &Store, def: &ResourceDef, crd: &Value) -> ApiResult<
         ],
     });
     next["metadata"]["resourceVersion"] = json!("");
-    store.update(def, "", &name, next, true, false)
+    store.update(
+        def,
+        "",
+        &name,
+        next,
+        &WriteOptions {
+            status_only: true,
+            ..Default::default()
+        },
+    )
 }
 
 /// A watch: past events (from a version, or synthetic ADDED for the current state), then live

@@ -47,6 +47,8 @@ pub struct Change {
 }
 
 struct Inner {
+    /// Field ownership per object, for server-side apply: leaf path → field manager.
+    owners: BTreeMap<Key, BTreeMap<String, String>>,
     history_cap: usize,
     rv: u64,
     objects: BTreeMap<Key, Value>,
@@ -168,6 +170,57 @@ fn generation_content(obj: &Value) -> Value {
 
 const FOREGROUND: &str = "foregroundDeletion";
 
+/// How an update is made.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct WriteOptions<'a> {
+    /// Check and return the result without storing it.
+    pub dry_run: bool,
+    /// Through the status subresource: only status changes.
+    pub status_only: bool,
+    /// Who writes, for field ownership.
+    pub owner: Option<&'a Owner>,
+}
+
+/// Who writes, for field ownership (server-side apply).
+#[derive(Debug, Clone)]
+pub struct Owner {
+    pub manager: String,
+    /// An apply, with the applied configuration: its fields conflict with other managers' unless
+    /// `force`.
+    pub applied: Option<Value>,
+    pub force: bool,
+}
+
+/// Leaf fields of an object (lists are atomic), as dotted paths, with their values.
+fn leaves(v: &Value, prefix: &str, out: &mut Vec<(String, Value)>) {
+    match v.as_object() {
+        Some(m) if !m.is_empty() => {
+            for (k, sub) in m {
+                let path = if prefix.is_empty() {
+                    k.clone()
+                } else {
+                    format!("{prefix}.{k}")
+                };
+                leaves(sub, &path, out);
+            }
+        }
+        _ => out.push((prefix.to_string(), v.clone())),
+    }
+}
+
+fn owned_leaves(obj: &Value) -> Vec<(String, Value)> {
+    let mut all = Vec::new();
+    leaves(obj, "", &mut all);
+    all.retain(|(p, _)| {
+        !matches!(p.as_str(), "apiVersion" | "kind") && !p.starts_with("metadata.") && !p.is_empty()
+    });
+    all
+}
+
+fn at_path<'a>(v: &'a Value, path: &str) -> Option<&'a Value> {
+    path.split('.').try_fold(v, |cur, seg| cur.get(seg))
+}
+
 impl Store {
     pub fn new(registry: Registry) -> Store {
         Self::with_history(registry, HISTORY)
@@ -177,6 +230,7 @@ impl Store {
     pub fn with_history(registry: Registry, history_cap: usize) -> Store {
         let (tx, _) = broadcast::channel(16_384);
         let mut inner = Inner {
+            owners: BTreeMap::new(),
             history_cap,
             rv: 1,
             objects: BTreeMap::new(),
@@ -252,6 +306,7 @@ impl Store {
         match kind {
             ChangeKind::Deleted => {
                 inner.objects.remove(key);
+                inner.owners.remove(key);
             }
             _ => {
                 inner.objects.insert(key.clone(), obj.clone());
@@ -343,6 +398,7 @@ impl Store {
         ns: &str,
         mut obj: Value,
         dry_run: bool,
+        owner: Option<&Owner>,
     ) -> ApiResult<Value> {
         let mut inner = self.lock();
         if def.namespaced {
@@ -426,6 +482,7 @@ impl Store {
         if dry_run {
             return Ok(obj);
         }
+        Self::own(&mut inner, def, &key, None, &obj, owner)?;
         Ok(self.commit(&mut inner, &key, obj, ChangeKind::Added))
     }
 
@@ -437,10 +494,9 @@ impl Store {
         ns: &str,
         name: &str,
         obj: Value,
-        status_only: bool,
-        dry_run: bool,
+        how: &WriteOptions<'_>,
     ) -> ApiResult<Value> {
-        self.modify(def, ns, name, dry_run, |_| Ok(obj), status_only)
+        self.modify(def, ns, name, how, |_| Ok(obj))
     }
 
     /// Apply `change` to the current object atomically (patches), then store it as `update`
@@ -450,10 +506,14 @@ impl Store {
         def: &ResourceDef,
         ns: &str,
         name: &str,
-        dry_run: bool,
+        how: &WriteOptions<'_>,
         change: impl FnOnce(&Value) -> ApiResult<Value>,
-        status_only: bool,
     ) -> ApiResult<Value> {
+        let WriteOptions {
+            dry_run,
+            status_only,
+            owner,
+        } = *how;
         let mut inner = self.lock();
         let key = Self::key(def, ns, name);
         let current = inner
@@ -530,6 +590,7 @@ impl Store {
         if dry_run {
             return Ok(next);
         }
+        Self::own(&mut inner, def, &key, Some(&current), &next, owner)?;
         if next == current {
             // A no-op write does not bump the version (as kube-apiserver).
             return Ok(current);
@@ -690,6 +751,67 @@ impl Store {
         for (key, obj) in ready {
             self.commit(inner, &key, obj, ChangeKind::Deleted);
         }
+    }
+
+    /// Check an apply for conflicts with other managers, then record who owns what after the
+    /// write from `before` to `after`.
+    fn own(
+        inner: &mut Inner,
+        def: &ResourceDef,
+        key: &Key,
+        before: Option<&Value>,
+        after: &Value,
+        owner: Option<&Owner>,
+    ) -> ApiResult<()> {
+        let Some(owner) = owner else {
+            return Ok(());
+        };
+        let owners = inner.owners.entry(key.clone()).or_default();
+        if let (Some(applied), false) = (&owner.applied, owner.force) {
+            let conflicts: Vec<String> = owned_leaves(applied)
+                .into_iter()
+                .filter(|(path, value)| {
+                    let current = before.and_then(|b| at_path(b, path));
+                    current.is_some_and(|c| c != value)
+                        && owners.get(path).is_some_and(|m| *m != owner.manager)
+                })
+                .map(|(path, _)| path)
+                .collect();
+            if !conflicts.is_empty() {
+                let details: Vec<String> = conflicts
+                    .iter()
+                    .map(|p| format!("conflict with \"{}\": .{p}", owners[p]))
+                    .collect();
+                let mut e = ApiError::conflict(&def.group, &def.plural, &key.3);
+                e.message = format!(
+                    "Apply failed with {} conflict{}: {}",
+                    conflicts.len(),
+                    if conflicts.len() == 1 { "" } else { "s" },
+                    details.join(", ")
+                );
+                return Err(e);
+            }
+        }
+        let after_leaves = owned_leaves(after);
+        let present: std::collections::BTreeSet<&String> =
+            after_leaves.iter().map(|(p, _)| p).collect();
+        owners.retain(|p, _| present.contains(p));
+        let claimed: Vec<String> = match &owner.applied {
+            Some(applied) => owned_leaves(applied)
+                .into_iter()
+                .map(|(p, _)| p)
+                .filter(|p| present.contains(p))
+                .collect(),
+            None => after_leaves
+                .iter()
+                .filter(|(p, v)| before.and_then(|b| at_path(b, p)) != Some(v))
+                .map(|(p, _)| p.clone())
+                .collect(),
+        };
+        for p in claimed {
+            owners.insert(p, owner.manager.clone());
+        }
+        Ok(())
     }
 
     /// Register (or replace) a custom resource definition's resource.

@@ -1,0 +1,99 @@
+//! Server-side apply field ownership, as leader election relies on it.
+
+use std::time::Duration;
+
+use cdi_devcluster::apiserver::ApiServer;
+use k8s_openapi::api::coordination::v1::Lease;
+use kube::api::{Patch, PatchParams};
+use kube::{Api, Client};
+use kube_lease_manager::LeaseManagerBuilder;
+use serde_json::json;
+
+fn client(server: &ApiServer) -> Client {
+    Client::new(server.router(), "default")
+}
+
+#[tokio::test]
+async fn apply_conflicts_with_another_managers_field_unless_forced() {
+    let server = ApiServer::new();
+    let leases: Api<Lease> = Api::namespaced(client(&server), "default");
+    let holder = |who: &str| json!({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": {"name": "l"}, "spec": {"holderIdentity": who}});
+    leases
+        .patch("l", &PatchParams::apply("a"), &Patch::Apply(holder("a")))
+        .await
+        .unwrap();
+    leases
+        .patch("l", &PatchParams::apply("a"), &Patch::Apply(holder("a")))
+        .await
+        .unwrap();
+    let err = leases
+        .patch("l", &PatchParams::apply("b"), &Patch::Apply(holder("b")))
+        .await
+        .unwrap_err();
+    match err {
+        kube::Error::Api(s) => {
+            assert_eq!(s.code, 409);
+            assert!(
+                s.message
+                    .contains("conflict with \"a\": .spec.holderIdentity"),
+                "{}",
+                s.message
+            );
+        }
+        other => panic!("{other}"),
+    }
+    // The same value is no conflict; force takes the field over.
+    leases
+        .patch("l", &PatchParams::apply("b"), &Patch::Apply(holder("a")))
+        .await
+        .unwrap();
+    let l = leases
+        .patch(
+            "l",
+            &PatchParams::apply("b").force(),
+            &Patch::Apply(holder("b")),
+        )
+        .await
+        .unwrap();
+    assert_eq!(l.spec.unwrap().holder_identity.as_deref(), Some("b"));
+}
+
+#[tokio::test]
+async fn one_leader_at_a_time_with_kube_lease_manager() {
+    let server = ApiServer::new();
+    let manager = |id: &'static str| {
+        let client = client(&server);
+        async move {
+            LeaseManagerBuilder::new(client, "cdi-controller-leader-election-helper")
+                .with_namespace("default")
+                .with_identity(id)
+                .with_duration(3)
+                .with_grace(1)
+                .build()
+                .await
+                .unwrap()
+                .watch()
+                .await
+        }
+    };
+    let (mut a, a_task) = manager("a").await;
+    tokio::time::timeout(Duration::from_secs(10), a.changed())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(*a.borrow(), "the first manager leads");
+    let (mut b, _b_task) = manager("b").await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(!*b.borrow(), "the second waits while the first renews");
+
+    // The leader steps down: the other takes over.
+    drop(a);
+    a_task.await.unwrap().unwrap();
+    tokio::time::timeout(Duration::from_secs(15), async {
+        while !*b.borrow() {
+            b.changed().await.unwrap();
+        }
+    })
+    .await
+    .expect("the second manager leads after the first released");
+}
