@@ -531,3 +531,46 @@ async fn custom_resources_are_validated_pruned_and_defaulted() {
     let created = widgets.create(&PostParams::default(), &w).await.unwrap();
     assert_eq!(created.data["spec"]["size"], 3, "defaults are applied");
 }
+
+#[tokio::test]
+async fn pods_on_a_node_are_deleted_gracefully() {
+    use k8s_openapi::api::core::v1::Pod;
+    let server = ApiServer::new();
+    let pods: Api<Pod> = Api::namespaced(client(&server), "default");
+    let pod = |name: &str, node: Option<&str>| -> Pod {
+        serde_json::from_value(json!({"metadata": {"name": name}, "spec": {"nodeName": node, "containers": [{"name": "c", "image": "x"}]}})).unwrap()
+    };
+    pods.create(&PostParams::default(), &pod("unscheduled", None))
+        .await
+        .unwrap();
+    pods.delete("unscheduled", &DeleteParams::default())
+        .await
+        .unwrap();
+    assert!(
+        pods.get_opt("unscheduled").await.unwrap().is_none(),
+        "no node: deleted at once"
+    );
+
+    pods.create(&PostParams::default(), &pod("running", Some("node-1")))
+        .await
+        .unwrap();
+    pods.delete("running", &DeleteParams::default())
+        .await
+        .unwrap();
+    let terminating = pods.get("running").await.unwrap();
+    assert!(terminating.metadata.deletion_timestamp.is_some());
+    assert_eq!(terminating.metadata.deletion_grace_period_seconds, Some(30));
+    pods.delete(
+        "running",
+        &DeleteParams {
+            grace_period_seconds: Some(0),
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap();
+    assert!(
+        pods.get_opt("running").await.unwrap().is_none(),
+        "the kubelet's zero-grace delete removes it"
+    );
+}

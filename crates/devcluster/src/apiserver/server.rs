@@ -15,7 +15,9 @@ use super::errors::{ApiError, ApiResult};
 use super::patch::{self, PatchKind};
 use super::registry::{Registry, ResourceDef};
 use super::selector::{FieldSelector, LabelSelector};
-use super::store::{ChangeKind, ListOptions, Owner, Propagation, Store, WriteOptions};
+use super::store::{
+    ChangeKind, DeleteOptions, ListOptions, Owner, Propagation, Store, WriteOptions,
+};
 
 /// The in-memory API server.
 #[derive(Clone)]
@@ -391,9 +393,15 @@ async fn dispatch(server: &ApiServer, req: Request) -> ApiResult<Response> {
                         .as_str()
                         .unwrap_or("")
                         .to_string();
-                    if let Ok(d) =
-                        store.delete(&def, &ins, &name, Propagation::Background, None, dry_run)
-                    {
+                    if let Ok(d) = store.delete(
+                        &def,
+                        &ins,
+                        &name,
+                        &DeleteOptions {
+                            dry_run,
+                            ..Default::default()
+                        },
+                    ) {
                         deleted.push(d);
                     }
                 }
@@ -520,9 +528,17 @@ async fn dispatch(server: &ApiServer, req: Request) -> ApiResult<Response> {
                         Some("Foreground") => Propagation::Foreground,
                         _ => Propagation::Background,
                     };
-                    let uid = opts["preconditions"]["uid"].as_str().map(str::to_string);
-                    let deleted =
-                        store.delete(&def, &ns, &name, propagation, uid.as_deref(), dry_run)?;
+                    let grace_period = q
+                        .get("gracePeriodSeconds")
+                        .and_then(|g| g.parse().ok())
+                        .or_else(|| opts["gracePeriodSeconds"].as_i64());
+                    let how = DeleteOptions {
+                        propagation,
+                        precondition_uid: opts["preconditions"]["uid"].as_str().map(str::to_string),
+                        grace_period,
+                        dry_run,
+                    };
+                    let deleted = store.delete(&def, &ns, &name, &how)?;
                     let is_crd = def.group == "apiextensions.k8s.io"
                         && def.plural == "customresourcedefinitions";
                     if is_crd && store.get(&def, &ns, &name).is_err() {

@@ -75,10 +75,22 @@ pub struct ListOptions {
 /// at subscription.
 pub type Watch = (Vec<Arc<Change>>, broadcast::Receiver<Arc<Change>>, u64);
 
+/// How a delete is made.
+#[derive(Debug, Clone, Default)]
+pub struct DeleteOptions {
+    pub propagation: Propagation,
+    /// Delete only if the object still has this uid.
+    pub precondition_uid: Option<String>,
+    /// Seconds a pod on a node gets to stop (its `terminationGracePeriodSeconds` by default).
+    pub grace_period: Option<i64>,
+    pub dry_run: bool,
+}
+
 /// How dependents of a deleted object are treated.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Propagation {
     Orphan,
+    #[default]
     Background,
     Foreground,
 }
@@ -613,10 +625,15 @@ impl Store {
         def: &ResourceDef,
         ns: &str,
         name: &str,
-        propagation: Propagation,
-        precondition_uid: Option<&str>,
-        dry_run: bool,
+        opts: &DeleteOptions,
     ) -> ApiResult<Value> {
+        let DeleteOptions {
+            propagation,
+            precondition_uid,
+            grace_period,
+            dry_run,
+        } = opts.clone();
+        let precondition_uid = precondition_uid.as_deref();
         let mut inner = self.lock();
         let key = Self::key(def, ns, name);
         let current = inner
@@ -632,6 +649,31 @@ impl Store {
         }
         let mut fins = finalizers(&current);
         let is_namespace = def.group.is_empty() && def.plural == "namespaces";
+        // A pod on a node is deleted gracefully: it is marked, and its kubelet stops it and
+        // deletes it for good (with a zero grace period).
+        let on_node = def.group.is_empty()
+            && def.plural == "pods"
+            && current["spec"]["nodeName"]
+                .as_str()
+                .is_some_and(|n| !n.is_empty());
+        let grace = grace_period
+            .or_else(|| current["spec"]["terminationGracePeriodSeconds"].as_i64())
+            .unwrap_or(30);
+        if on_node && grace > 0 && fins.is_empty() {
+            if meta(&current).get("deletionTimestamp").is_some() {
+                return Ok(current);
+            }
+            let mut next = current.clone();
+            let deadline = jiff::Timestamp::now()
+                .checked_add(jiff::SignedDuration::from_secs(grace))
+                .ok()
+                .and_then(|t| t.round(jiff::Unit::Second).ok())
+                .map(|t| t.to_string())
+                .unwrap_or_else(now);
+            next["metadata"]["deletionTimestamp"] = json!(deadline);
+            next["metadata"]["deletionGracePeriodSeconds"] = json!(grace);
+            return Ok(self.commit(&mut inner, &key, next, ChangeKind::Modified));
+        }
         if propagation == Propagation::Foreground && !fins.iter().any(|f| f == FOREGROUND) {
             let has_dependents = {
                 let uid = meta(&current)["uid"].as_str().unwrap_or("").to_string();
