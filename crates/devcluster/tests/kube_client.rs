@@ -574,3 +574,31 @@ async fn pods_on_a_node_are_deleted_gracefully() {
         "the kubelet's zero-grace delete removes it"
     );
 }
+
+#[tokio::test]
+async fn tls_with_the_written_kubeconfig() {
+    let server = ApiServer::new();
+    let (addr, _task, ca) = server
+        .serve_tls("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let yaml = cdi_devcluster::apiserver::kubeconfig_with_ca(&format!("https://{addr}"), Some(&ca));
+    let kubeconfig = kube::config::Kubeconfig::from_yaml(&yaml).unwrap();
+    let config = kube::Config::from_custom_kubeconfig(
+        kubeconfig,
+        &kube::config::KubeConfigOptions::default(),
+    )
+    .await
+    .unwrap();
+    let client = Client::try_from(config).unwrap();
+    let namespaces: Api<Namespace> = Api::all(client);
+    let names: Vec<String> = namespaces
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .iter()
+        .map(|n| n.name_any())
+        .collect();
+    assert_eq!(names, ["default", "kube-public", "kube-system"]);
+}

@@ -163,3 +163,29 @@ async fn kubectl_applies_gets_watches_patches_and_deletes() {
         "{out}{err}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn kubectl_over_tls_trusts_the_written_ca() {
+    let server = ApiServer::new();
+    let (addr, _task, ca) = server
+        .serve_tls("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = dir.path().join("kubeconfig");
+    std::fs::write(
+        &kubeconfig,
+        apiserver::kubeconfig_with_ca(&format!("https://{addr}"), Some(&ca)),
+    )
+    .unwrap();
+    let k = Kubectl { kubeconfig };
+    let out = k.ok(&["get", "namespaces", "-o", "name"]).await;
+    assert_eq!(
+        out.lines().collect::<Vec<_>>(),
+        [
+            "namespace/default",
+            "namespace/kube-public",
+            "namespace/kube-system"
+        ]
+    );
+}

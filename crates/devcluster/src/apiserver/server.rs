@@ -143,6 +143,67 @@ impl ApiServer {
         Ok((bound, task))
     }
 
+    /// Listen on `addr` with TLS, under a fresh self-signed CA; returns the bound address, the
+    /// serving task and the CA certificate (PEM) clients should trust.
+    pub async fn serve_tls(
+        &self,
+        addr: SocketAddr,
+    ) -> std::io::Result<(SocketAddr, tokio::task::JoinHandle<()>, String)> {
+        let tls_error =
+            |e: &dyn std::fmt::Display| std::io::Error::other(format!("TLS setup: {e}"));
+        let ca_key = rcgen::KeyPair::generate().map_err(|e| tls_error(&e))?;
+        let mut ca_params =
+            rcgen::CertificateParams::new(Vec::<String>::new()).map_err(|e| tls_error(&e))?;
+        ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        ca_params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, "cdi dev API server CA");
+        let ca = ca_params.self_signed(&ca_key).map_err(|e| tls_error(&e))?;
+        let issuer = rcgen::Issuer::new(ca_params, ca_key);
+        let key = rcgen::KeyPair::generate().map_err(|e| tls_error(&e))?;
+        let params = rcgen::CertificateParams::new(vec![
+            "localhost".into(),
+            "127.0.0.1".into(),
+            addr.ip().to_string(),
+        ])
+        .map_err(|e| tls_error(&e))?;
+        let cert = params.signed_by(&key, &issuer).map_err(|e| tls_error(&e))?;
+        let config = rustls::ServerConfig::builder_with_provider(Arc::new(
+            rustls::crypto::aws_lc_rs::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()
+        .map_err(|e| tls_error(&e))?
+        .with_no_client_auth()
+        .with_single_cert(
+            vec![cert.der().clone()],
+            rustls::pki_types::PrivateKeyDer::Pkcs8(key.serialize_der().into()),
+        )
+        .map_err(|e| tls_error(&e))?;
+        let mut config = config;
+        config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+        let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+        let listener = tokio::net::TcpListener::bind(addr).await?;
+        let bound = listener.local_addr()?;
+        let router = self.router();
+        let task = tokio::spawn(async move {
+            while let Ok((stream, _)) = listener.accept().await {
+                let (acceptor, router) = (acceptor.clone(), router.clone());
+                tokio::spawn(async move {
+                    let Ok(tls) = acceptor.accept(stream).await else {
+                        return;
+                    };
+                    let service = hyper_util::service::TowerToHyperService::new(router);
+                    let _ = hyper_util::server::conn::auto::Builder::new(
+                        hyper_util::rt::TokioExecutor::new(),
+                    )
+                    .serve_connection(hyper_util::rt::TokioIo::new(tls), service)
+                    .await;
+                });
+            }
+        });
+        Ok((bound, task, ca.pem()))
+    }
+
     fn route(&self, path: &str) -> ApiResult<Target> {
         let segs: Vec<&str> = path
             .trim_matches('/')
