@@ -165,6 +165,28 @@ async fn crud_selectors_conflicts_and_patches() {
         .unwrap();
     assert!(g.name_any().starts_with("gen-") && g.name_any().len() > 4);
 
+    // deletecollection with a selector.
+    cms.create(&PostParams::default(), &cm("drop-1", &[("batch", "x")]))
+        .await
+        .unwrap();
+    cms.create(&PostParams::default(), &cm("drop-2", &[("batch", "x")]))
+        .await
+        .unwrap();
+    cms.delete_collection(
+        &DeleteParams::default(),
+        &ListParams::default().labels("batch=x"),
+    )
+    .await
+    .unwrap();
+    assert!(
+        cms.list(&ListParams::default().labels("batch=x"))
+            .await
+            .unwrap()
+            .items
+            .is_empty()
+    );
+    assert!(cms.get_opt("a").await.unwrap().is_some(), "others stay");
+
     let other: Api<ConfigMap> = Api::namespaced(client(&server), "missing");
     let err = other
         .create(&PostParams::default(), &cm("x", &[]))

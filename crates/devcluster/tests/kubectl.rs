@@ -143,6 +143,29 @@ async fn kubectl_applies_gets_watches_patches_and_deletes() {
         "the watch printed the change: {watched}"
     );
 
+    // Built-in kinds: a second apply is a strategic merge patch (env merged by name).
+    let pod = dir.path().join("pod.yaml");
+    let pod_yaml = "apiVersion: v1\nkind: Pod\nmetadata:\n  name: p\nspec:\n  containers:\n  - name: c\n    image: busybox\n    env:\n    - name: A\n      value: \"1\"\n";
+    std::fs::write(&pod, pod_yaml).unwrap();
+    k.ok(&["apply", "-f", pod.to_str().unwrap()]).await;
+    std::fs::write(&pod, pod_yaml.replace("\"1\"", "\"2\"")).unwrap();
+    assert!(
+        k.ok(&["apply", "-f", pod.to_str().unwrap()])
+            .await
+            .contains("pod/p configured")
+    );
+    assert_eq!(
+        k.ok(&[
+            "get",
+            "pod",
+            "p",
+            "-o",
+            "jsonpath={.spec.containers[0].env[0].value}"
+        ])
+        .await,
+        "2"
+    );
+
     // kubectl validates strictly: the server refuses unknown fields and invalid values.
     let bad = dir.path().join("bad.yaml");
     std::fs::write(&bad, "apiVersion: cdi.kubevirt.io/v1beta1\nkind: DataVolume\nmetadata:\n  name: bad\nspec:\n  bogus: 1\n  source:\n    blank: {}\n  storage: {}\n").unwrap();

@@ -13,6 +13,15 @@ pub struct ApiError {
     pub details: Option<Value>,
 }
 
+/// `resource.group`, or just `resource` in the core group, as Kubernetes names them in messages.
+fn qualified(group: &str, resource: &str) -> String {
+    if group.is_empty() {
+        resource.to_string()
+    } else {
+        format!("{resource}.{group}")
+    }
+}
+
 impl ApiError {
     fn new(code: u16, reason: &'static str, message: impl Into<String>) -> Self {
         ApiError {
@@ -29,21 +38,13 @@ impl ApiError {
     }
 
     pub fn not_found(group: &str, resource: &str, name: &str) -> Self {
-        let qualified = if group.is_empty() {
-            resource.to_string()
-        } else {
-            format!("{resource}.{group}")
-        };
+        let qualified = qualified(group, resource);
         ApiError::new(404, "NotFound", format!("{qualified} \"{name}\" not found"))
             .with_details(group, resource, name)
     }
 
     pub fn already_exists(group: &str, resource: &str, name: &str) -> Self {
-        let qualified = if group.is_empty() {
-            resource.to_string()
-        } else {
-            format!("{resource}.{group}")
-        };
+        let qualified = qualified(group, resource);
         ApiError::new(
             409,
             "AlreadyExists",
@@ -53,11 +54,7 @@ impl ApiError {
     }
 
     pub fn conflict(group: &str, resource: &str, name: &str) -> Self {
-        let qualified = if group.is_empty() {
-            resource.to_string()
-        } else {
-            format!("{resource}.{group}")
-        };
+        let qualified = qualified(group, resource);
         ApiError::new(
             409,
             "Conflict",
