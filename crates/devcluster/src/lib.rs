@@ -1,3 +1,4 @@
 //! cdi-devcluster: the embedded development cluster of `cdi dev`.
 
+pub mod agents;
 pub mod apiserver;

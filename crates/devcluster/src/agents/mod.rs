@@ -1,0 +1,5 @@
+//! The development cluster's node agents: plain Kubernetes components that know nothing about
+//! CDI. Decisions are pure functions over the objects; the loops around them watch and write.
+
+pub mod nodes;
+pub mod scheduler;

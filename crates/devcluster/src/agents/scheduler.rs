@@ -1,0 +1,518 @@
+//! Scheduling decisions, as kube-scheduler makes them for the cases the development cluster
+//! needs: node selector, required node affinity, taints and tolerations, resource requests,
+//! the node affinity of bound volumes, and claims of WaitForFirstConsumer classes (which are
+//! provisioned where the pod goes). Pure: the loop around it reads and writes the objects.
+
+use std::collections::BTreeMap;
+
+use cdi_core::Quantity;
+use k8s_openapi::api::core::v1::{
+    Node, NodeSelector, NodeSelectorRequirement, PersistentVolume, PersistentVolumeClaim, Pod,
+    Taint, Toleration,
+};
+use k8s_openapi::api::storage::v1::StorageClass;
+
+/// What the scheduler sees.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ClusterView<'a> {
+    pub nodes: &'a [Node],
+    /// Every pod (for the resources already used on each node).
+    pub pods: &'a [Pod],
+    /// Claims in the pod's namespace.
+    pub claims: &'a [PersistentVolumeClaim],
+    pub volumes: &'a [PersistentVolume],
+    pub classes: &'a [StorageClass],
+}
+
+/// The decision for one pod.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Decision {
+    /// Bind to `node`; first set `volume.kubernetes.io/selected-node` on `select_for` (unbound
+    /// claims of WaitForFirstConsumer classes) and wait for them to bind.
+    Bind {
+        node: String,
+        select_for: Vec<String>,
+    },
+    /// No node fits; the message is what `PodScheduled=False, Unschedulable` says.
+    Unschedulable { message: String },
+}
+
+fn node_name(n: &Node) -> &str {
+    n.metadata.name.as_deref().unwrap_or("")
+}
+
+fn requirement_matches(req: &NodeSelectorRequirement, value: Option<&str>) -> bool {
+    let values = req.values.as_deref().unwrap_or_default();
+    let number = |s: &str| s.parse::<i64>().ok();
+    match req.operator.as_str() {
+        "In" => value.is_some_and(|v| values.iter().any(|x| x == v)),
+        "NotIn" => value.is_none_or(|v| !values.iter().any(|x| x == v)),
+        "Exists" => value.is_some(),
+        "DoesNotExist" => value.is_none(),
+        "Gt" => {
+            matches!((value.and_then(number), values.first().and_then(|x| number(x))), (Some(v), Some(x)) if v > x)
+        }
+        "Lt" => {
+            matches!((value.and_then(number), values.first().and_then(|x| number(x))), (Some(v), Some(x)) if v < x)
+        }
+        _ => false,
+    }
+}
+
+/// Whether `node` satisfies a node selector (terms ORed, requirements within a term ANDed).
+pub fn selector_matches(selector: &NodeSelector, node: &Node) -> bool {
+    let labels = node.metadata.labels.clone().unwrap_or_default();
+    selector.node_selector_terms.iter().any(|term| {
+        let exprs = term.match_expressions.as_deref().unwrap_or_default();
+        let fields = term.match_fields.as_deref().unwrap_or_default();
+        (!exprs.is_empty() || !fields.is_empty())
+            && exprs
+                .iter()
+                .all(|r| requirement_matches(r, labels.get(&r.key).map(String::as_str)))
+            && fields
+                .iter()
+                .all(|r| r.key == "metadata.name" && requirement_matches(r, Some(node_name(node))))
+    })
+}
+
+fn tolerates(tolerations: &[Toleration], taint: &Taint) -> bool {
+    tolerations.iter().any(|t| {
+        let effect_ok = t
+            .effect
+            .as_deref()
+            .is_none_or(|e| e.is_empty() || e == taint.effect);
+        let key = t.key.as_deref().unwrap_or("");
+        let key_ok = key.is_empty() && t.operator.as_deref() == Some("Exists") || key == taint.key;
+        let value_ok = match t.operator.as_deref() {
+            Some("Exists") => true,
+            _ => t.value.as_deref().unwrap_or("") == taint.value.as_deref().unwrap_or(""),
+        };
+        effect_ok && key_ok && value_ok
+    })
+}
+
+/// (milli-CPU, memory bytes) a pod requests.
+fn requests(pod: &Pod) -> (i128, i128) {
+    let mut cpu = 0;
+    let mut mem = 0;
+    for c in pod
+        .spec
+        .as_ref()
+        .map(|s| s.containers.as_slice())
+        .unwrap_or_default()
+    {
+        let r = c.resources.as_ref().and_then(|r| r.requests.as_ref());
+        cpu += r
+            .and_then(|r| r.get("cpu"))
+            .and_then(|q| Quantity::try_from(q).ok())
+            .map(|q| q.milli_value())
+            .unwrap_or(0);
+        mem += r
+            .and_then(|r| r.get("memory"))
+            .and_then(|q| Quantity::try_from(q).ok())
+            .map(|q| q.value() as i128)
+            .unwrap_or(0);
+    }
+    (cpu, mem)
+}
+
+fn allocatable(node: &Node, name: &str) -> Option<Quantity> {
+    node.status
+        .as_ref()?
+        .allocatable
+        .as_ref()?
+        .get(name)
+        .and_then(|q| Quantity::try_from(q).ok())
+}
+
+fn active_on<'a>(pods: &'a [Pod], node: &'a str) -> impl Iterator<Item = &'a Pod> + 'a {
+    pods.iter().filter(move |p| {
+        p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(node)
+            && !matches!(
+                p.status.as_ref().and_then(|s| s.phase.as_deref()),
+                Some("Succeeded" | "Failed")
+            )
+    })
+}
+
+/// The claims a pod mounts.
+pub fn claim_names(pod: &Pod) -> Vec<String> {
+    pod.spec
+        .as_ref()
+        .and_then(|s| s.volumes.as_ref())
+        .into_iter()
+        .flatten()
+        .filter_map(|v| {
+            v.persistent_volume_claim
+                .as_ref()
+                .map(|c| c.claim_name.clone())
+        })
+        .collect()
+}
+
+/// Decide where `pod` goes.
+pub fn schedule(pod: &Pod, view: &ClusterView<'_>) -> Decision {
+    let spec = pod.spec.clone().unwrap_or_default();
+    let total = view.nodes.len();
+    let unschedulable = |message: String| Decision::Unschedulable { message };
+
+    // Claims first: a missing claim or an unbound Immediate claim stops the pod everywhere.
+    let mut select_for = Vec::new();
+    let mut bound_volumes = Vec::new();
+    for name in claim_names(pod) {
+        let Some(claim) = view
+            .claims
+            .iter()
+            .find(|c| c.metadata.name.as_deref() == Some(name.as_str()))
+        else {
+            return unschedulable(format!(
+                "0/{total} nodes are available: persistentvolumeclaim \"{name}\" not found."
+            ));
+        };
+        let volume_name = claim
+            .spec
+            .as_ref()
+            .and_then(|s| s.volume_name.as_deref())
+            .filter(|v| !v.is_empty());
+        match volume_name.and_then(|v| {
+            view.volumes
+                .iter()
+                .find(|pv| pv.metadata.name.as_deref() == Some(v))
+        }) {
+            Some(pv) => bound_volumes.push(pv),
+            None => {
+                let class = claim
+                    .spec
+                    .as_ref()
+                    .and_then(|s| s.storage_class_name.as_deref());
+                let wffc = class
+                    .and_then(|c| {
+                        view.classes
+                            .iter()
+                            .find(|sc| sc.metadata.name.as_deref() == Some(c))
+                    })
+                    .and_then(|sc| sc.volume_binding_mode.as_deref())
+                    == Some("WaitForFirstConsumer");
+                if !wffc {
+                    return unschedulable(format!(
+                        "0/{total} nodes are available: pod has unbound immediate PersistentVolumeClaims."
+                    ));
+                }
+                select_for.push(name);
+            }
+        }
+    }
+
+    let (cpu, mem) = requests(pod);
+    let tolerations = spec.tolerations.clone().unwrap_or_default();
+    let mut reasons: BTreeMap<String, usize> = BTreeMap::new();
+    let mut feasible: Vec<(&Node, usize)> = Vec::new();
+    for node in view.nodes {
+        let name = node_name(node);
+        let reason = if let Some(wanted) = spec.node_name.as_deref().filter(|n| !n.is_empty()) {
+            (wanted != name).then(|| "node(s) didn't match the requested node name".to_string())
+        } else {
+            None
+        };
+        let labels = node.metadata.labels.clone().unwrap_or_default();
+        let reason = reason
+            .or_else(|| {
+                node.spec
+                    .as_ref()
+                    .and_then(|s| s.unschedulable)
+                    .unwrap_or(false)
+                    .then(|| "node(s) were unschedulable".to_string())
+            })
+            .or_else(|| {
+                let selector_ok = spec
+                    .node_selector
+                    .iter()
+                    .flatten()
+                    .all(|(k, v)| labels.get(k) == Some(v));
+                let affinity = spec
+                    .affinity
+                    .as_ref()
+                    .and_then(|a| a.node_affinity.as_ref())
+                    .and_then(|a| {
+                        a.required_during_scheduling_ignored_during_execution
+                            .as_ref()
+                    });
+                let affinity_ok = affinity.is_none_or(|sel| selector_matches(sel, node));
+                (!(selector_ok && affinity_ok))
+                    .then(|| "node(s) didn't match Pod's node affinity/selector".to_string())
+            })
+            .or_else(|| {
+                node.spec
+                    .as_ref()
+                    .and_then(|s| s.taints.as_ref())
+                    .into_iter()
+                    .flatten()
+                    .filter(|t| t.effect == "NoSchedule" || t.effect == "NoExecute")
+                    .find(|t| !tolerates(&tolerations, t))
+                    .map(|t| {
+                        format!(
+                            "node(s) had untolerated taint {{{}: {}}}",
+                            t.key,
+                            t.value.as_deref().unwrap_or("")
+                        )
+                    })
+            })
+            .or_else(|| {
+                let used: Vec<&Pod> = active_on(view.pods, name).collect();
+                let (used_cpu, used_mem) = used.iter().fold((0, 0), |(c, m), p| {
+                    let (pc, pm) = requests(p);
+                    (c + pc, m + pm)
+                });
+                if allocatable(node, "pods").is_some_and(|max| used.len() as i64 + 1 > max.value())
+                {
+                    Some("Too many pods".to_string())
+                } else if allocatable(node, "cpu")
+                    .is_some_and(|max| used_cpu + cpu > max.milli_value())
+                {
+                    Some("Insufficient cpu".to_string())
+                } else if allocatable(node, "memory")
+                    .is_some_and(|max| used_mem + mem > max.value() as i128)
+                {
+                    Some("Insufficient memory".to_string())
+                } else {
+                    None
+                }
+            })
+            .or_else(|| {
+                bound_volumes
+                    .iter()
+                    .filter_map(|pv| pv.spec.as_ref()?.node_affinity.as_ref()?.required.as_ref())
+                    .any(|sel| !selector_matches(sel, node))
+                    .then(|| "node(s) had volume node affinity conflict".to_string())
+            });
+        match reason {
+            Some(r) => *reasons.entry(r).or_default() += 1,
+            None => feasible.push((node, active_on(view.pods, name).count())),
+        }
+    }
+    // Fewest pods first, then by name: simple and deterministic.
+    feasible.sort_by(|a, b| {
+        a.1.cmp(&b.1)
+            .then_with(|| node_name(a.0).cmp(node_name(b.0)))
+    });
+    match feasible.first() {
+        Some((node, _)) => Decision::Bind {
+            node: node_name(node).to_string(),
+            select_for,
+        },
+        None => {
+            let parts: Vec<String> = reasons.iter().map(|(r, n)| format!("{n} {r}")).collect();
+            unschedulable(format!(
+                "0/{total} nodes are available: {}. preemption: 0/{total} nodes are available: {total} Preemption is not helpful for scheduling.",
+                parts.join(", ")
+            ))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::agents::nodes::default_nodes;
+    use serde_json::json;
+
+    fn pod(spec: serde_json::Value) -> Pod {
+        serde_json::from_value(
+            json!({"metadata": {"name": "p", "namespace": "default"}, "spec": spec}),
+        )
+        .unwrap()
+    }
+
+    fn containers() -> serde_json::Value {
+        json!([{"name": "c", "image": "x"}])
+    }
+
+    fn nodes() -> Vec<Node> {
+        default_nodes().iter().map(|n| n.node()).collect()
+    }
+
+    #[test]
+    fn the_seed_vm_lands_on_the_tainted_labelled_node() {
+        let nodes = nodes();
+        let view = ClusterView {
+            nodes: &nodes,
+            ..Default::default()
+        };
+        let vm = pod(json!({
+            "containers": containers(),
+            "nodeSelector": {"node-role.kubernetes.io/virt-local": "true"},
+            "tolerations": [{"key": "virt-local", "operator": "Equal", "value": "true", "effect": "NoSchedule"}],
+        }));
+        assert_eq!(
+            schedule(&vm, &view),
+            Decision::Bind {
+                node: "node-2".into(),
+                select_for: vec![]
+            }
+        );
+        // Without the toleration nothing fits, and the message says why, per node.
+        let no_toleration = pod(
+            json!({"containers": containers(), "nodeSelector": {"node-role.kubernetes.io/virt-local": "true"}}),
+        );
+        assert_eq!(
+            schedule(&no_toleration, &view),
+            Decision::Unschedulable {
+                message: "0/3 nodes are available: 2 node(s) didn't match Pod's node affinity/selector, 1 node(s) had untolerated taint {virt-local: true}. preemption: 0/3 nodes are available: 3 Preemption is not helpful for scheduling.".into()
+            }
+        );
+        // A plain pod avoids the tainted node.
+        let plain = pod(json!({"containers": containers()}));
+        assert_eq!(
+            schedule(&plain, &view),
+            Decision::Bind {
+                node: "node-1".into(),
+                select_for: vec![]
+            }
+        );
+    }
+
+    #[test]
+    fn required_affinity_and_match_fields() {
+        let nodes = nodes();
+        let view = ClusterView {
+            nodes: &nodes,
+            ..Default::default()
+        };
+        let affinity = |exprs: serde_json::Value| {
+            pod(
+                json!({"containers": containers(), "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [exprs]}}}}),
+            )
+        };
+        let p = affinity(
+            json!({"matchExpressions": [{"key": "kubernetes.io/hostname", "operator": "In", "values": ["node-3"]}]}),
+        );
+        assert_eq!(
+            schedule(&p, &view),
+            Decision::Bind {
+                node: "node-3".into(),
+                select_for: vec![]
+            }
+        );
+        let p = affinity(
+            json!({"matchFields": [{"key": "metadata.name", "operator": "NotIn", "values": ["node-1"]}]}),
+        );
+        assert_eq!(
+            schedule(&p, &view),
+            Decision::Bind {
+                node: "node-3".into(),
+                select_for: vec![]
+            },
+            "node-2 is tainted"
+        );
+        let p = affinity(json!({"matchExpressions": [{"key": "missing", "operator": "Exists"}]}));
+        assert!(matches!(
+            schedule(&p, &view),
+            Decision::Unschedulable { .. }
+        ));
+    }
+
+    #[test]
+    fn resources_claims_and_volume_affinity() {
+        let nodes = nodes();
+        let big = pod(
+            json!({"containers": [{"name": "c", "image": "x", "resources": {"requests": {"cpu": "9", "memory": "1Gi"}}}]}),
+        );
+        let view = ClusterView {
+            nodes: &nodes,
+            ..Default::default()
+        };
+        match schedule(&big, &view) {
+            Decision::Unschedulable { message } => assert!(
+                message.contains("2 Insufficient cpu")
+                    && message.contains("1 node(s) had untolerated taint"),
+                "{message}"
+            ),
+            other => panic!("{other:?}"),
+        }
+
+        let classes: Vec<StorageClass> = vec![
+            serde_json::from_value(json!({"metadata": {"name": "local-path-wffc"}, "provisioner": "rancher.io/local-path", "volumeBindingMode": "WaitForFirstConsumer"})).unwrap(),
+            serde_json::from_value(json!({"metadata": {"name": "immediate"}, "provisioner": "rancher.io/local-path", "volumeBindingMode": "Immediate"})).unwrap(),
+        ];
+        let claims: Vec<PersistentVolumeClaim> = vec![
+            serde_json::from_value(json!({"metadata": {"name": "wffc"}, "spec": {"storageClassName": "local-path-wffc"}})).unwrap(),
+            serde_json::from_value(json!({"metadata": {"name": "imm"}, "spec": {"storageClassName": "immediate"}})).unwrap(),
+            serde_json::from_value(json!({"metadata": {"name": "bound"}, "spec": {"storageClassName": "local-path-wffc", "volumeName": "pv-3"}})).unwrap(),
+        ];
+        let volumes: Vec<PersistentVolume> = vec![serde_json::from_value(json!({"metadata": {"name": "pv-3"}, "spec": {"nodeAffinity": {"required": {"nodeSelectorTerms": [{"matchExpressions": [{"key": "kubernetes.io/hostname", "operator": "In", "values": ["node-3"]}]}]}}}})).unwrap()];
+        let view = ClusterView {
+            nodes: &nodes,
+            claims: &claims,
+            volumes: &volumes,
+            classes: &classes,
+            ..Default::default()
+        };
+        let with = |claims: &[&str]| {
+            let vols: Vec<serde_json::Value> = claims
+                .iter()
+                .map(|c| json!({"name": c, "persistentVolumeClaim": {"claimName": c}}))
+                .collect();
+            pod(json!({"containers": containers(), "volumes": vols}))
+        };
+        assert_eq!(
+            schedule(&with(&["wffc"]), &view),
+            Decision::Bind {
+                node: "node-1".into(),
+                select_for: vec!["wffc".into()]
+            }
+        );
+        assert_eq!(
+            schedule(&with(&["bound", "wffc"]), &view),
+            Decision::Bind {
+                node: "node-3".into(),
+                select_for: vec!["wffc".into()]
+            }
+        );
+        match schedule(&with(&["imm"]), &view) {
+            Decision::Unschedulable { message } => assert!(
+                message.contains("unbound immediate PersistentVolumeClaims"),
+                "{message}"
+            ),
+            other => panic!("{other:?}"),
+        }
+        match schedule(&with(&["nope"]), &view) {
+            Decision::Unschedulable { message } => assert!(
+                message.contains("persistentvolumeclaim \"nope\" not found"),
+                "{message}"
+            ),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn tolerations_match_as_kubernetes_does() {
+        let taint = Taint {
+            key: "k".into(),
+            value: Some("v".into()),
+            effect: "NoSchedule".into(),
+            ..Default::default()
+        };
+        let t = |v: serde_json::Value| -> Vec<Toleration> { serde_json::from_value(v).unwrap() };
+        assert!(tolerates(
+            &t(json!([{"key": "k", "operator": "Equal", "value": "v", "effect": "NoSchedule"}])),
+            &taint
+        ));
+        assert!(
+            tolerates(&t(json!([{"key": "k", "value": "v"}])), &taint),
+            "no effect tolerates every effect"
+        );
+        assert!(tolerates(
+            &t(json!([{"key": "k", "operator": "Exists"}])),
+            &taint
+        ));
+        assert!(
+            tolerates(&t(json!([{"operator": "Exists"}])), &taint),
+            "an empty key with Exists tolerates everything"
+        );
+        assert!(!tolerates(&t(json!([{"key": "k", "value": "w"}])), &taint));
+        assert!(!tolerates(
+            &t(json!([{"key": "k", "operator": "Exists", "effect": "NoExecute"}])),
+            &taint
+        ));
+    }
+}
