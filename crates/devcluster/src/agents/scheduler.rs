@@ -516,3 +516,128 @@ mod tests {
         ));
     }
 }
+
+/// The scheduler as a loop: every pending pod for `default-scheduler` is decided and acted on
+/// (level-triggered, so a restart or a missed event converges on the next pass).
+pub mod agent {
+    use std::time::Duration;
+
+    use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim, Pod};
+    use k8s_openapi::api::storage::v1::StorageClass;
+    use kube::api::{ListParams, Patch, PatchParams, PostParams};
+    use kube::{Api, Client};
+    use serde_json::json;
+
+    use super::{ClusterView, Decision, schedule};
+
+    /// The annotation the scheduler sets on a WaitForFirstConsumer claim.
+    pub const SELECTED_NODE: &str = "volume.kubernetes.io/selected-node";
+
+    /// One pass over the pending pods.
+    pub async fn pass(client: &Client) -> Result<(), kube::Error> {
+        let nodes = Api::<Node>::all(client.clone())
+            .list(&ListParams::default())
+            .await?
+            .items;
+        let all_pods = Api::<Pod>::all(client.clone())
+            .list(&ListParams::default())
+            .await?
+            .items;
+        let volumes = Api::<PersistentVolume>::all(client.clone())
+            .list(&ListParams::default())
+            .await?
+            .items;
+        let classes = Api::<StorageClass>::all(client.clone())
+            .list(&ListParams::default())
+            .await?
+            .items;
+        for pod in all_pods.iter().filter(|p| {
+            let spec = p.spec.as_ref();
+            spec.and_then(|s| s.node_name.as_deref())
+                .is_none_or(str::is_empty)
+                && spec
+                    .and_then(|s| s.scheduler_name.as_deref())
+                    .is_none_or(|s| s == "default-scheduler")
+                && p.metadata.deletion_timestamp.is_none()
+        }) {
+            let ns = pod.metadata.namespace.clone().unwrap_or_default();
+            let name = pod.metadata.name.clone().unwrap_or_default();
+            let claims_api: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), &ns);
+            let claims = claims_api.list(&ListParams::default()).await?.items;
+            let view = ClusterView {
+                nodes: &nodes,
+                pods: &all_pods,
+                claims: &claims,
+                volumes: &volumes,
+                classes: &classes,
+            };
+            let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+            match schedule(pod, &view) {
+                Decision::Bind { node, select_for } => {
+                    let mut waiting = false;
+                    for claim_name in &select_for {
+                        let Some(claim) = claims
+                            .iter()
+                            .find(|c| c.metadata.name.as_deref() == Some(claim_name.as_str()))
+                        else {
+                            continue;
+                        };
+                        let selected = claim
+                            .metadata
+                            .annotations
+                            .as_ref()
+                            .and_then(|a| a.get(SELECTED_NODE));
+                        if selected.is_none() {
+                            let patch = json!({"metadata": {"annotations": {SELECTED_NODE: node}}});
+                            claims_api
+                                .patch(claim_name, &PatchParams::default(), &Patch::Merge(patch))
+                                .await?;
+                        }
+                        let bound =
+                            claim.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Bound");
+                        waiting |= !bound;
+                    }
+                    if waiting {
+                        // The provisioner and the PV controller bind the claims; the pod waits.
+                        continue;
+                    }
+                    let binding = json!({"apiVersion": "v1", "kind": "Binding", "metadata": {"name": name}, "target": {"apiVersion": "v1", "kind": "Node", "name": node}});
+                    // A conflict means someone else bound it meanwhile: fine.
+                    let _: Result<serde_json::Value, _> = pods
+                        .create_subresource("binding", &name, &PostParams::default(), &binding)
+                        .await;
+                }
+                Decision::Unschedulable { message } => {
+                    let already = pod
+                        .status
+                        .as_ref()
+                        .and_then(|s| s.conditions.as_ref())
+                        .and_then(|cs| cs.iter().find(|c| c.type_ == "PodScheduled"))
+                        .is_some_and(|c| {
+                            c.status == "False" && c.message.as_deref() == Some(message.as_str())
+                        });
+                    if !already {
+                        let now = jiff::Timestamp::now()
+                            .round(jiff::Unit::Second)
+                            .map(|t| t.to_string())
+                            .unwrap_or_default();
+                        let status = json!({"status": {"conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": message, "lastTransitionTime": now}]}});
+                        pods.patch_status(&name, &PatchParams::default(), &Patch::Merge(status))
+                            .await?;
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Run passes until the task is dropped.
+    pub async fn run(client: Client, every: Duration) {
+        loop {
+            if let Err(e) = pass(&client).await {
+                tracing::warn!(error = %e, "scheduler pass failed");
+            }
+            tokio::time::sleep(every).await;
+        }
+    }
+}
