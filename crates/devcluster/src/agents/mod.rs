@@ -2,4 +2,5 @@
 //! CDI. Decisions are pure functions over the objects; the loops around them watch and write.
 
 pub mod nodes;
+pub mod pvcontroller;
 pub mod scheduler;
