@@ -1,0 +1,245 @@
+//! The local-path provisioner with the scheduler and the PV controller, through the API server.
+
+use std::time::Duration;
+
+use cdi_devcluster::agents::localpath::{self, NodeDirs};
+use cdi_devcluster::agents::nodes::default_nodes;
+use cdi_devcluster::agents::{pvcontroller, scheduler};
+use cdi_devcluster::apiserver::ApiServer;
+use k8s_openapi::api::core::v1::{Event, Node, PersistentVolume, PersistentVolumeClaim, Pod};
+use k8s_openapi::api::storage::v1::StorageClass;
+use kube::api::{DeleteParams, ListParams, PostParams};
+use kube::{Api, Client};
+use serde_json::{Value, json};
+
+struct Cluster {
+    _server: ApiServer,
+    client: Client,
+    root: tempfile::TempDir,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        for t in &self.tasks {
+            t.abort();
+        }
+    }
+}
+
+async fn cluster() -> Cluster {
+    let server = ApiServer::new();
+    let client = Client::new(server.router(), "default");
+    let nodes: Api<Node> = Api::all(client.clone());
+    for n in default_nodes() {
+        nodes
+            .create(&PostParams::default(), &n.node())
+            .await
+            .unwrap();
+    }
+    let root = tempfile::tempdir().unwrap();
+    let every = Duration::from_millis(30);
+    let dirs = NodeDirs {
+        root: root.path().to_path_buf(),
+    };
+    let tasks = vec![
+        tokio::spawn(scheduler::agent::run(client.clone(), every)),
+        tokio::spawn(pvcontroller::agent::run(client.clone(), every)),
+        tokio::spawn(localpath::agent::run(client.clone(), dirs, every)),
+    ];
+    Cluster {
+        _server: server,
+        client,
+        root,
+        tasks,
+    }
+}
+
+async fn create<K>(api: Api<K>, value: Value)
+where
+    K: Clone + serde::de::DeserializeOwned + serde::Serialize + std::fmt::Debug,
+{
+    let object: K = serde_json::from_value(value).unwrap();
+    api.create(&PostParams::default(), &object).await.unwrap();
+}
+
+async fn wait_for<T>(what: &str, mut check: impl AsyncFnMut() -> Option<T>) -> T {
+    for _ in 0..100 {
+        if let Some(v) = check().await {
+            return v;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("{what}: not reached in 5 s");
+}
+
+fn claim(name: &str, class: &str) -> Value {
+    json!({"metadata": {"name": name}, "spec": {"storageClassName": class,
+        "accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "2Gi"}}}})
+}
+
+async fn bound_volume(claims: &Api<PersistentVolumeClaim>, name: &str) -> Option<String> {
+    let c = claims.get(name).await.unwrap();
+    if c.status?.phase.as_deref() != Some("Bound") {
+        return None;
+    }
+    c.spec?.volume_name
+}
+
+fn node_of(v: &PersistentVolume) -> String {
+    let terms = &v.spec.as_ref().unwrap().node_affinity.as_ref().unwrap();
+    let term = &terms.required.as_ref().unwrap().node_selector_terms[0];
+    let req = &term.match_expressions.as_ref().unwrap()[0];
+    assert_eq!(req.key, "kubernetes.io/hostname");
+    req.values.as_ref().unwrap()[0].clone()
+}
+
+#[tokio::test]
+async fn an_immediate_claim_binds_before_any_pod_and_its_directory_goes_with_it() {
+    let c = cluster().await;
+    create(
+        Api::<StorageClass>::all(c.client.clone()),
+        json!({"metadata": {"name": "local-path"},
+        "provisioner": "rancher.io/local-path", "volumeBindingMode": "Immediate"}),
+    )
+    .await;
+    create(
+        Api::<PersistentVolumeClaim>::default_namespaced(c.client.clone()),
+        claim("scratch", "local-path"),
+    )
+    .await;
+    let claims: Api<PersistentVolumeClaim> = Api::default_namespaced(c.client.clone());
+    let pv_name = wait_for("scratch bound", async || {
+        bound_volume(&claims, "scratch").await
+    })
+    .await;
+    let volumes: Api<PersistentVolume> = Api::all(c.client.clone());
+    let pv = volumes.get(&pv_name).await.unwrap();
+    let spec = pv.spec.clone().unwrap();
+    assert_eq!(spec.capacity.unwrap()["storage"].0, "2Gi");
+    assert_eq!(
+        spec.persistent_volume_reclaim_policy.as_deref(),
+        Some("Delete")
+    );
+    let node = node_of(&pv);
+    let dir = std::path::PathBuf::from(spec.host_path.unwrap().path);
+    let uid = claims.get("scratch").await.unwrap().metadata.uid.unwrap();
+    assert_eq!(
+        dir,
+        c.root
+            .path()
+            .join(&node)
+            .join("opt/local-path-provisioner")
+            .join(format!("pvc-{uid}_default_scratch"))
+    );
+    assert!(dir.is_dir());
+
+    // A second claim goes to another node: volumes are spread.
+    create(
+        Api::<PersistentVolumeClaim>::default_namespaced(c.client.clone()),
+        claim("more", "local-path"),
+    )
+    .await;
+    let other = wait_for("more bound", async || bound_volume(&claims, "more").await).await;
+    assert_ne!(node_of(&volumes.get(&other).await.unwrap()), node);
+
+    claims
+        .delete("scratch", &DeleteParams::default())
+        .await
+        .unwrap();
+    wait_for("volume deleted", async || {
+        volumes
+            .get_opt(&pv_name)
+            .await
+            .unwrap()
+            .is_none()
+            .then_some(())
+    })
+    .await;
+    assert!(!dir.exists(), "the Delete policy removes the directory");
+}
+
+#[tokio::test]
+async fn a_wffc_claim_is_provisioned_on_the_node_its_pod_is_scheduled_to() {
+    let c = cluster().await;
+    create(Api::<StorageClass>::all(c.client.clone()), json!({"metadata": {"name": "local-wffc"},
+        "provisioner": "rancher.io/local-path", "volumeBindingMode": "WaitForFirstConsumer",
+        "reclaimPolicy": "Retain",
+        "parameters": {"nodePath": "/var/vm-disks", "pathPattern": "{{ .PVC.Namespace }}/{{ .PVC.Name }}"}})).await;
+    create(
+        Api::<PersistentVolumeClaim>::default_namespaced(c.client.clone()),
+        claim("vm-disk", "local-wffc"),
+    )
+    .await;
+    let claims: Api<PersistentVolumeClaim> = Api::default_namespaced(c.client.clone());
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let waiting = claims.get("vm-disk").await.unwrap();
+    assert_eq!(waiting.status.unwrap().phase.as_deref(), Some("Pending"));
+    let volumes: Api<PersistentVolume> = Api::all(c.client.clone());
+    assert!(
+        volumes
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .is_empty()
+    );
+
+    create(Api::<Pod>::default_namespaced(c.client.clone()), json!({"metadata": {"name": "virt-launcher"}, "spec": {
+        "containers": [{"name": "compute", "image": "x"}],
+        "nodeSelector": {"node-role.kubernetes.io/virt-local": "true"},
+        "tolerations": [{"key": "virt-local", "operator": "Equal", "value": "true", "effect": "NoSchedule"}],
+        "volumes": [{"name": "disk", "persistentVolumeClaim": {"claimName": "vm-disk"}}]}})).await;
+    let pods: Api<Pod> = Api::default_namespaced(c.client.clone());
+    let node = wait_for("pod scheduled", async || {
+        pods.get("virt-launcher").await.unwrap().spec?.node_name
+    })
+    .await;
+    assert_eq!(node, "node-2");
+    let claim = claims.get("vm-disk").await.unwrap();
+    assert_eq!(
+        claim.metadata.annotations.unwrap()["volume.kubernetes.io/selected-node"],
+        "node-2"
+    );
+    let pv = volumes
+        .get(&claim.spec.unwrap().volume_name.unwrap())
+        .await
+        .unwrap();
+    assert_eq!(node_of(&pv), "node-2");
+    let dir = c.root.path().join("node-2/var/vm-disks/default/vm-disk");
+    assert_eq!(
+        pv.spec.unwrap().host_path.unwrap().path,
+        dir.to_string_lossy()
+    );
+    assert!(dir.is_dir());
+}
+
+#[tokio::test]
+async fn a_block_claim_is_refused_with_an_event() {
+    let c = cluster().await;
+    create(
+        Api::<StorageClass>::all(c.client.clone()),
+        json!({"metadata": {"name": "local-path"},
+        "provisioner": "rancher.io/local-path"}),
+    )
+    .await;
+    let mut block = claim("raw", "local-path");
+    block["spec"]["volumeMode"] = json!("Block");
+    create(
+        Api::<PersistentVolumeClaim>::default_namespaced(c.client.clone()),
+        block,
+    )
+    .await;
+    let events: Api<Event> = Api::default_namespaced(c.client.clone());
+    let message = wait_for("event", async || {
+        let list = events.list(&ListParams::default()).await.unwrap().items;
+        list.into_iter()
+            .find(|e| e.reason.as_deref() == Some("ProvisioningFailed"))?
+            .message
+    })
+    .await;
+    assert!(
+        message.contains("only Filesystem") && message.contains("\"raw\""),
+        "{message}"
+    );
+}
