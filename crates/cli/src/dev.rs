@@ -1,13 +1,37 @@
 //! `cdi dev`: the embedded development cluster.
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
 
-use anyhow::Context;
+use anyhow::{Context, bail};
 use cdi_devcluster::apiserver::{self, ApiServer};
+use cdi_devcluster::cluster;
+
+fn default_dir() -> PathBuf {
+    std::env::temp_dir().join("cdi-dev")
+}
 
 #[derive(clap::Subcommand)]
 pub enum DevCommand {
+    /// Start the development cluster in the background: API server, three nodes, scheduler,
+    /// PV controller and local-path provisioner (default class `local-path`, WaitForFirstConsumer).
+    Up {
+        /// State directory: kubeconfig, pid file, logs/ (one per component), nodes/ (data).
+        #[arg(long, default_value_os_t = default_dir())]
+        dir: PathBuf,
+        /// Where the API server listens (port 0 picks a free one).
+        #[arg(long, default_value = "127.0.0.1:6443")]
+        addr: SocketAddr,
+        /// Run in this process instead of in the background.
+        #[arg(long)]
+        foreground: bool,
+    },
+    /// Stop the development cluster started by `cdi dev up`.
+    Down {
+        #[arg(long, default_value_os_t = default_dir())]
+        dir: PathBuf,
+    },
     /// Run the embedded Kubernetes API server and write a kubeconfig for kubectl and kube-rs.
     Apiserver {
         /// Where to listen (port 0 picks a free one).
@@ -24,6 +48,17 @@ pub enum DevCommand {
 
 pub fn run(command: &DevCommand) -> anyhow::Result<()> {
     match command {
+        DevCommand::Up {
+            dir,
+            addr,
+            foreground: true,
+        } => up_here(dir, *addr),
+        DevCommand::Up {
+            dir,
+            addr,
+            foreground: false,
+        } => up_in_background(dir, *addr),
+        DevCommand::Down { dir } => down(dir),
         DevCommand::Apiserver {
             addr,
             kubeconfig,
@@ -64,4 +99,173 @@ pub fn run(command: &DevCommand) -> anyhow::Result<()> {
             })
         }
     }
+}
+
+/// The log file of each component, by the tracing target its code logs under.
+const COMPONENT_LOGS: &[(&str, &str)] = &[
+    ("apiserver.log", "cdi_devcluster::apiserver"),
+    ("scheduler.log", "cdi_devcluster::agents::scheduler"),
+    ("pv-controller.log", "cdi_devcluster::agents::pvcontroller"),
+    ("local-path.log", "cdi_devcluster::agents::localpath"),
+];
+
+fn pid_file(dir: &Path) -> PathBuf {
+    dir.join("cdi-dev.pid")
+}
+
+/// The pid of the cluster running for `dir`, if one is (a stale pid file is not).
+fn running(dir: &Path) -> Option<i32> {
+    let pid: i32 = std::fs::read_to_string(pid_file(dir))
+        .ok()?
+        .trim()
+        .parse()
+        .ok()?;
+    // The pid may have been reused since: check it is still our process.
+    let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+    let args: Vec<&[u8]> = cmdline.split(|b| *b == 0).collect();
+    let ours = args.contains(&b"--foreground".as_slice()) && args.contains(&b"up".as_slice());
+    ours.then_some(pid)
+}
+
+fn up_here(dir: &Path, addr: SocketAddr) -> anyhow::Result<()> {
+    use tracing_subscriber::filter::Targets;
+    use tracing_subscriber::prelude::*;
+
+    if let Some(pid) = running(dir) {
+        bail!(
+            "a development cluster is already up in {} (pid {pid}); run `cdi dev down --dir {}` first",
+            dir.display(),
+            dir.display()
+        );
+    }
+    let logs = dir.join("logs");
+    std::fs::create_dir_all(&logs).with_context(|| format!("creating {}", logs.display()))?;
+    let mut layers = Vec::new();
+    for (file, target) in COMPONENT_LOGS {
+        let path = logs.join(file);
+        let f = std::fs::File::options()
+            .create(true)
+            .append(true)
+            .open(&path)
+            .with_context(|| format!("opening {}", path.display()))?;
+        layers.push(
+            tracing_subscriber::fmt::layer()
+                .with_ansi(false)
+                .with_writer(std::sync::Mutex::new(f))
+                .with_filter(Targets::new().with_target(*target, tracing::Level::INFO))
+                .boxed(),
+        );
+    }
+    tracing_subscriber::registry().with(layers).try_init()?;
+
+    let runtime = tokio::runtime::Runtime::new().context("starting the runtime")?;
+    runtime.block_on(async {
+        let config = cluster::Config::new(dir.to_path_buf(), addr);
+        let mut running = cluster::start(&config).await?;
+        std::fs::write(pid_file(dir), format!("{}\n", std::process::id()))
+            .with_context(|| format!("writing {}", pid_file(dir).display()))?;
+        println!("API server: {}", running.url);
+        println!("kubeconfig: {}", running.kubeconfig.display());
+        let mut terminate =
+            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            _ = terminate.recv() => {}
+            _ = running.serve_forever() => {}
+        }
+        let _ = std::fs::remove_file(pid_file(dir));
+        Ok(())
+    })
+}
+
+fn up_in_background(dir: &Path, addr: SocketAddr) -> anyhow::Result<()> {
+    use std::os::unix::process::CommandExt;
+
+    if let Some(pid) = running(dir) {
+        bail!(
+            "a development cluster is already up in {} (pid {pid}); run `cdi dev down --dir {}` first",
+            dir.display(),
+            dir.display()
+        );
+    }
+    let logs = dir.join("logs");
+    std::fs::create_dir_all(&logs).with_context(|| format!("creating {}", logs.display()))?;
+    let _ = std::fs::remove_file(pid_file(dir));
+    let log_path = logs.join("cdi-dev.log");
+    let log = std::fs::File::create(&log_path)
+        .with_context(|| format!("creating {}", log_path.display()))?;
+    let exe = std::env::current_exe().context("finding the cdi executable")?;
+    let mut child = std::process::Command::new(exe)
+        .args([
+            "dev",
+            "up",
+            "--foreground",
+            "--addr",
+            &addr.to_string(),
+            "--dir",
+        ])
+        .arg(dir)
+        .stdin(std::process::Stdio::null())
+        .stdout(log.try_clone()?)
+        .stderr(log)
+        // Its own process group: a Ctrl-C in this terminal later does not stop it.
+        .process_group(0)
+        .spawn()
+        .context("starting the cluster process")?;
+    for _ in 0..200 {
+        if let Some(status) = child.try_wait()? {
+            let text = std::fs::read_to_string(&log_path).unwrap_or_default();
+            bail!(
+                "the cluster process exited ({status}) before it was up:\n{}",
+                text.trim_end()
+            );
+        }
+        if running(dir).is_some() {
+            let kubeconfig = dir.join("kubeconfig");
+            println!("kubeconfig: {}", kubeconfig.display());
+            println!("logs:       {}", logs.display());
+            println!(
+                "try: KUBECONFIG={} kubectl get nodes,storageclasses",
+                kubeconfig.display()
+            );
+            println!("stop: cdi dev down --dir {}", dir.display());
+            return Ok(());
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let _ = child.kill();
+    bail!(
+        "the cluster did not come up within 10 s; see {}",
+        log_path.display()
+    )
+}
+
+fn down(dir: &Path) -> anyhow::Result<()> {
+    use rustix::process::{Pid, Signal, kill_process, test_kill_process};
+
+    let Some(pid) = running(dir) else {
+        let _ = std::fs::remove_file(pid_file(dir));
+        println!("no development cluster is running in {}", dir.display());
+        return Ok(());
+    };
+    let target = Pid::from_raw(pid).context("a positive pid")?;
+    kill_process(target, Signal::TERM).with_context(|| format!("stopping pid {pid}"))?;
+    for _ in 0..100 {
+        if test_kill_process(target).is_err() || running(dir).is_none() {
+            println!(
+                "stopped the development cluster in {} (pid {pid})",
+                dir.display()
+            );
+            let _ = std::fs::remove_file(pid_file(dir));
+            return Ok(());
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    kill_process(target, Signal::KILL).with_context(|| format!("killing pid {pid}"))?;
+    let _ = std::fs::remove_file(pid_file(dir));
+    println!(
+        "killed the development cluster in {} (pid {pid}): it did not stop within 5 s",
+        dir.display()
+    );
+    Ok(())
 }

@@ -2,3 +2,4 @@
 
 pub mod agents;
 pub mod apiserver;
+pub mod cluster;

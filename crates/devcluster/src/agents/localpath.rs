@@ -336,11 +336,11 @@ pub mod agent {
 
     use super::{Action, NodeDirs, PROVISIONER, plan};
 
-    /// Apply one action.
+    /// Apply one action; `false` when it had been done already (the event exists).
     pub async fn apply(
         client: &Client,
         action: &Action,
-    ) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+    ) -> Result<bool, Box<dyn std::error::Error + Send + Sync>> {
         let volumes: Api<PersistentVolume> = Api::all(client.clone());
         match action {
             Action::Provision { dir, volume } => {
@@ -373,14 +373,14 @@ pub mod agent {
                     "source": {"component": PROVISIONER}, "firstTimestamp": now, "lastTimestamp": now, "count": 1});
                 let event: Event = serde_json::from_value(event)?;
                 match events.create(&PostParams::default(), &event).await {
-                    Err(kube::Error::Api(e)) if e.code == 409 => {}
+                    Err(kube::Error::Api(e)) if e.code == 409 => return Ok(false),
                     other => {
                         other?;
                     }
                 }
             }
         }
-        Ok(())
+        Ok(true)
     }
 
     /// One pass: read everything, apply what [`plan`] decides.
@@ -400,8 +400,25 @@ pub mod agent {
             .items;
         let nodes = Api::<Node>::all(client.clone()).list(&lp).await?.items;
         for action in plan(dirs, &claims, &volumes, &classes, &nodes) {
-            if let Err(e) = apply(client, &action).await {
-                tracing::warn!(error = %e, ?action, "local-path action failed");
+            match apply(client, &action).await {
+                Ok(true) => match &action {
+                    Action::Provision { dir, volume } => {
+                        let name = volume.metadata.name.as_deref().unwrap_or("");
+                        tracing::info!(volume = name, dir = %dir.display(), "provisioned");
+                    }
+                    Action::Reclaim { volume, dir } => {
+                        tracing::info!(volume, ?dir, "deleted");
+                    }
+                    Action::Refuse {
+                        namespace,
+                        claim,
+                        message,
+                    } => {
+                        tracing::warn!(claim = %format!("{namespace}/{claim}"), message, "refused");
+                    }
+                },
+                Ok(false) => {}
+                Err(e) => tracing::warn!(error = %e, ?action, "local-path action failed"),
             }
         }
         Ok(())

@@ -508,8 +508,9 @@ pub mod agent {
         for action in reconcile(&claims, &volumes, &classes, &nodes) {
             // One failed write (say a conflict with a user's edit) must not stop the others;
             // the next pass sees the new state and decides again.
-            if let Err(e) = apply(client, &action).await {
-                tracing::warn!(error = %e, ?action, "pv controller action failed");
+            match apply(client, &action).await {
+                Ok(()) => tracing::info!(?action, "applied"),
+                Err(e) => tracing::warn!(error = %e, ?action, "pv controller action failed"),
             }
         }
         Ok(())

@@ -592,6 +592,7 @@ pub mod agent {
                             claims_api
                                 .patch(claim_name, &PatchParams::default(), &Patch::Merge(patch))
                                 .await?;
+                            tracing::info!(claim = %format!("{ns}/{claim_name}"), %node, pod = %name, "selected node for claim");
                         }
                         let bound =
                             claim.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Bound");
@@ -603,9 +604,12 @@ pub mod agent {
                     }
                     let binding = json!({"apiVersion": "v1", "kind": "Binding", "metadata": {"name": name}, "target": {"apiVersion": "v1", "kind": "Node", "name": node}});
                     // A conflict means someone else bound it meanwhile: fine.
-                    let _: Result<serde_json::Value, _> = pods
+                    let bound: Result<serde_json::Value, _> = pods
                         .create_subresource("binding", &name, &PostParams::default(), &binding)
                         .await;
+                    if bound.is_ok() {
+                        tracing::info!(pod = %format!("{ns}/{name}"), %node, "bound pod");
+                    }
                 }
                 Decision::Unschedulable { message } => {
                     let already = pod
@@ -624,6 +628,7 @@ pub mod agent {
                         let status = json!({"status": {"conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": message, "lastTransitionTime": now}]}});
                         pods.patch_status(&name, &PatchParams::default(), &Patch::Merge(status))
                             .await?;
+                        tracing::info!(pod = %format!("{ns}/{name}"), %message, "unschedulable");
                     }
                 }
             }

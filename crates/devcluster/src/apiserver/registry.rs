@@ -265,6 +265,60 @@ pub struct Registry {
     resources: BTreeMap<(String, String), ResourceDef>,
 }
 
+/// The columns `kubectl get` shows for the built-in kinds the development cluster's story is
+/// about (priority 1: only with `-o wide`). Kubernetes computes some cells (pod readiness, the
+/// claim's `namespace/name`); these are the plain fields closest to them.
+fn builtin_columns(group: &str, plural: &str) -> Vec<Value> {
+    let col = |name: &str, path: &str, priority: i64| {
+        let ty = if name == "Age" { "date" } else { "string" };
+        json!({"name": name, "type": ty, "jsonPath": path, "priority": priority})
+    };
+    let age = || col("Age", ".metadata.creationTimestamp", 0);
+    match (group, plural) {
+        ("", "pods") => vec![
+            col("Status", ".status.phase", 0),
+            age(),
+            col("IP", ".status.podIP", 1),
+            col("Node", ".spec.nodeName", 1),
+        ],
+        ("", "persistentvolumeclaims") => vec![
+            col("Status", ".status.phase", 0),
+            col("Volume", ".spec.volumeName", 0),
+            col("Capacity", ".status.capacity.storage", 0),
+            col("StorageClass", ".spec.storageClassName", 0),
+            age(),
+            col("VolumeMode", ".spec.volumeMode", 1),
+            col(
+                "Selected-Node",
+                ".metadata.annotations.volume\\.kubernetes\\.io/selected-node",
+                1,
+            ),
+        ],
+        ("", "persistentvolumes") => vec![
+            col("Capacity", ".spec.capacity.storage", 0),
+            col("Reclaim Policy", ".spec.persistentVolumeReclaimPolicy", 0),
+            col("Status", ".status.phase", 0),
+            col("Claim", ".spec.claimRef.name", 0),
+            col("StorageClass", ".spec.storageClassName", 0),
+            age(),
+            col("VolumeMode", ".spec.volumeMode", 1),
+            col(
+                "Node",
+                ".spec.nodeAffinity.required.nodeSelectorTerms[0].matchExpressions[0].values[0]",
+                1,
+            ),
+        ],
+        ("storage.k8s.io", "storageclasses") => vec![
+            col("Provisioner", ".provisioner", 0),
+            col("ReclaimPolicy", ".reclaimPolicy", 0),
+            col("VolumeBindingMode", ".volumeBindingMode", 0),
+            age(),
+        ],
+        ("", "nodes") => vec![age(), col("Taints", ".spec.taints[0].key", 1)],
+        _ => Vec::new(),
+    }
+}
+
 impl Registry {
     pub fn with_builtins() -> Registry {
         let mut r = Registry::default();
@@ -282,7 +336,7 @@ impl Registry {
                 subresources: subresources.iter().map(|s| s.to_string()).collect(),
                 create_only: false,
                 schema: None,
-                printer_columns: Vec::new(),
+                printer_columns: builtin_columns(group, plural),
             });
         }
         r.add(ResourceDef {

@@ -736,12 +736,51 @@ fn create(
     } else {
         None
     };
+    let mut obj = obj;
+    if def.group.is_empty() && def.plural == "persistentvolumeclaims" {
+        default_storage_class(store, &mut obj);
+    }
     let created = store.create(def, ns, obj, dry_run, owner)?;
     if let (Some(custom), false) = (custom, dry_run) {
         store.register(custom);
         return mark_established(store, def, &created);
     }
     Ok(created)
+}
+
+/// The DefaultStorageClass admission plugin: a claim created without `storageClassName` (absent,
+/// not `""`) gets the default class; with several defaults, the newest, as Kubernetes picks.
+fn default_storage_class(store: &Store, claim: &mut Value) {
+    if !claim["spec"]["storageClassName"].is_null() {
+        return;
+    }
+    let Some(classes) = store
+        .registry()
+        .get("storage.k8s.io", "v1", "storageclasses")
+        .cloned()
+    else {
+        return;
+    };
+    let (items, _, _) = store.list(&classes, None, &ListOptions::default());
+    let default = items
+        .iter()
+        .filter(|c| {
+            let a = &c["metadata"]["annotations"];
+            a["storageclass.kubernetes.io/is-default-class"] == "true"
+                || a["storageclass.beta.kubernetes.io/is-default-class"] == "true"
+        })
+        .max_by_key(|c| {
+            (
+                c["metadata"]["creationTimestamp"]
+                    .as_str()
+                    .unwrap_or("")
+                    .to_string(),
+                c["metadata"]["name"].as_str().unwrap_or("").to_string(),
+            )
+        });
+    if let (Some(class), Some(spec)) = (default, claim["spec"].as_object_mut()) {
+        spec.insert("storageClassName".into(), class["metadata"]["name"].clone());
+    }
 }
 
 fn after_write(store: &Store, def: &ResourceDef, obj: &Value) {

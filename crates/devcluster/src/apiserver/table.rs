@@ -45,8 +45,18 @@ pub fn json_path(obj: &Value, path: &str) -> Value {
             cur = cur.iter().filter_map(|v| v.get(i).cloned()).collect();
             continue;
         }
-        let end = rest.find(['.', '[']).unwrap_or(rest.len());
-        let field = &rest[..end];
+        // A field ends at the first `.` or `[` not escaped with `\` (annotation keys).
+        let mut escaped = false;
+        let end = rest
+            .char_indices()
+            .find(|&(_, c)| {
+                let ends = !escaped && (c == '.' || c == '[');
+                escaped = !escaped && c == '\\';
+                ends
+            })
+            .map_or(rest.len(), |(i, _)| i);
+        let field = rest[..end].replace("\\.", ".");
+        let field = field.as_str();
         rest = rest[end..].trim_start_matches('.');
         cur = cur.iter().filter_map(|v| v.get(field).cloned()).collect();
     }
@@ -207,6 +217,15 @@ mod tests {
         );
         assert_eq!(json_path(&obj, ".spec.list[1].a"), json!(2));
         assert_eq!(json_path(&obj, ".status.missing"), Value::Null);
+        let claim =
+            json!({"metadata": {"annotations": {"volume.kubernetes.io/selected-node": "node-2"}}});
+        assert_eq!(
+            json_path(
+                &claim,
+                ".metadata.annotations.volume\\.kubernetes\\.io/selected-node"
+            ),
+            json!("node-2")
+        );
         assert!(wants_table(
             "application/json;as=Table;v=v1;g=meta.k8s.io,application/json"
         ));

@@ -1,0 +1,126 @@
+//! `cdi dev up` / `cdi dev down` as a user runs them, with the machine's kubectl.
+
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+fn cdi(args: &[&str], dir: &Path) -> (bool, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_cdi"))
+        .args(args)
+        .arg("--dir")
+        .arg(dir)
+        .output()
+        .unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into(),
+        String::from_utf8_lossy(&out.stderr).into(),
+    )
+}
+
+fn kubectl(dir: &Path, args: &[&str], stdin: Option<&str>) -> String {
+    let mut cmd = Command::new("kubectl");
+    cmd.args(args).env("KUBECONFIG", dir.join("kubeconfig"));
+    cmd.stdin(std::process::Stdio::piped());
+    cmd.stdout(std::process::Stdio::piped());
+    cmd.stderr(std::process::Stdio::piped());
+    let mut child = cmd.spawn().expect("kubectl is installed");
+    if let Some(text) = stdin {
+        use std::io::Write;
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(text.as_bytes())
+            .unwrap();
+    }
+    drop(child.stdin.take());
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "kubectl {args:?}: {stderr}");
+    String::from_utf8_lossy(&out.stdout).into()
+}
+
+/// Stops the cluster even when an assertion fails, so no process outlives the test.
+struct Down<'a>(&'a Path);
+
+impl Drop for Down<'_> {
+    fn drop(&mut self) {
+        let _ = cdi(&["dev", "down"], self.0);
+    }
+}
+
+const SEED: &str = "
+apiVersion: v1
+kind: PersistentVolumeClaim
+metadata: {name: vm-disk}
+spec:
+  accessModes: [ReadWriteOnce]
+  resources: {requests: {storage: 10Gi}}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: virt-launcher-vm}
+spec:
+  nodeSelector: {node-role.kubernetes.io/virt-local: \"true\"}
+  tolerations: [{key: virt-local, operator: Equal, value: \"true\", effect: NoSchedule}]
+  containers: [{name: compute, image: quay.io/kubevirt/virt-launcher}]
+  volumes: [{name: disk, persistentVolumeClaim: {claimName: vm-disk}}]
+";
+
+#[test]
+fn up_places_the_seed_vm_and_its_disk_on_node_2_and_down_stops_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let (ok, out, err) = cdi(&["dev", "up", "--addr", "127.0.0.1:0"], dir);
+    assert!(ok, "{out}{err}");
+    let _down = Down(dir);
+    assert!(
+        out.contains(&format!("kubeconfig: {}", dir.join("kubeconfig").display())),
+        "{out}"
+    );
+
+    let (again, _, err) = cdi(&["dev", "up", "--addr", "127.0.0.1:0"], dir);
+    assert!(!again && err.contains("already up"), "{err}");
+
+    kubectl(dir, &["apply", "-f", "-"], Some(SEED));
+    let mut table = String::new();
+    for _ in 0..100 {
+        table = kubectl(dir, &["get", "pods,pvc,pv", "-o", "wide"], None);
+        if table.contains("Bound") && table.lines().filter(|l| l.contains("node-2")).count() == 3 {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // The pod, the claim (selected node) and the volume (node affinity) all say node-2.
+    assert_eq!(
+        table.lines().filter(|l| l.contains("node-2")).count(),
+        3,
+        "{table}"
+    );
+    let volume_dirs = std::fs::read_dir(dir.join("nodes/node-2/opt/local-path-provisioner"))
+        .unwrap()
+        .count();
+    assert_eq!(volume_dirs, 1);
+    let scheduler_log = std::fs::read_to_string(dir.join("logs/scheduler.log")).unwrap();
+    assert!(scheduler_log.contains("bound pod"), "{scheduler_log}");
+
+    let pid: i32 = std::fs::read_to_string(dir.join("cdi-dev.pid"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let (ok, out, _) = cdi(&["dev", "down"], dir);
+    assert!(ok && out.contains("stopped"), "{out}");
+    assert!(
+        !Path::new(&format!("/proc/{pid}/cmdline")).exists() || {
+            std::thread::sleep(Duration::from_millis(200));
+            std::fs::read(format!("/proc/{pid}/cmdline")).map_or(true, |c| c.is_empty())
+        }
+    );
+    let (ok, out, _) = cdi(&["dev", "down"], dir);
+    assert!(
+        ok && out.contains("no development cluster is running"),
+        "{out}"
+    );
+}

@@ -1,0 +1,124 @@
+//! The development cluster put together: the API server on a loopback address, the nodes, a
+//! default `local-path` class and the agents, all in this process. `cdi dev up` runs this.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::api::storage::v1::StorageClass;
+use kube::api::PostParams;
+use kube::{Api, Client};
+use serde_json::json;
+
+use crate::agents::localpath::{self, NodeDirs};
+use crate::agents::nodes::{NodeConfig, default_nodes};
+use crate::agents::{pvcontroller, scheduler};
+use crate::apiserver::{self, ApiServer};
+
+/// What to start.
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub addr: SocketAddr,
+    /// Kubeconfig, node data directories (`nodes/<name>`).
+    pub dir: PathBuf,
+    pub nodes: Vec<NodeConfig>,
+    /// How often each agent looks at the cluster.
+    pub every: Duration,
+}
+
+impl Config {
+    pub fn new(dir: PathBuf, addr: SocketAddr) -> Config {
+        Config {
+            addr,
+            dir,
+            nodes: default_nodes(),
+            every: Duration::from_millis(200),
+        }
+    }
+
+    pub fn kubeconfig(&self) -> PathBuf {
+        self.dir.join("kubeconfig")
+    }
+}
+
+/// A running cluster; dropping it stops the agents and the server.
+pub struct Running {
+    pub url: String,
+    pub kubeconfig: PathBuf,
+    pub server: ApiServer,
+    /// An in-process client (no network).
+    pub client: Client,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl Running {
+    /// Wait until the server task ends (it does not, unless it fails).
+    pub async fn serve_forever(&mut self) {
+        if let Some(server) = self.tasks.first_mut() {
+            let _ = server.await;
+        }
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        for t in &self.tasks {
+            t.abort();
+        }
+    }
+}
+
+/// The class the seed's example uses, made the default: volumes wait for their first consumer.
+fn default_class() -> StorageClass {
+    serde_json::from_value(json!({
+        "metadata": {"name": "local-path",
+            "annotations": {"storageclass.kubernetes.io/is-default-class": "true"}},
+        "provisioner": localpath::PROVISIONER,
+        "volumeBindingMode": "WaitForFirstConsumer",
+        "reclaimPolicy": "Delete",
+    }))
+    .expect("a StorageClass")
+}
+
+/// Start everything; the kubeconfig is written once the server listens.
+pub async fn start(config: &Config) -> anyhow::Result<Running> {
+    use anyhow::Context;
+    let server = ApiServer::new();
+    let (bound, server_task) = server
+        .serve(config.addr)
+        .await
+        .with_context(|| format!("listening on {}", config.addr))?;
+    let url = format!("http://{bound}");
+    tracing::info!(target: "cdi_devcluster::apiserver", %url, "API server listening");
+    let client = Client::new(server.router(), "default");
+    let nodes: Api<Node> = Api::all(client.clone());
+    let dirs = NodeDirs {
+        root: config.dir.join("nodes"),
+    };
+    for n in &config.nodes {
+        let dir = dirs.node(&n.name);
+        std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+        nodes.create(&PostParams::default(), &n.node()).await?;
+    }
+    Api::<StorageClass>::all(client.clone())
+        .create(&PostParams::default(), &default_class())
+        .await?;
+    let every = config.every;
+    let tasks = vec![
+        server_task,
+        tokio::spawn(scheduler::agent::run(client.clone(), every)),
+        tokio::spawn(pvcontroller::agent::run(client.clone(), every)),
+        tokio::spawn(localpath::agent::run(client.clone(), dirs, every)),
+    ];
+    let kubeconfig = config.kubeconfig();
+    std::fs::write(&kubeconfig, apiserver::kubeconfig(&url))
+        .with_context(|| format!("writing {}", kubeconfig.display()))?;
+    Ok(Running {
+        url,
+        kubeconfig,
+        server,
+        client,
+        tasks,
+    })
+}
