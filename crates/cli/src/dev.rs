@@ -107,6 +107,7 @@ const COMPONENT_LOGS: &[(&str, &str)] = &[
     ("scheduler.log", "cdi_devcluster::agents::scheduler"),
     ("pv-controller.log", "cdi_devcluster::agents::pvcontroller"),
     ("local-path.log", "cdi_devcluster::agents::localpath"),
+    ("kubelet.log", "cdi_devcluster::agents::kubelet"),
 ];
 
 fn pid_file(dir: &Path) -> PathBuf {

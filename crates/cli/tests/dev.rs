@@ -105,6 +105,17 @@ fn up_places_the_seed_vm_and_its_disk_on_node_2_and_down_stops_it() {
     let scheduler_log = std::fs::read_to_string(dir.join("logs/scheduler.log")).unwrap();
     assert!(scheduler_log.contains("bound pod"), "{scheduler_log}");
 
+    // No kubelet runs it, so deleting it finishes at once instead of hanging in Terminating.
+    kubectl(
+        dir,
+        &["delete", "pod", "virt-launcher-vm", "--timeout=10s"],
+        None,
+    );
+    let pods = kubectl(dir, &["get", "pods", "-o", "name"], None);
+    assert_eq!(pods, "");
+    let kubelet_log = std::fs::read_to_string(dir.join("logs/kubelet.log")).unwrap();
+    assert!(kubelet_log.contains("deleted pod"), "{kubelet_log}");
+
     let pid: i32 = std::fs::read_to_string(dir.join("cdi-dev.pid"))
         .unwrap()
         .trim()

@@ -13,7 +13,7 @@ use serde_json::json;
 
 use crate::agents::localpath::{self, NodeDirs};
 use crate::agents::nodes::{NodeConfig, default_nodes};
-use crate::agents::{pvcontroller, scheduler};
+use crate::agents::{kubelet, pvcontroller, scheduler};
 use crate::apiserver::{self, ApiServer};
 
 /// What to start.
@@ -105,12 +105,19 @@ pub async fn start(config: &Config) -> anyhow::Result<Running> {
         .create(&PostParams::default(), &default_class())
         .await?;
     let every = config.every;
-    let tasks = vec![
+    let mut tasks = vec![
         server_task,
         tokio::spawn(scheduler::agent::run(client.clone(), every)),
         tokio::spawn(pvcontroller::agent::run(client.clone(), every)),
         tokio::spawn(localpath::agent::run(client.clone(), dirs, every)),
     ];
+    for n in &config.nodes {
+        tasks.push(tokio::spawn(kubelet::run(
+            client.clone(),
+            n.name.clone(),
+            every,
+        )));
+    }
     let kubeconfig = config.kubeconfig();
     std::fs::write(&kubeconfig, apiserver::kubeconfig(&url))
         .with_context(|| format!("writing {}", kubeconfig.display()))?;
