@@ -197,9 +197,11 @@ async fn a_wffc_claim_is_provisioned_on_the_node_its_pod_is_scheduled_to() {
     .await;
     assert_eq!(node, "node-2");
     let claim = claims.get("vm-disk").await.unwrap();
+    let annotations = claim.metadata.annotations.unwrap();
+    assert_eq!(annotations["volume.kubernetes.io/selected-node"], "node-2");
     assert_eq!(
-        claim.metadata.annotations.unwrap()["volume.kubernetes.io/selected-node"],
-        "node-2"
+        annotations["volume.kubernetes.io/storage-provisioner"],
+        "rancher.io/local-path"
     );
     let pv = volumes
         .get(&claim.spec.unwrap().volume_name.unwrap())

@@ -13,7 +13,9 @@ use k8s_openapi::api::storage::v1::StorageClass;
 use serde_json::json;
 
 use super::nodes::HOSTNAME_LABEL;
-use super::pvcontroller::{PROVISIONED_BY, SELECTED_NODE};
+use super::pvcontroller::{
+    BETA_STORAGE_PROVISIONER, PROVISIONED_BY, SELECTED_NODE, STORAGE_PROVISIONER,
+};
 
 /// The provisioner name classes use.
 pub const PROVISIONER: &str = "rancher.io/local-path";
@@ -251,6 +253,15 @@ pub fn plan(
             .is_none_or(str::is_empty);
         let phase = c.status.as_ref().and_then(|s| s.phase.as_deref());
         if !unbound || phase == Some("Lost") || c.metadata.deletion_timestamp.is_some() {
+            continue;
+        }
+        // As external provisioners do: only claims the PV controller handed to us.
+        let handed = c.metadata.annotations.as_ref().is_some_and(|a| {
+            [STORAGE_PROVISIONER, BETA_STORAGE_PROVISIONER]
+                .iter()
+                .any(|k| a.get(*k).map(String::as_str) == Some(PROVISIONER))
+        });
+        if !handed {
             continue;
         }
         let uid = c.metadata.uid.as_deref().unwrap_or("");

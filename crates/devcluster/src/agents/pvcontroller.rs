@@ -22,6 +22,9 @@ pub const BIND_COMPLETED: &str = "pv.kubernetes.io/bind-completed";
 pub const BOUND_BY_CONTROLLER: &str = "pv.kubernetes.io/bound-by-controller";
 /// Set by a provisioner on the volumes it created; it then owns their deletion.
 pub const PROVISIONED_BY: &str = "pv.kubernetes.io/provisioned-by";
+/// Set on a claim that waits for a provisioner: which one (and the beta key, still read).
+pub const STORAGE_PROVISIONER: &str = "volume.kubernetes.io/storage-provisioner";
+pub const BETA_STORAGE_PROVISIONER: &str = "volume.beta.kubernetes.io/storage-provisioner";
 /// Set by the scheduler on claims of WaitForFirstConsumer classes.
 pub const SELECTED_NODE: &str = "volume.kubernetes.io/selected-node";
 
@@ -57,6 +60,12 @@ pub enum Action {
         volume: String,
         phase: &'static str,
         message: Option<String>,
+    },
+    /// Say which provisioner the claim waits for.
+    AnnotateProvisioner {
+        namespace: String,
+        claim: String,
+        provisioner: String,
     },
 }
 
@@ -384,6 +393,25 @@ pub fn reconcile(
                     let size = storage(v.spec.as_ref().and_then(|s| s.capacity.as_ref()));
                     (size.unwrap_or(0), name(*v).to_string())
                 });
+            let class = c
+                .spec
+                .as_ref()
+                .and_then(|s| s.storage_class_name.as_deref())
+                .and_then(|n| classes.iter().find(|k| name(*k) == n));
+            let provisioner = class
+                .map(|k| k.provisioner.as_str())
+                .filter(|p| *p != "kubernetes.io/no-provisioner");
+            if let Some(p) = provisioner
+                && best.is_none()
+                && (!wffc || selected.is_some())
+                && annotation(c, STORAGE_PROVISIONER) != Some(p)
+            {
+                out.push(Action::AnnotateProvisioner {
+                    namespace: ns.into(),
+                    claim: cn.into(),
+                    provisioner: p.into(),
+                });
+            }
             if let Some(v) = best {
                 taken.insert(name(v));
                 out.push(Action::SetClaimRef {
@@ -416,7 +444,10 @@ pub mod agent {
     use kube::{Api, Client};
     use serde_json::json;
 
-    use super::{Action, BIND_COMPLETED, BOUND_BY_CONTROLLER, reconcile};
+    use super::{
+        Action, BETA_STORAGE_PROVISIONER, BIND_COMPLETED, BOUND_BY_CONTROLLER, STORAGE_PROVISIONER,
+        reconcile,
+    };
 
     async fn list<K>(client: &Client) -> Result<Vec<K>, kube::Error>
     where
@@ -480,6 +511,17 @@ pub mod agent {
                 let patch = json!({"status": {"phase": phase, "capacity": capacity, "accessModes": access_modes}});
                 claims(namespace)
                     .patch_status(claim, &pp, &Patch::Merge(patch))
+                    .await?;
+            }
+            Action::AnnotateProvisioner {
+                namespace,
+                claim,
+                provisioner,
+            } => {
+                let patch = json!({"metadata": {"annotations": {
+                    STORAGE_PROVISIONER: provisioner, BETA_STORAGE_PROVISIONER: provisioner}}});
+                claims(namespace)
+                    .patch(claim, &pp, &Patch::Merge(patch))
                     .await?;
             }
             Action::VolumeStatus {
