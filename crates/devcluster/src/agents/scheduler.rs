@@ -12,6 +12,8 @@ use k8s_openapi::api::core::v1::{
 };
 use k8s_openapi::api::storage::v1::StorageClass;
 
+use super::pvcontroller::misfit;
+
 /// What the scheduler sees.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct ClusterView<'a> {
@@ -158,6 +160,9 @@ pub fn schedule(pod: &Pod, view: &ClusterView<'_>) -> Decision {
 
     // Claims first: a missing claim or an unbound Immediate claim stops the pod everywhere.
     let mut select_for = Vec::new();
+    // WaitForFirstConsumer claims of classes without a provisioner: only a node with a free
+    // volume that fits will do (nothing will be made for them).
+    let mut static_claims: Vec<&PersistentVolumeClaim> = Vec::new();
     let mut bound_volumes = Vec::new();
     for name in claim_names(pod) {
         let Some(claim) = view
@@ -185,14 +190,16 @@ pub fn schedule(pod: &Pod, view: &ClusterView<'_>) -> Decision {
                     .spec
                     .as_ref()
                     .and_then(|s| s.storage_class_name.as_deref());
-                let wffc = class
-                    .and_then(|c| {
-                        view.classes
-                            .iter()
-                            .find(|sc| sc.metadata.name.as_deref() == Some(c))
-                    })
-                    .and_then(|sc| sc.volume_binding_mode.as_deref())
+                let class = class.and_then(|c| {
+                    view.classes
+                        .iter()
+                        .find(|sc| sc.metadata.name.as_deref() == Some(c))
+                });
+                let wffc = class.and_then(|sc| sc.volume_binding_mode.as_deref())
                     == Some("WaitForFirstConsumer");
+                if class.is_some_and(|sc| sc.provisioner == "kubernetes.io/no-provisioner") {
+                    static_claims.push(claim);
+                }
                 if !wffc {
                     return unschedulable(format!(
                         "0/{total} nodes are available: pod has unbound immediate PersistentVolumeClaims."
@@ -284,6 +291,20 @@ pub fn schedule(pod: &Pod, view: &ClusterView<'_>) -> Decision {
                     .filter_map(|pv| pv.spec.as_ref()?.node_affinity.as_ref()?.required.as_ref())
                     .any(|sel| !selector_matches(sel, node))
                     .then(|| "node(s) had volume node affinity conflict".to_string())
+            })
+            .or_else(|| {
+                let free_here = |claim: &PersistentVolumeClaim| {
+                    view.volumes.iter().any(|pv| {
+                        let spec = pv.spec.as_ref();
+                        spec.is_some_and(|s| s.claim_ref.is_none())
+                            && misfit(claim, pv).is_none()
+                            && spec
+                                .and_then(|s| s.node_affinity.as_ref()?.required.as_ref())
+                                .is_none_or(|sel| selector_matches(sel, node))
+                    })
+                };
+                (!static_claims.iter().all(|c| free_here(c)))
+                    .then(|| "node(s) didn't find available persistent volumes to bind".to_string())
             });
         match reason {
             Some(r) => *reasons.entry(r).or_default() += 1,
@@ -409,6 +430,47 @@ mod tests {
             schedule(&p, &view),
             Decision::Unschedulable { .. }
         ));
+    }
+
+    #[test]
+    fn static_wffc_claims_need_a_free_volume_on_the_node() {
+        let nodes = nodes();
+        let classes: Vec<StorageClass> = vec![serde_json::from_value(json!({"metadata": {"name": "local"}, "provisioner": "kubernetes.io/no-provisioner", "volumeBindingMode": "WaitForFirstConsumer"})).unwrap()];
+        let claims: Vec<PersistentVolumeClaim> = vec![serde_json::from_value(json!({"metadata": {"name": "disk"}, "spec": {"storageClassName": "local", "accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}})).unwrap()];
+        let on = |node: &str, size: &str| -> PersistentVolume {
+            serde_json::from_value(json!({"metadata": {"name": format!("pv-{node}-{size}")}, "spec": {"storageClassName": "local", "capacity": {"storage": size}, "accessModes": ["ReadWriteOnce"], "nodeAffinity": {"required": {"nodeSelectorTerms": [{"matchExpressions": [{"key": "kubernetes.io/hostname", "operator": "In", "values": [node]}]}]}}}})).unwrap()
+        };
+        // node-1 has one too small; only node-3's fits.
+        let volumes = vec![on("node-1", "512Mi"), on("node-3", "2Gi")];
+        let view = ClusterView {
+            nodes: &nodes,
+            claims: &claims,
+            volumes: &volumes,
+            classes: &classes,
+            ..Default::default()
+        };
+        let p = pod(
+            json!({"containers": containers(), "volumes": [{"name": "d", "persistentVolumeClaim": {"claimName": "disk"}}]}),
+        );
+        assert_eq!(
+            schedule(&p, &view),
+            Decision::Bind {
+                node: "node-3".into(),
+                select_for: vec!["disk".into()]
+            }
+        );
+        let none = vec![on("node-1", "512Mi")];
+        let view = ClusterView {
+            volumes: &none,
+            ..view
+        };
+        match schedule(&p, &view) {
+            Decision::Unschedulable { message } => assert!(
+                message.contains("2 node(s) didn't find available persistent volumes to bind"),
+                "{message}"
+            ),
+            other => panic!("{other:?}"),
+        }
     }
 
     #[test]
