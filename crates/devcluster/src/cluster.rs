@@ -84,6 +84,8 @@ fn default_class() -> StorageClass {
 /// Start everything; the kubeconfig is written once the server listens.
 pub async fn start(config: &Config) -> anyhow::Result<Running> {
     use anyhow::Context;
+    std::fs::create_dir_all(&config.dir)
+        .with_context(|| format!("creating {}", config.dir.display()))?;
     let server = ApiServer::new();
     let (bound, server_task) = server
         .serve(config.addr)
