@@ -106,7 +106,7 @@ const COMPONENT_LOGS: &[(&str, &str)] = &[
     ("apiserver.log", "cdi_devcluster::apiserver"),
     ("scheduler.log", "cdi_devcluster::agents::scheduler"),
     ("pv-controller.log", "cdi_devcluster::agents::pvcontroller"),
-    ("local-path.log", "cdi_devcluster::agents::localpath"),
+    ("provisioners.log", "cdi_devcluster::agents::localpath"),
     ("kubelet.log", "cdi_devcluster::agents::kubelet"),
 ];
 

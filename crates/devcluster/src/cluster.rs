@@ -6,12 +6,12 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Node;
-use k8s_openapi::api::storage::v1::StorageClass;
+use k8s_openapi::api::storage::v1::{CSIDriver, StorageClass};
 use kube::api::PostParams;
 use kube::{Api, Client};
 use serde_json::json;
 
-use crate::agents::localpath::{self, NodeDirs};
+use crate::agents::localpath::{self, Driver, NodeDirs};
 use crate::agents::nodes::{NodeConfig, default_nodes};
 use crate::agents::{kubelet, pvcontroller, scheduler};
 use crate::apiserver::{self, ApiServer};
@@ -81,6 +81,17 @@ fn default_class() -> StorageClass {
     .expect("a StorageClass")
 }
 
+/// The CSI-like driver's class, also WaitForFirstConsumer.
+fn csi_class() -> StorageClass {
+    serde_json::from_value(json!({
+        "metadata": {"name": "csi"},
+        "provisioner": localpath::CSI_DRIVER,
+        "volumeBindingMode": "WaitForFirstConsumer",
+        "reclaimPolicy": "Delete",
+    }))
+    .expect("a StorageClass")
+}
+
 /// Start everything; the kubeconfig is written once the server listens.
 pub async fn start(config: &Config) -> anyhow::Result<Running> {
     use anyhow::Context;
@@ -103,15 +114,37 @@ pub async fn start(config: &Config) -> anyhow::Result<Running> {
         std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
         nodes.create(&PostParams::default(), &n.node()).await?;
     }
-    Api::<StorageClass>::all(client.clone())
+    let classes = Api::<StorageClass>::all(client.clone());
+    classes
         .create(&PostParams::default(), &default_class())
+        .await?;
+    classes.create(&PostParams::default(), &csi_class()).await?;
+    // The CSIDriver object tells CDI the CSI-like driver's claims take the populator path.
+    let driver: CSIDriver = serde_json::from_value(json!({
+        "metadata": {"name": localpath::CSI_DRIVER},
+        "spec": {"attachRequired": false, "podInfoOnMount": false,
+            "volumeLifecycleModes": ["Persistent"]},
+    }))?;
+    Api::<CSIDriver>::all(client.clone())
+        .create(&PostParams::default(), &driver)
         .await?;
     let every = config.every;
     let mut tasks = vec![
         server_task,
         tokio::spawn(scheduler::agent::run(client.clone(), every)),
         tokio::spawn(pvcontroller::agent::run(client.clone(), every)),
-        tokio::spawn(localpath::agent::run(client.clone(), dirs, every)),
+        tokio::spawn(localpath::agent::run(
+            client.clone(),
+            Driver::LocalPath,
+            dirs.clone(),
+            every,
+        )),
+        tokio::spawn(localpath::agent::run(
+            client.clone(),
+            Driver::Csi,
+            dirs,
+            every,
+        )),
     ];
     for n in &config.nodes {
         tasks.push(tokio::spawn(kubelet::run(

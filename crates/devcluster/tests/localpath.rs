@@ -1,8 +1,9 @@
-//! The local-path provisioner with the scheduler and the PV controller, through the API server.
+//! The local-path and CSI-like provisioners with the scheduler and the PV controller, through
+//! the API server.
 
 use std::time::Duration;
 
-use cdi_devcluster::agents::localpath::{self, NodeDirs};
+use cdi_devcluster::agents::localpath::{self, Driver, NodeDirs};
 use cdi_devcluster::agents::nodes::default_nodes;
 use cdi_devcluster::agents::{pvcontroller, scheduler};
 use cdi_devcluster::apiserver::ApiServer;
@@ -45,7 +46,18 @@ async fn cluster() -> Cluster {
     let tasks = vec![
         tokio::spawn(scheduler::agent::run(client.clone(), every)),
         tokio::spawn(pvcontroller::agent::run(client.clone(), every)),
-        tokio::spawn(localpath::agent::run(client.clone(), dirs, every)),
+        tokio::spawn(localpath::agent::run(
+            client.clone(),
+            Driver::LocalPath,
+            dirs.clone(),
+            every,
+        )),
+        tokio::spawn(localpath::agent::run(
+            client.clone(),
+            Driver::Csi,
+            dirs,
+            every,
+        )),
     ];
     Cluster {
         _server: server,
@@ -244,4 +256,102 @@ async fn a_block_claim_is_refused_with_an_event() {
         message.contains("only Filesystem") && message.contains("\"raw\""),
         "{message}"
     );
+}
+
+#[tokio::test]
+async fn the_csi_driver_makes_block_files_clones_by_copy_and_leaves_populator_claims_pending() {
+    let c = cluster().await;
+    create(
+        Api::<StorageClass>::all(c.client.clone()),
+        json!({"metadata": {"name": "csi"}, "provisioner": "csi.cdi-rs.dev"}),
+    )
+    .await;
+    let claims_api = || Api::<PersistentVolumeClaim>::default_namespaced(c.client.clone());
+    let mut block = claim("raw", "csi");
+    block["spec"]["volumeMode"] = json!("Block");
+    block["spec"]["resources"]["requests"]["storage"] = json!("64Mi");
+    create(claims_api(), block).await;
+    create(claims_api(), claim("files", "csi")).await;
+    let claims = claims_api();
+    let volumes: Api<PersistentVolume> = Api::all(c.client.clone());
+    let raw_pv = wait_for("raw bound", async || bound_volume(&claims, "raw").await).await;
+    let files_pv = wait_for("files bound", async || bound_volume(&claims, "files").await).await;
+    let path_of = async |pv: &str| {
+        let v = volumes.get(pv).await.unwrap();
+        assert_eq!(
+            v.spec.as_ref().unwrap().csi.as_ref().unwrap().driver,
+            "csi.cdi-rs.dev"
+        );
+        std::path::PathBuf::from(&v.spec.unwrap().csi.unwrap().volume_attributes.unwrap()["path"])
+    };
+    let raw = path_of(&raw_pv).await;
+    assert_eq!(
+        std::fs::metadata(&raw).unwrap().len(),
+        64 << 20,
+        "a 64Mi sparse file"
+    );
+    let files = path_of(&files_pv).await;
+    assert!(files.is_dir());
+
+    // Data in both, then clone each.
+    std::fs::write(files.join("disk.img"), b"hello from the source").unwrap();
+    {
+        use std::os::unix::fs::FileExt;
+        let f = std::fs::OpenOptions::new().write(true).open(&raw).unwrap();
+        f.write_all_at(b"MBR", 1 << 20).unwrap();
+    }
+    let mut clone = claim("files-copy", "csi");
+    clone["spec"]["dataSource"] = json!({"kind": "PersistentVolumeClaim", "name": "files"});
+    create(claims_api(), clone).await;
+    let mut raw_clone = claim("raw-copy", "csi");
+    raw_clone["spec"]["volumeMode"] = json!("Block");
+    raw_clone["spec"]["resources"]["requests"]["storage"] = json!("96Mi");
+    raw_clone["spec"]["dataSourceRef"] = json!({"kind": "PersistentVolumeClaim", "name": "raw"});
+    create(claims_api(), raw_clone).await;
+    // A claim for a populator (CDI's VolumeImportSource): no provisioner may touch it.
+    let mut populated = claim("populated", "csi");
+    populated["spec"]["dataSourceRef"] =
+        json!({"apiGroup": "cdi.kubevirt.io", "kind": "VolumeImportSource", "name": "src"});
+    create(claims_api(), populated).await;
+
+    let copy = wait_for("files-copy bound", async || {
+        bound_volume(&claims, "files-copy").await
+    })
+    .await;
+    let copy = path_of(&copy).await;
+    assert_ne!(copy, files);
+    assert_eq!(
+        std::fs::read(copy.join("disk.img")).unwrap(),
+        b"hello from the source"
+    );
+    let raw_copy = wait_for("raw-copy bound", async || {
+        bound_volume(&claims, "raw-copy").await
+    })
+    .await;
+    let raw_copy = path_of(&raw_copy).await;
+    assert_eq!(
+        std::fs::metadata(&raw_copy).unwrap().len(),
+        96 << 20,
+        "grown to the request"
+    );
+    let mut head = [0u8; 3];
+    std::os::unix::fs::FileExt::read_exact_at(
+        &std::fs::File::open(&raw_copy).unwrap(),
+        &mut head,
+        1 << 20,
+    )
+    .unwrap();
+    assert_eq!(&head, b"MBR");
+
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let waiting = claims.get("populated").await.unwrap();
+    assert_eq!(waiting.status.unwrap().phase.as_deref(), Some("Pending"));
+    assert!(waiting.spec.unwrap().volume_name.is_none());
+
+    // Deleting a block claim removes its file.
+    claims
+        .delete("raw-copy", &DeleteParams::default())
+        .await
+        .unwrap();
+    wait_for("file removed", async || (!raw_copy.exists()).then_some(())).await;
 }

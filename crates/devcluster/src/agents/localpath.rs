@@ -1,9 +1,17 @@
-//! A local-path provisioner (the `rancher.io/local-path` of the WaitForFirstConsumer seed): each
-//! volume is a directory under a node's data directory, pinned to that node by required node
-//! affinity on `kubernetes.io/hostname`. Immediate classes get a volume at once on the node with
-//! the fewest; WaitForFirstConsumer classes wait for the scheduler's `selected-node`. No
-//! CSIDriver object exists for it, so CDI treats its classes as non-CSI (host-assisted paths).
-//! Pure: [`plan`] decides, [`agent`] creates directories and objects.
+//! The development cluster's provisioners, both keeping volumes under a node's data directory,
+//! pinned to that node by required node affinity on `kubernetes.io/hostname`. Immediate classes
+//! get a volume at once on the node with the fewest; WaitForFirstConsumer classes wait for the
+//! scheduler's `selected-node`.
+//!
+//! - [`Driver::LocalPath`] is the `rancher.io/local-path` of the WaitForFirstConsumer seed:
+//!   directories only, no data sources, no CSIDriver object (so CDI takes its host-assisted
+//!   paths).
+//! - [`Driver::Csi`] behaves like a CSI driver (the cluster creates its CSIDriver object, so CDI
+//!   takes the populator paths): Block volumes as files, and claims whose data source is another
+//!   of its claims are cloned by copying. Claims naming any other data source kind stay Pending,
+//!   as real external provisioners leave them to a populator.
+//!
+//! Pure: [`plan`] decides, [`agent`] creates files, directories and objects.
 
 use std::collections::BTreeMap;
 use std::path::{Component, Path, PathBuf};
@@ -17,8 +25,37 @@ use super::pvcontroller::{
     BETA_STORAGE_PROVISIONER, PROVISIONED_BY, SELECTED_NODE, STORAGE_PROVISIONER,
 };
 
-/// The provisioner name classes use.
+/// The provisioner name local-path classes use.
 pub const PROVISIONER: &str = "rancher.io/local-path";
+/// The CSI-like driver's name (its classes' provisioner, and its CSIDriver object).
+pub const CSI_DRIVER: &str = "csi.cdi-rs.dev";
+
+/// Which provisioner.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Driver {
+    LocalPath,
+    Csi,
+}
+
+impl Driver {
+    pub fn name(self) -> &'static str {
+        match self {
+            Driver::LocalPath => PROVISIONER,
+            Driver::Csi => CSI_DRIVER,
+        }
+    }
+}
+
+/// What a new volume starts with.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Content {
+    /// An empty directory (Filesystem).
+    Directory,
+    /// A sparse file of this many bytes (Block).
+    BlockFile { bytes: u64 },
+    /// A copy of another volume's directory or file (a clone).
+    CopyOf { source: PathBuf, bytes: u64 },
+}
 /// Where volumes go inside a node's data directory unless the class says `nodePath`.
 pub const DEFAULT_NODE_PATH: &str = "/opt/local-path-provisioner";
 
@@ -37,15 +74,16 @@ impl NodeDirs {
 /// One change the provisioner wants made.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Action {
-    /// Make `dir`, then create the volume.
+    /// Make `path` with its content, then create the volume.
     Provision {
-        dir: PathBuf,
+        path: PathBuf,
+        content: Content,
         volume: Box<PersistentVolume>,
     },
-    /// Remove `dir` (if it is there), then delete the volume object.
+    /// Remove `path` (directory or file, if it is there), then delete the volume object.
     Reclaim {
         volume: String,
-        dir: Option<PathBuf>,
+        path: Option<PathBuf>,
     },
     /// Tell the claim's owner why nothing happens (a `ProvisioningFailed` event).
     Refuse {
@@ -180,20 +218,44 @@ fn volume_node(v: &PersistentVolume) -> Option<&str> {
     req.values.as_ref()?.first().map(String::as_str)
 }
 
-fn ours(v: &PersistentVolume) -> bool {
+fn ours(driver: Driver, v: &PersistentVolume) -> bool {
     v.metadata
         .annotations
         .as_ref()
         .and_then(|a| a.get(PROVISIONED_BY))
-        .is_some_and(|p| p == PROVISIONER)
+        .is_some_and(|p| p == driver.name())
+}
+
+/// Where a volume of ours keeps its data on the host.
+fn volume_path(v: &PersistentVolume) -> Option<PathBuf> {
+    let spec = v.spec.as_ref()?;
+    if let Some(h) = &spec.host_path {
+        return Some(PathBuf::from(&h.path));
+    }
+    spec.csi
+        .as_ref()?
+        .volume_attributes
+        .as_ref()?
+        .get("path")
+        .map(PathBuf::from)
+}
+
+fn requested_bytes(claim: &PersistentVolumeClaim) -> u64 {
+    claim
+        .spec
+        .as_ref()
+        .and_then(|s| s.resources.as_ref()?.requests.as_ref()?.get("storage"))
+        .and_then(|q| cdi_core::Quantity::try_from(q).ok())
+        .map_or(0, |q| q.value().max(0) as u64)
 }
 
 /// The volume a claim of ours gets on `node`.
 fn volume_for(
+    driver: Driver,
     claim: &PersistentVolumeClaim,
     class: &StorageClass,
     node: &str,
-    dir: &Path,
+    path: &Path,
 ) -> PersistentVolume {
     let spec = claim.spec.clone().unwrap_or_default();
     let size = spec
@@ -204,16 +266,29 @@ fn volume_for(
         .map(|q| q.0.clone())
         .unwrap_or_else(|| "0".into());
     let uid = claim.metadata.uid.as_deref().unwrap_or("");
+    let pv_name = format!("pvc-{uid}");
+    let mode = spec.volume_mode.as_deref().unwrap_or("Filesystem");
+    let (source_key, source) = match driver {
+        Driver::LocalPath => (
+            "hostPath",
+            json!({"path": path.to_string_lossy(), "type": "DirectoryOrCreate"}),
+        ),
+        Driver::Csi => (
+            "csi",
+            json!({"driver": CSI_DRIVER, "volumeHandle": pv_name,
+                "volumeAttributes": {"path": path.to_string_lossy()}}),
+        ),
+    };
     let value = json!({
         "apiVersion": "v1", "kind": "PersistentVolume",
-        "metadata": {"name": format!("pvc-{uid}"), "annotations": {PROVISIONED_BY: PROVISIONER}},
+        "metadata": {"name": pv_name, "annotations": {PROVISIONED_BY: driver.name()}},
         "spec": {
+            source_key: source,
             "capacity": {"storage": size},
             "accessModes": spec.access_modes.unwrap_or_else(|| vec!["ReadWriteOnce".into()]),
-            "volumeMode": "Filesystem",
+            "volumeMode": mode,
             "storageClassName": name(class),
             "persistentVolumeReclaimPolicy": class.reclaim_policy.as_deref().unwrap_or("Delete"),
-            "hostPath": {"path": dir.to_string_lossy(), "type": "DirectoryOrCreate"},
             "claimRef": {"apiVersion": "v1", "kind": "PersistentVolumeClaim",
                 "namespace": claim.metadata.namespace, "name": claim.metadata.name, "uid": uid},
             "nodeAffinity": {"required": {"nodeSelectorTerms": [{"matchExpressions": [
@@ -225,6 +300,7 @@ fn volume_for(
 
 /// Everything the provisioner would do, given the cluster's claims, volumes, classes and nodes.
 pub fn plan(
+    driver: Driver,
     dirs: &NodeDirs,
     claims: &[PersistentVolumeClaim],
     volumes: &[PersistentVolume],
@@ -234,7 +310,7 @@ pub fn plan(
     let mut out = Vec::new();
     // How many of our volumes each node holds, for spreading Immediate volumes.
     let mut load: BTreeMap<&str, usize> = nodes.iter().map(|n| (name(n), 0)).collect();
-    for v in volumes.iter().filter(|v| ours(v)) {
+    for v in volumes.iter().filter(|v| ours(driver, v)) {
         if let Some(n) = volume_node(v).and_then(|n| load.get_mut(n)) {
             *n += 1;
         }
@@ -244,7 +320,7 @@ pub fn plan(
         let class_name = spec.and_then(|s| s.storage_class_name.as_deref());
         let Some(class) = classes
             .iter()
-            .find(|k| Some(name(*k)) == class_name && k.provisioner == PROVISIONER)
+            .find(|k| Some(name(*k)) == class_name && k.provisioner == driver.name())
         else {
             continue;
         };
@@ -259,7 +335,7 @@ pub fn plan(
         let handed = c.metadata.annotations.as_ref().is_some_and(|a| {
             [STORAGE_PROVISIONER, BETA_STORAGE_PROVISIONER]
                 .iter()
-                .any(|k| a.get(*k).map(String::as_str) == Some(PROVISIONER))
+                .any(|k| a.get(*k).map(String::as_str) == Some(driver.name()))
         });
         if !handed {
             continue;
@@ -274,17 +350,105 @@ pub fn plan(
             claim: name(c).into(),
             message,
         };
-        if spec.and_then(|s| s.volume_mode.as_deref()) == Some("Block") {
+        let block = spec.and_then(|s| s.volume_mode.as_deref()) == Some("Block");
+        if block && driver == Driver::LocalPath {
             out.push(refuse(format!(
                 "{PROVISIONER} makes only Filesystem volumes; use a class whose provisioner \
-                 supports Block for claim {:?}",
+                 supports Block (such as {CSI_DRIVER}) for claim {:?}",
                 name(c)
             )));
             continue;
         }
-        if spec.is_some_and(|s| s.data_source.is_some() || s.data_source_ref.is_some()) {
-            // As the original: it cannot fill a volume from a source, so it does not try.
-            continue;
+        let bytes = requested_bytes(c);
+        let mut content = if block {
+            Content::BlockFile { bytes }
+        } else {
+            Content::Directory
+        };
+        // dataSourceRef wins; the older dataSource says the same in fewer words.
+        let source = spec.and_then(|s| match (&s.data_source_ref, &s.data_source) {
+            (Some(r), _) => Some((
+                r.kind.clone(),
+                r.api_group.clone().unwrap_or_default(),
+                r.name.clone(),
+                r.namespace.clone(),
+            )),
+            (None, Some(d)) => Some((
+                d.kind.clone(),
+                d.api_group.clone().unwrap_or_default(),
+                d.name.clone(),
+                None,
+            )),
+            (None, None) => None,
+        });
+        if let Some((kind, group, source_name, source_ns)) = source {
+            // Local-path cannot fill a volume from anything; other kinds are a populator's.
+            if driver == Driver::LocalPath || kind != "PersistentVolumeClaim" || !group.is_empty() {
+                continue;
+            }
+            let ns = c.metadata.namespace.as_deref().unwrap_or("");
+            if source_ns.as_deref().is_some_and(|s| s != ns) {
+                out.push(refuse(format!(
+                    "claim {:?} clones from another namespace, which needs a ReferenceGrant; \
+                     the development cluster does not support those",
+                    name(c)
+                )));
+                continue;
+            }
+            let Some(src) = claims
+                .iter()
+                .find(|o| o.metadata.namespace.as_deref() == Some(ns) && name(*o) == source_name)
+            else {
+                out.push(refuse(format!(
+                    "source claim {source_name:?} does not exist"
+                )));
+                continue;
+            };
+            let src_volume = src
+                .spec
+                .as_ref()
+                .and_then(|s| s.volume_name.as_deref())
+                .and_then(|v| volumes.iter().find(|pv| name(*pv) == v))
+                .filter(|_| src.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Bound"));
+            // Wait for the source to be bound.
+            let Some(src_volume) = src_volume else {
+                continue;
+            };
+            let src_mode = src_volume
+                .spec
+                .as_ref()
+                .and_then(|s| s.volume_mode.as_deref())
+                .unwrap_or("Filesystem");
+            let src_bytes = src_volume
+                .spec
+                .as_ref()
+                .and_then(|s| s.capacity.as_ref()?.get("storage"))
+                .and_then(|q| cdi_core::Quantity::try_from(q).ok())
+                .map_or(0, |q| q.value().max(0) as u64);
+            let problem = if !ours(driver, src_volume) {
+                Some(format!(
+                    "source claim {source_name:?} is not a volume of {CSI_DRIVER}, which clones only its own"
+                ))
+            } else if src_mode != (if block { "Block" } else { "Filesystem" }) {
+                Some(format!(
+                    "source claim {source_name:?} is {src_mode}; a clone must have the same volume mode"
+                ))
+            } else if src_bytes > bytes {
+                Some(format!(
+                    "claim {:?} asks for less than its source {source_name:?} holds",
+                    name(c)
+                ))
+            } else {
+                None
+            };
+            match (problem, volume_path(src_volume)) {
+                (None, Some(source)) => content = Content::CopyOf { source, bytes },
+                (Some(message), _) => {
+                    out.push(refuse(message));
+                    continue;
+                }
+                (None, None) => continue,
+            }
         }
         let wffc = class.volume_binding_mode.as_deref() == Some("WaitForFirstConsumer");
         let node = if wffc {
@@ -301,34 +465,44 @@ pub fn plan(
                 }
             }
         };
-        match volume_dir(dirs, &node, class, &pv_name, c) {
-            Ok(dir) => {
+        let path = match driver {
+            Driver::LocalPath => volume_dir(dirs, &node, class, &pv_name, c),
+            Driver::Csi => {
+                let file = if block {
+                    format!("{pv_name}.img")
+                } else {
+                    pv_name.clone()
+                };
+                Ok(dirs.node(&node).join("csi").join(file))
+            }
+        };
+        match path {
+            Ok(path) => {
                 if let Some(n) = load.get_mut(node.as_str()) {
                     *n += 1;
                 }
-                let volume = Box::new(volume_for(c, class, &node, &dir));
-                out.push(Action::Provision { dir, volume });
+                let volume = Box::new(volume_for(driver, c, class, &node, &path));
+                out.push(Action::Provision {
+                    path,
+                    content,
+                    volume,
+                });
             }
             Err(message) => out.push(refuse(message)),
         }
     }
-    for v in volumes.iter().filter(|v| ours(v)) {
+    for v in volumes.iter().filter(|v| ours(driver, v)) {
         let released = v.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Released");
         let policy = v
             .spec
             .as_ref()
             .and_then(|s| s.persistent_volume_reclaim_policy.as_deref());
         if released && policy == Some("Delete") && v.metadata.deletion_timestamp.is_none() {
-            let dir = v
-                .spec
-                .as_ref()
-                .and_then(|s| s.host_path.as_ref())
-                .map(|h| PathBuf::from(&h.path))
-                // Never remove anything outside the node data directories.
-                .filter(|d| d.starts_with(&dirs.root));
+            // Never remove anything outside the node data directories.
+            let path = volume_path(v).filter(|d| d.starts_with(&dirs.root));
             out.push(Action::Reclaim {
                 volume: name(v).into(),
-                dir,
+                path,
             });
         }
     }
@@ -345,22 +519,67 @@ pub mod agent {
     use kube::{Api, Client};
     use serde_json::json;
 
-    use super::{Action, NodeDirs, PROVISIONER, plan};
+    use super::{Action, Content, Driver, NodeDirs, plan};
+
+    /// Copy a volume's directory tree (or its file) for a clone.
+    fn copy_tree(from: &std::path::Path, to: &std::path::Path) -> std::io::Result<()> {
+        if from.is_dir() {
+            std::fs::create_dir_all(to)?;
+            for entry in std::fs::read_dir(from)? {
+                let entry = entry?;
+                copy_tree(&entry.path(), &to.join(entry.file_name()))?;
+            }
+            Ok(())
+        } else {
+            std::fs::copy(from, to).map(|_| ())
+        }
+    }
+
+    fn make(path: &std::path::Path, content: &Content) -> std::io::Result<()> {
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent)?;
+        }
+        match content {
+            Content::Directory => std::fs::create_dir_all(path),
+            Content::BlockFile { bytes } => std::fs::File::create(path)?.set_len(*bytes),
+            Content::CopyOf { source, bytes } => {
+                copy_tree(source, path)?;
+                if path.is_file() {
+                    // A bigger clone of a block volume: the rest reads as zeros.
+                    let f = std::fs::OpenOptions::new().write(true).open(path)?;
+                    if f.metadata()?.len() < *bytes {
+                        f.set_len(*bytes)?;
+                    }
+                }
+                Ok(())
+            }
+        }
+    }
 
     /// Apply one action; `false` when it had been done already (the event exists).
     pub async fn apply(
         client: &Client,
+        driver: Driver,
         action: &Action,
     ) -> Result<bool, Box<dyn std::error::Error + Send + Sync>> {
         let volumes: Api<PersistentVolume> = Api::all(client.clone());
         match action {
-            Action::Provision { dir, volume } => {
-                std::fs::create_dir_all(dir)?;
+            Action::Provision {
+                path,
+                content,
+                volume,
+            } => {
+                make(path, content)?;
                 volumes.create(&PostParams::default(), volume).await?;
             }
-            Action::Reclaim { volume, dir } => {
-                if let Some(dir) = dir {
-                    match std::fs::remove_dir_all(dir) {
+            Action::Reclaim { volume, path } => {
+                if let Some(path) = path {
+                    let removed = if path.is_dir() {
+                        std::fs::remove_dir_all(path)
+                    } else {
+                        std::fs::remove_file(path)
+                    };
+                    match removed {
                         Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e.into()),
                         _ => {}
                     }
@@ -378,10 +597,10 @@ pub mod agent {
                     .map(|t| t.to_string())
                     .unwrap_or_default();
                 // One event per claim and reason: a fixed name makes repeats a harmless conflict.
-                let event = json!({"metadata": {"name": format!("{claim}.local-path-provisioning-failed")},
+                let event = json!({"metadata": {"name": format!("{claim}.provisioning-failed")},
                     "involvedObject": {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "namespace": namespace, "name": claim},
                     "reason": "ProvisioningFailed", "message": message, "type": "Warning",
-                    "source": {"component": PROVISIONER}, "firstTimestamp": now, "lastTimestamp": now, "count": 1});
+                    "source": {"component": driver.name()}, "firstTimestamp": now, "lastTimestamp": now, "count": 1});
                 let event: Event = serde_json::from_value(event)?;
                 match events.create(&PostParams::default(), &event).await {
                     Err(kube::Error::Api(e)) if e.code == 409 => return Ok(false),
@@ -395,7 +614,7 @@ pub mod agent {
     }
 
     /// One pass: read everything, apply what [`plan`] decides.
-    pub async fn pass(client: &Client, dirs: &NodeDirs) -> Result<(), kube::Error> {
+    pub async fn pass(client: &Client, driver: Driver, dirs: &NodeDirs) -> Result<(), kube::Error> {
         let lp = ListParams::default();
         let claims = Api::<PersistentVolumeClaim>::all(client.clone())
             .list(&lp)
@@ -410,15 +629,19 @@ pub mod agent {
             .await?
             .items;
         let nodes = Api::<Node>::all(client.clone()).list(&lp).await?.items;
-        for action in plan(dirs, &claims, &volumes, &classes, &nodes) {
-            match apply(client, &action).await {
+        for action in plan(driver, dirs, &claims, &volumes, &classes, &nodes) {
+            match apply(client, driver, &action).await {
                 Ok(true) => match &action {
-                    Action::Provision { dir, volume } => {
+                    Action::Provision {
+                        path,
+                        content,
+                        volume,
+                    } => {
                         let name = volume.metadata.name.as_deref().unwrap_or("");
-                        tracing::info!(volume = name, dir = %dir.display(), "provisioned");
+                        tracing::info!(driver = driver.name(), volume = name, path = %path.display(), ?content, "provisioned");
                     }
-                    Action::Reclaim { volume, dir } => {
-                        tracing::info!(volume, ?dir, "deleted");
+                    Action::Reclaim { volume, path } => {
+                        tracing::info!(driver = driver.name(), volume, ?path, "deleted");
                     }
                     Action::Refuse {
                         namespace,
@@ -429,17 +652,19 @@ pub mod agent {
                     }
                 },
                 Ok(false) => {}
-                Err(e) => tracing::warn!(error = %e, ?action, "local-path action failed"),
+                Err(e) => {
+                    tracing::warn!(error = %e, driver = driver.name(), ?action, "action failed")
+                }
             }
         }
         Ok(())
     }
 
     /// Run passes until the task is dropped.
-    pub async fn run(client: Client, dirs: NodeDirs, every: Duration) {
+    pub async fn run(client: Client, driver: Driver, dirs: NodeDirs, every: Duration) {
         loop {
-            if let Err(e) = pass(&client, &dirs).await {
-                tracing::warn!(error = %e, "local-path pass failed");
+            if let Err(e) = pass(&client, driver, &dirs).await {
+                tracing::warn!(error = %e, driver = driver.name(), "provisioner pass failed");
             }
             tokio::time::sleep(every).await;
         }
