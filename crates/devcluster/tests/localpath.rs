@@ -342,6 +342,12 @@ async fn the_csi_driver_makes_block_files_clones_by_copy_and_leaves_populator_cl
     )
     .unwrap();
     assert_eq!(&head, b"MBR");
+    let allocated =
+        std::os::unix::fs::MetadataExt::blocks(&std::fs::metadata(&raw_copy).unwrap()) * 512;
+    assert!(
+        allocated < 8 << 20,
+        "the clone stays sparse: {allocated} bytes allocated"
+    );
 
     tokio::time::sleep(Duration::from_millis(300)).await;
     let waiting = claims.get("populated").await.unwrap();

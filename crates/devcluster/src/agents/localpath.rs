@@ -531,8 +531,36 @@ pub mod agent {
             }
             Ok(())
         } else {
-            std::fs::copy(from, to).map(|_| ())
+            copy_sparse(from, to)
         }
+    }
+
+    /// Copy only the data extents of a file, so a clone of a sparse block volume stays sparse.
+    fn copy_sparse(from: &std::path::Path, to: &std::path::Path) -> std::io::Result<()> {
+        use rustix::fs::{SeekFrom, seek};
+        use std::os::unix::fs::FileExt;
+        let src = std::fs::File::open(from)?;
+        let dst = std::fs::File::create(to)?;
+        let len = src.metadata()?.len();
+        dst.set_len(len)?;
+        let mut buf = vec![0u8; 1 << 20];
+        let mut offset = 0u64;
+        while offset < len {
+            // ENXIO: no data after `offset`, the rest is a hole.
+            let Ok(start) = seek(&src, SeekFrom::Data(offset)) else {
+                break;
+            };
+            let end = seek(&src, SeekFrom::Hole(start)).map_err(std::io::Error::from)?;
+            let mut at = start;
+            while at < end {
+                let n = ((end - at) as usize).min(buf.len());
+                src.read_exact_at(&mut buf[..n], at)?;
+                dst.write_all_at(&buf[..n], at)?;
+                at += n as u64;
+            }
+            offset = end;
+        }
+        Ok(())
     }
 
     fn make(path: &std::path::Path, content: &Content) -> std::io::Result<()> {
