@@ -128,10 +128,8 @@ fn running(dir: &Path) -> Option<i32> {
     ours.then_some(pid)
 }
 
-fn up_here(dir: &Path, addr: SocketAddr) -> anyhow::Result<()> {
-    use tracing_subscriber::filter::Targets;
-    use tracing_subscriber::prelude::*;
-
+/// Refuse when a cluster already runs for `dir`; make its log directory.
+fn prepare(dir: &Path) -> anyhow::Result<PathBuf> {
     if let Some(pid) = running(dir) {
         bail!(
             "a development cluster is already up in {} (pid {pid}); run `cdi dev down --dir {}` first",
@@ -141,6 +139,14 @@ fn up_here(dir: &Path, addr: SocketAddr) -> anyhow::Result<()> {
     }
     let logs = dir.join("logs");
     std::fs::create_dir_all(&logs).with_context(|| format!("creating {}", logs.display()))?;
+    Ok(logs)
+}
+
+fn up_here(dir: &Path, addr: SocketAddr) -> anyhow::Result<()> {
+    use tracing_subscriber::filter::Targets;
+    use tracing_subscriber::prelude::*;
+
+    let logs = prepare(dir)?;
     let mut layers = Vec::new();
     for (file, target) in COMPONENT_LOGS {
         let path = logs.join(file);
@@ -182,15 +188,7 @@ fn up_here(dir: &Path, addr: SocketAddr) -> anyhow::Result<()> {
 fn up_in_background(dir: &Path, addr: SocketAddr) -> anyhow::Result<()> {
     use std::os::unix::process::CommandExt;
 
-    if let Some(pid) = running(dir) {
-        bail!(
-            "a development cluster is already up in {} (pid {pid}); run `cdi dev down --dir {}` first",
-            dir.display(),
-            dir.display()
-        );
-    }
-    let logs = dir.join("logs");
-    std::fs::create_dir_all(&logs).with_context(|| format!("creating {}", logs.display()))?;
+    let logs = prepare(dir)?;
     let _ = std::fs::remove_file(pid_file(dir));
     let log_path = logs.join("cdi-dev.log");
     let log = std::fs::File::create(&log_path)

@@ -92,6 +92,36 @@ fn csi_class() -> StorageClass {
     .expect("a StorageClass")
 }
 
+/// Start the agents against `client`: scheduler, PV controller, both provisioners (volumes under
+/// `dirs`) and a kubelet for each of `nodes`, each looking every `every`.
+pub fn spawn_agents(
+    client: &Client,
+    dirs: &NodeDirs,
+    nodes: &[String],
+    every: Duration,
+) -> Vec<tokio::task::JoinHandle<()>> {
+    let mut tasks = vec![
+        tokio::spawn(scheduler::agent::run(client.clone(), every)),
+        tokio::spawn(pvcontroller::agent::run(client.clone(), every)),
+    ];
+    for driver in [Driver::LocalPath, Driver::Csi] {
+        tasks.push(tokio::spawn(localpath::agent::run(
+            client.clone(),
+            driver,
+            dirs.clone(),
+            every,
+        )));
+    }
+    for node in nodes {
+        tasks.push(tokio::spawn(kubelet::run(
+            client.clone(),
+            node.clone(),
+            every,
+        )));
+    }
+    tasks
+}
+
 /// Start everything; the kubeconfig is written once the server listens.
 pub async fn start(config: &Config) -> anyhow::Result<Running> {
     use anyhow::Context;
@@ -128,31 +158,9 @@ pub async fn start(config: &Config) -> anyhow::Result<Running> {
     Api::<CSIDriver>::all(client.clone())
         .create(&PostParams::default(), &driver)
         .await?;
-    let every = config.every;
-    let mut tasks = vec![
-        server_task,
-        tokio::spawn(scheduler::agent::run(client.clone(), every)),
-        tokio::spawn(pvcontroller::agent::run(client.clone(), every)),
-        tokio::spawn(localpath::agent::run(
-            client.clone(),
-            Driver::LocalPath,
-            dirs.clone(),
-            every,
-        )),
-        tokio::spawn(localpath::agent::run(
-            client.clone(),
-            Driver::Csi,
-            dirs,
-            every,
-        )),
-    ];
-    for n in &config.nodes {
-        tasks.push(tokio::spawn(kubelet::run(
-            client.clone(),
-            n.name.clone(),
-            every,
-        )));
-    }
+    let node_names: Vec<String> = config.nodes.iter().map(|n| n.name.clone()).collect();
+    let mut tasks = vec![server_task];
+    tasks.extend(spawn_agents(&client, &dirs, &node_names, config.every));
     let kubeconfig = config.kubeconfig();
     std::fs::write(&kubeconfig, apiserver::kubeconfig(&url))
         .with_context(|| format!("writing {}", kubeconfig.display()))?;

@@ -1,13 +1,16 @@
 //! The local-path and CSI-like provisioners with the scheduler and the PV controller, through
 //! the API server.
 
+mod common;
+
 use std::time::Duration;
 
-use cdi_devcluster::agents::localpath::{self, Driver, NodeDirs};
+use cdi_devcluster::agents::localpath::NodeDirs;
 use cdi_devcluster::agents::nodes::default_nodes;
-use cdi_devcluster::agents::{pvcontroller, scheduler};
 use cdi_devcluster::apiserver::ApiServer;
-use k8s_openapi::api::core::v1::{Event, Node, PersistentVolume, PersistentVolumeClaim, Pod};
+use cdi_devcluster::cluster;
+use common::wait_for;
+use k8s_openapi::api::core::v1::{Event, PersistentVolume, PersistentVolumeClaim, Pod};
 use k8s_openapi::api::storage::v1::StorageClass;
 use kube::api::{DeleteParams, ListParams, PostParams};
 use kube::{Api, Client};
@@ -29,36 +32,14 @@ impl Drop for Cluster {
 }
 
 async fn cluster() -> Cluster {
-    let server = ApiServer::new();
-    let client = Client::new(server.router(), "default");
-    let nodes: Api<Node> = Api::all(client.clone());
-    for n in default_nodes() {
-        nodes
-            .create(&PostParams::default(), &n.node())
-            .await
-            .unwrap();
-    }
+    let (server, client) = common::with_nodes().await;
     let root = tempfile::tempdir().unwrap();
     let every = Duration::from_millis(30);
     let dirs = NodeDirs {
         root: root.path().to_path_buf(),
     };
-    let tasks = vec![
-        tokio::spawn(scheduler::agent::run(client.clone(), every)),
-        tokio::spawn(pvcontroller::agent::run(client.clone(), every)),
-        tokio::spawn(localpath::agent::run(
-            client.clone(),
-            Driver::LocalPath,
-            dirs.clone(),
-            every,
-        )),
-        tokio::spawn(localpath::agent::run(
-            client.clone(),
-            Driver::Csi,
-            dirs,
-            every,
-        )),
-    ];
+    let names: Vec<String> = default_nodes().into_iter().map(|n| n.name).collect();
+    let tasks = cluster::spawn_agents(&client, &dirs, &names, every);
     Cluster {
         _server: server,
         client,
@@ -73,16 +54,6 @@ where
 {
     let object: K = serde_json::from_value(value).unwrap();
     api.create(&PostParams::default(), &object).await.unwrap();
-}
-
-async fn wait_for<T>(what: &str, mut check: impl AsyncFnMut() -> Option<T>) -> T {
-    for _ in 0..100 {
-        if let Some(v) = check().await {
-            return v;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    panic!("{what}: not reached in 5 s");
 }
 
 fn claim(name: &str, class: &str) -> Value {

@@ -1,29 +1,21 @@
 //! The PV controller loop against the API server, with plain Kubernetes objects.
 
+mod common;
+
 use std::time::Duration;
 
 use cdi_devcluster::agents::pvcontroller::agent;
 use cdi_devcluster::apiserver::ApiServer;
+use common::wait_for;
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 use serde_json::json;
 
-fn start() -> (ApiServer, Client, tokio::task::JoinHandle<()>) {
-    let server = ApiServer::new();
-    let client = Client::new(server.router(), "default");
+async fn start() -> (ApiServer, Client, tokio::task::JoinHandle<()>) {
+    let (server, client) = common::with_nodes().await;
     let task = tokio::spawn(agent::run(client.clone(), Duration::from_millis(30)));
     (server, client, task)
-}
-
-async fn wait_for<T>(what: &str, mut check: impl AsyncFnMut() -> Option<T>) -> T {
-    for _ in 0..100 {
-        if let Some(v) = check().await {
-            return v;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    panic!("{what}: not reached in 5 s");
 }
 
 fn volume(name: &str, class: &str, size: &str, policy: &str) -> PersistentVolume {
@@ -55,7 +47,7 @@ async fn phase_of_volume(volumes: &Api<PersistentVolume>, name: &str) -> String 
 
 #[tokio::test]
 async fn a_claim_binds_the_smallest_volume_that_fits() {
-    let (_server, client, task) = start();
+    let (_server, client, task) = start().await;
     let volumes: Api<PersistentVolume> = Api::all(client.clone());
     let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), "default");
     let pp = PostParams::default();
@@ -123,7 +115,7 @@ async fn a_claim_binds_the_smallest_volume_that_fits() {
 
 #[tokio::test]
 async fn changing_claim_ref_moves_the_volume_and_the_old_claim_is_lost() {
-    let (_server, client, task) = start();
+    let (_server, client, task) = start().await;
     let volumes: Api<PersistentVolume> = Api::all(client.clone());
     let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), "default");
     let pp = PostParams::default();
@@ -183,7 +175,7 @@ async fn changing_claim_ref_moves_the_volume_and_the_old_claim_is_lost() {
 
 #[tokio::test]
 async fn deleting_the_claim_releases_or_fails_the_volume_by_reclaim_policy() {
-    let (_server, client, task) = start();
+    let (_server, client, task) = start().await;
     let volumes: Api<PersistentVolume> = Api::all(client.clone());
     let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), "default");
     let pp = PostParams::default();
@@ -235,17 +227,12 @@ async fn deleting_the_claim_releases_or_fails_the_volume_by_reclaim_policy() {
 
 #[tokio::test]
 async fn with_the_scheduler_a_wffc_claim_binds_the_local_volume_of_the_pods_node() {
-    use cdi_devcluster::agents::nodes::default_nodes;
     use cdi_devcluster::agents::scheduler;
-    use k8s_openapi::api::core::v1::{Node, Pod};
+    use k8s_openapi::api::core::v1::Pod;
     use k8s_openapi::api::storage::v1::StorageClass;
 
-    let (_server, client, task) = start();
+    let (_server, client, task) = start().await;
     let pp = PostParams::default();
-    let nodes: Api<Node> = Api::all(client.clone());
-    for n in default_nodes() {
-        nodes.create(&pp, &n.node()).await.unwrap();
-    }
     let scheduler = tokio::spawn(scheduler::agent::run(
         client.clone(),
         Duration::from_millis(30),

@@ -2,41 +2,18 @@
 
 use std::time::Duration;
 
-use cdi_devcluster::agents::nodes::default_nodes;
+mod common;
+
 use cdi_devcluster::agents::scheduler::agent;
-use cdi_devcluster::apiserver::ApiServer;
-use k8s_openapi::api::core::v1::{Node, PersistentVolumeClaim, Pod};
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
 use k8s_openapi::api::storage::v1::StorageClass;
+use kube::Api;
 use kube::api::{Patch, PatchParams, PostParams};
-use kube::{Api, Client};
 use serde_json::json;
-
-async fn setup() -> (ApiServer, Client) {
-    let server = ApiServer::new();
-    let client = Client::new(server.router(), "default");
-    let nodes: Api<Node> = Api::all(client.clone());
-    for n in default_nodes() {
-        nodes
-            .create(&PostParams::default(), &n.node())
-            .await
-            .unwrap();
-    }
-    (server, client)
-}
-
-async fn wait_for<T>(mut check: impl AsyncFnMut() -> Option<T>) -> T {
-    for _ in 0..100 {
-        if let Some(v) = check().await {
-            return v;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    panic!("condition not reached in 5 s");
-}
 
 #[tokio::test]
 async fn pods_are_placed_or_told_why_not() {
-    let (_server, client) = setup().await;
+    let (_server, client) = common::with_nodes().await;
     let task = tokio::spawn(agent::run(client.clone(), Duration::from_millis(50)));
     let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
     let vm: Pod = serde_json::from_value(json!({"metadata": {"name": "vm"}, "spec": {
@@ -49,9 +26,12 @@ async fn pods_are_placed_or_told_why_not() {
     .unwrap();
     pods.create(&PostParams::default(), &stuck).await.unwrap();
 
-    let node = wait_for(async || pods.get("vm").await.unwrap().spec.unwrap().node_name).await;
+    let node = common::wait_for("vm scheduled", async || {
+        pods.get("vm").await.unwrap().spec.unwrap().node_name
+    })
+    .await;
     assert_eq!(node, "node-2");
-    let message = wait_for(async || {
+    let message = common::wait_for("stuck marked Unschedulable", async || {
         let s = pods.get("stuck").await.unwrap().status?;
         s.conditions?
             .into_iter()
@@ -70,7 +50,7 @@ async fn pods_are_placed_or_told_why_not() {
 
 #[tokio::test]
 async fn a_wffc_claim_gets_the_selected_node_and_the_pod_waits_for_it_to_bind() {
-    let (_server, client) = setup().await;
+    let (_server, client) = common::with_nodes().await;
     let classes: Api<StorageClass> = Api::all(client.clone());
     classes
         .create(&PostParams::default(), &serde_json::from_value(json!({"metadata": {"name": "local-path-wffc"}, "provisioner": "rancher.io/local-path", "volumeBindingMode": "WaitForFirstConsumer"})).unwrap())
@@ -92,7 +72,7 @@ async fn a_wffc_claim_gets_the_selected_node_and_the_pod_waits_for_it_to_bind() 
         .await
         .unwrap();
 
-    let selected = wait_for(async || {
+    let selected = common::wait_for("selected-node set", async || {
         claims
             .get("disk")
             .await
@@ -125,7 +105,10 @@ async fn a_wffc_claim_gets_the_selected_node_and_the_pod_waits_for_it_to_bind() 
         )
         .await
         .unwrap();
-    let node = wait_for(async || pods.get("consumer").await.unwrap().spec.unwrap().node_name).await;
+    let node = common::wait_for("consumer scheduled", async || {
+        pods.get("consumer").await.unwrap().spec.unwrap().node_name
+    })
+    .await;
     assert_eq!(node, "node-3");
     task.abort();
 }

@@ -33,10 +33,5 @@ pub async fn pass(client: &Client, node: &str) -> Result<(), kube::Error> {
 
 /// Run passes for `node` until the task is dropped.
 pub async fn run(client: Client, node: String, every: std::time::Duration) {
-    loop {
-        if let Err(e) = pass(&client, &node).await {
-            tracing::warn!(error = %e, node, "kubelet pass failed");
-        }
-        tokio::time::sleep(every).await;
-    }
+    run_every!(every, pass(&client, &node))
 }

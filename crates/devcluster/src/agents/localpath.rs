@@ -16,14 +16,16 @@
 use std::collections::BTreeMap;
 use std::path::{Component, Path, PathBuf};
 
-use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim};
+use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
 use k8s_openapi::api::storage::v1::StorageClass;
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity as K8sQuantity;
 use serde_json::json;
 
 use super::nodes::HOSTNAME_LABEL;
 use super::pvcontroller::{
     BETA_STORAGE_PROVISIONER, PROVISIONED_BY, SELECTED_NODE, STORAGE_PROVISIONER,
 };
+use super::{Snapshot, name};
 
 /// The provisioner name local-path classes use.
 pub const PROVISIONER: &str = "rancher.io/local-path";
@@ -91,17 +93,6 @@ pub enum Action {
         claim: String,
         message: String,
     },
-}
-
-fn meta_str<'a>(
-    o: &'a impl kube::Resource,
-    f: impl Fn(&'a k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> Option<&'a String>,
-) -> &'a str {
-    f(o.meta()).map(String::as_str).unwrap_or("")
-}
-
-fn name(o: &impl kube::Resource) -> &str {
-    meta_str(o, |m| m.name.as_ref())
 }
 
 /// Expand a `pathPattern` the way the Go template of the original does, for the fields that
@@ -240,13 +231,20 @@ fn volume_path(v: &PersistentVolume) -> Option<PathBuf> {
         .map(PathBuf::from)
 }
 
-fn requested_bytes(claim: &PersistentVolumeClaim) -> u64 {
-    claim
-        .spec
-        .as_ref()
-        .and_then(|s| s.resources.as_ref()?.requests.as_ref()?.get("storage"))
+/// The `storage` entry of a requests or capacity map, in bytes.
+fn storage_bytes(map: Option<&BTreeMap<String, K8sQuantity>>) -> u64 {
+    map.and_then(|m| m.get("storage"))
         .and_then(|q| cdi_core::Quantity::try_from(q).ok())
         .map_or(0, |q| q.value().max(0) as u64)
+}
+
+fn requested_bytes(claim: &PersistentVolumeClaim) -> u64 {
+    storage_bytes(
+        claim
+            .spec
+            .as_ref()
+            .and_then(|s| s.resources.as_ref()?.requests.as_ref()),
+    )
 }
 
 /// The volume a claim of ours gets on `node`.
@@ -299,14 +297,13 @@ fn volume_for(
 }
 
 /// Everything the provisioner would do, given the cluster's claims, volumes, classes and nodes.
-pub fn plan(
-    driver: Driver,
-    dirs: &NodeDirs,
-    claims: &[PersistentVolumeClaim],
-    volumes: &[PersistentVolume],
-    classes: &[StorageClass],
-    nodes: &[Node],
-) -> Vec<Action> {
+pub fn plan(driver: Driver, dirs: &NodeDirs, cluster: &Snapshot) -> Vec<Action> {
+    let Snapshot {
+        claims,
+        volumes,
+        classes,
+        nodes,
+    } = cluster;
     let mut out = Vec::new();
     // How many of our volumes each node holds, for spreading Immediate volumes.
     let mut load: BTreeMap<&str, usize> = nodes.iter().map(|n| (name(n), 0)).collect();
@@ -419,12 +416,8 @@ pub fn plan(
                 .as_ref()
                 .and_then(|s| s.volume_mode.as_deref())
                 .unwrap_or("Filesystem");
-            let src_bytes = src_volume
-                .spec
-                .as_ref()
-                .and_then(|s| s.capacity.as_ref()?.get("storage"))
-                .and_then(|q| cdi_core::Quantity::try_from(q).ok())
-                .map_or(0, |q| q.value().max(0) as u64);
+            let src_bytes =
+                storage_bytes(src_volume.spec.as_ref().and_then(|s| s.capacity.as_ref()));
             let problem = if !ours(driver, src_volume) {
                 Some(format!(
                     "source claim {source_name:?} is not a volume of {CSI_DRIVER}, which clones only its own"
@@ -513,13 +506,12 @@ pub fn plan(
 pub mod agent {
     use std::time::Duration;
 
-    use k8s_openapi::api::core::v1::{Event, Node, PersistentVolume, PersistentVolumeClaim};
-    use k8s_openapi::api::storage::v1::StorageClass;
-    use kube::api::{DeleteParams, ListParams, PostParams};
+    use k8s_openapi::api::core::v1::{Event, PersistentVolume};
+    use kube::api::{DeleteParams, PostParams};
     use kube::{Api, Client};
     use serde_json::json;
 
-    use super::{Action, Content, Driver, NodeDirs, plan};
+    use super::{Action, Content, Driver, NodeDirs, Snapshot, plan};
 
     /// Copy a volume's directory tree (or its file) for a clone.
     fn copy_tree(from: &std::path::Path, to: &std::path::Path) -> std::io::Result<()> {
@@ -643,21 +635,7 @@ pub mod agent {
 
     /// One pass: read everything, apply what [`plan`] decides.
     pub async fn pass(client: &Client, driver: Driver, dirs: &NodeDirs) -> Result<(), kube::Error> {
-        let lp = ListParams::default();
-        let claims = Api::<PersistentVolumeClaim>::all(client.clone())
-            .list(&lp)
-            .await?
-            .items;
-        let volumes = Api::<PersistentVolume>::all(client.clone())
-            .list(&lp)
-            .await?
-            .items;
-        let classes = Api::<StorageClass>::all(client.clone())
-            .list(&lp)
-            .await?
-            .items;
-        let nodes = Api::<Node>::all(client.clone()).list(&lp).await?.items;
-        for action in plan(driver, dirs, &claims, &volumes, &classes, &nodes) {
+        for action in plan(driver, dirs, &Snapshot::read(client).await?) {
             match apply(client, driver, &action).await {
                 Ok(true) => match &action {
                     Action::Provision {
@@ -690,12 +668,7 @@ pub mod agent {
 
     /// Run passes until the task is dropped.
     pub async fn run(client: Client, driver: Driver, dirs: NodeDirs, every: Duration) {
-        loop {
-            if let Err(e) = pass(&client, driver, &dirs).await {
-                tracing::warn!(error = %e, driver = driver.name(), "provisioner pass failed");
-            }
-            tokio::time::sleep(every).await;
-        }
+        run_every!(every, pass(&client, driver, &dirs))
     }
 }
 

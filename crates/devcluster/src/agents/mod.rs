@@ -1,8 +1,71 @@
 //! The development cluster's node agents: plain Kubernetes components that know nothing about
 //! CDI. Decisions are pure functions over the objects; the loops around them watch and write.
 
+/// Run a pass every `$every` until the task is dropped; a failed pass is logged (under the
+/// calling agent's target, so in its own log) and the next one starts from what the cluster then
+/// holds: the agents are level-triggered.
+macro_rules! run_every {
+    ($every:expr, $pass:expr) => {
+        loop {
+            if let Err(e) = $pass.await {
+                tracing::warn!(error = %e, "pass failed");
+            }
+            tokio::time::sleep($every).await;
+        }
+    };
+}
+
 pub mod kubelet;
 pub mod localpath;
 pub mod nodes;
 pub mod pvcontroller;
 pub mod scheduler;
+
+use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim, Pod};
+use k8s_openapi::api::storage::v1::StorageClass;
+use kube::api::ListParams;
+use kube::{Api, Client};
+
+fn name<T: kube::Resource>(o: &T) -> &str {
+    o.meta().name.as_deref().unwrap_or("")
+}
+
+fn namespace<T: kube::Resource>(o: &T) -> &str {
+    o.meta().namespace.as_deref().unwrap_or("")
+}
+
+/// What the storage agents decide from: every claim, volume, class and node, read in one go.
+#[derive(Debug, Clone, Default)]
+pub struct Snapshot {
+    pub claims: Vec<PersistentVolumeClaim>,
+    pub volumes: Vec<PersistentVolume>,
+    pub classes: Vec<StorageClass>,
+    pub nodes: Vec<Node>,
+}
+
+async fn list_all<K>(client: &Client) -> Result<Vec<K>, kube::Error>
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+    K::DynamicType: Default,
+{
+    Ok(Api::<K>::all(client.clone())
+        .list(&ListParams::default())
+        .await?
+        .items)
+}
+
+impl Snapshot {
+    pub async fn read(client: &Client) -> Result<Snapshot, kube::Error> {
+        Ok(Snapshot {
+            claims: list_all(client).await?,
+            volumes: list_all(client).await?,
+            classes: list_all(client).await?,
+            nodes: list_all(client).await?,
+        })
+    }
+
+    /// With the pods too, for the scheduler.
+    pub async fn with_pods(client: &Client) -> Result<(Snapshot, Vec<Pod>), kube::Error> {
+        Ok((Snapshot::read(client).await?, list_all(client).await?))
+    }
+}

@@ -15,6 +15,7 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity as K8sQuantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 
 use super::scheduler::selector_matches;
+use super::{Snapshot, name, namespace};
 
 /// Set on a claim once the controller has finished binding it.
 pub const BIND_COMPLETED: &str = "pv.kubernetes.io/bind-completed";
@@ -67,14 +68,6 @@ pub enum Action {
         claim: String,
         provisioner: String,
     },
-}
-
-fn name<T: kube::Resource>(o: &T) -> &str {
-    o.meta().name.as_deref().unwrap_or("")
-}
-
-fn namespace<T: kube::Resource>(o: &T) -> &str {
-    o.meta().namespace.as_deref().unwrap_or("")
 }
 
 fn uid<T: kube::Resource>(o: &T) -> &str {
@@ -238,12 +231,13 @@ fn claim_status(
 }
 
 /// Everything the controller would change, given all claims, volumes, classes and nodes.
-pub fn reconcile(
-    claims: &[PersistentVolumeClaim],
-    volumes: &[PersistentVolume],
-    classes: &[StorageClass],
-    nodes: &[Node],
-) -> Vec<Action> {
+pub fn reconcile(cluster: &Snapshot) -> Vec<Action> {
+    let Snapshot {
+        claims,
+        volumes,
+        classes,
+        nodes,
+    } = cluster;
     let mut out = Vec::new();
     let find_claim =
         |ns: &str, n: &str| claims.iter().find(|c| namespace(*c) == ns && name(*c) == n);
@@ -438,30 +432,15 @@ pub fn reconcile(
 pub mod agent {
     use std::time::Duration;
 
-    use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim};
-    use k8s_openapi::api::storage::v1::StorageClass;
-    use kube::api::{ListParams, Patch, PatchParams};
+    use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
+    use kube::api::{Patch, PatchParams};
     use kube::{Api, Client};
     use serde_json::json;
 
     use super::{
         Action, BETA_STORAGE_PROVISIONER, BIND_COMPLETED, BOUND_BY_CONTROLLER, STORAGE_PROVISIONER,
-        reconcile,
+        Snapshot, reconcile,
     };
-
-    async fn list<K>(client: &Client) -> Result<Vec<K>, kube::Error>
-    where
-        K: kube::Resource<Scope = k8s_openapi::ClusterResourceScope>
-            + Clone
-            + serde::de::DeserializeOwned
-            + std::fmt::Debug,
-        K::DynamicType: Default,
-    {
-        Ok(Api::<K>::all(client.clone())
-            .list(&ListParams::default())
-            .await?
-            .items)
-    }
 
     /// Apply one action.
     pub async fn apply(client: &Client, action: &Action) -> Result<(), kube::Error> {
@@ -540,14 +519,7 @@ pub mod agent {
 
     /// One pass: read everything, apply what [`reconcile`] decides.
     pub async fn pass(client: &Client) -> Result<(), kube::Error> {
-        let claims = Api::<PersistentVolumeClaim>::all(client.clone())
-            .list(&ListParams::default())
-            .await?
-            .items;
-        let volumes: Vec<PersistentVolume> = list(client).await?;
-        let classes: Vec<StorageClass> = list(client).await?;
-        let nodes: Vec<Node> = list(client).await?;
-        for action in reconcile(&claims, &volumes, &classes, &nodes) {
+        for action in reconcile(&Snapshot::read(client).await?) {
             // One failed write (say a conflict with a user's edit) must not stop the others;
             // the next pass sees the new state and decides again.
             match apply(client, &action).await {
@@ -560,12 +532,7 @@ pub mod agent {
 
     /// Run passes until the task is dropped.
     pub async fn run(client: Client, every: Duration) {
-        loop {
-            if let Err(e) = pass(&client).await {
-                tracing::warn!(error = %e, "pv controller pass failed");
-            }
-            tokio::time::sleep(every).await;
-        }
+        run_every!(every, pass(&client))
     }
 }
 
@@ -604,18 +571,21 @@ mod tests {
         let class: StorageClass = serde_json::from_value(json!({"metadata": {"name": "local"},
             "provisioner": "kubernetes.io/no-provisioner", "volumeBindingMode": "WaitForFirstConsumer"}))
         .unwrap();
-        let nodes: Vec<Node> = default_nodes().iter().map(|n| n.node()).collect();
-        let volumes = [
-            local_volume("on-1", "node-1"),
-            local_volume("on-3", "node-3"),
-        ];
-        let classes = [class];
+        let cluster = |selected: Option<&str>| Snapshot {
+            claims: vec![wffc_claim(selected)],
+            volumes: vec![
+                local_volume("on-1", "node-1"),
+                local_volume("on-3", "node-3"),
+            ],
+            classes: vec![class.clone()],
+            nodes: default_nodes().iter().map(|n| n.node()).collect(),
+        };
 
-        let before = reconcile(&[wffc_claim(None)], &volumes, &classes, &nodes);
+        let before = reconcile(&cluster(None));
         assert_eq!(bound_volume(&before), None, "{before:?}");
-        let after = reconcile(&[wffc_claim(Some("node-3"))], &volumes, &classes, &nodes);
+        let after = reconcile(&cluster(Some("node-3")));
         assert_eq!(bound_volume(&after), Some("on-3"));
-        let nowhere = reconcile(&[wffc_claim(Some("node-2"))], &volumes, &classes, &nodes);
+        let nowhere = reconcile(&cluster(Some("node-2")));
         assert_eq!(bound_volume(&nowhere), None);
     }
 

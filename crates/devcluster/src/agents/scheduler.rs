@@ -584,35 +584,20 @@ mod tests {
 pub mod agent {
     use std::time::Duration;
 
-    use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim, Pod};
-    use k8s_openapi::api::storage::v1::StorageClass;
-    use kube::api::{ListParams, Patch, PatchParams, PostParams};
+    use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
+    use kube::api::{Patch, PatchParams, PostParams};
     use kube::{Api, Client};
     use serde_json::json;
 
     use super::{ClusterView, Decision, schedule};
+    use crate::agents::{Snapshot, namespace};
 
     /// The annotation the scheduler sets on a WaitForFirstConsumer claim.
     pub const SELECTED_NODE: &str = "volume.kubernetes.io/selected-node";
 
     /// One pass over the pending pods.
     pub async fn pass(client: &Client) -> Result<(), kube::Error> {
-        let nodes = Api::<Node>::all(client.clone())
-            .list(&ListParams::default())
-            .await?
-            .items;
-        let all_pods = Api::<Pod>::all(client.clone())
-            .list(&ListParams::default())
-            .await?
-            .items;
-        let volumes = Api::<PersistentVolume>::all(client.clone())
-            .list(&ListParams::default())
-            .await?
-            .items;
-        let classes = Api::<StorageClass>::all(client.clone())
-            .list(&ListParams::default())
-            .await?
-            .items;
+        let (cluster, all_pods) = Snapshot::with_pods(client).await?;
         for pod in all_pods.iter().filter(|p| {
             let spec = p.spec.as_ref();
             spec.and_then(|s| s.node_name.as_deref())
@@ -625,13 +610,19 @@ pub mod agent {
             let ns = pod.metadata.namespace.clone().unwrap_or_default();
             let name = pod.metadata.name.clone().unwrap_or_default();
             let claims_api: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), &ns);
-            let claims = claims_api.list(&ListParams::default()).await?.items;
+            // Claim names are per namespace: the pod sees only its own namespace's.
+            let claims: Vec<PersistentVolumeClaim> = cluster
+                .claims
+                .iter()
+                .filter(|c| namespace(*c) == ns)
+                .cloned()
+                .collect();
             let view = ClusterView {
-                nodes: &nodes,
+                nodes: &cluster.nodes,
                 pods: &all_pods,
                 claims: &claims,
-                volumes: &volumes,
-                classes: &classes,
+                volumes: &cluster.volumes,
+                classes: &cluster.classes,
             };
             let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
             match schedule(pod, &view) {
@@ -700,11 +691,6 @@ pub mod agent {
 
     /// Run passes until the task is dropped.
     pub async fn run(client: Client, every: Duration) {
-        loop {
-            if let Err(e) = pass(&client).await {
-                tracing::warn!(error = %e, "scheduler pass failed");
-            }
-            tokio::time::sleep(every).await;
-        }
+        run_every!(every, pass(&client))
     }
 }

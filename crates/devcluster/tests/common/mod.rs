@@ -1,0 +1,34 @@
+//! What the agent tests share: an API server with the default nodes, and waiting for a state.
+
+use std::time::Duration;
+
+use cdi_devcluster::agents::nodes::default_nodes;
+use cdi_devcluster::apiserver::ApiServer;
+use k8s_openapi::api::core::v1::Node;
+use kube::api::PostParams;
+use kube::{Api, Client};
+
+/// An API server holding the default nodes, and an in-process client for it.
+pub async fn with_nodes() -> (ApiServer, Client) {
+    let server = ApiServer::new();
+    let client = Client::new(server.router(), "default");
+    let nodes: Api<Node> = Api::all(client.clone());
+    for n in default_nodes() {
+        nodes
+            .create(&PostParams::default(), &n.node())
+            .await
+            .unwrap();
+    }
+    (server, client)
+}
+
+/// Poll `check` until it gives a value; fail after 5 s naming `what`.
+pub async fn wait_for<T>(what: &str, mut check: impl AsyncFnMut() -> Option<T>) -> T {
+    for _ in 0..100 {
+        if let Some(v) = check().await {
+            return v;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("{what}: not reached in 5 s");
+}
