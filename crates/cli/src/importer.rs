@@ -7,6 +7,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 
+use cdi_core::devpod::DevPod;
 use cdi_importer::convert::Progress;
 use cdi_importer::pod::{self, PodConfig, PodPaths};
 
@@ -37,13 +38,23 @@ pub fn run(args: &ImporterArgs) -> ExitCode {
         )
         .with_writer(std::io::stderr)
         .try_init();
+    // Run by the `cdi dev` kubelet, the pod is a directory and has an address of its own.
+    let devpod = match DevPod::from_env(|k| std::env::var(k).ok()) {
+        Ok(d) => d,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
     let paths = PodPaths {
         data_dir: args.data_dir.clone(),
         block_device: args.block_device.clone(),
         scratch_dir: args.scratch_dir.clone(),
         termination_log: args.termination_log.clone(),
         extra_headers_dir: args.extra_headers_dir.clone(),
-    };
+        root: None,
+    }
+    .in_root(devpod.root.clone());
     let fail = |message: String| {
         eprintln!("error: {message}");
         if let Err(e) = pod::write_termination_message(&paths.termination_log, &message) {
@@ -63,7 +74,7 @@ pub fn run(args: &ImporterArgs) -> ExitCode {
     let progress = Arc::new(Progress::default());
     let result = runtime.block_on(async {
         let metrics = cdi_importer::metrics::serve(
-            args.metrics_addr,
+            devpod.listen(args.metrics_addr),
             config.owner_uid.clone(),
             progress.clone(),
         )

@@ -6,6 +6,7 @@
 
 pub mod capabilities;
 pub mod clone;
+pub mod devpod;
 pub mod quantity;
 pub mod render;
 pub mod size;

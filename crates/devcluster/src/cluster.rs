@@ -11,9 +11,10 @@ use kube::api::PostParams;
 use kube::{Api, Client};
 use serde_json::json;
 
+use crate::agents::kubelet::{self, KubeletConfig};
 use crate::agents::localpath::{self, Driver, NodeDirs};
 use crate::agents::nodes::{NodeConfig, default_nodes};
-use crate::agents::{kubelet, pvcontroller, scheduler};
+use crate::agents::{pvcontroller, scheduler};
 use crate::apiserver::{self, ApiServer};
 
 /// What to start.
@@ -25,6 +26,8 @@ pub struct Config {
     pub nodes: Vec<NodeConfig>,
     /// How often each agent looks at the cluster.
     pub every: Duration,
+    /// What the kubelets run.
+    pub kubelet: KubeletConfig,
 }
 
 impl Config {
@@ -34,6 +37,7 @@ impl Config {
             dir,
             nodes: default_nodes(),
             every: Duration::from_millis(200),
+            kubelet: KubeletConfig::default(),
         }
     }
 
@@ -57,6 +61,20 @@ impl Running {
     pub async fn serve_forever(&mut self) {
         if let Some(server) = self.tasks.first_mut() {
             let _ = server.await;
+        }
+    }
+}
+
+impl Running {
+    /// Stop the agents and the server, and wait until they are gone: the kubelets' pods are
+    /// killed by then.
+    pub async fn stop(mut self) {
+        let tasks = std::mem::take(&mut self.tasks);
+        for t in &tasks {
+            t.abort();
+        }
+        for t in tasks {
+            let _ = t.await;
         }
     }
 }
@@ -93,11 +111,13 @@ fn csi_class() -> StorageClass {
 }
 
 /// Start the agents against `client`: scheduler, PV controller, both provisioners (volumes under
-/// `dirs`) and a kubelet for each of `nodes`, each looking every `every`.
+/// `dirs`) and a kubelet for each of `nodes` (pods under the node's directory), each looking
+/// every `every`.
 pub fn spawn_agents(
     client: &Client,
     dirs: &NodeDirs,
     nodes: &[String],
+    kubelet_config: &KubeletConfig,
     every: Duration,
 ) -> Vec<tokio::task::JoinHandle<()>> {
     let mut tasks = vec![
@@ -116,6 +136,8 @@ pub fn spawn_agents(
         tasks.push(tokio::spawn(kubelet::run(
             client.clone(),
             node.clone(),
+            dirs.node(node),
+            kubelet_config.clone(),
             every,
         )));
     }
@@ -139,10 +161,10 @@ pub async fn start(config: &Config) -> anyhow::Result<Running> {
     let dirs = NodeDirs {
         root: config.dir.join("nodes"),
     };
-    for n in &config.nodes {
+    for (i, n) in config.nodes.iter().enumerate() {
         let dir = dirs.node(&n.name);
         std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-        nodes.create(&PostParams::default(), &n.node()).await?;
+        nodes.create(&PostParams::default(), &n.node(i)).await?;
     }
     let classes = Api::<StorageClass>::all(client.clone());
     classes
@@ -160,7 +182,13 @@ pub async fn start(config: &Config) -> anyhow::Result<Running> {
         .await?;
     let node_names: Vec<String> = config.nodes.iter().map(|n| n.name.clone()).collect();
     let mut tasks = vec![server_task];
-    tasks.extend(spawn_agents(&client, &dirs, &node_names, config.every));
+    tasks.extend(spawn_agents(
+        &client,
+        &dirs,
+        &node_names,
+        &config.kubelet,
+        config.every,
+    ));
     let kubeconfig = config.kubeconfig();
     std::fs::write(&kubeconfig, apiserver::kubeconfig(&url))
         .with_context(|| format!("writing {}", kubeconfig.display()))?;

@@ -39,7 +39,7 @@ async fn cluster() -> Cluster {
         root: root.path().to_path_buf(),
     };
     let names: Vec<String> = default_nodes().into_iter().map(|n| n.name).collect();
-    let tasks = cluster::spawn_agents(&client, &dirs, &names, every);
+    let tasks = cluster::spawn_agents(&client, &dirs, &names, &Default::default(), every);
     Cluster {
         _server: server,
         client,

@@ -30,6 +30,24 @@ pub struct PodPaths {
     pub termination_log: PathBuf,
     /// Mounted secrets, one file per extra header.
     pub extra_headers_dir: PathBuf,
+    /// Where paths named by the environment (the CA directory) are, when the pod is a directory
+    /// on the host (`cdi dev`).
+    pub root: Option<PathBuf>,
+}
+
+impl PodPaths {
+    /// Every path moved below `root` (see `cdi_core::devpod`).
+    pub fn in_root(self, root: Option<PathBuf>) -> PodPaths {
+        let at = |p: PathBuf| cdi_core::devpod::in_root(root.as_deref(), &p);
+        PodPaths {
+            data_dir: at(self.data_dir),
+            block_device: at(self.block_device),
+            scratch_dir: at(self.scratch_dir),
+            termination_log: at(self.termination_log),
+            extra_headers_dir: at(self.extra_headers_dir),
+            root,
+        }
+    }
 }
 
 impl Default for PodPaths {
@@ -40,6 +58,7 @@ impl Default for PodPaths {
             scratch_dir: "/scratch".into(),
             termination_log: "/dev/termination-log".into(),
             extra_headers_dir: "/extraheaders".into(),
+            root: None,
         }
     }
 }
@@ -234,7 +253,10 @@ impl PodConfig {
                 }
                 read_secret_headers(&paths.extra_headers_dir, &mut headers)?;
                 let ca_certs_pem = match get(e::CERT_DIR) {
-                    Some(dir) => read_cert_dir(Path::new(dir))?,
+                    Some(dir) => read_cert_dir(&cdi_core::devpod::in_root(
+                        paths.root.as_deref(),
+                        Path::new(dir),
+                    ))?,
                     None => Vec::new(),
                 };
                 PodSource::Http(HttpSource {

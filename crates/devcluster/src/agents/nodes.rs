@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::{Node, NodeSpec, NodeStatus, Taint};
+use k8s_openapi::api::core::v1::{Node, NodeAddress, NodeSpec, NodeStatus, Taint};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
@@ -34,8 +34,11 @@ impl NodeConfig {
         }
     }
 
-    /// The Node object, Ready, with its hostname label and allocatable resources.
-    pub fn node(&self) -> Node {
+    /// The Node object, Ready, with its hostname label, allocatable resources and, as the
+    /// `index`th node, its addresses: InternalIP `127.<index+1>.0.1` and pod CIDR
+    /// `127.<index+1>.0.0/16` (all of 127.0.0.0/8 is local, so every pod gets its own address).
+    pub fn node(&self, index: usize) -> Node {
+        let octet = index + 1;
         let mut labels = self.labels.clone();
         labels.insert(HOSTNAME_LABEL.into(), self.name.clone());
         labels.insert("kubernetes.io/os".into(), "linux".into());
@@ -63,9 +66,21 @@ impl NodeConfig {
                         })
                         .collect()
                 }),
+                pod_cidr: Some(format!("127.{octet}.0.0/16")),
+                pod_cidrs: Some(vec![format!("127.{octet}.0.0/16")]),
                 ..Default::default()
             }),
             status: Some(NodeStatus {
+                addresses: Some(vec![
+                    NodeAddress {
+                        type_: "InternalIP".into(),
+                        address: format!("127.{octet}.0.1"),
+                    },
+                    NodeAddress {
+                        type_: "Hostname".into(),
+                        address: self.name.clone(),
+                    },
+                ]),
                 allocatable: Some(resources.clone()),
                 capacity: Some(resources),
                 conditions: Some(vec![k8s_openapi::api::core::v1::NodeCondition {

@@ -578,7 +578,11 @@ mod tests {
                 local_volume("on-3", "node-3"),
             ],
             classes: vec![class.clone()],
-            nodes: default_nodes().iter().map(|n| n.node()).collect(),
+            nodes: default_nodes()
+                .iter()
+                .enumerate()
+                .map(|(i, n)| n.node(i))
+                .collect(),
         };
 
         let before = reconcile(&cluster(None));

@@ -349,7 +349,11 @@ mod tests {
     }
 
     fn nodes() -> Vec<Node> {
-        default_nodes().iter().map(|n| n.node()).collect()
+        default_nodes()
+            .iter()
+            .enumerate()
+            .map(|(i, n)| n.node(i))
+            .collect()
     }
 
     #[test]

@@ -635,6 +635,26 @@ async fn dispatch(server: &ApiServer, req: Request) -> ApiResult<Response> {
                         next["spec"]["nodeName"] = json!(node);
                         Ok(next)
                     })?;
+                    // As kube-apiserver's binding does: the pod is now scheduled.
+                    let status_write = WriteOptions {
+                        status_only: true,
+                        ..how
+                    };
+                    store.modify(&def, &ns, &name, &status_write, |current| {
+                        let mut next = current.clone();
+                        if !next["status"].is_object() {
+                            next["status"] = json!({});
+                        }
+                        let mut conditions: Vec<Value> = next["status"]["conditions"]
+                            .as_array()
+                            .cloned()
+                            .unwrap_or_default();
+                        conditions.retain(|c| c["type"] != "PodScheduled");
+                        conditions.push(json!({"type": "PodScheduled", "status": "True",
+                            "lastTransitionTime": super::store::now()}));
+                        next["status"]["conditions"] = json!(conditions);
+                        Ok(next)
+                    })?;
                     Ok(json_response(
                         StatusCode::CREATED,
                         &json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}),
@@ -654,6 +674,9 @@ async fn dispatch(server: &ApiServer, req: Request) -> ApiResult<Response> {
 /// fields are a 422; unknown fields are pruned, refused under `fieldValidation=Strict`, and
 /// reported as warnings otherwise.
 fn admit(def: &ResourceDef, obj: &mut Value, field_validation: &str) -> ApiResult<Vec<String>> {
+    if def.group.is_empty() && def.plural == "secrets" {
+        fold_string_data(obj);
+    }
     let Some(schema) = &def.schema else {
         return Ok(Vec::new());
     };
@@ -681,6 +704,33 @@ fn admit(def: &ResourceDef, obj: &mut Value, field_validation: &str) -> ApiResul
         return Ok(Vec::new());
     }
     Ok(unknown)
+}
+
+/// A Secret's write-only `stringData` is merged into `data` (base64) on every write, its keys
+/// winning, as kube-apiserver does; it is never stored.
+fn fold_string_data(secret: &mut Value) {
+    use base64::Engine;
+    let Some(map) = secret.as_object_mut() else {
+        return;
+    };
+    let Some(Value::Object(strings)) = map.remove("stringData") else {
+        return;
+    };
+    let data = map.entry("data").or_insert_with(|| json!({}));
+    if data.is_null() {
+        *data = json!({});
+    }
+    if let Some(data) = data.as_object_mut() {
+        for (k, v) in strings {
+            let text = v.as_str().unwrap_or_default();
+            data.insert(
+                k,
+                base64::engine::general_purpose::STANDARD
+                    .encode(text)
+                    .into(),
+            );
+        }
+    }
 }
 
 fn with_warnings(mut response: Response, warnings: &[String]) -> Response {

@@ -9,13 +9,14 @@ use kube::api::PostParams;
 use kube::{Api, Client};
 
 /// An API server holding the default nodes, and an in-process client for it.
+#[allow(dead_code)] // not every test crate uses it
 pub async fn with_nodes() -> (ApiServer, Client) {
     let server = ApiServer::new();
     let client = Client::new(server.router(), "default");
     let nodes: Api<Node> = Api::all(client.clone());
-    for n in default_nodes() {
+    for (i, n) in default_nodes().iter().enumerate() {
         nodes
-            .create(&PostParams::default(), &n.node())
+            .create(&PostParams::default(), &n.node(i))
             .await
             .unwrap();
     }

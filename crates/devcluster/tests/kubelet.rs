@@ -1,0 +1,391 @@
+//! The kubelet runs pods as host processes: through the API server with the kube-rs client, on a
+//! whole `cluster::start` (scheduler, PV controller, provisioners, kubelets).
+
+mod common;
+
+use std::time::Duration;
+
+use cdi_devcluster::agents::kubelet::{Backoff, KubeletConfig};
+use cdi_devcluster::cluster::{self, Config, Running};
+use common::wait_for;
+use k8s_openapi::api::core::v1::{
+    ConfigMap, ContainerStatus, Event, PersistentVolume, PersistentVolumeClaim, Pod, Secret,
+};
+use kube::api::{DeleteParams, ListParams, PostParams};
+use kube::{Api, Client};
+use serde_json::{Value, json};
+
+async fn start() -> (tempfile::TempDir, Running) {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = Config::new(dir.path().to_path_buf(), "127.0.0.1:0".parse().unwrap());
+    config.every = Duration::from_millis(30);
+    config.kubelet = KubeletConfig {
+        backoff: Backoff {
+            initial: Duration::from_millis(100),
+            max: Duration::from_millis(400),
+        },
+        ..Default::default()
+    };
+    let running = cluster::start(&config).await.unwrap();
+    (dir, running)
+}
+
+async fn create<K>(client: &Client, value: Value)
+where
+    K: kube::Resource<Scope = kube::core::NamespaceResourceScope>
+        + Clone
+        + serde::de::DeserializeOwned
+        + serde::Serialize
+        + std::fmt::Debug,
+    K::DynamicType: Default,
+{
+    let api: Api<K> = Api::namespaced(client.clone(), "default");
+    let object: K = serde_json::from_value(value).unwrap();
+    api.create(&PostParams::default(), &object).await.unwrap();
+}
+
+/// A pod running `script` with `sh -c` (an image the kubelet does not know: the command runs on
+/// the host, in the container's root directory).
+fn shell_pod(name: &str, policy: &str, script: &str) -> Value {
+    json!({"metadata": {"name": name}, "spec": {"restartPolicy": policy,
+        "containers": [{"name": "main", "image": "docker.io/library/busybox:1.36",
+            "command": ["/bin/sh", "-c", script]}]}})
+}
+
+async fn pod_where(client: &Client, name: &str, what: &str, check: impl Fn(&Pod) -> bool) -> Pod {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    wait_for(what, async || {
+        let p = pods.get(name).await.unwrap();
+        check(&p).then_some(p)
+    })
+    .await
+}
+
+fn phase(p: &Pod) -> &str {
+    p.status
+        .as_ref()
+        .and_then(|s| s.phase.as_deref())
+        .unwrap_or("")
+}
+
+fn main_status(p: &Pod) -> ContainerStatus {
+    p.status
+        .as_ref()
+        .unwrap()
+        .container_statuses
+        .as_ref()
+        .unwrap()[0]
+        .clone()
+}
+
+#[tokio::test]
+async fn a_pod_on_the_virt_node_writes_into_its_volume() {
+    let (dir, running) = start().await;
+    let client = running.client.clone();
+    create::<PersistentVolumeClaim>(
+        &client,
+        json!({"metadata": {"name": "disk"}, "spec": {
+        "accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}}),
+    )
+    .await;
+    create::<Pod>(&client, json!({"metadata": {"name": "vm"}, "spec": {
+        "restartPolicy": "Never",
+        "nodeSelector": {"node-role.kubernetes.io/virt-local": "true"},
+        "tolerations": [{"key": "virt-local", "operator": "Equal", "value": "true", "effect": "NoSchedule"}],
+        "containers": [{"name": "main", "image": "busybox",
+            "command": ["/bin/sh", "-c"],
+            "args": ["echo hello from $(HOSTNAME_ALIAS) > data/greeting && printf written > \"$CDI_POD_ROOT/dev/termination-log\""],
+            "env": [{"name": "HOSTNAME_ALIAS", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}],
+            "volumeMounts": [{"name": "disk", "mountPath": "/data"}]}],
+        "volumes": [{"name": "disk", "persistentVolumeClaim": {"claimName": "disk"}}]}}))
+    .await;
+    let pod = pod_where(&client, "vm", "the pod to succeed", |p| {
+        phase(p) == "Succeeded"
+    })
+    .await;
+    let status = pod.status.clone().unwrap();
+    assert_eq!(
+        pod.spec.as_ref().unwrap().node_name.as_deref(),
+        Some("node-2")
+    );
+    assert!(
+        status.pod_ip.as_deref().unwrap().starts_with("127.2.0."),
+        "{status:?}"
+    );
+    assert_eq!(status.host_ip.as_deref(), Some("127.2.0.1"));
+    let c = main_status(&pod);
+    let done = c.state.unwrap().terminated.unwrap();
+    assert_eq!(
+        (done.exit_code, done.reason.as_deref()),
+        (0, Some("Completed"))
+    );
+    assert_eq!(done.message.as_deref(), Some("written"));
+    // The file is in the volume's directory on node-2.
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), "default");
+    let volume = claims
+        .get("disk")
+        .await
+        .unwrap()
+        .spec
+        .unwrap()
+        .volume_name
+        .unwrap();
+    let pv = Api::<PersistentVolume>::all(client.clone())
+        .get(&volume)
+        .await
+        .unwrap();
+    let path = pv.spec.unwrap().host_path.unwrap().path;
+    assert!(
+        path.starts_with(
+            &dir.path()
+                .join("nodes/node-2")
+                .to_string_lossy()
+                .into_owned()
+        ),
+        "{path}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(std::path::Path::new(&path).join("greeting")).unwrap(),
+        "hello from vm\n"
+    );
+    let conditions = status.conditions.unwrap();
+    for (type_, want) in [
+        ("PodScheduled", "True"),
+        ("Initialized", "True"),
+        ("Ready", "False"),
+    ] {
+        let c = conditions.iter().find(|c| c.type_ == type_).unwrap();
+        assert_eq!(c.status, want, "{type_}");
+    }
+    running.stop().await;
+}
+
+#[tokio::test]
+async fn restart_policies_and_termination_messages() {
+    let (_dir, running) = start().await;
+    let client = running.client.clone();
+    // Fails once (the marker lives in an emptyDir, kept across restarts), then succeeds.
+    let mut flaky = shell_pod(
+        "flaky",
+        "OnFailure",
+        "if [ -e state/failed ]; then exit 0; fi; touch state/failed; echo first try broke >&2; exit 3",
+    );
+    flaky["spec"]["containers"][0]["terminationMessagePolicy"] = json!("FallbackToLogsOnError");
+    flaky["spec"]["containers"][0]["volumeMounts"] =
+        json!([{"name": "state", "mountPath": "/state"}]);
+    flaky["spec"]["volumes"] = json!([{"name": "state", "emptyDir": {}}]);
+    create::<Pod>(&client, flaky).await;
+    create::<Pod>(
+        &client,
+        shell_pod(
+            "never",
+            "Never",
+            "echo no >&2; echo gave up > \"$CDI_POD_ROOT/dev/termination-log\"; exit 7",
+        ),
+    )
+    .await;
+    create::<Pod>(&client, shell_pod("always", "Always", "exit 0")).await;
+
+    let flaky = pod_where(&client, "flaky", "flaky to succeed", |p| {
+        phase(p) == "Succeeded"
+    })
+    .await;
+    let c = main_status(&flaky);
+    assert_eq!(c.restart_count, 1);
+    let last = c.last_state.unwrap().terminated.unwrap();
+    assert_eq!((last.exit_code, last.reason.as_deref()), (3, Some("Error")));
+    assert_eq!(last.message.as_deref(), Some("first try broke\n"));
+    assert_eq!(c.state.unwrap().terminated.unwrap().exit_code, 0);
+
+    let never = pod_where(&client, "never", "never to fail", |p| phase(p) == "Failed").await;
+    let c = main_status(&never);
+    assert_eq!(c.restart_count, 0);
+    let t = c.state.unwrap().terminated.unwrap();
+    // The file wins over the log, with or without the fallback.
+    assert_eq!((t.exit_code, t.message.as_deref()), (7, Some("gave up\n")));
+
+    // Restarted after each exit, with back-off in between; the pod stays Running.
+    let always = pod_where(&client, "always", "always to restart twice", |p| {
+        p.status
+            .as_ref()
+            .and_then(|s| s.container_statuses.as_ref())
+            .is_some_and(|c| c[0].restart_count >= 2)
+    })
+    .await;
+    assert_eq!(phase(&always), "Running");
+    let events: Api<Event> = Api::namespaced(client.clone(), "default");
+    let reasons: Vec<String> = events
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|e| e.involved_object.name.as_deref() == Some("always"))
+        .filter_map(|e| e.reason)
+        .collect();
+    assert!(
+        reasons.iter().any(|r| r == "BackOff") && reasons.iter().any(|r| r == "Started"),
+        "{reasons:?}"
+    );
+    running.stop().await;
+}
+
+#[tokio::test]
+async fn environment_secrets_and_config_maps() {
+    let (_dir, running) = start().await;
+    let client = running.client.clone();
+    create::<Secret>(
+        &client,
+        json!({"metadata": {"name": "creds"},
+        "stringData": {"user": "alice", "token": "s3cret"}}),
+    )
+    .await;
+    create::<ConfigMap>(
+        &client,
+        json!({"metadata": {"name": "settings"},
+        "data": {"MODE": "fast", "LEVEL": "2"}}),
+    )
+    .await;
+    let script = "printf '%s|%s|%s|%s|%s|%s' \"$USER_NAME\" \"$CFG_MODE\" \"$CFG_LEVEL\" \"$GREETING\" \"$MY_IP\" \"$(cat creds/token)\" > \"$CDI_POD_ROOT/dev/termination-log\"";
+    let mut pod = shell_pod("env", "Never", script);
+    let c = &mut pod["spec"]["containers"][0];
+    c["env"] = json!([
+        {"name": "USER_NAME", "valueFrom": {"secretKeyRef": {"name": "creds", "key": "user"}}},
+        {"name": "CFG_MODE", "value": "overridden"},
+        {"name": "GREETING", "value": "hi $(USER_NAME), $$(USER_NAME)"},
+        {"name": "MY_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
+    ]);
+    c["envFrom"] = json!([{"prefix": "CFG_", "configMapRef": {"name": "settings"}}]);
+    c["volumeMounts"] = json!([{"name": "creds", "mountPath": "/creds", "readOnly": true}]);
+    pod["spec"]["volumes"] = json!([{"name": "creds", "secret": {"secretName": "creds"}}]);
+    create::<Pod>(&client, pod).await;
+    let pod = pod_where(&client, "env", "env to succeed", |p| {
+        phase(p) == "Succeeded"
+    })
+    .await;
+    let ip = pod.status.as_ref().unwrap().pod_ip.clone().unwrap();
+    let message = main_status(&pod)
+        .state
+        .unwrap()
+        .terminated
+        .unwrap()
+        .message
+        .unwrap();
+    assert_eq!(
+        message,
+        format!("alice|overridden|2|hi alice, $(USER_NAME)|{ip}|s3cret")
+    );
+
+    // A missing secret holds the container with the kubelet's reason until it exists.
+    let mut missing = shell_pod("missing", "Never", "exit 0");
+    missing["spec"]["containers"][0]["env"] =
+        json!([{"name": "X", "valueFrom": {"secretKeyRef": {"name": "later", "key": "x"}}}]);
+    create::<Pod>(&client, missing).await;
+    let waiting = pod_where(&client, "missing", "a config error", |p| {
+        p.status
+            .as_ref()
+            .and_then(|s| s.container_statuses.as_ref())
+            .is_some_and(|c| {
+                c[0].state
+                    .as_ref()
+                    .and_then(|s| s.waiting.as_ref())
+                    .and_then(|w| w.reason.as_deref())
+                    == Some("CreateContainerConfigError")
+            })
+    })
+    .await;
+    let w = main_status(&waiting).state.unwrap().waiting.unwrap();
+    assert_eq!(w.message.as_deref(), Some("secret \"later\" not found"));
+    assert_eq!(phase(&waiting), "Pending");
+    create::<Secret>(
+        &client,
+        json!({"metadata": {"name": "later"}, "stringData": {"x": "1"}}),
+    )
+    .await;
+    pod_where(
+        &client,
+        "missing",
+        "the pod to run once the secret exists",
+        |p| phase(p) == "Succeeded",
+    )
+    .await;
+
+    // An image it cannot run, with no command.
+    create::<Pod>(
+        &client,
+        json!({"metadata": {"name": "unknown"}, "spec": {
+        "containers": [{"name": "main", "image": "quay.io/example/server:1"}]}}),
+    )
+    .await;
+    let p = pod_where(&client, "unknown", "ErrImagePull", |p| {
+        p.status
+            .as_ref()
+            .and_then(|s| s.container_statuses.as_ref())
+            .is_some_and(|c| {
+                c[0].state
+                    .as_ref()
+                    .and_then(|s| s.waiting.as_ref())
+                    .and_then(|w| w.reason.as_deref())
+                    == Some("ErrImagePull")
+            })
+    })
+    .await;
+    let w = main_status(&p).state.unwrap().waiting.unwrap();
+    assert!(w.message.unwrap().contains("give the container a command"));
+    running.stop().await;
+}
+
+/// Whether a process is alive.
+fn alive(pid: i32) -> bool {
+    std::path::Path::new(&format!("/proc/{pid}")).exists()
+        && !std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .unwrap_or_default()
+            .contains(") Z ")
+}
+
+fn pid_of(p: &Pod) -> Option<i32> {
+    let id = p.status.as_ref()?.container_statuses.as_ref()?[0]
+        .container_id
+        .clone()?;
+    id.strip_prefix("process://")?.parse().ok()
+}
+
+#[tokio::test]
+async fn deletion_stops_the_processes() {
+    let (_dir, running) = start().await;
+    let client = running.client.clone();
+    // Ignores TERM: killed after the grace period. Its child (in the same group) goes too.
+    let mut stubborn = shell_pod("stubborn", "Always", "trap '' TERM; sleep 300 & wait; wait");
+    stubborn["spec"]["terminationGracePeriodSeconds"] = json!(1);
+    create::<Pod>(&client, stubborn).await;
+    create::<Pod>(&client, shell_pod("polite", "Always", "sleep 300")).await;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    let mut pids = Vec::new();
+    for name in ["stubborn", "polite"] {
+        let p = pod_where(&client, name, "the pod to run", |p| {
+            phase(p) == "Running" && pid_of(p).is_some()
+        })
+        .await;
+        let pid = pid_of(&p).unwrap();
+        assert!(alive(pid));
+        pids.push(pid);
+    }
+    let polite_started = std::time::Instant::now();
+    pods.delete("polite", &DeleteParams::default())
+        .await
+        .unwrap();
+    pods.delete("stubborn", &DeleteParams::default())
+        .await
+        .unwrap();
+    wait_for("both pods to be deleted", async || {
+        let left = pods.list(&ListParams::default()).await.unwrap().items;
+        left.is_empty().then_some(())
+    })
+    .await;
+    // TERM ends `sleep` well before the 30 s default grace period.
+    assert!(polite_started.elapsed() < Duration::from_secs(5));
+    for pid in pids {
+        assert!(!alive(pid), "process {pid} survived its pod");
+    }
+    running.stop().await;
+}
