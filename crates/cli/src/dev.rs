@@ -5,6 +5,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{Context, bail};
+use cdi_devcluster::agents::kubelet::ImageMap;
 use cdi_devcluster::apiserver::{self, ApiServer};
 use cdi_devcluster::cluster;
 
@@ -15,7 +16,8 @@ fn default_dir() -> PathBuf {
 #[derive(clap::Subcommand)]
 pub enum DevCommand {
     /// Start the development cluster in the background: API server, three nodes, scheduler,
-    /// PV controller and local-path provisioner (default class `local-path`, WaitForFirstConsumer).
+    /// PV controller, local-path and CSI-like provisioners (classes `local-path`, the default, and
+    /// `csi`, both WaitForFirstConsumer) and a kubelet per node that runs pods as host processes.
     Up {
         /// State directory: kubeconfig, pid file, logs/ (one per component), nodes/ (data).
         #[arg(long, default_value_os_t = default_dir())]
@@ -26,6 +28,11 @@ pub enum DevCommand {
         /// Run in this process instead of in the background.
         #[arg(long)]
         foreground: bool,
+        /// Run containers of image NAME (its last path segment, no tag: `cdi-importer` for
+        /// `quay.io/kubevirt/cdi-importer:v1.60`) as PROGRAM [ARGS...] followed by the container's
+        /// args. Repeatable. `cdi-importer` runs `cdi importer` unless mapped here.
+        #[arg(long = "image", value_name = "NAME=PROGRAM [ARGS...]", value_parser = parse_image)]
+        images: Vec<(String, Vec<String>)>,
     },
     /// Stop the development cluster started by `cdi dev up`.
     Down {
@@ -46,18 +53,35 @@ pub enum DevCommand {
     },
 }
 
+fn parse_image(rule: &str) -> Result<(String, Vec<String>), String> {
+    ImageMap::parse_rule(rule)
+}
+
+/// The images the kubelets run: cdi-rs's pod programs are subcommands of this executable.
+fn image_map(extra: &[(String, Vec<String>)]) -> anyhow::Result<ImageMap> {
+    let exe = std::env::current_exe().context("finding the cdi executable")?;
+    let exe = exe.to_string_lossy().into_owned();
+    let mut map = ImageMap::default().with("cdi-importer", vec![exe, "importer".into()]);
+    for (name, argv) in extra {
+        map = map.with(name, argv.clone());
+    }
+    Ok(map)
+}
+
 pub fn run(command: &DevCommand) -> anyhow::Result<()> {
     match command {
         DevCommand::Up {
             dir,
             addr,
             foreground: true,
-        } => up_here(dir, *addr),
+            images,
+        } => up_here(dir, *addr, image_map(images)?),
         DevCommand::Up {
             dir,
             addr,
             foreground: false,
-        } => up_in_background(dir, *addr),
+            images,
+        } => up_in_background(dir, *addr, images),
         DevCommand::Down { dir } => down(dir),
         DevCommand::Apiserver {
             addr,
@@ -142,7 +166,7 @@ fn prepare(dir: &Path) -> anyhow::Result<PathBuf> {
     Ok(logs)
 }
 
-fn up_here(dir: &Path, addr: SocketAddr) -> anyhow::Result<()> {
+fn up_here(dir: &Path, addr: SocketAddr, images: ImageMap) -> anyhow::Result<()> {
     use tracing_subscriber::filter::Targets;
     use tracing_subscriber::prelude::*;
 
@@ -167,7 +191,8 @@ fn up_here(dir: &Path, addr: SocketAddr) -> anyhow::Result<()> {
 
     let runtime = tokio::runtime::Runtime::new().context("starting the runtime")?;
     runtime.block_on(async {
-        let config = cluster::Config::new(dir.to_path_buf(), addr);
+        let mut config = cluster::Config::new(dir.to_path_buf(), addr);
+        config.kubelet.images = images;
         let mut running = cluster::start(&config).await?;
         std::fs::write(pid_file(dir), format!("{}\n", std::process::id()))
             .with_context(|| format!("writing {}", pid_file(dir).display()))?;
@@ -180,12 +205,18 @@ fn up_here(dir: &Path, addr: SocketAddr) -> anyhow::Result<()> {
             _ = terminate.recv() => {}
             _ = running.serve_forever() => {}
         }
+        // The pods' processes go with the cluster.
+        running.stop().await;
         let _ = std::fs::remove_file(pid_file(dir));
         Ok(())
     })
 }
 
-fn up_in_background(dir: &Path, addr: SocketAddr) -> anyhow::Result<()> {
+fn up_in_background(
+    dir: &Path,
+    addr: SocketAddr,
+    images: &[(String, Vec<String>)],
+) -> anyhow::Result<()> {
     use std::os::unix::process::CommandExt;
 
     let logs = prepare(dir)?;
@@ -194,23 +225,27 @@ fn up_in_background(dir: &Path, addr: SocketAddr) -> anyhow::Result<()> {
     let log = std::fs::File::create(&log_path)
         .with_context(|| format!("creating {}", log_path.display()))?;
     let exe = std::env::current_exe().context("finding the cdi executable")?;
-    let mut child = std::process::Command::new(exe)
-        .args([
-            "dev",
-            "up",
-            "--foreground",
-            "--addr",
-            &addr.to_string(),
-            "--dir",
-        ])
-        .arg(dir)
-        .stdin(std::process::Stdio::null())
-        .stdout(log.try_clone()?)
-        .stderr(log)
-        // Its own process group: a Ctrl-C in this terminal later does not stop it.
-        .process_group(0)
-        .spawn()
-        .context("starting the cluster process")?;
+    let mut child =
+        std::process::Command::new(exe)
+            .args([
+                "dev",
+                "up",
+                "--foreground",
+                "--addr",
+                &addr.to_string(),
+                "--dir",
+            ])
+            .arg(dir)
+            .args(images.iter().flat_map(|(name, argv)| {
+                ["--image".to_string(), format!("{name}={}", argv.join(" "))]
+            }))
+            .stdin(std::process::Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log)
+            // Its own process group: a Ctrl-C in this terminal later does not stop it.
+            .process_group(0)
+            .spawn()
+            .context("starting the cluster process")?;
     for _ in 0..200 {
         if let Some(status) = child.try_wait()? {
             let text = std::fs::read_to_string(&log_path).unwrap_or_default();

@@ -105,7 +105,27 @@ fn up_places_the_seed_vm_and_its_disk_on_node_2_and_down_stops_it() {
     let scheduler_log = std::fs::read_to_string(dir.join("logs/scheduler.log")).unwrap();
     assert!(scheduler_log.contains("bound pod"), "{scheduler_log}");
 
-    // No kubelet runs it, so deleting it finishes at once instead of hanging in Terminating.
+    let mut pods = String::new();
+    for _ in 0..100 {
+        pods = kubectl(dir, &["get", "pods"], None);
+        if pods.contains("ErrImagePull") {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let row: Vec<&str> = pods
+        .lines()
+        .nth(1)
+        .unwrap_or("")
+        .split_whitespace()
+        .collect();
+    assert_eq!(
+        row[..3],
+        ["virt-launcher-vm", "0/1", "ErrImagePull"],
+        "{pods}"
+    );
+    // Its image has no program here (the kubelet reports ErrImagePull), so nothing runs and
+    // deleting it finishes at once instead of hanging in Terminating.
     kubectl(
         dir,
         &["delete", "pod", "virt-launcher-vm", "--timeout=10s"],

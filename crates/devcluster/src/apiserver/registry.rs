@@ -266,8 +266,9 @@ pub struct Registry {
 }
 
 /// The columns `kubectl get` shows for the built-in kinds the development cluster's story is
-/// about (priority 1: only with `-o wide`). Kubernetes computes some cells (pod readiness, the
-/// claim's `namespace/name`); these are the plain fields closest to them.
+/// about (priority 1: only with `-o wide`). Kubernetes computes some cells: the pod's are
+/// computed the same way; for the others (the claim's `namespace/name`) these are the plain
+/// fields closest to them.
 fn builtin_columns(group: &str, plural: &str) -> Vec<Value> {
     let col = |name: &str, path: &str, priority: i64| {
         let ty = if name == "Age" { "date" } else { "string" };
@@ -275,8 +276,11 @@ fn builtin_columns(group: &str, plural: &str) -> Vec<Value> {
     };
     let age = || col("Age", ".metadata.creationTimestamp", 0);
     match (group, plural) {
+        // `#…` paths are cells computed as kubectl's pod printer does (see `table`).
         ("", "pods") => vec![
-            col("Status", ".status.phase", 0),
+            col("Ready", "#pod.ready", 0),
+            col("Status", "#pod.status", 0),
+            col("Restarts", "#pod.restarts", 0),
             age(),
             col("IP", ".status.podIP", 1),
             col("Node", ".spec.nodeName", 1),

@@ -132,6 +132,85 @@ fn age(timestamp: &Value) -> Value {
     json!(human_duration(seconds))
 }
 
+/// A pod's READY, STATUS and RESTARTS cells, by kubectl's rules: the first init container that
+/// has not succeeded explains the status (`Init:1/2`, `Init:CrashLoopBackOff`); otherwise the
+/// last container with a waiting or terminated reason does; deletion shows `Terminating`.
+fn pod_cell(pod: &Value, which: &str) -> Value {
+    let status = &pod["status"];
+    let mut reason = status["phase"].as_str().unwrap_or("").to_string();
+    if let Some(r) = status["reason"].as_str().filter(|r| !r.is_empty()) {
+        reason = r.to_string();
+    }
+    let exit_reason = |t: &Value, prefix: &str| match t["reason"].as_str().filter(|r| !r.is_empty())
+    {
+        Some(r) => format!("{prefix}{r}"),
+        None => match t["signal"].as_i64().filter(|s| *s != 0) {
+            Some(s) => format!("{prefix}Signal:{s}"),
+            None => format!("{prefix}ExitCode:{}", t["exitCode"].as_i64().unwrap_or(0)),
+        },
+    };
+    let empty = Vec::new();
+    let inits = status["initContainerStatuses"].as_array().unwrap_or(&empty);
+    let init_total = pod["spec"]["initContainers"].as_array().map_or(0, Vec::len);
+    let mut restarts = 0;
+    let mut initializing = false;
+    for (i, c) in inits.iter().enumerate() {
+        restarts += c["restartCount"].as_i64().unwrap_or(0);
+        let state = &c["state"];
+        let waiting = state["waiting"]["reason"].as_str().unwrap_or("");
+        if state["terminated"].is_object() {
+            if state["terminated"]["exitCode"].as_i64() == Some(0) {
+                continue;
+            }
+            reason = exit_reason(&state["terminated"], "Init:");
+        } else if !waiting.is_empty() && waiting != "PodInitializing" {
+            reason = format!("Init:{waiting}");
+        } else {
+            reason = format!("Init:{i}/{init_total}");
+        }
+        initializing = true;
+        break;
+    }
+    let mut ready = 0;
+    if !initializing {
+        restarts = 0;
+        let mut running = false;
+        let containers = status["containerStatuses"].as_array().unwrap_or(&empty);
+        for c in containers.iter().rev() {
+            restarts += c["restartCount"].as_i64().unwrap_or(0);
+            let state = &c["state"];
+            if let Some(w) = state["waiting"]["reason"]
+                .as_str()
+                .filter(|r| !r.is_empty())
+            {
+                reason = w.to_string();
+            } else if state["terminated"].is_object() {
+                reason = exit_reason(&state["terminated"], "");
+            } else if c["ready"] == true && state["running"].is_object() {
+                running = true;
+                ready += 1;
+            }
+        }
+        if reason == "Completed" && running {
+            let pod_ready = status["conditions"].as_array().is_some_and(|cs| {
+                cs.iter()
+                    .any(|c| c["type"] == "Ready" && c["status"] == "True")
+            });
+            reason = if pod_ready { "Running" } else { "NotReady" }.into();
+        }
+    }
+    if !pod["metadata"]["deletionTimestamp"].is_null() {
+        reason = "Terminating".into();
+    }
+    let total = pod["spec"]["containers"].as_array().map_or(0, Vec::len);
+    match which {
+        "#pod.ready" => json!(format!("{ready}/{total}")),
+        "#pod.status" => json!(reason),
+        "#pod.restarts" => json!(restarts),
+        _ => Value::Null,
+    }
+}
+
 fn columns(def: &ResourceDef) -> Vec<(String, String, String, String, i64)> {
     // (name, type, format, jsonPath, priority)
     let mut cols = vec![(
@@ -182,7 +261,11 @@ pub fn table(
             let cells: Vec<Value> = cols
                 .iter()
                 .map(|(_, ty, _, path, _)| {
-                    let v = json_path(obj, path);
+                    let v = if path.starts_with("#pod.") {
+                        pod_cell(obj, path)
+                    } else {
+                        json_path(obj, path)
+                    };
                     if ty == "date" && !v.is_null() { age(&v) } else { v }
                 })
                 .collect();
@@ -206,6 +289,45 @@ pub fn table(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn pod_cells_as_kubectl_shows_them() {
+        let cells =
+            |pod: Value| ["#pod.ready", "#pod.status", "#pod.restarts"].map(|w| pod_cell(&pod, w));
+        let spec = json!({"containers": [{"name": "a"}, {"name": "b"}]});
+        let running = json!({"state": {"running": {}}, "ready": true, "restartCount": 1});
+        let crashing =
+            json!({"state": {"waiting": {"reason": "CrashLoopBackOff"}}, "restartCount": 4});
+        assert_eq!(
+            cells(json!({"spec": spec, "status": {"phase": "Running",
+                "containerStatuses": [running, crashing]}})),
+            [json!("1/2"), json!("CrashLoopBackOff"), json!(5)]
+        );
+        let done = json!({"state": {"terminated": {"exitCode": 0, "reason": "Completed"}}});
+        assert_eq!(
+            cells(
+                json!({"spec": {"containers": [{}]}, "status": {"phase": "Succeeded",
+                "containerStatuses": [done]}})
+            )[1],
+            json!("Completed")
+        );
+        let killed = json!({"state": {"terminated": {"exitCode": 137, "signal": 9}}});
+        assert_eq!(
+            cells(
+                json!({"spec": {"containers": [{}]}, "status": {"phase": "Failed",
+                "containerStatuses": [killed]}})
+            )[1],
+            json!("Signal:9")
+        );
+        let init = json!({"spec": {"initContainers": [{}, {}], "containers": [{}]},
+            "status": {"phase": "Pending", "initContainerStatuses": [
+                {"state": {"terminated": {"exitCode": 0}}},
+                {"state": {"running": {}}}]}});
+        assert_eq!(cells(init)[1], json!("Init:1/2"));
+        let deleting = json!({"metadata": {"deletionTimestamp": "2026-01-01T00:00:00Z"},
+            "spec": spec, "status": {"phase": "Running"}});
+        assert_eq!(cells(deleting)[1], json!("Terminating"));
+    }
 
     #[test]
     fn printer_column_paths() {
