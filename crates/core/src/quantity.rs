@@ -56,6 +56,15 @@ impl Quantity {
         }
     }
 
+    /// A whole number of bytes printed with binary units where exact (`BinarySI`: `1Gi`), as
+    /// `resource.NewQuantity(n, BinarySI)` does.
+    pub fn from_bytes_binary(bytes: i64) -> Self {
+        Quantity {
+            nanos: bytes as i128 * NANO,
+            format: Format::BinarySi,
+        }
+    }
+
     /// The value rounded up to an integer (away from zero), as apimachinery's `Value()`.
     pub fn value(&self) -> i64 {
         let whole = self.nanos / NANO;
@@ -313,6 +322,16 @@ mod tests {
 
     fn q(s: &str) -> Quantity {
         s.parse().unwrap_or_else(|e| panic!("{s}: {e}"))
+    }
+
+    #[test]
+    fn byte_counts_in_either_format() {
+        assert_eq!(Quantity::from_bytes(1 << 30).to_string(), "1073741824");
+        assert_eq!(Quantity::from_bytes_binary(1 << 30).to_string(), "1Gi");
+        assert_eq!(Quantity::from_bytes_binary(64 << 20).to_string(), "64Mi");
+        // As apimachinery: below 1024 it prints decimal units; inexact values print digits.
+        assert_eq!(Quantity::from_bytes_binary(1000).to_string(), "1k");
+        assert_eq!(Quantity::from_bytes_binary(1500).to_string(), "1500");
     }
 
     #[test]

@@ -7,14 +7,14 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::api::storage::v1::{CSIDriver, StorageClass};
-use kube::api::PostParams;
+use kube::api::{DynamicObject, PostParams};
 use kube::{Api, Client};
 use serde_json::json;
 
 use crate::agents::kubelet::{self, KubeletConfig};
 use crate::agents::localpath::{self, Driver, NodeDirs};
 use crate::agents::nodes::{NodeConfig, default_nodes};
-use crate::agents::{pvcontroller, scheduler};
+use crate::agents::{pvcontroller, scheduler, snapshots};
 use crate::apiserver::{self, ApiServer};
 
 /// What to start.
@@ -99,18 +99,31 @@ fn default_class() -> StorageClass {
     .expect("a StorageClass")
 }
 
-/// The CSI-like driver's class, also WaitForFirstConsumer.
+/// The CSI-like driver's class, also WaitForFirstConsumer; its volumes can grow.
 fn csi_class() -> StorageClass {
     serde_json::from_value(json!({
         "metadata": {"name": "csi"},
         "provisioner": localpath::CSI_DRIVER,
         "volumeBindingMode": "WaitForFirstConsumer",
         "reclaimPolicy": "Delete",
+        "allowVolumeExpansion": true,
     }))
     .expect("a StorageClass")
 }
 
-/// Start the agents against `client`: scheduler, PV controller, both provisioners (volumes under
+/// The CSI-like driver's default VolumeSnapshotClass (CDI's snapshot clones look for one).
+fn snapshot_class() -> DynamicObject {
+    serde_json::from_value(json!({
+        "apiVersion": snapshots::API_VERSION, "kind": "VolumeSnapshotClass",
+        "metadata": {"name": "csi-snapclass",
+            "annotations": {snapshots::DEFAULT_CLASS: "true"}},
+        "driver": localpath::CSI_DRIVER,
+        "deletionPolicy": "Delete",
+    }))
+    .expect("a VolumeSnapshotClass")
+}
+
+/// Start the agents against `client`: scheduler, PV controller, snapshotter, both provisioners (volumes under
 /// `dirs`) and a kubelet for each of `nodes` (pods under the node's directory), each looking
 /// every `every`.
 pub fn spawn_agents(
@@ -123,6 +136,7 @@ pub fn spawn_agents(
     let mut tasks = vec![
         tokio::spawn(scheduler::agent::run(client.clone(), every)),
         tokio::spawn(pvcontroller::agent::run(client.clone(), every)),
+        tokio::spawn(snapshots::agent::run(client.clone(), dirs.clone(), every)),
     ];
     for driver in [Driver::LocalPath, Driver::Csi] {
         tasks.push(tokio::spawn(localpath::agent::run(
@@ -179,6 +193,13 @@ pub async fn start(config: &Config) -> anyhow::Result<Running> {
     }))?;
     Api::<CSIDriver>::all(client.clone())
         .create(&PostParams::default(), &driver)
+        .await?;
+    let snapshot_classes: Api<DynamicObject> = Api::all_with(
+        client.clone(),
+        &snapshots::agent::resource("VolumeSnapshotClass", "volumesnapshotclasses"),
+    );
+    snapshot_classes
+        .create(&PostParams::default(), &snapshot_class())
         .await?;
     let node_names: Vec<String> = config.nodes.iter().map(|n| n.name.clone()).collect();
     let mut tasks = vec![server_task];

@@ -7,9 +7,11 @@
 //!   directories only, no data sources, no CSIDriver object (so CDI takes its host-assisted
 //!   paths).
 //! - [`Driver::Csi`] behaves like a CSI driver (the cluster creates its CSIDriver object, so CDI
-//!   takes the populator paths): Block volumes as files, and claims whose data source is another
-//!   of its claims are cloned by copying. Claims naming any other data source kind stay Pending,
-//!   as real external provisioners leave them to a populator.
+//!   takes the populator paths): Block volumes as files; claims whose data source is another of
+//!   its claims are cloned by copying, those whose source is a VolumeSnapshot of its volumes
+//!   (see `snapshots`) restored by copying; bound volumes grow when their claim asks for more in
+//!   a class that allows expansion. Claims naming any other data source kind stay Pending, as
+//!   real external provisioners leave them to a populator.
 //!
 //! Pure: [`plan`] decides, [`agent`] creates files, directories and objects.
 
@@ -25,7 +27,7 @@ use super::nodes::HOSTNAME_LABEL;
 use super::pvcontroller::{
     BETA_STORAGE_PROVISIONER, PROVISIONED_BY, SELECTED_NODE, STORAGE_PROVISIONER,
 };
-use super::{Snapshot, name};
+use super::{Snapshot, name, snapshots};
 
 /// The provisioner name local-path classes use.
 pub const PROVISIONER: &str = "rancher.io/local-path";
@@ -86,6 +88,17 @@ pub enum Action {
     Reclaim {
         volume: String,
         path: Option<PathBuf>,
+    },
+    /// Grow a bound volume to its claim's new request (`allowVolumeExpansion` classes): a block
+    /// file is lengthened, the volume's capacity raised (the PV controller then raises the
+    /// claim's).
+    Expand {
+        volume: String,
+        namespace: String,
+        claim: String,
+        path: Option<PathBuf>,
+        bytes: u64,
+        capacity: String,
     },
     /// Tell the claim's owner why nothing happens (a `ProvisioningFailed` event).
     Refuse {
@@ -191,7 +204,7 @@ fn selected_node(claim: &PersistentVolumeClaim) -> Option<&str> {
         .map(String::as_str)
 }
 
-fn volume_node(v: &PersistentVolume) -> Option<&str> {
+pub(crate) fn volume_node(v: &PersistentVolume) -> Option<&str> {
     let term = v
         .spec
         .as_ref()?
@@ -209,7 +222,7 @@ fn volume_node(v: &PersistentVolume) -> Option<&str> {
     req.values.as_ref()?.first().map(String::as_str)
 }
 
-fn ours(driver: Driver, v: &PersistentVolume) -> bool {
+pub(crate) fn ours(driver: Driver, v: &PersistentVolume) -> bool {
     v.metadata
         .annotations
         .as_ref()
@@ -218,7 +231,7 @@ fn ours(driver: Driver, v: &PersistentVolume) -> bool {
 }
 
 /// Where a volume of ours keeps its data on the host.
-fn volume_path(v: &PersistentVolume) -> Option<PathBuf> {
+pub(crate) fn volume_path(v: &PersistentVolume) -> Option<PathBuf> {
     let spec = v.spec.as_ref()?;
     if let Some(h) = &spec.host_path {
         return Some(PathBuf::from(&h.path));
@@ -232,7 +245,7 @@ fn volume_path(v: &PersistentVolume) -> Option<PathBuf> {
 }
 
 /// The `storage` entry of a requests or capacity map, in bytes.
-fn storage_bytes(map: Option<&BTreeMap<String, K8sQuantity>>) -> u64 {
+pub(crate) fn storage_bytes(map: Option<&BTreeMap<String, K8sQuantity>>) -> u64 {
     map.and_then(|m| m.get("storage"))
         .and_then(|q| cdi_core::Quantity::try_from(q).ok())
         .map_or(0, |q| q.value().max(0) as u64)
@@ -296,6 +309,172 @@ fn volume_for(
     serde_json::from_value(value).expect("a PersistentVolume")
 }
 
+/// A clone's content: a copy of another of the driver's claims in the namespace, once bound.
+fn clone_source(
+    driver: Driver,
+    cluster: &Snapshot,
+    c: &PersistentVolumeClaim,
+    source_name: &str,
+    block: bool,
+    bytes: u64,
+) -> Result<Option<Content>, String> {
+    let ns = c.metadata.namespace.as_deref().unwrap_or("");
+    let Some(src) = cluster
+        .claims
+        .iter()
+        .find(|o| o.metadata.namespace.as_deref() == Some(ns) && name(*o) == source_name)
+    else {
+        return Err(format!("source claim {source_name:?} does not exist"));
+    };
+    let src_volume = src
+        .spec
+        .as_ref()
+        .and_then(|s| s.volume_name.as_deref())
+        .and_then(|v| cluster.volumes.iter().find(|pv| name(*pv) == v))
+        .filter(|_| src.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Bound"));
+    // Wait for the source to be bound.
+    let Some(src_volume) = src_volume else {
+        return Ok(None);
+    };
+    let src_mode = src_volume
+        .spec
+        .as_ref()
+        .and_then(|s| s.volume_mode.as_deref())
+        .unwrap_or("Filesystem");
+    let src_bytes = storage_bytes(src_volume.spec.as_ref().and_then(|s| s.capacity.as_ref()));
+    if !ours(driver, src_volume) {
+        return Err(format!(
+            "source claim {source_name:?} is not a volume of {CSI_DRIVER}, which clones only its own"
+        ));
+    }
+    if src_mode != (if block { "Block" } else { "Filesystem" }) {
+        return Err(format!(
+            "source claim {source_name:?} is {src_mode}; a clone must have the same volume mode"
+        ));
+    }
+    if src_bytes > bytes {
+        return Err(format!(
+            "claim {:?} asks for less than its source {source_name:?} holds",
+            name(c)
+        ));
+    }
+    Ok(volume_path(src_volume).map(|source| Content::CopyOf { source, bytes }))
+}
+
+/// A restore's content: a copy of a ready VolumeSnapshot of the driver's in the namespace.
+fn restore_source(
+    dirs: &NodeDirs,
+    cluster: &Snapshot,
+    c: &PersistentVolumeClaim,
+    snapshot: &str,
+    block: bool,
+    bytes: u64,
+) -> Result<Option<Content>, String> {
+    let ns = c.metadata.namespace.as_deref().unwrap_or("");
+    let text = |v: &serde_json::Value, k: &[&str]| {
+        k.iter()
+            .fold(v, |v, k| &v[*k])
+            .as_str()
+            .unwrap_or("")
+            .to_string()
+    };
+    let Some(snap) = cluster.volume_snapshots.iter().find(|v| {
+        text(v, &["metadata", "namespace"]) == ns && text(v, &["metadata", "name"]) == snapshot
+    }) else {
+        return Err(format!(
+            "error getting handle for DataSource Type VolumeSnapshot by Name {snapshot}: \
+             volumesnapshots.{} {snapshot:?} not found",
+            snapshots::GROUP
+        ));
+    };
+    if snap["status"]["readyToUse"] != true {
+        return Ok(None);
+    }
+    let content_name = text(snap, &["status", "boundVolumeSnapshotContentName"]);
+    let Some(content) = cluster
+        .snapshot_contents
+        .iter()
+        .find(|k| text(k, &["metadata", "name"]) == content_name)
+    else {
+        return Ok(None);
+    };
+    if text(content, &["spec", "driver"]) != CSI_DRIVER {
+        return Err(format!(
+            "snapshot {snapshot:?} was taken by {}; {CSI_DRIVER} restores only its own",
+            text(content, &["spec", "driver"])
+        ));
+    }
+    let mode = text(content, &["spec", "sourceVolumeMode"]);
+    let want = if block { "Block" } else { "Filesystem" };
+    if !mode.is_empty() && mode != want {
+        return Err(format!(
+            "snapshot {snapshot:?} is of a {mode} volume; claim {:?} asks for {want}",
+            name(c)
+        ));
+    }
+    let restore = content["status"]["restoreSize"].as_u64().unwrap_or(0);
+    if restore > bytes {
+        return Err(format!(
+            "requested volume size {bytes} is less than the size {restore} for the source \
+             snapshot {snapshot}"
+        ));
+    }
+    let handle = text(content, &["status", "snapshotHandle"]);
+    match snapshots::handle_path(dirs, &handle) {
+        Some(source) => Ok(Some(Content::CopyOf { source, bytes })),
+        None => Err(format!(
+            "snapshot {snapshot:?} has no usable handle ({handle:?})"
+        )),
+    }
+}
+
+/// Bound claims of the CSI-like driver asking for more than their volume holds, in classes
+/// that allow expansion (the API server refuses the request otherwise).
+fn expansions(cluster: &Snapshot) -> Vec<Action> {
+    let mut out = Vec::new();
+    for c in &cluster.claims {
+        let Some(volume_name) = c.spec.as_ref().and_then(|s| s.volume_name.as_deref()) else {
+            continue;
+        };
+        let Some(v) = cluster
+            .volumes
+            .iter()
+            .find(|v| name(*v) == volume_name && ours(Driver::Csi, v))
+        else {
+            continue;
+        };
+        let class_name = c
+            .spec
+            .as_ref()
+            .and_then(|s| s.storage_class_name.as_deref());
+        let expandable = cluster
+            .classes
+            .iter()
+            .find(|k| Some(name(*k)) == class_name)
+            .is_some_and(|k| k.allow_volume_expansion == Some(true));
+        let bytes = requested_bytes(c);
+        let has = storage_bytes(v.spec.as_ref().and_then(|s| s.capacity.as_ref()));
+        if !expandable || bytes <= has {
+            continue;
+        }
+        let capacity = c
+            .spec
+            .as_ref()
+            .and_then(|s| s.resources.as_ref()?.requests.as_ref()?.get("storage"))
+            .map(|q| q.0.clone())
+            .unwrap_or_default();
+        out.push(Action::Expand {
+            volume: volume_name.into(),
+            namespace: c.metadata.namespace.clone().unwrap_or_default(),
+            claim: name(c).into(),
+            path: volume_path(v),
+            bytes,
+            capacity,
+        });
+    }
+    out
+}
+
 /// Everything the provisioner would do, given the cluster's claims, volumes, classes and nodes.
 pub fn plan(driver: Driver, dirs: &NodeDirs, cluster: &Snapshot) -> Vec<Action> {
     let Snapshot {
@@ -303,6 +482,7 @@ pub fn plan(driver: Driver, dirs: &NodeDirs, cluster: &Snapshot) -> Vec<Action> 
         volumes,
         classes,
         nodes,
+        ..
     } = cluster;
     let mut out = Vec::new();
     // How many of our volumes each node holds, for spreading Immediate volumes.
@@ -380,67 +560,35 @@ pub fn plan(driver: Driver, dirs: &NodeDirs, cluster: &Snapshot) -> Vec<Action> 
         });
         if let Some((kind, group, source_name, source_ns)) = source {
             // Local-path cannot fill a volume from anything; other kinds are a populator's.
-            if driver == Driver::LocalPath || kind != "PersistentVolumeClaim" || !group.is_empty() {
+            let known = matches!(
+                (kind.as_str(), group.as_str()),
+                ("PersistentVolumeClaim", "") | ("VolumeSnapshot", snapshots::GROUP)
+            );
+            if driver == Driver::LocalPath || !known {
                 continue;
             }
             let ns = c.metadata.namespace.as_deref().unwrap_or("");
             if source_ns.as_deref().is_some_and(|s| s != ns) {
                 out.push(refuse(format!(
-                    "claim {:?} clones from another namespace, which needs a ReferenceGrant; \
+                    "claim {:?} fills from another namespace, which needs a ReferenceGrant; \
                      the development cluster does not support those",
                     name(c)
                 )));
                 continue;
             }
-            let Some(src) = claims
-                .iter()
-                .find(|o| o.metadata.namespace.as_deref() == Some(ns) && name(*o) == source_name)
-            else {
-                out.push(refuse(format!(
-                    "source claim {source_name:?} does not exist"
-                )));
-                continue;
-            };
-            let src_volume = src
-                .spec
-                .as_ref()
-                .and_then(|s| s.volume_name.as_deref())
-                .and_then(|v| volumes.iter().find(|pv| name(*pv) == v))
-                .filter(|_| src.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Bound"));
-            // Wait for the source to be bound.
-            let Some(src_volume) = src_volume else {
-                continue;
-            };
-            let src_mode = src_volume
-                .spec
-                .as_ref()
-                .and_then(|s| s.volume_mode.as_deref())
-                .unwrap_or("Filesystem");
-            let src_bytes =
-                storage_bytes(src_volume.spec.as_ref().and_then(|s| s.capacity.as_ref()));
-            let problem = if !ours(driver, src_volume) {
-                Some(format!(
-                    "source claim {source_name:?} is not a volume of {CSI_DRIVER}, which clones only its own"
-                ))
-            } else if src_mode != (if block { "Block" } else { "Filesystem" }) {
-                Some(format!(
-                    "source claim {source_name:?} is {src_mode}; a clone must have the same volume mode"
-                ))
-            } else if src_bytes > bytes {
-                Some(format!(
-                    "claim {:?} asks for less than its source {source_name:?} holds",
-                    name(c)
-                ))
+            let filled = if kind == "VolumeSnapshot" {
+                restore_source(dirs, cluster, c, &source_name, block, bytes)
             } else {
-                None
+                clone_source(driver, cluster, c, &source_name, block, bytes)
             };
-            match (problem, volume_path(src_volume)) {
-                (None, Some(source)) => content = Content::CopyOf { source, bytes },
-                (Some(message), _) => {
+            match filled {
+                Ok(Some(filled)) => content = filled,
+                // The source is not ready yet.
+                Ok(None) => continue,
+                Err(message) => {
                     out.push(refuse(message));
                     continue;
                 }
-                (None, None) => continue,
             }
         }
         let wffc = class.volume_binding_mode.as_deref() == Some("WaitForFirstConsumer");
@@ -484,6 +632,9 @@ pub fn plan(driver: Driver, dirs: &NodeDirs, cluster: &Snapshot) -> Vec<Action> 
             Err(message) => out.push(refuse(message)),
         }
     }
+    if driver == Driver::Csi {
+        out.extend(expansions(cluster));
+    }
     for v in volumes.iter().filter(|v| ours(driver, v)) {
         let released = v.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Released");
         let policy = v
@@ -507,14 +658,14 @@ pub mod agent {
     use std::time::Duration;
 
     use k8s_openapi::api::core::v1::{Event, PersistentVolume};
-    use kube::api::{DeleteParams, PostParams};
+    use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
     use kube::{Api, Client};
     use serde_json::json;
 
     use super::{Action, Content, Driver, NodeDirs, Snapshot, plan};
 
     /// Copy a volume's directory tree (or its file) for a clone.
-    fn copy_tree(from: &std::path::Path, to: &std::path::Path) -> std::io::Result<()> {
+    pub(crate) fn copy_tree(from: &std::path::Path, to: &std::path::Path) -> std::io::Result<()> {
         if from.is_dir() {
             std::fs::create_dir_all(to)?;
             for entry in std::fs::read_dir(from)? {
@@ -606,6 +757,32 @@ pub mod agent {
                 }
                 volumes.delete(volume, &DeleteParams::default()).await?;
             }
+            Action::Expand {
+                volume,
+                namespace,
+                claim,
+                path,
+                bytes,
+                capacity,
+            } => {
+                if let Some(path) = path.as_deref().filter(|p| p.is_file()) {
+                    let f = std::fs::OpenOptions::new().write(true).open(path)?;
+                    if f.metadata()?.len() < *bytes {
+                        f.set_len(*bytes)?;
+                    }
+                }
+                let patch = json!({"spec": {"capacity": {"storage": capacity}}});
+                volumes
+                    .patch(volume, &PatchParams::default(), &Patch::Merge(&patch))
+                    .await?;
+                let events: Api<Event> = Api::namespaced(client.clone(), namespace);
+                let event = json!({"metadata": {"generateName": format!("{claim}.")},
+                    "involvedObject": {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "namespace": namespace, "name": claim},
+                    "reason": "VolumeResizeSuccessful", "message": format!("resize volume {volume} to {capacity} succeeded"),
+                    "type": "Normal", "source": {"component": driver.name()}, "count": 1});
+                let event: Event = serde_json::from_value(event)?;
+                events.create(&PostParams::default(), &event).await?;
+            }
             Action::Refuse {
                 namespace,
                 claim,
@@ -648,6 +825,11 @@ pub mod agent {
                     }
                     Action::Reclaim { volume, path } => {
                         tracing::info!(driver = driver.name(), volume, ?path, "deleted");
+                    }
+                    Action::Expand {
+                        volume, capacity, ..
+                    } => {
+                        tracing::info!(driver = driver.name(), volume, capacity, "expanded");
                     }
                     Action::Refuse {
                         namespace,

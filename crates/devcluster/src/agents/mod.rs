@@ -20,6 +20,7 @@ pub mod localpath;
 pub mod nodes;
 pub mod pvcontroller;
 pub mod scheduler;
+pub mod snapshots;
 
 use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim, Pod};
 use k8s_openapi::api::storage::v1::StorageClass;
@@ -34,13 +35,33 @@ fn namespace<T: kube::Resource>(o: &T) -> &str {
     o.meta().namespace.as_deref().unwrap_or("")
 }
 
-/// What the storage agents decide from: every claim, volume, class and node, read in one go.
+/// What the storage agents decide from: every claim, volume, class and node, and the
+/// snapshot.storage.k8s.io objects (as JSON: k8s-openapi has no types for them), read in one go.
 #[derive(Debug, Clone, Default)]
 pub struct Snapshot {
     pub claims: Vec<PersistentVolumeClaim>,
     pub volumes: Vec<PersistentVolume>,
     pub classes: Vec<StorageClass>,
     pub nodes: Vec<Node>,
+    pub volume_snapshots: Vec<serde_json::Value>,
+    pub snapshot_contents: Vec<serde_json::Value>,
+    pub snapshot_classes: Vec<serde_json::Value>,
+}
+
+async fn list_dynamic(
+    client: &Client,
+    kind: &str,
+    plural: &str,
+) -> Result<Vec<serde_json::Value>, kube::Error> {
+    let resource = snapshots::agent::resource(kind, plural);
+    let api: Api<kube::api::DynamicObject> = Api::all_with(client.clone(), &resource);
+    Ok(api
+        .list(&ListParams::default())
+        .await?
+        .items
+        .into_iter()
+        .filter_map(|o| serde_json::to_value(o).ok())
+        .collect())
 }
 
 async fn list_all<K>(client: &Client) -> Result<Vec<K>, kube::Error>
@@ -61,6 +82,15 @@ impl Snapshot {
             volumes: list_all(client).await?,
             classes: list_all(client).await?,
             nodes: list_all(client).await?,
+            volume_snapshots: list_dynamic(client, "VolumeSnapshot", "volumesnapshots").await?,
+            snapshot_contents: list_dynamic(
+                client,
+                "VolumeSnapshotContent",
+                "volumesnapshotcontents",
+            )
+            .await?,
+            snapshot_classes: list_dynamic(client, "VolumeSnapshotClass", "volumesnapshotclasses")
+                .await?,
         })
     }
 

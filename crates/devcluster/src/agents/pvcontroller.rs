@@ -237,6 +237,7 @@ pub fn reconcile(cluster: &Snapshot) -> Vec<Action> {
         volumes,
         classes,
         nodes,
+        ..
     } = cluster;
     let mut out = Vec::new();
     let find_claim =
@@ -583,6 +584,7 @@ mod tests {
                 .enumerate()
                 .map(|(i, n)| n.node(i))
                 .collect(),
+            ..Default::default()
         };
 
         let before = reconcile(&cluster(None));

@@ -1,6 +1,6 @@
 //! The HTTP surface: discovery, the REST verbs on every resource, watches as streamed JSON lines.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -506,6 +506,9 @@ async fn dispatch(server: &ApiServer, req: Request) -> ApiResult<Response> {
                     }
                     let mut obj = parse_object(&body_bytes(req).await?)?;
                     let warnings = admit(&def, &mut obj, &validation)?;
+                    if !status && let Ok(current) = store.get(&def, &ns, &name) {
+                        validate_update(&def, &expandable_classes(&store, &def), &current, &obj)?;
+                    }
                     let how = WriteOptions {
                         dry_run,
                         status_only: status,
@@ -549,9 +552,13 @@ async fn dispatch(server: &ApiServer, req: Request) -> ApiResult<Response> {
                         status_only: status,
                         owner: apply_owner.as_ref(),
                     };
+                    let expandable = expandable_classes(&store, &def);
                     let result = store.modify(&def, &ns, &name, &how, |current| {
                         let mut next = patch::apply(kind, current, &body)?;
                         warnings = admit(&def, &mut next, &validation)?;
+                        if !status {
+                            validate_update(&def, &expandable, current, &next)?;
+                        }
                         Ok(next)
                     });
                     let updated = match result {
@@ -704,6 +711,94 @@ fn admit(def: &ResourceDef, obj: &mut Value, field_validation: &str) -> ApiResul
         return Ok(Vec::new());
     }
     Ok(unknown)
+}
+
+fn is_claims(def: &ResourceDef) -> bool {
+    def.group.is_empty() && def.plural == "persistentvolumeclaims"
+}
+
+/// The classes with `allowVolumeExpansion`, read before a claim is changed (not while the store
+/// is held for the change).
+fn expandable_classes(store: &Store, def: &ResourceDef) -> BTreeSet<String> {
+    if !is_claims(def) {
+        return BTreeSet::new();
+    }
+    let Some(classes) = store
+        .registry()
+        .get("storage.k8s.io", "v1", "storageclasses")
+        .cloned()
+    else {
+        return BTreeSet::new();
+    };
+    let (items, _, _) = store.list(&classes, None, &ListOptions::default());
+    items
+        .iter()
+        .filter(|c| c["allowVolumeExpansion"] == true)
+        .filter_map(|c| c["metadata"]["name"].as_str().map(str::to_string))
+        .collect()
+}
+
+/// Rules kube-apiserver applies to changes of existing objects. Claims: the requested size of a
+/// bound claim may grow only when its class has `allowVolumeExpansion` (the
+/// PersistentVolumeClaimResize admission plugin) and may shrink, but not below `status.capacity`
+/// (RecoverVolumeExpansionFailure, on by default in 1.33); an unbound claim's request is fixed.
+fn validate_update(
+    def: &ResourceDef,
+    expandable: &BTreeSet<String>,
+    current: &Value,
+    next: &Value,
+) -> ApiResult<()> {
+    if !is_claims(def) {
+        return Ok(());
+    }
+    let size = |v: &Value| {
+        v.as_str()
+            .and_then(|s| s.parse::<cdi_core::Quantity>().ok())
+            .map(|q| q.milli_value())
+    };
+    let path = |o: &Value| o["spec"]["resources"]["requests"]["storage"].clone();
+    let (old, new) = (size(&path(current)), size(&path(next)));
+    let (Some(old), Some(new)) = (old, new) else {
+        return Ok(());
+    };
+    if old == new {
+        return Ok(());
+    }
+    let name = current["metadata"]["name"].as_str().unwrap_or("");
+    if current["status"]["phase"] != "Bound" {
+        return Err(ApiError::invalid(
+            "PersistentVolumeClaim",
+            name,
+            vec![(
+                "spec".into(),
+                "Forbidden: spec is immutable after creation except resources.requests and \
+                 volumeAttributesClassName for bound claims"
+                    .into(),
+            )],
+        ));
+    }
+    if new < old {
+        let capacity = size(&current["status"]["capacity"]["storage"]).unwrap_or(0);
+        if new < capacity {
+            return Err(ApiError::invalid(
+                "PersistentVolumeClaim",
+                name,
+                vec![(
+                    "spec.resources.requests.storage".into(),
+                    "Forbidden: field can not be less than status.capacity".into(),
+                )],
+            ));
+        }
+        return Ok(());
+    }
+    let class = current["spec"]["storageClassName"].as_str().unwrap_or("");
+    if !expandable.contains(class) {
+        return Err(ApiError::forbidden(format!(
+            "persistentvolumeclaims \"{name}\" is forbidden: only dynamically provisioned pvc \
+             can be resized and the storageclass that provisions the pvc must support resize"
+        )));
+    }
+    Ok(())
 }
 
 /// A Secret's write-only `stringData` is merged into `data` (base64) on every write, its keys
