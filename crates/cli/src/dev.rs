@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 use cdi_devcluster::agents::kubelet::ImageMap;
+use cdi_devcluster::agents::nodes::{NodeConfig, default_nodes, parse_nodes};
 use cdi_devcluster::apiserver::{self, ApiServer};
 use cdi_devcluster::cluster;
 
@@ -33,6 +34,10 @@ pub enum DevCommand {
         /// args. Repeatable. `cdi-importer` runs `cdi importer` unless mapped here.
         #[arg(long = "image", value_name = "NAME=PROGRAM [ARGS...]", value_parser = parse_image)]
         images: Vec<(String, Vec<String>)>,
+        /// The nodes, from a YAML list of `{name, labels, taints: ["key=value:Effect"], cpu,
+        /// memory, pods}` instead of the default three.
+        #[arg(long, value_name = "FILE")]
+        nodes: Option<PathBuf>,
     },
     /// Stop the development cluster started by `cdi dev up`.
     Down {
@@ -68,6 +73,15 @@ fn image_map(extra: &[(String, Vec<String>)]) -> anyhow::Result<ImageMap> {
     Ok(map)
 }
 
+fn read_nodes(file: Option<&Path>) -> anyhow::Result<Vec<NodeConfig>> {
+    let Some(file) = file else {
+        return Ok(default_nodes());
+    };
+    let text =
+        std::fs::read_to_string(file).with_context(|| format!("reading {}", file.display()))?;
+    parse_nodes(&text).map_err(|e| anyhow::anyhow!("{}: {e}", file.display()))
+}
+
 pub fn run(command: &DevCommand) -> anyhow::Result<()> {
     match command {
         DevCommand::Up {
@@ -75,13 +89,28 @@ pub fn run(command: &DevCommand) -> anyhow::Result<()> {
             addr,
             foreground: true,
             images,
-        } => up_here(dir, *addr, image_map(images)?),
+            nodes,
+        } => up_here(
+            dir,
+            *addr,
+            image_map(images)?,
+            read_nodes(nodes.as_deref())?,
+        ),
         DevCommand::Up {
             dir,
             addr,
             foreground: false,
             images,
-        } => up_in_background(dir, *addr, images),
+            nodes,
+        } => {
+            // Checked here, so a bad file is reported in this terminal.
+            read_nodes(nodes.as_deref())?;
+            let nodes = match nodes {
+                Some(n) => Some(std::path::absolute(n).context("finding the nodes file")?),
+                None => None,
+            };
+            up_in_background(dir, *addr, images, nodes.as_deref())
+        }
         DevCommand::Down { dir } => down(dir),
         DevCommand::Apiserver {
             addr,
@@ -132,6 +161,7 @@ const COMPONENT_LOGS: &[(&str, &str)] = &[
     ("pv-controller.log", "cdi_devcluster::agents::pvcontroller"),
     ("provisioners.log", "cdi_devcluster::agents::localpath"),
     ("kubelet.log", "cdi_devcluster::agents::kubelet"),
+    ("snapshotter.log", "cdi_devcluster::agents::snapshots"),
 ];
 
 fn pid_file(dir: &Path) -> PathBuf {
@@ -166,7 +196,12 @@ fn prepare(dir: &Path) -> anyhow::Result<PathBuf> {
     Ok(logs)
 }
 
-fn up_here(dir: &Path, addr: SocketAddr, images: ImageMap) -> anyhow::Result<()> {
+fn up_here(
+    dir: &Path,
+    addr: SocketAddr,
+    images: ImageMap,
+    nodes: Vec<NodeConfig>,
+) -> anyhow::Result<()> {
     use tracing_subscriber::filter::Targets;
     use tracing_subscriber::prelude::*;
 
@@ -193,6 +228,7 @@ fn up_here(dir: &Path, addr: SocketAddr, images: ImageMap) -> anyhow::Result<()>
     runtime.block_on(async {
         let mut config = cluster::Config::new(dir.to_path_buf(), addr);
         config.kubelet.images = images;
+        config.nodes = nodes;
         let mut running = cluster::start(&config).await?;
         std::fs::write(pid_file(dir), format!("{}\n", std::process::id()))
             .with_context(|| format!("writing {}", pid_file(dir).display()))?;
@@ -216,6 +252,7 @@ fn up_in_background(
     dir: &Path,
     addr: SocketAddr,
     images: &[(String, Vec<String>)],
+    nodes: Option<&Path>,
 ) -> anyhow::Result<()> {
     use std::os::unix::process::CommandExt;
 
@@ -225,27 +262,33 @@ fn up_in_background(
     let log = std::fs::File::create(&log_path)
         .with_context(|| format!("creating {}", log_path.display()))?;
     let exe = std::env::current_exe().context("finding the cdi executable")?;
-    let mut child =
-        std::process::Command::new(exe)
-            .args([
-                "dev",
-                "up",
-                "--foreground",
-                "--addr",
-                &addr.to_string(),
-                "--dir",
-            ])
-            .arg(dir)
-            .args(images.iter().flat_map(|(name, argv)| {
-                ["--image".to_string(), format!("{name}={}", argv.join(" "))]
-            }))
-            .stdin(std::process::Stdio::null())
-            .stdout(log.try_clone()?)
-            .stderr(log)
-            // Its own process group: a Ctrl-C in this terminal later does not stop it.
-            .process_group(0)
-            .spawn()
-            .context("starting the cluster process")?;
+    let mut command = std::process::Command::new(exe);
+    command
+        .args([
+            "dev",
+            "up",
+            "--foreground",
+            "--addr",
+            &addr.to_string(),
+            "--dir",
+        ])
+        .arg(dir);
+    for (name, argv) in images {
+        command
+            .arg("--image")
+            .arg(format!("{name}={}", argv.join(" ")));
+    }
+    if let Some(nodes) = nodes {
+        command.arg("--nodes").arg(nodes);
+    }
+    let mut child = command
+        .stdin(std::process::Stdio::null())
+        .stdout(log.try_clone()?)
+        .stderr(log)
+        // Its own process group: a Ctrl-C in this terminal later does not stop it.
+        .process_group(0)
+        .spawn()
+        .context("starting the cluster process")?;
     for _ in 0..200 {
         if let Some(status) = child.try_wait()? {
             let text = std::fs::read_to_string(&log_path).unwrap_or_default();

@@ -152,3 +152,46 @@ fn up_places_the_seed_vm_and_its_disk_on_node_2_and_down_stops_it() {
         "{out}"
     );
 }
+
+#[test]
+fn nodes_come_from_a_file() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("cluster");
+    let bad = tmp.path().join("bad.yaml");
+    std::fs::write(&bad, "- name: edge\n  taints: [\"edge=true\"]\n").unwrap();
+    let bad_arg = bad.to_str().unwrap();
+    let (ok, _, err) = cdi(
+        &["dev", "up", "--addr", "127.0.0.1:0", "--nodes", bad_arg],
+        &dir,
+    );
+    assert!(
+        !ok && err.contains("bad.yaml") && err.contains("key=value:Effect"),
+        "{err}"
+    );
+
+    let good = tmp.path().join("nodes.yaml");
+    std::fs::write(
+        &good,
+        "- name: edge-1\n  labels: {zone: edge}\n  taints: [\"edge=true:NoSchedule\"]\n- name: core-1\n  cpu: \"2\"\n",
+    )
+    .unwrap();
+    let good_arg = good.to_str().unwrap();
+    let (ok, out, err) = cdi(
+        &["dev", "up", "--addr", "127.0.0.1:0", "--nodes", good_arg],
+        &dir,
+    );
+    assert!(ok, "{out}{err}");
+    let _down = Down(&dir);
+    let nodes = kubectl(
+        &dir,
+        &[
+            "get",
+            "nodes",
+            "-o",
+            "jsonpath={range .items[*]}{.metadata.name} {.spec.taints[0].key} {.status.allocatable.cpu}{\"\\n\"}{end}",
+        ],
+        None,
+    );
+    assert_eq!(nodes, "core-1  2\nedge-1 edge 8\n");
+    assert!(dir.join("nodes/edge-1").is_dir() && dir.join("nodes/core-1").is_dir());
+}
