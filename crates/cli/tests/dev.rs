@@ -1,54 +1,10 @@
 //! `cdi dev up` / `cdi dev down` as a user runs them, with the machine's kubectl.
 
-use std::path::Path;
-use std::process::Command;
+mod devcluster;
+
+use devcluster::{Down, cdi, kubectl};
+
 use std::time::Duration;
-
-fn cdi(args: &[&str], dir: &Path) -> (bool, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_cdi"))
-        .args(args)
-        .arg("--dir")
-        .arg(dir)
-        .output()
-        .unwrap();
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).into(),
-        String::from_utf8_lossy(&out.stderr).into(),
-    )
-}
-
-fn kubectl(dir: &Path, args: &[&str], stdin: Option<&str>) -> String {
-    let mut cmd = Command::new("kubectl");
-    cmd.args(args).env("KUBECONFIG", dir.join("kubeconfig"));
-    cmd.stdin(std::process::Stdio::piped());
-    cmd.stdout(std::process::Stdio::piped());
-    cmd.stderr(std::process::Stdio::piped());
-    let mut child = cmd.spawn().expect("kubectl is installed");
-    if let Some(text) = stdin {
-        use std::io::Write;
-        child
-            .stdin
-            .take()
-            .unwrap()
-            .write_all(text.as_bytes())
-            .unwrap();
-    }
-    drop(child.stdin.take());
-    let out = child.wait_with_output().unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "kubectl {args:?}: {stderr}");
-    String::from_utf8_lossy(&out.stdout).into()
-}
-
-/// Stops the cluster even when an assertion fails, so no process outlives the test.
-struct Down<'a>(&'a Path);
-
-impl Drop for Down<'_> {
-    fn drop(&mut self) {
-        let _ = cdi(&["dev", "down"], self.0);
-    }
-}
 
 const SEED: &str = "
 apiVersion: v1

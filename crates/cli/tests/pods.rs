@@ -2,51 +2,15 @@
 //! two pods of a mapped image serve the same port on addresses of their own, readiness-probed.
 //! Driven with the machine's kubectl, as a user would.
 
+mod devcluster;
+
+use devcluster::{Down, cdi, kubectl};
+
 use std::path::Path;
-use std::process::Command;
 use std::time::Duration;
 
 use cdi_testkit::images::{assert_same, convert, oracle, pattern};
 use cdi_testkit::{Behaviour, FileServer};
-
-fn cdi(args: &[&str], dir: &Path) -> (bool, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_cdi"))
-        .args(args)
-        .arg("--dir")
-        .arg(dir)
-        .output()
-        .unwrap();
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).into(),
-        String::from_utf8_lossy(&out.stderr).into(),
-    )
-}
-
-fn kubectl(dir: &Path, args: &[&str], stdin: Option<&str>) -> String {
-    use std::io::Write;
-    let mut child = Command::new("kubectl")
-        .args(args)
-        .env("KUBECONFIG", dir.join("kubeconfig"))
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("kubectl is installed");
-    if let Some(text) = stdin {
-        child
-            .stdin
-            .take()
-            .unwrap()
-            .write_all(text.as_bytes())
-            .unwrap();
-    }
-    drop(child.stdin.take());
-    let out = child.wait_with_output().unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "kubectl {args:?}: {stderr}");
-    String::from_utf8_lossy(&out.stdout).into()
-}
 
 fn get_json(dir: &Path, what: &str) -> serde_json::Value {
     serde_json::from_str(&kubectl(dir, &["get", what, "-o", "json"], None)).unwrap()
@@ -61,15 +25,6 @@ fn wait(what: &str, mut check: impl FnMut() -> Option<serde_json::Value>) -> ser
         std::thread::sleep(Duration::from_millis(100));
     }
     panic!("{what}: not reached in 60 s");
-}
-
-/// Stops the cluster even when an assertion fails, so no process outlives the test.
-struct Down<'a>(&'a Path);
-
-impl Drop for Down<'_> {
-    fn drop(&mut self) {
-        let _ = cdi(&["dev", "down"], self.0);
-    }
 }
 
 const MIB: usize = 1 << 20;

@@ -68,6 +68,18 @@ fn phase(p: &Pod) -> &str {
         .unwrap_or("")
 }
 
+fn waiting_reason(p: &Pod) -> Option<String> {
+    let statuses = p.status.as_ref()?.container_statuses.as_ref()?;
+    statuses
+        .first()?
+        .state
+        .as_ref()?
+        .waiting
+        .as_ref()?
+        .reason
+        .clone()
+}
+
 fn main_status(p: &Pod) -> ContainerStatus {
     p.status
         .as_ref()
@@ -282,16 +294,7 @@ async fn environment_secrets_and_config_maps() {
         json!([{"name": "X", "valueFrom": {"secretKeyRef": {"name": "later", "key": "x"}}}]);
     create::<Pod>(&client, missing).await;
     let waiting = pod_where(&client, "missing", "a config error", |p| {
-        p.status
-            .as_ref()
-            .and_then(|s| s.container_statuses.as_ref())
-            .is_some_and(|c| {
-                c[0].state
-                    .as_ref()
-                    .and_then(|s| s.waiting.as_ref())
-                    .and_then(|w| w.reason.as_deref())
-                    == Some("CreateContainerConfigError")
-            })
+        waiting_reason(p).as_deref() == Some("CreateContainerConfigError")
     })
     .await;
     let w = main_status(&waiting).state.unwrap().waiting.unwrap();
@@ -318,16 +321,7 @@ async fn environment_secrets_and_config_maps() {
     )
     .await;
     let p = pod_where(&client, "unknown", "ErrImagePull", |p| {
-        p.status
-            .as_ref()
-            .and_then(|s| s.container_statuses.as_ref())
-            .is_some_and(|c| {
-                c[0].state
-                    .as_ref()
-                    .and_then(|s| s.waiting.as_ref())
-                    .and_then(|w| w.reason.as_deref())
-                    == Some("ErrImagePull")
-            })
+        waiting_reason(p).as_deref() == Some("ErrImagePull")
     })
     .await;
     let w = main_status(&p).state.unwrap().waiting.unwrap();

@@ -706,6 +706,19 @@ pub mod agent {
         Ok(())
     }
 
+    /// Remove a volume's (or a snapshot's) directory or file; already gone is fine.
+    pub(crate) fn remove(path: &std::path::Path) -> std::io::Result<()> {
+        let removed = if path.is_dir() {
+            std::fs::remove_dir_all(path)
+        } else {
+            std::fs::remove_file(path)
+        };
+        match removed {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
+            _ => Ok(()),
+        }
+    }
+
     fn make(path: &std::path::Path, content: &Content) -> std::io::Result<()> {
         if let Some(parent) = path.parent() {
             std::fs::create_dir_all(parent)?;
@@ -745,15 +758,7 @@ pub mod agent {
             }
             Action::Reclaim { volume, path } => {
                 if let Some(path) = path {
-                    let removed = if path.is_dir() {
-                        std::fs::remove_dir_all(path)
-                    } else {
-                        std::fs::remove_file(path)
-                    };
-                    match removed {
-                        Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e.into()),
-                        _ => {}
-                    }
+                    remove(path)?;
                 }
                 volumes.delete(volume, &DeleteParams::default()).await?;
             }

@@ -309,7 +309,8 @@ pub mod agent {
 
     use super::{API_VERSION, Action, GROUP, plan};
     use crate::agents::Snapshot;
-    use crate::agents::localpath::{NodeDirs, agent::copy_tree};
+    use crate::agents::localpath::NodeDirs;
+    use crate::agents::localpath::agent::{copy_tree, remove};
 
     pub fn resource(kind: &str, plural: &str) -> ApiResource {
         ApiResource {
@@ -339,14 +340,8 @@ pub mod agent {
                 if let Some(parent) = to.parent() {
                     std::fs::create_dir_all(parent)?;
                 }
-                if to.exists() {
-                    // A copy left by a pass that stopped before the object was made.
-                    if to.is_dir() {
-                        std::fs::remove_dir_all(to)?;
-                    } else {
-                        std::fs::remove_file(to)?;
-                    }
-                }
+                // A copy left by a pass that stopped before the object was made.
+                remove(to)?;
                 copy_tree(from, to)?;
                 let object: DynamicObject = serde_json::from_value(content.clone())?;
                 let name = object.metadata.name.clone().unwrap_or_default();
@@ -384,15 +379,7 @@ pub mod agent {
             }
             Action::Delete { content, path } => {
                 if let Some(path) = path {
-                    let removed = if path.is_dir() {
-                        std::fs::remove_dir_all(path)
-                    } else {
-                        std::fs::remove_file(path)
-                    };
-                    match removed {
-                        Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e.into()),
-                        _ => {}
-                    }
+                    remove(path)?;
                 }
                 contents.delete(content, &DeleteParams::default()).await?;
             }

@@ -367,6 +367,26 @@ pub async fn volumes(
     Ok(out)
 }
 
+/// One key of a Secret's or ConfigMap's data (`None` when it or its source is optional and
+/// missing).
+fn key_of(
+    data: Option<BTreeMap<String, Vec<u8>>>,
+    key: &str,
+    optional: bool,
+    what: &str,
+) -> Result<Option<String>, Blocked> {
+    let Some(data) = data else {
+        return Ok(None);
+    };
+    match data.get(key) {
+        Some(v) => Ok(Some(String::from_utf8_lossy(v).into_owned())),
+        None if optional => Ok(None),
+        None => Err(Blocked::Config(format!(
+            "couldn't find key {key} in {what}"
+        ))),
+    }
+}
+
 /// A container's environment: `envFrom` first, then `env` (later entries win, `$(VAR)` refers to
 /// earlier ones), with Secret and ConfigMap keys and downward API fields resolved.
 pub async fn environment(
@@ -409,34 +429,17 @@ pub async fn environment(
             Some(from) => {
                 if let Some(k) = &from.secret_key_ref {
                     let optional = k.optional.unwrap_or(false);
-                    match secret_data(client, ns, &k.name, optional).await? {
-                        Some(data) => match data.get(&k.key) {
-                            Some(v) => Some(String::from_utf8_lossy(v).into_owned()),
-                            None if optional => None,
-                            None => {
-                                return Err(Blocked::Config(format!(
-                                    "couldn't find key {} in Secret {ns}/{}",
-                                    k.key, k.name
-                                )));
-                            }
-                        },
-                        None => None,
-                    }
+                    let data = secret_data(client, ns, &k.name, optional).await?;
+                    key_of(data, &k.key, optional, &format!("Secret {ns}/{}", k.name))?
                 } else if let Some(k) = &from.config_map_key_ref {
                     let optional = k.optional.unwrap_or(false);
-                    match config_map_data(client, ns, &k.name, optional).await? {
-                        Some(data) => match data.get(&k.key) {
-                            Some(v) => Some(String::from_utf8_lossy(v).into_owned()),
-                            None if optional => None,
-                            None => {
-                                return Err(Blocked::Config(format!(
-                                    "couldn't find key {} in ConfigMap {ns}/{}",
-                                    k.key, k.name
-                                )));
-                            }
-                        },
-                        None => None,
-                    }
+                    let data = config_map_data(client, ns, &k.name, optional).await?;
+                    key_of(
+                        data,
+                        &k.key,
+                        optional,
+                        &format!("ConfigMap {ns}/{}", k.name),
+                    )?
                 } else if let Some(f) = &from.field_ref {
                     Some(field(pod, pod_ip, host_ip, f)?)
                 } else {

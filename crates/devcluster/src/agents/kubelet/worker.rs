@@ -281,17 +281,18 @@ async fn readiness(
     };
     tokio::time::sleep(timing.initial_delay).await;
     let mut tracker = probe::Tracker::default();
+    // One event per distinct failure, not one per period.
+    let mut last_failure: Option<String> = None;
     loop {
         let result = probe::run(&check, timing.timeout).await;
-        if let Err(e) = &result {
-            event(
-                &ctx.client,
-                &pod,
-                "Warning",
-                "Unhealthy",
-                &format!("Readiness probe failed: {e}"),
-            )
-            .await;
+        match &result {
+            Err(e) if last_failure.as_ref() != Some(e) => {
+                let msg = format!("Readiness probe failed: {e}");
+                event(&ctx.client, &pod, "Warning", "Unhealthy", &msg).await;
+                last_failure = Some(e.clone());
+            }
+            Err(_) => {}
+            Ok(()) => last_failure = None,
         }
         if tracker.record(result.is_ok(), &timing) {
             let ready = tracker.ready;

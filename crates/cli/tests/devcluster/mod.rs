@@ -1,0 +1,55 @@
+//! What the tests driving `cdi dev` share: running `cdi … --dir DIR`, the machine's kubectl
+//! against its kubeconfig, and stopping the cluster when a test ends, even by a panic.
+
+use std::path::Path;
+use std::process::Command;
+
+/// `cdi ARGS --dir DIR`: success, stdout, stderr.
+pub fn cdi(args: &[&str], dir: &Path) -> (bool, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_cdi"))
+        .args(args)
+        .arg("--dir")
+        .arg(dir)
+        .output()
+        .unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into(),
+        String::from_utf8_lossy(&out.stderr).into(),
+    )
+}
+
+/// kubectl against the cluster in `dir`, `stdin` fed to it; fails the test when kubectl fails.
+pub fn kubectl(dir: &Path, args: &[&str], stdin: Option<&str>) -> String {
+    use std::io::Write;
+    let mut child = Command::new("kubectl")
+        .args(args)
+        .env("KUBECONFIG", dir.join("kubeconfig"))
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("kubectl is installed");
+    if let Some(text) = stdin {
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(text.as_bytes())
+            .unwrap();
+    }
+    drop(child.stdin.take());
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "kubectl {args:?}: {stderr}");
+    String::from_utf8_lossy(&out.stdout).into()
+}
+
+/// Stops the cluster even when an assertion fails, so no process outlives the test.
+pub struct Down<'a>(pub &'a Path);
+
+impl Drop for Down<'_> {
+    fn drop(&mut self) {
+        let _ = cdi(&["dev", "down"], self.0);
+    }
+}
