@@ -26,6 +26,9 @@ pub struct ImporterArgs {
     /// Mounted secrets holding extra HTTP headers.
     #[arg(long, default_value = "/extraheaders")]
     extra_headers_dir: PathBuf,
+    /// Log verbosity as upstream's importer takes it (`-v=1`); 3 and above log debug detail.
+    #[arg(short = 'v', value_name = "LEVEL", default_value_t = 1)]
+    verbosity: u32,
     /// Where the progress metric is served over HTTPS.
     #[arg(long, env = "CDI_METRICS_ADDR", default_value = "0.0.0.0:8443")]
     metrics_addr: SocketAddr,
@@ -34,7 +37,8 @@ pub struct ImporterArgs {
 pub fn run(args: &ImporterArgs) -> ExitCode {
     let _ = tracing_subscriber::fmt()
         .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| if args.verbosity >= 3 { "debug" } else { "info" }.into()),
         )
         .with_writer(std::io::stderr)
         .try_init();

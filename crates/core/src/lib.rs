@@ -6,7 +6,10 @@
 
 pub mod capabilities;
 pub mod clone;
+pub mod config;
 pub mod devpod;
+pub mod dvstatus;
+pub mod import;
 pub mod quantity;
 pub mod render;
 pub mod size;

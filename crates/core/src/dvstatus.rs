@@ -1,0 +1,648 @@
+//! A DataVolume's status from its claim (SPEC §2.2, upstream's DataVolume controller): phase,
+//! restart count, progress, the Ready/Bound/Running conditions and the events that go with
+//! their changes. The claim's annotations are the message bus; this reads them.
+
+use std::collections::BTreeMap;
+
+use cdi_api::ann;
+use cdi_api::datavolume::{DataVolume, DataVolumeCondition, DataVolumeStatus};
+use cdi_api::enums::{
+    ConditionStatus, DataVolumeConditionReason as Reason, DataVolumeConditionType as Type,
+    DataVolumePhase as Phase,
+};
+use k8s_openapi::api::core::v1::PersistentVolumeClaim;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::Timestamp;
+
+/// An event to record on the DataVolume.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Event {
+    pub warning: bool,
+    pub reason: String,
+    pub message: String,
+}
+
+impl Event {
+    fn normal(reason: &str, message: String) -> Event {
+        Event {
+            warning: false,
+            reason: reason.into(),
+            message,
+        }
+    }
+
+    fn warning(reason: &str, message: String) -> Event {
+        Event {
+            warning: true,
+            reason: reason.into(),
+            message,
+        }
+    }
+}
+
+/// What the status is computed from.
+#[derive(Debug, Clone)]
+pub struct Observed<'a> {
+    pub dv: &'a DataVolume,
+    pub claim: Option<&'a PersistentVolumeClaim>,
+    /// The claim's class binds WaitForFirstConsumer.
+    pub class_wffc: bool,
+    /// The `HonorWaitForFirstConsumer` gate.
+    pub honor_wffc: bool,
+    /// The claim already holds the DataVolume's data (adopted, pre-populated): no work.
+    pub populated: bool,
+    /// Progress read from the worker pod's metrics ("NN.NN%"), when running.
+    pub progress: Option<String>,
+    pub now: Timestamp,
+}
+
+/// The new status and the events to record.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Computed {
+    pub status: DataVolumeStatus,
+    pub events: Vec<Event>,
+}
+
+fn annotations(claim: Option<&PersistentVolumeClaim>) -> BTreeMap<String, String> {
+    claim
+        .and_then(|c| c.metadata.annotations.clone())
+        .unwrap_or_default()
+}
+
+/// The import phase from the worker pod's phase on the claim (upstream's `updateStatusPhase`).
+fn import_phase(
+    claim: &PersistentVolumeClaim,
+    anns: &BTreeMap<String, String>,
+    current: Phase,
+) -> (Phase, Option<Event>) {
+    let name = claim.metadata.name.clone().unwrap_or_default();
+    let pod_phase = anns.get(ann::POD_PHASE).map(String::as_str);
+    let bound = claim.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Bound");
+    if pod_phase != Some("Succeeded") && !(bound && anns.contains_key(ann::IMPORT_POD_NAME)) {
+        return (current, None);
+    }
+    match pod_phase {
+        None | Some("Pending") => (
+            Phase::ImportScheduled,
+            pod_phase
+                .map(|_| Event::normal("ImportScheduled", format!("Import into {name} scheduled"))),
+        ),
+        Some("Running") => (
+            Phase::ImportInProgress,
+            Some(Event::normal(
+                "ImportInProgress",
+                format!("Import into {name} in progress"),
+            )),
+        ),
+        Some("Failed") => {
+            let fatal = anns.get(ann::IMPORT_FATAL_ERROR).map(String::as_str) == Some("true");
+            (
+                if fatal { Phase::Failed } else { current },
+                Some(Event::warning(
+                    "ImportFailed",
+                    format!("Failed to import into PVC {name}"),
+                )),
+            )
+        }
+        Some("Succeeded") => (
+            Phase::Succeeded,
+            Some(Event::normal(
+                "ImportSucceeded",
+                format!("Successfully imported into PVC {name}"),
+            )),
+        ),
+        Some(_) => (Phase::ImportScheduled, None),
+    }
+}
+
+/// Set a condition, keeping its transition time unless its status changed (upstream's
+/// `updateCondition`).
+fn set(
+    conditions: &mut Vec<DataVolumeCondition>,
+    type_: Type,
+    status: ConditionStatus,
+    message: &str,
+    reason: &str,
+    now: &Time,
+) {
+    let reason = (!reason.is_empty()).then(|| {
+        reason
+            .parse::<Reason>()
+            .unwrap_or(Reason::Other(reason.into()))
+    });
+    let message = (!message.is_empty()).then(|| message.to_string());
+    let i = match conditions.iter().position(|c| c.type_ == type_) {
+        Some(i) => i,
+        None => {
+            conditions.push(DataVolumeCondition {
+                type_,
+                status: ConditionStatus::Unknown,
+                last_transition_time: None,
+                last_heartbeat_time: None,
+                reason: None,
+                message: None,
+            });
+            conditions.len() - 1
+        }
+    };
+    let c = &mut conditions[i];
+    if c.status != status || c.last_transition_time.is_none() {
+        c.last_transition_time = Some(now.clone());
+        c.last_heartbeat_time = Some(now.clone());
+        c.message = message;
+        c.reason = reason;
+    } else if c.message != message || c.reason != reason {
+        c.message = message;
+        c.reason = reason;
+        c.last_heartbeat_time = Some(now.clone());
+    }
+    c.status = status;
+}
+
+fn condition_status(value: &str) -> ConditionStatus {
+    match value.to_ascii_lowercase().as_str() {
+        "true" => ConditionStatus::True,
+        "false" => ConditionStatus::False,
+        _ => ConditionStatus::Unknown,
+    }
+}
+
+fn update_conditions(
+    conditions: &mut Vec<DataVolumeCondition>,
+    phase: &Phase,
+    claim: Option<&PersistentVolumeClaim>,
+    anns: &BTreeMap<String, String>,
+    now: &Time,
+) {
+    let get = |k: &str| anns.get(k).map(String::as_str).unwrap_or("");
+    use ConditionStatus::{False, True, Unknown};
+    // Bound.
+    let mut ready_false = false;
+    match claim {
+        Some(c) => {
+            let name = c.metadata.name.as_deref().unwrap_or("");
+            let claim_cond = anns.get(ann::BOUND_CONDITION).map(|v| condition_status(v));
+            match c.status.as_ref().and_then(|s| s.phase.as_deref()) {
+                Some("Bound") => match claim_cond {
+                    None | Some(True) => set(
+                        conditions,
+                        Type::Bound,
+                        True,
+                        &format!("PVC {name} Bound"),
+                        "Bound",
+                        now,
+                    ),
+                    Some(_) => {
+                        set(
+                            conditions,
+                            Type::Bound,
+                            False,
+                            get(ann::BOUND_CONDITION_MESSAGE),
+                            get(ann::BOUND_CONDITION_REASON),
+                            now,
+                        );
+                        ready_false = true;
+                    }
+                },
+                Some("Pending") => {
+                    match claim_cond {
+                        None | Some(True) => set(
+                            conditions,
+                            Type::Bound,
+                            False,
+                            &format!("PVC {name} Pending"),
+                            "Pending",
+                            now,
+                        ),
+                        Some(_) => {
+                            let prime = anns
+                                .get(ann::PVC_PRIME_NAME)
+                                .map(|p| format!("[{p}] : "))
+                                .unwrap_or_default();
+                            let message = format!(
+                                "target PVC {name} Pending and {prime}{}",
+                                get(ann::BOUND_CONDITION_MESSAGE)
+                            );
+                            set(
+                                conditions,
+                                Type::Bound,
+                                False,
+                                &message,
+                                get(ann::BOUND_CONDITION_REASON),
+                                now,
+                            )
+                        }
+                    }
+                    ready_false = true;
+                }
+                Some("Lost") => {
+                    set(
+                        conditions,
+                        Type::Bound,
+                        False,
+                        "Claim Lost",
+                        "ClaimLost",
+                        now,
+                    );
+                    ready_false = true;
+                }
+                _ => {
+                    set(conditions, Type::Bound, False, "", "", now);
+                    ready_false = true;
+                }
+            }
+        }
+        None => {
+            set(
+                conditions,
+                Type::Bound,
+                False,
+                "No PVC found",
+                "NotFound",
+                now,
+            );
+            ready_false = true;
+        }
+    }
+    if ready_false {
+        set(conditions, Type::Ready, False, "", "", now);
+    }
+    // Ready from the phase.
+    let ready = match phase {
+        Phase::Succeeded => True,
+        Phase::Unknown => Unknown,
+        _ => False,
+    };
+    set(conditions, Type::Ready, ready, "", "", now);
+    // Running.
+    let running_message = get(ann::RUNNING_CONDITION_MESSAGE);
+    let running_reason = get(ann::RUNNING_CONDITION_REASON);
+    if get(ann::POD_SCHEDULABLE) == "false" {
+        set(
+            conditions,
+            Type::Running,
+            False,
+            "Importer pod cannot be scheduled",
+            "Unschedulable",
+            now,
+        );
+    } else if let Some(v) = anns.get(ann::RUNNING_CONDITION) {
+        match condition_status(v) {
+            True => {
+                set(
+                    conditions,
+                    Type::Running,
+                    True,
+                    running_message,
+                    running_reason,
+                    now,
+                );
+                set(conditions, Type::Ready, False, "", "TransferRunning", now);
+            }
+            False => set(
+                conditions,
+                Type::Running,
+                False,
+                running_message,
+                running_reason,
+                now,
+            ),
+            Unknown => set(
+                conditions,
+                Type::Running,
+                Unknown,
+                running_message,
+                running_reason,
+                now,
+            ),
+        }
+    } else {
+        set(
+            conditions,
+            Type::Running,
+            False,
+            running_message,
+            running_reason,
+            now,
+        );
+    }
+}
+
+fn find(conditions: &[DataVolumeCondition], t: Type) -> Option<&DataVolumeCondition> {
+    conditions.iter().find(|c| c.type_ == t)
+}
+
+/// The status of an import (or blank) DataVolume taking the classic path.
+pub fn import_status(o: &Observed<'_>) -> Computed {
+    let current = o.dv.status.clone().unwrap_or_default();
+    let mut status = current.clone();
+    let now = Time(o.now);
+    let anns = annotations(o.claim);
+    let mut events = Vec::new();
+    let mut phase = current.phase.clone().unwrap_or(Phase::Other(String::new()));
+    let unset = matches!(&phase, Phase::Other(p) if p.is_empty());
+    match o.claim {
+        None => {
+            if unset {
+                phase = Phase::Pending;
+            }
+        }
+        Some(c) if c.metadata.deletion_timestamp.is_none() => {
+            status.claim_name = c.metadata.name.clone();
+            let claim_phase = c.status.as_ref().and_then(|s| s.phase.as_deref());
+            let pod_succeeded = anns.get(ann::POD_PHASE).map(String::as_str) == Some("Succeeded");
+            let work = !o.populated;
+            let mut event = None;
+            if pod_succeeded && work {
+                (phase, event) = import_phase(c, &anns, phase);
+            } else {
+                match claim_phase {
+                    Some("Pending") if work => {
+                        phase = if o.honor_wffc && o.class_wffc {
+                            Phase::WaitForFirstConsumer
+                        } else {
+                            Phase::Pending
+                        };
+                    }
+                    Some("Pending") | Some("Bound") if !work => phase = Phase::Succeeded,
+                    Some("Bound") => {
+                        if matches!(
+                            phase,
+                            Phase::Pending | Phase::WaitForFirstConsumer | Phase::Unknown
+                        ) || unset
+                        {
+                            phase = Phase::PvcBound;
+                        }
+                        (phase, event) = import_phase(c, &anns, phase);
+                    }
+                    Some("Lost") => {
+                        phase = Phase::Failed;
+                        let name = c.metadata.name.clone().unwrap_or_default();
+                        event = Some(Event::warning("ErrClaimLost", format!("PVC {name} lost")));
+                    }
+                    Some(p) if !p.is_empty() => phase = Phase::Unknown,
+                    _ => {
+                        if unset {
+                            phase = Phase::Pending;
+                        }
+                    }
+                }
+            }
+            if let Some(restarts) = anns
+                .get(ann::POD_RESTARTS)
+                .and_then(|r| r.parse::<i32>().ok())
+                .filter(|r| *r >= 0)
+            {
+                status.restart_count = Some(restarts);
+            }
+            // The phase event only when the phase changes.
+            if let Some(e) = event
+                && current.phase.as_ref() != Some(&phase)
+            {
+                events.push(e);
+            }
+        }
+        Some(_) => {}
+    }
+    status.progress = Some(match &phase {
+        Phase::Succeeded => "100.0%".into(),
+        Phase::ImportInProgress => o
+            .progress
+            .clone()
+            .or(current.progress.clone())
+            .unwrap_or_else(|| "N/A".into()),
+        _ => current.progress.clone().unwrap_or_else(|| "N/A".into()),
+    });
+    if status.restart_count.is_none() {
+        status.restart_count = Some(0);
+    }
+    let before = current.conditions.clone().unwrap_or_default();
+    let mut conditions = before.clone();
+    update_conditions(&mut conditions, &phase, o.claim, &anns, &now);
+    // Bound condition changes are events; so is a stop that says why.
+    if let Some(b) = find(&conditions, Type::Bound) {
+        let old = find(&before, Type::Bound);
+        let changed = old
+            .is_none_or(|o| o.status != b.status || o.reason != b.reason || o.message != b.message);
+        if changed && let (Some(r), Some(m)) = (&b.reason, &b.message) {
+            events.push(Event::normal(r.as_str(), m.clone()));
+        }
+    }
+    if let (Some(ready), Some(bound), Some(running)) = (
+        find(&conditions, Type::Ready),
+        find(&conditions, Type::Bound),
+        find(&conditions, Type::Running),
+    ) {
+        let in_progress = bound.status == ConditionStatus::True
+            || matches!(
+                phase,
+                Phase::PendingPopulation | Phase::ImportScheduled | Phase::ImportInProgress
+            );
+        let old_message = find(&before, Type::Running).and_then(|c| c.message.clone());
+        if ready.status == ConditionStatus::False
+            && running.status == ConditionStatus::False
+            && in_progress
+            && let Some(m) = &running.message
+            && m != "Scratch space required"
+            && old_message.as_ref() != Some(m)
+        {
+            let reason = running
+                .reason
+                .as_ref()
+                .map(|r| r.as_str().to_string())
+                .unwrap_or_default();
+            events.push(Event::warning(&reason, m.clone()));
+        }
+    }
+    status.phase = Some(phase);
+    status.conditions = Some(conditions);
+    Computed { status, events }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn dv(status: serde_json::Value) -> DataVolume {
+        serde_json::from_value(
+            json!({"apiVersion": "cdi.kubevirt.io/v1beta1", "kind": "DataVolume",
+            "metadata": {"name": "disk", "namespace": "vms"},
+            "spec": {"source": {"http": {"url": "http://x/disk.qcow2"}}, "storage": {}},
+            "status": status}),
+        )
+        .unwrap()
+    }
+
+    fn claim(phase: &str, anns: serde_json::Value) -> PersistentVolumeClaim {
+        serde_json::from_value(
+            json!({"metadata": {"name": "disk", "namespace": "vms", "annotations": anns},
+            "status": {"phase": phase}}),
+        )
+        .unwrap()
+    }
+
+    fn observe<'a>(dv: &'a DataVolume, claim: Option<&'a PersistentVolumeClaim>) -> Observed<'a> {
+        Observed {
+            dv,
+            claim,
+            class_wffc: true,
+            honor_wffc: true,
+            populated: false,
+            progress: None,
+            now: "2026-11-30T12:00:00Z".parse().unwrap(),
+        }
+    }
+
+    fn phase_of(c: &Computed) -> String {
+        c.status.phase.as_ref().unwrap().as_str().to_string()
+    }
+
+    fn cond(c: &Computed, t: Type) -> &DataVolumeCondition {
+        find(c.status.conditions.as_ref().unwrap(), t).unwrap()
+    }
+
+    #[test]
+    fn the_seed_scenario_phases_in_order() {
+        let d = dv(json!({}));
+        let none = import_status(&observe(&d, None));
+        assert_eq!(phase_of(&none), "Pending");
+        assert_eq!(none.status.progress.as_deref(), Some("N/A"));
+        assert_eq!(
+            cond(&none, Type::Bound).message.as_deref(),
+            Some("No PVC found")
+        );
+
+        let pending = claim(
+            "Pending",
+            json!({"cdi.kubevirt.io/storage.import.endpoint": "x"}),
+        );
+        let wffc = import_status(&observe(&d, Some(&pending)));
+        assert_eq!(phase_of(&wffc), "WaitForFirstConsumer");
+        let bound = cond(&wffc, Type::Bound);
+        assert_eq!(
+            (bound.status, bound.message.as_deref()),
+            (ConditionStatus::False, Some("PVC disk Pending"))
+        );
+        assert!(wffc.events.iter().any(|e| e.reason == "Pending"));
+
+        // Gate off (or an Immediate class): plain Pending.
+        let mut o = observe(&d, Some(&pending));
+        o.honor_wffc = false;
+        assert_eq!(phase_of(&import_status(&o)), "Pending");
+
+        let d = dv(json!({"phase": "WaitForFirstConsumer"}));
+        let scheduled = claim(
+            "Bound",
+            json!({"cdi.kubevirt.io/storage.import.importPodName": "importer-disk"}),
+        );
+        let s = import_status(&observe(&d, Some(&scheduled)));
+        assert_eq!(phase_of(&s), "ImportScheduled");
+        assert_eq!(cond(&s, Type::Bound).status, ConditionStatus::True);
+
+        let d = dv(json!({"phase": "ImportScheduled"}));
+        let running = claim(
+            "Bound",
+            json!({"cdi.kubevirt.io/storage.import.importPodName": "importer-disk",
+            "cdi.kubevirt.io/storage.pod.phase": "Running", "cdi.kubevirt.io/storage.pod.restarts": "2",
+            "cdi.kubevirt.io/storage.condition.running": "true"}),
+        );
+        let mut o = observe(&d, Some(&running));
+        o.progress = Some("45.12%".into());
+        let r = import_status(&o);
+        assert_eq!(phase_of(&r), "ImportInProgress");
+        assert_eq!(r.status.progress.as_deref(), Some("45.12%"));
+        assert_eq!(r.status.restart_count, Some(2));
+        assert_eq!(cond(&r, Type::Running).status, ConditionStatus::True);
+        assert_eq!(
+            cond(&r, Type::Ready).reason.as_ref().map(|r| r.as_str()),
+            Some("TransferRunning")
+        );
+        assert!(r.events.iter().any(|e| e.reason == "ImportInProgress"));
+
+        let d = dv(json!({"phase": "ImportInProgress"}));
+        let done = claim(
+            "Bound",
+            json!({"cdi.kubevirt.io/storage.import.importPodName": "importer-disk",
+            "cdi.kubevirt.io/storage.pod.phase": "Succeeded", "cdi.kubevirt.io/storage.condition.running": "false",
+            "cdi.kubevirt.io/storage.condition.running.reason": "Completed",
+            "cdi.kubevirt.io/storage.condition.running.message": "Import Complete"}),
+        );
+        let s = import_status(&observe(&d, Some(&done)));
+        assert_eq!(phase_of(&s), "Succeeded");
+        assert_eq!(s.status.progress.as_deref(), Some("100.0%"));
+        assert_eq!(cond(&s, Type::Ready).status, ConditionStatus::True);
+        assert!(s.events.iter().any(|e| e.reason == "ImportSucceeded"));
+    }
+
+    #[test]
+    fn failures() {
+        let d = dv(json!({"phase": "ImportInProgress"}));
+        let failing = claim(
+            "Bound",
+            json!({"cdi.kubevirt.io/storage.import.importPodName": "importer-disk",
+            "cdi.kubevirt.io/storage.pod.phase": "Running", "cdi.kubevirt.io/storage.condition.running": "false",
+            "cdi.kubevirt.io/storage.condition.running.reason": "Error",
+            "cdi.kubevirt.io/storage.condition.running.message": "Unable to connect to http data source: 404"}),
+        );
+        let f = import_status(&observe(&d, Some(&failing)));
+        assert_eq!(phase_of(&f), "ImportInProgress");
+        let warn = f.events.iter().find(|e| e.warning).unwrap();
+        assert_eq!(warn.message, "Unable to connect to http data source: 404");
+
+        let fatal = claim(
+            "Bound",
+            json!({"cdi.kubevirt.io/storage.import.importPodName": "importer-disk",
+            "cdi.kubevirt.io/storage.pod.phase": "Failed", "cdi.kubevirt.io/storage.import.fatalError": "true"}),
+        );
+        assert_eq!(
+            phase_of(&import_status(&observe(&d, Some(&fatal)))),
+            "Failed"
+        );
+        let not_fatal = claim(
+            "Bound",
+            json!({"cdi.kubevirt.io/storage.import.importPodName": "importer-disk",
+            "cdi.kubevirt.io/storage.pod.phase": "Failed"}),
+        );
+        assert_eq!(
+            phase_of(&import_status(&observe(&d, Some(&not_fatal)))),
+            "ImportInProgress"
+        );
+        let lost = claim("Lost", json!({}));
+        let l = import_status(&observe(&d, Some(&lost)));
+        assert_eq!(phase_of(&l), "Failed");
+        assert!(l.events.iter().any(|e| e.reason == "ErrClaimLost"));
+        let unschedulable = claim(
+            "Bound",
+            json!({"cdi.kubevirt.io/storage.pod.schedulable": "false"}),
+        );
+        let u = import_status(&observe(&d, Some(&unschedulable)));
+        assert_eq!(
+            cond(&u, Type::Running).message.as_deref(),
+            Some("Importer pod cannot be scheduled")
+        );
+    }
+
+    #[test]
+    fn transition_times_stay_while_nothing_changes() {
+        let d = dv(json!({}));
+        let pending = claim("Pending", json!({}));
+        let first = import_status(&observe(&d, Some(&pending)));
+        let mut again_dv = d.clone();
+        again_dv.status = Some(first.status.clone());
+        let mut o = observe(&again_dv, Some(&pending));
+        o.now = "2026-11-30T13:00:00Z".parse().unwrap();
+        let second = import_status(&o);
+        assert_eq!(first.status.conditions, second.status.conditions);
+        assert!(second.events.is_empty(), "{:?}", second.events);
+    }
+
+    #[test]
+    fn populated_claims_need_no_work() {
+        let d = dv(json!({"phase": "Pending"}));
+        let bound = claim("Bound", json!({}));
+        let mut o = observe(&d, Some(&bound));
+        o.populated = true;
+        assert_eq!(phase_of(&import_status(&o)), "Succeeded");
+    }
+}

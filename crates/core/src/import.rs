@@ -1,0 +1,768 @@
+//! The import controller's decisions (SPEC §2.2; upstream's PVC-level import controller): which
+//! claims get an importer pod, the pod itself, and what the pod's state writes back onto the
+//! claim's annotations.
+
+use std::collections::BTreeMap;
+
+use cdi_api::config::ImportProxy;
+use cdi_api::{ann, env, label};
+use k8s_openapi::api::core::v1::{
+    Capabilities, Container, ContainerPort, ContainerStateTerminated, EnvVar, EnvVarSource,
+    PersistentVolumeClaim, Pod, PodSecurityContext, PodSpec, ResourceRequirements, SeccompProfile,
+    SecretKeySelector, SecurityContext, Volume, VolumeDevice, VolumeMount,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+use serde::Deserialize;
+
+/// Where the importer finds its volume.
+pub const DATA_MOUNT: &str = "/data";
+pub const BLOCK_DEVICE: &str = "/dev/cdi-block-volume";
+pub const DATA_VOLUME_NAME: &str = "cdi-data-vol";
+pub const CERT_DIR: &str = "/certs";
+/// The importer's container name, also its component label value.
+pub const CONTAINER: &str = "importer";
+/// The metrics port's name; controllers scrape progress from it.
+pub const METRICS_PORT_NAME: &str = "metrics";
+pub const METRICS_PORT: i32 = 8443;
+/// The message of a running worker pod's Running condition.
+pub const POD_RUNNING_REASON: &str = "Pod is running";
+
+fn get<'a>(anns: &'a BTreeMap<String, String>, key: &str) -> Option<&'a str> {
+    anns.get(key).map(String::as_str)
+}
+
+/// The claim's annotations (empty when it has none).
+pub fn annotations(claim: &PersistentVolumeClaim) -> BTreeMap<String, String> {
+    claim.metadata.annotations.clone().unwrap_or_default()
+}
+
+/// Whether the import controller works on this claim at all: it names an import source or
+/// endpoint and is not populated by someone else.
+pub fn is_import_claim(claim: &PersistentVolumeClaim) -> bool {
+    let anns = annotations(claim);
+    (anns.contains_key(ann::IMPORT_ENDPOINT) || anns.contains_key(ann::IMPORT_SOURCE))
+        && !anns.contains_key(ann::EXTERNAL_POPULATION)
+}
+
+/// The import is complete: the worker pod succeeded.
+pub fn is_complete(claim: &PersistentVolumeClaim) -> bool {
+    get(&annotations(claim), ann::POD_PHASE) == Some("Succeeded")
+}
+
+/// WaitForFirstConsumer is honoured for this claim: the gate is on and nobody asked for
+/// immediate binding.
+pub fn honors_wffc(claim: &PersistentVolumeClaim, gate_on: bool) -> bool {
+    gate_on && !annotations(claim).contains_key(ann::IMMEDIATE_BINDING)
+}
+
+/// What to do with an import claim that has no importer pod.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Next {
+    /// Nothing: done, failed for good, being deleted, or not this controller's.
+    Nothing,
+    /// Wait for the claim to be bound by its first consumer (SPEC §2.2: no pod before).
+    WaitForConsumer,
+    /// Create the importer pod.
+    CreatePod,
+}
+
+/// The decision for a claim without a pod.
+pub fn next(claim: &PersistentVolumeClaim, gate_on: bool) -> Next {
+    let anns = annotations(claim);
+    if !is_import_claim(claim)
+        || is_complete(claim)
+        || get(&anns, ann::IMPORT_FATAL_ERROR) == Some("true")
+        || claim.metadata.deletion_timestamp.is_some()
+    {
+        return Next::Nothing;
+    }
+    let bound = claim.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Bound");
+    if honors_wffc(claim, gate_on) && !bound {
+        return Next::WaitForConsumer;
+    }
+    Next::CreatePod
+}
+
+/// The importer pod's name for a claim: `importer-<claim>`.
+pub fn pod_name(claim: &PersistentVolumeClaim) -> String {
+    let anns = annotations(claim);
+    match get(&anns, ann::IMPORT_POD_NAME) {
+        Some(n) if !n.is_empty() => n.to_string(),
+        _ => format!(
+            "{}-{}",
+            cdi_api::name::IMPORTER_POD_PREFIX,
+            claim.metadata.name.as_deref().unwrap_or("")
+        ),
+    }
+}
+
+/// The UID the importer reports progress under: the claim's only owner (its DataVolume, or the
+/// target claim for PVC prime), else the claim's own.
+pub fn owner_uid(claim: &PersistentVolumeClaim) -> String {
+    match claim.metadata.owner_references.as_deref() {
+        Some([only]) => only.uid.clone(),
+        _ => claim.metadata.uid.clone().unwrap_or_default(),
+    }
+}
+
+/// Cluster settings the pod is made with.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Settings {
+    pub image: String,
+    pub pull_policy: String,
+    /// `-v=N` for the importer.
+    pub verbosity: u32,
+    pub resources: Option<ResourceRequirements>,
+    /// The overhead for the claim's class (CDIConfig status), as written there.
+    pub filesystem_overhead: String,
+    /// CDIConfig's default preallocation, used when the claim has no request of its own.
+    pub preallocation: bool,
+    pub import_proxy: Option<ImportProxy>,
+}
+
+fn var(name: &str, value: impl Into<String>) -> EnvVar {
+    EnvVar {
+        name: name.into(),
+        value: Some(value.into()),
+        value_from: None,
+    }
+}
+
+fn secret_var(name: &str, secret: &str, key: &str) -> EnvVar {
+    EnvVar {
+        name: name.into(),
+        value: None,
+        value_from: Some(EnvVarSource {
+            secret_key_ref: Some(SecretKeySelector {
+                name: secret.into(),
+                key: key.into(),
+                optional: None,
+            }),
+            ..Default::default()
+        }),
+    }
+}
+
+/// Extra headers in index order: `…extraHeaders.0`, `.1`, … (a gap ends the list).
+fn indexed(anns: &BTreeMap<String, String>, prefix: &str) -> Vec<String> {
+    (0..)
+        .map_while(|n| anns.get(&format!("{prefix}.{n}")).cloned())
+        .collect()
+}
+
+/// The importer pod for `claim` (upstream's `makeImporterPodSpec`): owned by the claim,
+/// restartPolicy OnFailure, restricted security context, the claim at `/data` or as the block
+/// device, upstream's environment built from the claim's annotations.
+pub fn importer_pod(claim: &PersistentVolumeClaim, s: &Settings) -> Pod {
+    let anns = annotations(claim);
+    let name = claim.metadata.name.clone().unwrap_or_default();
+    let a = |k: &str| get(&anns, k).unwrap_or("").to_string();
+    let size = claim
+        .spec
+        .as_ref()
+        .and_then(|sp| sp.resources.as_ref()?.requests.as_ref()?.get("storage"))
+        .map(|q| q.0.clone())
+        .unwrap_or_default();
+    let source = match get(&anns, ann::IMPORT_SOURCE) {
+        Some(src) if !src.is_empty() => src.to_string(),
+        _ => "http".into(),
+    };
+    let preallocation = match get(&anns, ann::PREALLOCATION_REQUESTED) {
+        Some(v) => v == "true",
+        None => s.preallocation,
+    };
+    let proxy = s.import_proxy.clone().unwrap_or_default();
+    let mut envs = vec![
+        var(env::SOURCE, source.clone()),
+        var(env::ENDPOINT, a(ann::IMPORT_ENDPOINT)),
+        var(env::CONTENT_TYPE, {
+            let c = a(ann::CONTENT_TYPE);
+            if c.is_empty() { "kubevirt".into() } else { c }
+        }),
+        var(env::IMAGE_SIZE, size),
+        var(env::OWNER_UID, owner_uid(claim)),
+        var(env::FILESYSTEM_OVERHEAD, s.filesystem_overhead.clone()),
+        var(
+            env::INSECURE_TLS,
+            (a(ann::IMPORT_INSECURE_SKIP_VERIFY) == "true").to_string(),
+        ),
+        var("IMPORTER_DISK_ID", a(ann::DISK_ID)),
+        var("IMPORTER_UUID", a(ann::UUID)),
+        var("IMPORTER_PULL_METHOD", a(ann::REGISTRY_IMPORT_METHOD)),
+        var("IMPORTER_READY_FILE", ""),
+        var("IMPORTER_DONE_FILE", ""),
+        var("IMPORTER_BACKING_FILE", a(ann::BACKING_FILE)),
+        var("IMPORTER_THUMBPRINT", a(ann::THUMBPRINT)),
+        var(env::HTTP_PROXY, proxy.http_proxy.unwrap_or_default()),
+        var(env::HTTPS_PROXY, proxy.https_proxy.unwrap_or_default()),
+        var(env::NO_PROXY, proxy.no_proxy.unwrap_or_default()),
+        var("IMPORTER_CURRENT_CHECKPOINT", a(ann::CURRENT_CHECKPOINT)),
+        var("IMPORTER_PREVIOUS_CHECKPOINT", a(ann::PREVIOUS_CHECKPOINT)),
+        var("IMPORTER_FINAL_CHECKPOINT", a(ann::FINAL_CHECKPOINT)),
+        var(env::PREALLOCATION, preallocation.to_string()),
+        var(
+            "CACHE_MODE",
+            if a(ann::REQUIRES_DIRECT_IO) == "true" {
+                "TRYNONE"
+            } else {
+                ""
+            },
+        ),
+        var(
+            "IMPORTER_REGISTRY_IMAGE_ARCHITECTURE",
+            a(ann::REGISTRY_IMAGE_ARCHITECTURE),
+        ),
+        var(env::CHECKSUM, a(ann::IMPORT_CHECKSUM)),
+    ];
+    let secret = a(ann::IMPORT_SECRET);
+    if !secret.is_empty() && source != "gcs" {
+        envs.push(secret_var(env::ACCESS_KEY_ID, &secret, "accessKeyId"));
+        envs.push(secret_var(env::SECRET_KEY, &secret, "secretKey"));
+    }
+    let mut volumes = vec![Volume {
+        name: DATA_VOLUME_NAME.into(),
+        persistent_volume_claim: Some(
+            k8s_openapi::api::core::v1::PersistentVolumeClaimVolumeSource {
+                claim_name: name.clone(),
+                read_only: Some(false),
+            },
+        ),
+        ..Default::default()
+    }];
+    let block = claim.spec.as_ref().and_then(|sp| sp.volume_mode.as_deref()) == Some("Block");
+    let mut mounts = Vec::new();
+    let cert_map = a(ann::IMPORT_CERT_CONFIG_MAP);
+    if !cert_map.is_empty() {
+        envs.push(var(env::CERT_DIR, CERT_DIR));
+        volumes.push(Volume {
+            name: "cdi-cert-vol".into(),
+            config_map: Some(k8s_openapi::api::core::v1::ConfigMapVolumeSource {
+                name: cert_map,
+                ..Default::default()
+            }),
+            ..Default::default()
+        });
+        mounts.push(VolumeMount {
+            name: "cdi-cert-vol".into(),
+            mount_path: CERT_DIR.into(),
+            ..Default::default()
+        });
+    }
+    for (i, header) in indexed(&anns, ann::IMPORT_EXTRA_HEADERS_PREFIX)
+        .into_iter()
+        .enumerate()
+    {
+        envs.push(var(&format!("{}{i}", env::EXTRA_HEADER_PREFIX), header));
+    }
+    for (i, secret) in indexed(&anns, ann::IMPORT_SECRET_EXTRA_HEADERS_PREFIX)
+        .into_iter()
+        .enumerate()
+    {
+        let vol = format!("sec-extra-header-{i}");
+        volumes.push(Volume {
+            name: vol.clone(),
+            secret: Some(k8s_openapi::api::core::v1::SecretVolumeSource {
+                secret_name: Some(secret),
+                ..Default::default()
+            }),
+            ..Default::default()
+        });
+        mounts.push(VolumeMount {
+            name: vol,
+            mount_path: format!("/extraheaders/{i}"),
+            read_only: Some(true),
+            ..Default::default()
+        });
+    }
+    let (volume_devices, data_mounts) = if block {
+        (
+            Some(vec![VolumeDevice {
+                name: DATA_VOLUME_NAME.into(),
+                device_path: BLOCK_DEVICE.into(),
+            }]),
+            Vec::new(),
+        )
+    } else {
+        (
+            None,
+            vec![VolumeMount {
+                name: DATA_VOLUME_NAME.into(),
+                mount_path: DATA_MOUNT.into(),
+                ..Default::default()
+            }],
+        )
+    };
+    let container = Container {
+        name: CONTAINER.into(),
+        image: Some(s.image.clone()),
+        image_pull_policy: Some(s.pull_policy.clone()).filter(|p| !p.is_empty()),
+        args: Some(vec![format!("-v={}", s.verbosity)]),
+        env: Some(envs),
+        ports: Some(vec![ContainerPort {
+            name: Some(METRICS_PORT_NAME.into()),
+            container_port: METRICS_PORT,
+            protocol: Some("TCP".into()),
+            ..Default::default()
+        }]),
+        termination_message_policy: Some("FallbackToLogsOnError".into()),
+        volume_devices,
+        volume_mounts: Some(data_mounts.into_iter().chain(mounts).collect())
+            .filter(|m: &Vec<_>| !m.is_empty()),
+        resources: s.resources.clone(),
+        security_context: Some(SecurityContext {
+            allow_privilege_escalation: Some(false),
+            capabilities: Some(Capabilities {
+                drop: Some(vec!["ALL".into()]),
+                add: None,
+            }),
+            run_as_non_root: Some(true),
+            run_as_user: Some(107),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    // Allowed pass-through annotations, with upstream's defaults for the sidecar injectors.
+    let mut pod_anns = BTreeMap::from([(ann::CREATED_BY.to_string(), "yes".to_string())]);
+    for key in [ann::POD_MULTUS_NETWORKS, ann::POD_MULTUS_DEFAULT_NETWORK] {
+        if let Some(v) = get(&anns, key) {
+            pod_anns.insert(key.into(), v.into());
+        }
+    }
+    pod_anns.insert(
+        ann::POD_SIDECAR_INJECTION_ISTIO.into(),
+        get(&anns, ann::POD_SIDECAR_INJECTION_ISTIO)
+            .unwrap_or("false")
+            .into(),
+    );
+    pod_anns.insert(
+        ann::POD_SIDECAR_INJECTION_LINKERD.into(),
+        get(&anns, ann::POD_SIDECAR_INJECTION_LINKERD)
+            .unwrap_or("disabled")
+            .into(),
+    );
+    Pod {
+        metadata: ObjectMeta {
+            name: Some(pod_name(claim)),
+            namespace: claim.metadata.namespace.clone(),
+            annotations: Some(pod_anns),
+            labels: Some(BTreeMap::from([
+                (label::APP.into(), label::APP_VALUE.into()),
+                (label::COMPONENT.into(), label::IMPORTER_COMPONENT.into()),
+                (label::PROMETHEUS.into(), "true".into()),
+            ])),
+            owner_references: Some(vec![OwnerReference {
+                api_version: "v1".into(),
+                kind: "PersistentVolumeClaim".into(),
+                name,
+                uid: claim.metadata.uid.clone().unwrap_or_default(),
+                controller: Some(true),
+                block_owner_deletion: Some(true),
+            }]),
+            ..Default::default()
+        },
+        spec: Some(PodSpec {
+            containers: vec![container],
+            volumes: Some(volumes),
+            restart_policy: Some("OnFailure".into()),
+            priority_class_name: get(&anns, ann::PRIORITY_CLASS_NAME).map(str::to_string),
+            service_account_name: get(&anns, ann::POD_SERVICE_ACCOUNT_NAME).map(str::to_string),
+            enable_service_links: Some(false),
+            // PVC prime: the populator's claim goes where its target's consumer was scheduled.
+            node_name: get(&anns, ann::POPULATOR_KIND)
+                .and(get(&anns, ann::SELECTED_NODE))
+                .map(str::to_string),
+            security_context: Some(PodSecurityContext {
+                fs_group: Some(107),
+                run_as_non_root: Some(true),
+                run_as_user: Some(107),
+                seccomp_profile: Some(SeccompProfile {
+                    type_: "RuntimeDefault".into(),
+                    localhost_profile: None,
+                }),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }),
+        status: None,
+    }
+}
+
+/// The importer's JSON termination message.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct TerminationMessage {
+    pub scratch_space_required: Option<bool>,
+    pub preallocation_applied: Option<bool>,
+    pub message: Option<String>,
+    pub labels: Option<BTreeMap<String, String>>,
+}
+
+/// Messages that mean "the claim is too small", said plainly.
+fn simplify(message: &str) -> String {
+    const SMALL: [&str; 4] = [
+        "is larger than the reported available",
+        "no space left on device",
+        "file largest block is bigger than maxblock",
+        "disk quota exceeded",
+    ];
+    if SMALL.iter().any(|s| message.contains(s)) {
+        "DataVolume too small to contain image".into()
+    } else {
+        message.to_string()
+    }
+}
+
+/// What the pod's state means beyond the annotations.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Outcome {
+    /// The import cannot succeed by retrying (checksum mismatch): delete the pod, fail.
+    pub fatal: bool,
+    /// The importer exited with an error: a Warning event with this message on the claim.
+    pub failed: Option<String>,
+    /// The pod succeeded: the import is complete.
+    pub complete: bool,
+    /// Labels the importer reported (added to the claim once complete).
+    pub labels: BTreeMap<String, String>,
+}
+
+/// Write the pod's state onto the claim's annotations (upstream's `updatePvcFromPod` and
+/// `setAnnotationsFromPodWithPrefix`). Unlike upstream, a container waiting in
+/// CrashLoopBackOff reports its last termination, so a failing import says why between restarts.
+pub fn update_from_pod(anns: &mut BTreeMap<String, String>, pod: &Pod) -> Outcome {
+    let mut out = Outcome::default();
+    let status = pod.status.clone().unwrap_or_default();
+    let containers = status.container_statuses.clone().unwrap_or_default();
+    let first = containers.first();
+    let term_state = first.and_then(|c| c.state.as_ref()?.terminated.clone());
+    let term_msg: Option<TerminationMessage> = term_state
+        .as_ref()
+        .filter(|t| t.exit_code == 0)
+        .and_then(|t| serde_json::from_str(t.message.as_deref()?).ok());
+
+    if let Some(c) = first {
+        let restarts: i32 = anns
+            .get(ann::POD_RESTARTS)
+            .and_then(|r| r.parse().ok())
+            .unwrap_or(0);
+        if c.restart_count >= restarts {
+            anns.insert(ann::POD_RESTARTS.into(), c.restart_count.to_string());
+        }
+        let set =
+            |anns: &mut BTreeMap<String, String>, running: &str, message: &str, reason: &str| {
+                anns.insert(ann::RUNNING_CONDITION.into(), running.into());
+                anns.insert(ann::RUNNING_CONDITION_MESSAGE.into(), message.into());
+                anns.insert(ann::RUNNING_CONDITION_REASON.into(), reason.into());
+            };
+        let state = c.state.clone().unwrap_or_default();
+        let all_running = containers
+            .iter()
+            .all(|c| c.state.as_ref().is_some_and(|s| s.running.is_some()));
+        let waiting = state.waiting.as_ref();
+        let waiting_reason = waiting.and_then(|w| w.reason.as_deref()).unwrap_or("");
+        if all_running {
+            set(anns, "true", "", POD_RUNNING_REASON);
+        } else if matches!(
+            waiting_reason,
+            "ImagePullBackOff" | "ErrImagePull" | "InvalidImageName"
+        ) {
+            let image = &c.image;
+            set(
+                anns,
+                "false",
+                &format!("failed to pull image: {image}"),
+                "ImagePullFailed",
+            );
+        } else if waiting.is_some() && waiting_reason != "CrashLoopBackOff" {
+            let message = waiting.and_then(|w| w.message.as_deref()).unwrap_or("");
+            set(anns, "false", &simplify(message), waiting_reason);
+        } else {
+            // Terminated now, or waiting to be restarted after a termination.
+            let last = c.last_state.as_ref().and_then(|s| s.terminated.clone());
+            let ended: Option<ContainerStateTerminated> = term_state.clone().or(last);
+            if let Some(t) = ended {
+                let reason = t.reason.clone().unwrap_or_default();
+                match &term_msg {
+                    Some(m) if m.scratch_space_required == Some(true) => {
+                        anns.insert(ann::REQUIRES_SCRATCH.into(), "true".into());
+                        set(
+                            anns,
+                            "false",
+                            "Scratch space required",
+                            "Scratch space required",
+                        );
+                    }
+                    Some(m) => {
+                        if m.preallocation_applied == Some(true) {
+                            anns.insert(ann::PREALLOCATION_APPLIED.into(), "true".into());
+                        }
+                        set(anns, "false", m.message.as_deref().unwrap_or(""), &reason);
+                        out.labels = m.labels.clone().unwrap_or_default();
+                    }
+                    None => {
+                        let message = simplify(t.message.as_deref().unwrap_or("").trim_end());
+                        set(anns, "false", &message, &reason);
+                    }
+                }
+                if t.exit_code > 0 {
+                    out.failed = Some(t.message.clone().unwrap_or_default().trim_end().to_string());
+                }
+            }
+        }
+    }
+
+    let checksum = term_msg
+        .as_ref()
+        .and_then(|m| m.message.as_deref())
+        .filter(|m| m.contains("checksum mismatch"));
+    if let Some(message) = checksum {
+        anns.insert(ann::POD_PHASE.into(), "Failed".into());
+        anns.insert(ann::IMPORT_FATAL_ERROR.into(), "true".into());
+        anns.insert(ann::RUNNING_CONDITION.into(), "false".into());
+        if anns
+            .get(ann::RUNNING_CONDITION_MESSAGE)
+            .is_none_or(String::is_empty)
+        {
+            anns.insert(ann::RUNNING_CONDITION_MESSAGE.into(), simplify(message));
+        }
+        anns.insert(ann::RUNNING_CONDITION_REASON.into(), "ChecksumError".into());
+        out.fatal = true;
+        out.failed = Some(simplify(message));
+    }
+    let scratch = term_msg.as_ref().and_then(|m| m.scratch_space_required) == Some(true);
+    anns.insert(
+        ann::IMPORT_POD_NAME.into(),
+        pod.metadata.name.clone().unwrap_or_default(),
+    );
+    let phase = status.phase.clone().unwrap_or_default();
+    if !scratch && !out.fatal {
+        anns.insert(ann::POD_PHASE.into(), phase.clone());
+    }
+    let unschedulable = status
+        .conditions
+        .iter()
+        .flatten()
+        .any(|c| c.type_ == "PodScheduled" && c.reason.as_deref() == Some("Unschedulable"));
+    let pending = anns.get(ann::POD_PHASE).map(String::as_str) == Some("Pending");
+    anns.insert(
+        ann::POD_SCHEDULABLE.into(),
+        if pending && unschedulable {
+            "false"
+        } else {
+            "true"
+        }
+        .into(),
+    );
+    out.complete = !out.fatal && anns.get(ann::POD_PHASE).map(String::as_str) == Some("Succeeded");
+    out
+}
+
+/// Whether the worker pod goes once it is done.
+pub fn delete_pod_when_done(anns: &BTreeMap<String, String>) -> bool {
+    get(anns, ann::POD_RETAIN_AFTER_COMPLETION) != Some("true")
+        || get(anns, ann::REQUIRES_SCRATCH) == Some("true")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn claim(anns: serde_json::Value, phase: &str) -> PersistentVolumeClaim {
+        serde_json::from_value(
+            json!({"metadata": {"name": "disk", "namespace": "vms", "uid": "pvc-uid",
+            "annotations": anns,
+            "ownerReferences": [{"apiVersion": "cdi.kubevirt.io/v1beta1", "kind": "DataVolume",
+                "name": "disk", "uid": "dv-uid", "controller": true}]},
+            "spec": {"resources": {"requests": {"storage": "10Gi"}}, "storageClassName": "local"},
+            "status": {"phase": phase}}),
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn no_pod_before_the_first_consumer() {
+        let c = claim(
+            json!({"cdi.kubevirt.io/storage.import.endpoint": "http://x"}),
+            "Pending",
+        );
+        assert_eq!(next(&c, true), Next::WaitForConsumer);
+        assert_eq!(next(&c, false), Next::CreatePod);
+        let immediate = claim(
+            json!({"cdi.kubevirt.io/storage.import.endpoint": "http://x",
+            "cdi.kubevirt.io/storage.bind.immediate.requested": ""}),
+            "Pending",
+        );
+        assert_eq!(next(&immediate, true), Next::CreatePod);
+        let bound = claim(
+            json!({"cdi.kubevirt.io/storage.import.endpoint": "http://x"}),
+            "Bound",
+        );
+        assert_eq!(next(&bound, true), Next::CreatePod);
+        let done = claim(
+            json!({"cdi.kubevirt.io/storage.import.endpoint": "http://x",
+            "cdi.kubevirt.io/storage.pod.phase": "Succeeded"}),
+            "Bound",
+        );
+        assert_eq!(next(&done, true), Next::Nothing);
+        let fatal = claim(
+            json!({"cdi.kubevirt.io/storage.import.endpoint": "http://x",
+            "cdi.kubevirt.io/storage.import.fatalError": "true"}),
+            "Bound",
+        );
+        assert_eq!(next(&fatal, true), Next::Nothing);
+        assert_eq!(next(&claim(json!({}), "Bound"), true), Next::Nothing);
+    }
+
+    #[test]
+    fn the_importer_pod() {
+        let c = claim(
+            json!({"cdi.kubevirt.io/storage.import.endpoint": "http://x/d.qcow2",
+            "cdi.kubevirt.io/storage.import.source": "http",
+            "cdi.kubevirt.io/storage.import.secretName": "creds",
+            "cdi.kubevirt.io/storage.import.certConfigMap": "ca",
+            "cdi.kubevirt.io/storage.import.extraHeaders.0": "X-A: 1",
+            "cdi.kubevirt.io/storage.import.extraHeaders.1": "X-B: 2",
+            "cdi.kubevirt.io/storage.import.checksum": "sha256:00",
+            "cdi.kubevirt.io/storage.pod.priorityclassname": "high"}),
+            "Bound",
+        );
+        let s = Settings {
+            image: "quay.io/kubevirt/cdi-importer:v1".into(),
+            pull_policy: "IfNotPresent".into(),
+            verbosity: 1,
+            filesystem_overhead: "0.06".into(),
+            ..Default::default()
+        };
+        let pod = importer_pod(&c, &s);
+        assert_eq!(pod.metadata.name.as_deref(), Some("importer-disk"));
+        let owner = &pod.metadata.owner_references.as_ref().unwrap()[0];
+        assert_eq!(
+            (owner.kind.as_str(), owner.uid.as_str(), owner.controller),
+            ("PersistentVolumeClaim", "pvc-uid", Some(true))
+        );
+        let spec = pod.spec.unwrap();
+        assert_eq!(spec.restart_policy.as_deref(), Some("OnFailure"));
+        assert_eq!(spec.priority_class_name.as_deref(), Some("high"));
+        let c0 = &spec.containers[0];
+        let envs: BTreeMap<String, Option<String>> = c0
+            .env
+            .clone()
+            .unwrap()
+            .into_iter()
+            .map(|e| (e.name, e.value))
+            .collect();
+        assert_eq!(
+            envs["IMPORTER_ENDPOINT"].as_deref(),
+            Some("http://x/d.qcow2")
+        );
+        assert_eq!(envs["IMPORTER_IMAGE_SIZE"].as_deref(), Some("10Gi"));
+        assert_eq!(envs["OWNER_UID"].as_deref(), Some("dv-uid"));
+        assert_eq!(envs["IMPORTER_CERT_DIR"].as_deref(), Some("/certs"));
+        assert_eq!(envs["IMPORTER_EXTRA_HEADER_1"].as_deref(), Some("X-B: 2"));
+        assert_eq!(envs["IMPORTER_ACCESS_KEY_ID"], None, "from the secret");
+        assert_eq!(envs["PREALLOCATION"].as_deref(), Some("false"));
+        let mounts: Vec<&str> = c0
+            .volume_mounts
+            .as_ref()
+            .unwrap()
+            .iter()
+            .map(|m| m.mount_path.as_str())
+            .collect();
+        assert_eq!(mounts, ["/data", "/certs"]);
+        assert_eq!(
+            c0.termination_message_policy.as_deref(),
+            Some("FallbackToLogsOnError")
+        );
+
+        let mut block = c.clone();
+        block.spec.as_mut().unwrap().volume_mode = Some("Block".into());
+        let spec = importer_pod(&block, &s).spec.unwrap();
+        let c0 = &spec.containers[0];
+        assert_eq!(
+            c0.volume_devices.as_ref().unwrap()[0].device_path,
+            "/dev/cdi-block-volume"
+        );
+    }
+
+    fn pod(status: serde_json::Value) -> Pod {
+        serde_json::from_value(json!({"metadata": {"name": "importer-disk"}, "status": status}))
+            .unwrap()
+    }
+
+    #[test]
+    fn pod_states_become_annotations() {
+        let mut anns = BTreeMap::new();
+        let running = pod(
+            json!({"phase": "Running", "containerStatuses": [{"name": "importer", "image": "i",
+            "imageID": "", "ready": true, "restartCount": 0, "state": {"running": {}}}]}),
+        );
+        update_from_pod(&mut anns, &running);
+        assert_eq!(anns[ann::RUNNING_CONDITION], "true");
+        assert_eq!(anns[ann::POD_PHASE], "Running");
+        assert_eq!(anns[ann::IMPORT_POD_NAME], "importer-disk");
+
+        // Between restarts, the last failure explains.
+        let crashing = pod(
+            json!({"phase": "Running", "containerStatuses": [{"name": "importer", "image": "i",
+            "imageID": "", "ready": false, "restartCount": 2,
+            "state": {"waiting": {"reason": "CrashLoopBackOff"}},
+            "lastState": {"terminated": {"exitCode": 1, "reason": "Error",
+                "message": "Unable to connect to http data source: HTTP 404\n"}}}]}),
+        );
+        let out = update_from_pod(&mut anns, &crashing);
+        assert_eq!(anns[ann::RUNNING_CONDITION], "false");
+        assert_eq!(
+            anns[ann::RUNNING_CONDITION_MESSAGE],
+            "Unable to connect to http data source: HTTP 404"
+        );
+        assert_eq!(anns[ann::RUNNING_CONDITION_REASON], "Error");
+        assert_eq!(anns[ann::POD_RESTARTS], "2");
+        assert!(out.failed.is_some() && !out.fatal);
+
+        let done = pod(
+            json!({"phase": "Succeeded", "containerStatuses": [{"name": "importer", "image": "i",
+            "imageID": "", "ready": false, "restartCount": 2,
+            "state": {"terminated": {"exitCode": 0, "reason": "Completed",
+                "message": "{\"message\":\"Import Complete\",\"preallocationApplied\":false}"}}}]}),
+        );
+        let out = update_from_pod(&mut anns, &done);
+        assert!(out.complete);
+        assert_eq!(anns[ann::RUNNING_CONDITION_MESSAGE], "Import Complete");
+        assert_eq!(anns[ann::RUNNING_CONDITION_REASON], "Completed");
+        assert_eq!(anns[ann::POD_PHASE], "Succeeded");
+
+        let mut anns = BTreeMap::new();
+        let mismatch = pod(
+            json!({"phase": "Succeeded", "containerStatuses": [{"name": "importer", "image": "i",
+            "imageID": "", "ready": false, "restartCount": 0,
+            "state": {"terminated": {"exitCode": 0, "reason": "Completed",
+                "message": "{\"message\":\"Unable to process data: checksum mismatch: expected sha256 0 got 1\"}"}}}]}),
+        );
+        let out = update_from_pod(&mut anns, &mismatch);
+        assert!(out.fatal && !out.complete);
+        assert_eq!(anns[ann::POD_PHASE], "Failed");
+        assert_eq!(anns[ann::IMPORT_FATAL_ERROR], "true");
+        assert_eq!(anns[ann::RUNNING_CONDITION_REASON], "ChecksumError");
+
+        let mut anns = BTreeMap::new();
+        let unschedulable = pod(
+            json!({"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "False",
+            "reason": "Unschedulable"}]}),
+        );
+        update_from_pod(&mut anns, &unschedulable);
+        assert_eq!(anns[ann::POD_SCHEDULABLE], "false");
+
+        let mut anns = BTreeMap::new();
+        let small = pod(
+            json!({"phase": "Running", "containerStatuses": [{"name": "importer", "image": "i",
+            "imageID": "", "ready": false, "restartCount": 1, "state": {"waiting": {"reason": "CrashLoopBackOff"}},
+            "lastState": {"terminated": {"exitCode": 1, "reason": "Error",
+                "message": "Unable to process data: virtual size 20 GiB is larger than the reported available space"}}}]}),
+        );
+        update_from_pod(&mut anns, &small);
+        assert_eq!(
+            anns[ann::RUNNING_CONDITION_MESSAGE],
+            "DataVolume too small to contain image"
+        );
+    }
+}
