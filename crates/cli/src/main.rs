@@ -1,6 +1,7 @@
 //! `cdi`: one binary for every cdi-rs component. Argument parsing and wiring only; the work is
 //! done by the library crates.
 
+mod controller;
 mod dev;
 mod import;
 mod importer;
@@ -41,6 +42,9 @@ enum Command {
     /// The importer pod's entry point: reads upstream's IMPORTER_* environment, writes the
     /// volume and the termination message.
     Importer(importer::ImporterArgs),
+    /// The CDI controllers (CDIConfig, StorageProfile, DataVolume import, importer pods) against
+    /// the cluster of the current kubeconfig, leader-elected.
+    Controller(controller::ControllerArgs),
 }
 
 fn main() -> ExitCode {
@@ -51,6 +55,7 @@ fn main() -> ExitCode {
         Command::Size(args) => size::run(&args),
         Command::Import(args) => import::run(&args),
         Command::Dev(command) => dev::run(&command),
+        Command::Controller(args) => controller::run(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -7,24 +7,12 @@ mod devcluster;
 use devcluster::{Down, cdi, kubectl};
 
 use std::path::Path;
-use std::time::Duration;
 
 use cdi_testkit::images::{assert_same, convert, oracle, pattern};
 use cdi_testkit::{Behaviour, FileServer};
 
 fn get_json(dir: &Path, what: &str) -> serde_json::Value {
     serde_json::from_str(&kubectl(dir, &["get", what, "-o", "json"], None)).unwrap()
-}
-
-/// Poll `check` every 100 ms for up to 60 s.
-fn wait(what: &str, mut check: impl FnMut() -> Option<serde_json::Value>) -> serde_json::Value {
-    for _ in 0..600 {
-        if let Some(v) = check() {
-            return v;
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    panic!("{what}: not reached in 60 s");
 }
 
 const MIB: usize = 1 << 20;
@@ -130,7 +118,7 @@ async fn the_importer_and_probed_servers_run_as_pods() {
         Some(&(server_pod("server-a") + "---" + &server_pod("server-b"))),
     );
 
-    let pod = wait("the importer pod to succeed", || {
+    let pod = devcluster::wait_for("the importer pod to succeed", 60, || {
         let p = get_json(&cluster, "pod/importer-disk");
         (p["status"]["phase"] == "Succeeded").then_some(p)
     });
@@ -157,7 +145,7 @@ async fn the_importer_and_probed_servers_run_as_pods() {
     let mut ips = Vec::new();
     let mut pids = Vec::new();
     for name in ["server-a", "server-b"] {
-        let p = wait("the server pod to be ready", || {
+        let p = devcluster::wait_for("the server pod to be ready", 60, || {
             let p = get_json(&cluster, &format!("pod/{name}"));
             let ready = p["status"]["conditions"].as_array().is_some_and(|c| {
                 c.iter()

@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use cdi_api::config::ImportProxy;
+use cdi_api::config::{ImportProxy, NodePlacement};
 use cdi_api::{ann, env, label};
 use k8s_openapi::api::core::v1::{
     Capabilities, Container, ContainerPort, ContainerStateTerminated, EnvVar, EnvVarSource,
@@ -118,6 +118,8 @@ pub struct Settings {
     /// CDIConfig's default preallocation, used when the claim has no request of its own.
     pub preallocation: bool,
     pub import_proxy: Option<ImportProxy>,
+    /// The CDI resource's `spec.workload`: where worker pods may run.
+    pub placement: Option<NodePlacement>,
 }
 
 fn var(name: &str, value: impl Into<String>) -> EnvVar {
@@ -367,6 +369,9 @@ pub fn importer_pod(claim: &PersistentVolumeClaim, s: &Settings) -> Pod {
             priority_class_name: get(&anns, ann::PRIORITY_CLASS_NAME).map(str::to_string),
             service_account_name: get(&anns, ann::POD_SERVICE_ACCOUNT_NAME).map(str::to_string),
             enable_service_links: Some(false),
+            node_selector: s.placement.as_ref().and_then(|p| p.node_selector.clone()),
+            tolerations: s.placement.as_ref().and_then(|p| p.tolerations.clone()),
+            affinity: s.placement.as_ref().and_then(|p| p.affinity.clone()),
             // PVC prime: the populator's claim goes where its target's consumer was scheduled.
             node_name: get(&anns, ann::POPULATOR_KIND)
                 .and(get(&anns, ann::SELECTED_NODE))
@@ -635,6 +640,7 @@ mod tests {
         };
         let pod = importer_pod(&c, &s);
         assert_eq!(pod.metadata.name.as_deref(), Some("importer-disk"));
+        assert_eq!(pod.spec.as_ref().unwrap().tolerations, None);
         let owner = &pod.metadata.owner_references.as_ref().unwrap()[0];
         assert_eq!(
             (owner.kind.as_str(), owner.uid.as_str(), owner.controller),
@@ -672,6 +678,21 @@ mod tests {
         assert_eq!(
             c0.termination_message_policy.as_deref(),
             Some("FallbackToLogsOnError")
+        );
+
+        let placed = Settings {
+            placement: Some(
+                serde_json::from_value(json!({"nodeSelector": {"a": "b"},
+                "tolerations": [{"key": "virt-local", "operator": "Exists"}]}))
+                .unwrap(),
+            ),
+            ..s.clone()
+        };
+        let spec = importer_pod(&c, &placed).spec.unwrap();
+        assert_eq!(spec.node_selector.unwrap()["a"], "b");
+        assert_eq!(
+            spec.tolerations.unwrap()[0].key.as_deref(),
+            Some("virt-local")
         );
 
         let mut block = c.clone();

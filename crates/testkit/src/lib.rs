@@ -21,7 +21,8 @@ pub struct Behaviour {
     pub required_headers: Vec<(String, String)>,
     /// Close the connection after this many body bytes, on the first `times` responses.
     pub drop_after: Option<(u64, usize)>,
-    /// Stop sending for this long after this many body bytes, on the first response.
+    /// Stop sending for this long after this many body bytes, on the first response that gets
+    /// that far.
     pub stall_after: Option<(u64, Duration)>,
     /// Announce this Content-Length but send the real body.
     pub lie_content_length: Option<u64>,
@@ -444,12 +445,12 @@ async fn serve<S: AsyncRead + AsyncWrite + Unpin>(
             st.drops_done += 1;
             drop_at = Some(n);
         }
+        // Counted when it happens: a probe the client hangs up on early does not use it.
         let mut stall_at = None;
         if let Some((n, d)) = behaviour.stall_after
             && body_len > n
             && st.stalls_done == 0
         {
-            st.stalls_done += 1;
             stall_at = Some((n, d));
         }
         (drop_at, stall_at)
@@ -469,7 +470,14 @@ async fn serve<S: AsyncRead + AsyncWrite + Unpin>(
             && sent + n > s
             && sent <= s
         {
-            tokio::time::sleep(d).await;
+            let first = {
+                let mut st = state.lock().unwrap();
+                st.stalls_done += 1;
+                st.stalls_done == 1
+            };
+            if first {
+                tokio::time::sleep(d).await;
+            }
         }
         let chunk = data.chunk(offset, n as usize)?;
         if let Err(e) = stream.write_all(&chunk).await {

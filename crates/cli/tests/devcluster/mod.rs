@@ -53,3 +53,52 @@ impl Drop for Down<'_> {
         let _ = cdi(&["dev", "down"], self.0);
     }
 }
+
+/// `cdi controller` against the cluster in a directory; killed when dropped.
+#[allow(dead_code)] // not every test crate runs the controller
+pub struct Controller(std::process::Child);
+
+#[allow(dead_code)]
+impl Controller {
+    /// Start it, installing the CRDs; `log` receives its output.
+    pub fn start(dir: &Path, log: &Path) -> Controller {
+        let out = std::fs::File::create(log).unwrap();
+        let child = Command::new(env!("CARGO_BIN_EXE_cdi"))
+            .args([
+                "controller",
+                "--install-crds",
+                "--metrics-addr",
+                "127.0.0.1:0",
+            ])
+            .env("KUBECONFIG", dir.join("kubeconfig"))
+            .stdout(out.try_clone().unwrap())
+            .stderr(out)
+            .spawn()
+            .unwrap();
+        Controller(child)
+    }
+
+    /// Kill it at once (as a crash would).
+    pub fn kill(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+impl Drop for Controller {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// Poll `check` every 100 ms for up to `secs` seconds.
+#[allow(dead_code)]
+pub fn wait_for<T>(what: &str, secs: u64, mut check: impl FnMut() -> Option<T>) -> T {
+    for _ in 0..secs * 10 {
+        if let Some(v) = check() {
+            return v;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    panic!("{what}: not reached in {secs} s");
+}

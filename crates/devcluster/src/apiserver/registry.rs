@@ -276,6 +276,13 @@ fn builtin_columns(group: &str, plural: &str) -> Vec<Value> {
     };
     let age = || col("Age", ".metadata.creationTimestamp", 0);
     match (group, plural) {
+        ("", "events") => vec![
+            json!({"name": "Last Seen", "type": "date", "jsonPath": ".lastTimestamp", "priority": 0}),
+            col("Type", ".type", 0),
+            col("Reason", ".reason", 0),
+            col("Object", ".involvedObject.name", 0),
+            col("Message", ".message", 0),
+        ],
         // `#…` paths are cells computed as kubectl's pod printer does (see `table`).
         ("", "pods") => vec![
             col("Ready", "#pod.ready", 0),

@@ -1,0 +1,101 @@
+//! `cdi controller`: the CDI controllers against the cluster of the current kubeconfig.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use cdi_controller::{Context, Options, serve};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Patch, PatchParams};
+use kube::{Api, ResourceExt};
+
+#[derive(clap::Args)]
+pub struct ControllerArgs {
+    /// The importer pod's image.
+    #[arg(
+        long,
+        env = "IMPORTER_IMAGE",
+        default_value = "quay.io/kubevirt/cdi-importer:latest"
+    )]
+    importer_image: String,
+    /// Worker pods' imagePullPolicy.
+    #[arg(long, env = "PULL_POLICY", default_value = "IfNotPresent")]
+    pull_policy: String,
+    /// Worker pods' log verbosity (`-v=N`).
+    #[arg(long, default_value_t = 1)]
+    verbosity: u32,
+    /// Namespace of the leader election Lease (the controller's own).
+    #[arg(long, env = "POD_NAMESPACE", default_value = "kube-system")]
+    namespace: String,
+    /// Where /metrics, /healthz and /readyz are served.
+    #[arg(long, default_value = "0.0.0.0:8080")]
+    metrics_addr: SocketAddr,
+    /// Create or update the cdi.kubevirt.io CustomResourceDefinitions first, as the operator
+    /// does on a real cluster.
+    #[arg(long)]
+    install_crds: bool,
+}
+
+async fn install_crds(client: &kube::Client) -> anyhow::Result<()> {
+    let api: Api<CustomResourceDefinition> = Api::all(client.clone());
+    for crd in cdi_api::crd::crds() {
+        let name = crd.name_any();
+        api.patch(
+            &name,
+            &PatchParams::apply("cdi-controller").force(),
+            &Patch::Apply(&crd),
+        )
+        .await
+        .with_context(|| format!("installing CRD {name}"))?;
+    }
+    Ok(())
+}
+
+pub fn run(args: &ControllerArgs) -> anyhow::Result<()> {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| "info,kube_runtime=warn".into()),
+        )
+        .with_writer(std::io::stderr)
+        .try_init();
+    let runtime = tokio::runtime::Runtime::new().context("starting the runtime")?;
+    runtime.block_on(async {
+        let client = kube::Client::try_default()
+            .await
+            .context("connecting to the cluster (set KUBECONFIG, or run in a pod)")?;
+        if args.install_crds {
+            install_crds(&client).await?;
+        }
+        let metrics = Arc::new(serve::Metrics::default());
+        let (bound, _server) = serve::serve(args.metrics_addr, metrics.clone())
+            .await
+            .with_context(|| format!("listening on {}", args.metrics_addr))?;
+        eprintln!("metrics, healthz and readyz on http://{bound}");
+        let identity = format!(
+            "{}-{}",
+            std::env::var("HOSTNAME").unwrap_or_else(|_| "cdi-controller".into()),
+            std::process::id()
+        );
+        let ctx = Context {
+            client,
+            options: Arc::new(Options {
+                importer_image: args.importer_image.clone(),
+                pull_policy: args.pull_policy.clone(),
+                verbosity: args.verbosity,
+                namespace: args.namespace.clone(),
+                identity,
+                resync: Duration::from_secs(1),
+            }),
+            metrics,
+        };
+        let mut terminate =
+            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+        tokio::select! {
+            r = cdi_controller::run_as_leader(ctx) => r,
+            _ = tokio::signal::ctrl_c() => Ok(()),
+            _ = terminate.recv() => Ok(()),
+        }
+    })
+}

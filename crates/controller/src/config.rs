@@ -1,0 +1,83 @@
+//! The CDIConfig controller: `config` exists, and its status holds the effective values for
+//! the cluster's StorageClasses (cdi-core `config::status`).
+
+use std::time::Duration;
+
+use cdi_api::config::{CDIConfig, CDIConfigSpec};
+use futures::StreamExt;
+use k8s_openapi::api::storage::v1::StorageClass;
+use kube::Api;
+use kube::api::{ListParams, Patch, PatchParams, PostParams};
+use kube::runtime::{WatchStreamExt, watcher};
+use serde_json::json;
+
+use crate::Context;
+
+/// Create `config` when it is missing (empty spec: the gates are the user's to set).
+pub async fn ensure(ctx: &Context) -> Result<(), kube::Error> {
+    let api: Api<CDIConfig> = Api::all(ctx.client.clone());
+    if api.get_opt(cdi_api::name::CDI_CONFIG).await?.is_none() {
+        let config = CDIConfig::new(cdi_api::name::CDI_CONFIG, CDIConfigSpec::default());
+        match api.create(&PostParams::default(), &config).await {
+            Ok(_) => tracing::info!("created CDIConfig config"),
+            Err(kube::Error::Api(e)) if e.code == 409 => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+/// Bring the status up to date; true when it changed.
+pub async fn reconcile(ctx: &Context) -> Result<bool, kube::Error> {
+    ensure(ctx).await?;
+    let api: Api<CDIConfig> = Api::all(ctx.client.clone());
+    let config = api.get(cdi_api::name::CDI_CONFIG).await?;
+    let classes = Api::<StorageClass>::all(ctx.client.clone())
+        .list(&ListParams::default())
+        .await?
+        .items;
+    let status = cdi_core::config::status(&config.spec, &classes, None);
+    if config.status.as_ref() == Some(&status) {
+        return Ok(false);
+    }
+    // CDIConfig has no status subresource upstream: status is written with the object.
+    let patch = json!({"status": status});
+    api.patch(
+        cdi_api::name::CDI_CONFIG,
+        &PatchParams::default(),
+        &Patch::Merge(&patch),
+    )
+    .await?;
+    Ok(true)
+}
+
+/// Reconcile on every change of the config or of a StorageClass, and every `resync`.
+pub async fn run(ctx: Context) -> anyhow::Result<()> {
+    let configs = watcher(
+        Api::<CDIConfig>::all(ctx.client.clone()),
+        watcher::Config::default(),
+    )
+    .touched_objects()
+    .map(|_| ())
+    .boxed();
+    let classes = watcher(
+        Api::<StorageClass>::all(ctx.client.clone()),
+        watcher::Config::default(),
+    )
+    .touched_objects()
+    .map(|_| ())
+    .boxed();
+    let mut changes = futures::stream::select(configs, classes);
+    let mut tick = tokio::time::interval(ctx.options.resync.max(Duration::from_secs(1)) * 5);
+    loop {
+        match reconcile(&ctx).await {
+            Ok(true) => tracing::info!("updated CDIConfig status"),
+            Ok(false) => {}
+            Err(e) => tracing::warn!(error = %e, "reconciling CDIConfig"),
+        }
+        tokio::select! {
+            _ = changes.next() => {}
+            _ = tick.tick() => {}
+        }
+    }
+}

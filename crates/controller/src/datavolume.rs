@@ -1,0 +1,300 @@
+//! The DataVolume controller (import and blank sources, classic path): render the claim
+//! (cdi-core `render`), adopt claims already populated for the DataVolume, and compute the
+//! status from the claim (cdi-core `dvstatus`), with upstream's events. The populator path has
+//! its own issue; until then claims are rendered as if no CSIDriver existed.
+
+use std::sync::Arc;
+
+use cdi_api::config::CDIConfig;
+use cdi_api::datavolume::{DataVolume, SourceKind};
+use cdi_api::enums::DataVolumePhase;
+use cdi_api::storageprofile::StorageProfile;
+use cdi_api::{ann, gate};
+use cdi_core::dvstatus::{self, Observed};
+use cdi_core::render::{self, RenderContext};
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
+use k8s_openapi::api::storage::v1::StorageClass;
+use kube::api::{ListParams, Patch, PatchParams, PostParams};
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::watcher;
+use kube::{Api, ResourceExt};
+use serde_json::json;
+
+use crate::{Context, Error, events};
+
+/// The sources this controller takes; the others are refused with an event naming the issue.
+fn supported(dv: &DataVolume) -> Result<(), String> {
+    let kinds = dv
+        .spec
+        .source
+        .as_ref()
+        .map(|s| s.kinds())
+        .unwrap_or_default();
+    match kinds.as_slice() {
+        [] if dv.spec.source_ref.is_none() => Ok(()),
+        [SourceKind::Http | SourceKind::Blank] => Ok(()),
+        [kind] => Err(format!(
+            "DataVolume {}: {} sources are not supported by this version of cdi-rs yet",
+            dv.name_any(),
+            kind.field()
+        )),
+        _ => Err(format!(
+            "DataVolume {}: sourceRef is not supported by this version of cdi-rs yet",
+            dv.name_any()
+        )),
+    }
+}
+
+/// The claim is this DataVolume's: owned by it, or marked populated for it.
+fn populated_for(claim: &PersistentVolumeClaim, dv: &DataVolume) -> bool {
+    let anns = claim.annotations();
+    anns.get(ann::POPULATED_FOR).map(String::as_str) == Some(dv.name_any().as_str())
+        || dv.annotations().contains_key(ann::PRE_POPULATED)
+}
+
+fn owned_by(claim: &PersistentVolumeClaim, dv: &DataVolume) -> bool {
+    claim
+        .owner_references()
+        .iter()
+        .any(|o| Some(&o.uid) == dv.metadata.uid.as_ref())
+}
+
+async fn config(ctx: &Context) -> Result<Option<CDIConfig>, kube::Error> {
+    Api::<CDIConfig>::all(ctx.client.clone())
+        .get_opt(cdi_api::name::CDI_CONFIG)
+        .await
+}
+
+async fn create_claim(
+    ctx: &Context,
+    dv: &DataVolume,
+    cfg: Option<&CDIConfig>,
+) -> Result<(), Error> {
+    let ns = dv.namespace().unwrap_or_default();
+    let classes = Api::<StorageClass>::all(ctx.client.clone())
+        .list(&ListParams::default())
+        .await?
+        .items;
+    let profiles = Api::<StorageProfile>::all(ctx.client.clone())
+        .list(&ListParams::default())
+        .await?
+        .items;
+    let render_ctx = RenderContext {
+        storage_classes: &classes,
+        storage_profiles: &profiles,
+        config: cfg,
+        // The classic path until the populator issue: no class counts as CSI.
+        csi_drivers: &[],
+    };
+    let rendered = match render::render_claim(dv, &render_ctx) {
+        Ok(r) => r,
+        Err(e) => {
+            events::record(&ctx.client, dv, true, "ErrClaimNotRendered", &e.to_string()).await;
+            return Ok(());
+        }
+    };
+    for w in &rendered.warnings {
+        events::record(&ctx.client, dv, true, "SizeWarning", w).await;
+    }
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(ctx.client.clone(), &ns);
+    match claims.create(&PostParams::default(), &rendered.claim).await {
+        Ok(_) => tracing::info!(dv = %format!("{ns}/{}", dv.name_any()), "created claim"),
+        Err(kube::Error::Api(e)) if e.code == 409 => {}
+        Err(e) => return Err(e.into()),
+    }
+    // As upstream: the DataVolume says which path it took.
+    if dv.annotations().get(ann::USE_POPULATOR).map(String::as_str) != Some("false") {
+        let api: Api<DataVolume> = Api::namespaced(ctx.client.clone(), &ns);
+        let patch = json!({"metadata": {"annotations": {ann::USE_POPULATOR: "false"}}});
+        api.patch(
+            &dv.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(&patch),
+        )
+        .await?;
+    }
+    Ok(())
+}
+
+/// The importer pod of a claim, if it runs.
+async fn importer_pod(ctx: &Context, claim: &PersistentVolumeClaim) -> Option<Pod> {
+    let ns = claim.namespace()?;
+    let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
+    pods.get_opt(&cdi_core::import::pod_name(claim))
+        .await
+        .ok()
+        .flatten()
+}
+
+async fn reconcile(dv: Arc<DataVolume>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let ns = dv.namespace().unwrap_or_default();
+    let name = dv.name_any();
+    if dv.metadata.deletion_timestamp.is_some() {
+        return Ok(Action::await_change());
+    }
+    if let Err(message) = supported(&dv) {
+        events::record(
+            &ctx.client,
+            dv.as_ref(),
+            true,
+            "ErrUnsupportedSource",
+            &message,
+        )
+        .await;
+        return Ok(Action::await_change());
+    }
+    let cfg = config(&ctx).await?;
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(ctx.client.clone(), &ns);
+    let mut claim = claims.get_opt(&name).await?;
+    if claim.is_none() {
+        create_claim(&ctx, &dv, cfg.as_ref()).await?;
+        claim = claims.get_opt(&name).await?;
+    }
+    let mut populated = false;
+    if let Some(c) = &claim {
+        populated = populated_for(c, &dv);
+        if !owned_by(c, &dv) && !populated {
+            let message = format!(
+                "Resource \"{name}\" already exists and is not managed by DataVolume; delete the \
+                 claim, or annotate the DataVolume {} to adopt it",
+                ann::PRE_POPULATED
+            );
+            events::record(
+                &ctx.client,
+                dv.as_ref(),
+                true,
+                "ErrResourceExists",
+                &message,
+            )
+            .await;
+            return Ok(Action::await_change());
+        }
+    }
+    let class_name = claim
+        .as_ref()
+        .and_then(|c| c.spec.as_ref()?.storage_class_name.clone());
+    let class_wffc = match class_name {
+        Some(n) => {
+            Api::<StorageClass>::all(ctx.client.clone())
+                .get_opt(&n)
+                .await?
+                .and_then(|c| c.volume_binding_mode)
+                .as_deref()
+                == Some("WaitForFirstConsumer")
+        }
+        None => false,
+    };
+    let honor_wffc = cfg
+        .as_ref()
+        .is_some_and(|c| c.spec.gate_enabled(gate::HONOR_WAIT_FOR_FIRST_CONSUMER));
+    let in_progress =
+        dv.status.as_ref().and_then(|s| s.phase.clone()) == Some(DataVolumePhase::ImportInProgress);
+    let mut progress = None;
+    if let Some(c) = &claim
+        && let Some(pod) = importer_pod(&ctx, c).await
+        && pod.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
+    {
+        let owner = cdi_core::import::owner_uid(c);
+        progress = crate::progress::import_progress(&pod, &owner).await;
+    }
+    let computed = dvstatus::import_status(&Observed {
+        dv: &dv,
+        claim: claim.as_ref(),
+        class_wffc,
+        honor_wffc,
+        populated,
+        progress,
+        now: k8s_openapi::jiff::Timestamp::now(),
+    });
+    if dv.status.as_ref() != Some(&computed.status) {
+        let api: Api<DataVolume> = Api::namespaced(ctx.client.clone(), &ns);
+        api.patch_status(
+            &name,
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"status": computed.status})),
+        )
+        .await?;
+    }
+    for e in &computed.events {
+        events::record(&ctx.client, dv.as_ref(), e.warning, &e.reason, &e.message).await;
+    }
+    let running = in_progress
+        || computed.status.phase == Some(DataVolumePhase::ImportInProgress)
+        || computed.status.phase == Some(DataVolumePhase::ImportScheduled);
+    Ok(if running {
+        // Progress is read from the pod, which sends no events when it changes.
+        Action::requeue(ctx.options.resync)
+    } else {
+        Action::await_change()
+    })
+}
+
+fn error_policy(dv: Arc<DataVolume>, error: &Error, ctx: Arc<Context>) -> Action {
+    tracing::warn!(dv = %dv.name_any(), error = %error, "reconcile failed");
+    Action::requeue(ctx.options.resync)
+}
+
+/// The `kubevirt_cdi_datavolume_pending` gauge: DataVolumes still Pending.
+async fn count_pending(ctx: &Context) {
+    let api: Api<DataVolume> = Api::all(ctx.client.clone());
+    if let Ok(list) = api.list(&ListParams::default()).await {
+        let n = list
+            .items
+            .iter()
+            .filter(|d| {
+                matches!(
+                    d.status.as_ref().and_then(|s| s.phase.clone()),
+                    None | Some(DataVolumePhase::Pending)
+                )
+            })
+            .count();
+        ctx.metrics.set_datavolume_pending(n as i64);
+    }
+}
+
+/// Run the controller: DataVolumes, their claims, and the config (a gate change re-evaluates
+/// every DataVolume).
+pub async fn run(ctx: Context) -> anyhow::Result<()> {
+    let client = ctx.client.clone();
+    let shared = Arc::new(ctx.clone());
+    let gauge = {
+        let ctx = ctx.clone();
+        tokio::spawn(async move {
+            loop {
+                count_pending(&ctx).await;
+                tokio::time::sleep(ctx.options.resync).await;
+            }
+        })
+    };
+    let controller = Controller::new(
+        Api::<DataVolume>::all(client.clone()),
+        watcher::Config::default(),
+    );
+    let store = controller.store();
+    controller
+        .owns(
+            Api::<PersistentVolumeClaim>::all(client.clone()),
+            watcher::Config::default(),
+        )
+        .watches(
+            Api::<CDIConfig>::all(client.clone()),
+            watcher::Config::default(),
+            move |_| {
+                store
+                    .state()
+                    .iter()
+                    .map(|d| kube::runtime::reflector::ObjectRef::from_obj(d.as_ref()))
+                    .collect::<Vec<_>>()
+            },
+        )
+        .run(reconcile, error_policy, shared)
+        .for_each(|r| async move {
+            if let Err(e) = r {
+                tracing::debug!(error = %e, "datavolume controller");
+            }
+        })
+        .await;
+    gauge.abort();
+    Ok(())
+}

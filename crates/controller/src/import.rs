@@ -1,0 +1,214 @@
+//! The import controller: for claims with an import source, the importer pod (cdi-core
+//! `import::importer_pod`) — none before the claim is bound when WaitForFirstConsumer is
+//! honoured — and the pod's state written back onto the claim's annotations; the pod is deleted
+//! when the import is done (unless retained) or failed for good.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use cdi_api::config::{CDI, CDIConfig, NodePlacement};
+use cdi_api::{ann, gate};
+use cdi_core::import::{self, Next, Settings};
+use cdi_core::size::VolumeMode;
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::watcher;
+use kube::{Api, ResourceExt};
+use serde_json::json;
+
+use crate::{Context, Error, events};
+
+/// Worker pod placement from the CDI resource (`spec.workload`), as the operator passes it on.
+async fn placement(ctx: &Context) -> Result<Option<NodePlacement>, kube::Error> {
+    let cdis = Api::<CDI>::all(ctx.client.clone())
+        .list(&ListParams::default())
+        .await?;
+    Ok(cdis.items.into_iter().find_map(|c| c.spec.workload))
+}
+
+fn settings(
+    ctx: &Context,
+    cfg: Option<&CDIConfig>,
+    claim: &PersistentVolumeClaim,
+    placement: Option<NodePlacement>,
+) -> Settings {
+    let status = cfg.and_then(|c| c.status.as_ref());
+    let class = claim
+        .spec
+        .as_ref()
+        .and_then(|s| s.storage_class_name.as_deref());
+    let mode = cdi_core::size::resolve_volume_mode(
+        claim.spec.as_ref().and_then(|s| s.volume_mode.as_deref()),
+    );
+    let overhead = if mode == VolumeMode::Block {
+        "0".to_string()
+    } else {
+        cdi_core::render::filesystem_overhead(cfg, class, mode).to_string()
+    };
+    Settings {
+        image: ctx.options.importer_image.clone(),
+        pull_policy: ctx.options.pull_policy.clone(),
+        verbosity: ctx.options.verbosity,
+        resources: status.and_then(|s| s.default_pod_resource_requirements.clone()),
+        filesystem_overhead: overhead,
+        preallocation: status.and_then(|s| s.preallocation).unwrap_or(false),
+        import_proxy: status.and_then(|s| s.import_proxy.clone()),
+        placement,
+    }
+}
+
+async fn patch_annotations(
+    claims: &Api<PersistentVolumeClaim>,
+    claim: &PersistentVolumeClaim,
+    anns: &BTreeMap<String, String>,
+    labels: &BTreeMap<String, String>,
+) -> Result<(), kube::Error> {
+    let current = claim.annotations();
+    let changed: BTreeMap<&String, &String> = anns
+        .iter()
+        .filter(|(k, v)| current.get(*k) != Some(*v))
+        .collect();
+    let new_labels: BTreeMap<&String, &String> = labels
+        .iter()
+        .filter(|(k, _)| !claim.labels().contains_key(*k))
+        .collect();
+    if changed.is_empty() && new_labels.is_empty() {
+        return Ok(());
+    }
+    let patch = json!({"metadata": {"annotations": changed, "labels": new_labels}});
+    claims
+        .patch(
+            &claim.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(&patch),
+        )
+        .await?;
+    Ok(())
+}
+
+async fn delete_pod(pods: &Api<Pod>, name: &str) -> Result<(), kube::Error> {
+    match pods.delete(name, &DeleteParams::default()).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
+async fn reconcile(claim: Arc<PersistentVolumeClaim>, ctx: Arc<Context>) -> Result<Action, Error> {
+    if !import::is_import_claim(&claim) {
+        return Ok(Action::await_change());
+    }
+    let ns = claim.namespace().unwrap_or_default();
+    let name = claim.name_any();
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(ctx.client.clone(), &ns);
+    let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
+    let pod_name = import::pod_name(&claim);
+    let pod = pods.get_opt(&pod_name).await?;
+    let cfg = Api::<CDIConfig>::all(ctx.client.clone())
+        .get_opt(cdi_api::name::CDI_CONFIG)
+        .await?;
+    let gate_on = cfg
+        .as_ref()
+        .is_some_and(|c| c.spec.gate_enabled(gate::HONOR_WAIT_FOR_FIRST_CONSUMER));
+
+    let Some(pod) = pod else {
+        match import::next(&claim, gate_on) {
+            Next::Nothing | Next::WaitForConsumer => return Ok(Action::await_change()),
+            Next::CreatePod => {}
+        }
+        // Name the pod on the claim first, so a restart finds it.
+        let mut anns = BTreeMap::new();
+        anns.insert(ann::IMPORT_POD_NAME.to_string(), pod_name.clone());
+        patch_annotations(&claims, &claim, &anns, &BTreeMap::new()).await?;
+        let placement = placement(&ctx).await?;
+        let spec = import::importer_pod(&claim, &settings(&ctx, cfg.as_ref(), &claim, placement));
+        match pods.create(&PostParams::default(), &spec).await {
+            Ok(_) => {
+                tracing::info!(claim = %format!("{ns}/{name}"), pod = %pod_name, "created importer pod")
+            }
+            Err(kube::Error::Api(e)) if e.code == 409 => {}
+            Err(e) => return Err(e.into()),
+        }
+        return Ok(Action::requeue(ctx.options.resync));
+    };
+
+    if claim.metadata.deletion_timestamp.is_some() {
+        delete_pod(&pods, &pod_name).await?;
+        return Ok(Action::await_change());
+    }
+    let mut anns = claim.annotations().clone();
+    let outcome = import::update_from_pod(&mut anns, &pod);
+    patch_annotations(
+        &claims,
+        &claim,
+        &anns,
+        &if outcome.complete {
+            outcome.labels.clone()
+        } else {
+            BTreeMap::new()
+        },
+    )
+    .await?;
+    if let Some(message) = &outcome.failed {
+        events::record(
+            &ctx.client,
+            claim.as_ref(),
+            true,
+            "ErrImportFailed",
+            message,
+        )
+        .await;
+    }
+    if outcome.fatal {
+        delete_pod(&pods, &pod_name).await?;
+        return Ok(Action::await_change());
+    }
+    let scratch = anns.get(ann::REQUIRES_SCRATCH).map(String::as_str) == Some("true")
+        && claim
+            .annotations()
+            .get(ann::REQUIRES_SCRATCH)
+            .map(String::as_str)
+            != Some("true");
+    if outcome.complete || scratch {
+        if outcome.complete {
+            events::record(
+                &ctx.client,
+                claim.as_ref(),
+                false,
+                "ImportSucceeded",
+                "Import Successful",
+            )
+            .await;
+        }
+        if import::delete_pod_when_done(&anns) {
+            delete_pod(&pods, &pod_name).await?;
+        }
+        return Ok(Action::await_change());
+    }
+    Ok(Action::requeue(ctx.options.resync))
+}
+
+fn error_policy(claim: Arc<PersistentVolumeClaim>, error: &Error, ctx: Arc<Context>) -> Action {
+    tracing::warn!(claim = %claim.name_any(), error = %error, "import reconcile failed");
+    Action::requeue(ctx.options.resync)
+}
+
+/// Run the controller over claims and the pods they own.
+pub async fn run(ctx: Context) -> anyhow::Result<()> {
+    let client = ctx.client.clone();
+    Controller::new(
+        Api::<PersistentVolumeClaim>::all(client.clone()),
+        watcher::Config::default(),
+    )
+    .owns(Api::<Pod>::all(client.clone()), watcher::Config::default())
+    .run(reconcile, error_policy, Arc::new(ctx))
+    .for_each(|r| async move {
+        if let Err(e) = r {
+            tracing::debug!(error = %e, "import controller");
+        }
+    })
+    .await;
+    Ok(())
+}

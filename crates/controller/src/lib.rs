@@ -1,0 +1,116 @@
+//! cdi-controller: the controllers of cdi-rs, each a thin shell around decisions in `cdi-core`
+//! (observe, decide, act). `cdi controller` runs them:
+//!
+//! - `config`: creates CDIConfig `config` and keeps its status (effective values).
+//! - `storageprofile`: one StorageProfile per StorageClass.
+//! - `datavolume`: renders each DataVolume's claim and computes the DataVolume's status.
+//! - `import`: runs the importer pod for claims with an import source, honouring
+//!   WaitForFirstConsumer, and writes the pod's state onto the claim.
+//!
+//! Every reconciler is level-triggered and idempotent: killing the controller at any point and
+//! starting it again converges.
+
+pub mod config;
+pub mod datavolume;
+pub mod events;
+pub mod import;
+pub mod progress;
+pub mod serve;
+pub mod storageprofile;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use kube::Client;
+
+/// How the controller runs.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// The importer pod's image (upstream's `IMPORTER_IMAGE`).
+    pub importer_image: String,
+    pub pull_policy: String,
+    /// `-v=N` for worker pods.
+    pub verbosity: u32,
+    /// Where the leader election Lease lives.
+    pub namespace: String,
+    /// This instance's identity in the election.
+    pub identity: String,
+    /// How often progress is read and unfinished work looked at again.
+    pub resync: Duration,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            importer_image: "quay.io/kubevirt/cdi-importer:latest".into(),
+            pull_policy: "IfNotPresent".into(),
+            verbosity: 1,
+            namespace: "cdi".into(),
+            identity: "cdi-controller".into(),
+            resync: Duration::from_secs(2),
+        }
+    }
+}
+
+/// What the reconcilers share.
+#[derive(Clone)]
+pub struct Context {
+    pub client: Client,
+    pub options: Arc<Options>,
+    pub metrics: Arc<serve::Metrics>,
+}
+
+/// Why a reconcile failed; it is retried.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error(transparent)]
+    Kube(#[from] kube::Error),
+    #[error("{0}")]
+    Other(String),
+}
+
+/// Run every controller until one of them stops (they do not, unless the client fails).
+pub async fn run_controllers(ctx: Context) -> anyhow::Result<()> {
+    config::ensure(&ctx).await?;
+    tokio::select! {
+        r = config::run(ctx.clone()) => r,
+        r = storageprofile::run(ctx.clone()) => r,
+        r = datavolume::run(ctx.clone()) => r,
+        r = import::run(ctx.clone()) => r,
+    }
+}
+
+/// Run the controllers while this instance holds the leader Lease
+/// (`cdi-controller-leader-election-helper`, as upstream names it).
+pub async fn run_as_leader(ctx: Context) -> anyhow::Result<()> {
+    use kube_lease_manager::LeaseManagerBuilder;
+    let manager =
+        LeaseManagerBuilder::new(ctx.client.clone(), "cdi-controller-leader-election-helper")
+            .with_namespace(&ctx.options.namespace)
+            .with_identity(&ctx.options.identity)
+            .with_duration(15)
+            .with_grace(5)
+            .build()
+            .await?;
+    let (mut leading, _task) = manager.watch().await;
+    loop {
+        while !*leading.borrow_and_update() {
+            ctx.metrics.set_leader(false);
+            leading.changed().await?;
+        }
+        tracing::info!(identity = %ctx.options.identity, "leading");
+        ctx.metrics.set_leader(true);
+        tokio::select! {
+            r = run_controllers(ctx.clone()) => return r,
+            _ = async {
+                while *leading.borrow_and_update() {
+                    if leading.changed().await.is_err() {
+                        break;
+                    }
+                }
+            } => {
+                tracing::warn!("lost the lease; stopping the controllers");
+            }
+        }
+    }
+}
