@@ -44,6 +44,16 @@ pub enum DevCommand {
         #[arg(long, default_value_os_t = default_dir())]
         dir: PathBuf,
     },
+    /// The virt-launcher stand-in the kubelet runs for a VM's pod (image `virt-launcher`): checks
+    /// that each disk image exists, reports its format and virtual size, then runs until stopped.
+    Launcher {
+        /// The VM's name.
+        #[arg(long)]
+        name: String,
+        /// A disk, as NAME=PATH (the image file of a Filesystem volume, or the Block device).
+        #[arg(long = "disk", value_name = "NAME=PATH")]
+        disks: Vec<String>,
+    },
     /// Run the embedded Kubernetes API server and write a kubeconfig for kubectl and kube-rs.
     Apiserver {
         /// Where to listen (port 0 picks a free one).
@@ -66,7 +76,9 @@ fn parse_image(rule: &str) -> Result<(String, Vec<String>), String> {
 fn image_map(extra: &[(String, Vec<String>)]) -> anyhow::Result<ImageMap> {
     let exe = std::env::current_exe().context("finding the cdi executable")?;
     let exe = exe.to_string_lossy().into_owned();
-    let mut map = ImageMap::default().with("cdi-importer", vec![exe, "importer".into()]);
+    let mut map = ImageMap::default()
+        .with("cdi-importer", vec![exe.clone(), "importer".into()])
+        .with("virt-launcher", vec![exe, "dev".into(), "launcher".into()]);
     for (name, argv) in extra {
         map = map.with(name, argv.clone());
     }
@@ -112,6 +124,7 @@ pub fn run(command: &DevCommand) -> anyhow::Result<()> {
             up_in_background(dir, *addr, images, nodes.as_deref())
         }
         DevCommand::Down { dir } => down(dir),
+        DevCommand::Launcher { name, disks } => crate::launcher::run(name, disks),
         DevCommand::Apiserver {
             addr,
             kubeconfig,
@@ -162,6 +175,7 @@ const COMPONENT_LOGS: &[(&str, &str)] = &[
     ("provisioners.log", "cdi_devcluster::agents::localpath"),
     ("kubelet.log", "cdi_devcluster::agents::kubelet"),
     ("snapshotter.log", "cdi_devcluster::agents::snapshots"),
+    ("vm-consumer.log", "cdi_devcluster::agents::vmconsumer"),
 ];
 
 fn pid_file(dir: &Path) -> PathBuf {

@@ -5,6 +5,7 @@ mod controller;
 mod dev;
 mod import;
 mod importer;
+mod launcher;
 mod size;
 
 use std::path::PathBuf;

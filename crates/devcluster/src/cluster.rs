@@ -7,14 +7,15 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::api::storage::v1::{CSIDriver, StorageClass};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{DynamicObject, PostParams};
 use kube::{Api, Client};
-use serde_json::json;
+use serde_json::{Value, json};
 
 use crate::agents::kubelet::{self, KubeletConfig};
 use crate::agents::localpath::{self, Driver, NodeDirs};
 use crate::agents::nodes::{NodeConfig, default_nodes};
-use crate::agents::{pvcontroller, scheduler, snapshots};
+use crate::agents::{pvcontroller, scheduler, snapshots, vmconsumer};
 use crate::apiserver::{self, ApiServer};
 
 /// What to start.
@@ -111,6 +112,47 @@ fn csi_class() -> StorageClass {
     .expect("a StorageClass")
 }
 
+/// The kubevirt.io CustomResourceDefinitions the VM consumer serves: VirtualMachine and
+/// VirtualMachineInstance, schemas open (KubeVirt's own are far larger; fields are kept as given).
+fn kubevirt_crds() -> Vec<CustomResourceDefinition> {
+    let crd = |kind: &str, plural: &str, short: &[&str], columns: Value| {
+        serde_json::from_value(json!({
+            "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+            "metadata": {"name": format!("{plural}.kubevirt.io")},
+            "spec": {"group": "kubevirt.io", "scope": "Namespaced",
+                "names": {"kind": kind, "plural": plural, "singular": kind.to_lowercase(),
+                    "listKind": format!("{kind}List"), "shortNames": short, "categories": ["all"]},
+                "versions": [{"name": "v1", "served": true, "storage": true,
+                    "subresources": {"status": {}},
+                    "additionalPrinterColumns": columns,
+                    "schema": {"openAPIV3Schema": {"type": "object", "properties": {
+                        "spec": {"type": "object", "x-kubernetes-preserve-unknown-fields": true},
+                        "status": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}}}]}
+        }))
+        .expect("a CRD")
+    };
+    let age = json!({"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"});
+    vec![
+        crd(
+            "VirtualMachine",
+            "virtualmachines",
+            &["vm", "vms"],
+            json!([age,
+            {"name": "Status", "type": "string", "jsonPath": ".status.printableStatus"},
+            {"name": "Ready", "type": "string", "jsonPath": ".status.ready"}]),
+        ),
+        crd(
+            "VirtualMachineInstance",
+            "virtualmachineinstances",
+            &["vmi", "vmis"],
+            json!([age,
+            {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
+            {"name": "IP", "type": "string", "jsonPath": ".status.interfaces[0].ipAddress"},
+            {"name": "NodeName", "type": "string", "jsonPath": ".status.nodeName"}]),
+        ),
+    ]
+}
+
 /// The CSI-like driver's default VolumeSnapshotClass (CDI's snapshot clones look for one).
 fn snapshot_class() -> DynamicObject {
     serde_json::from_value(json!({
@@ -137,6 +179,7 @@ pub fn spawn_agents(
         tokio::spawn(scheduler::agent::run(client.clone(), every)),
         tokio::spawn(pvcontroller::agent::run(client.clone(), every)),
         tokio::spawn(snapshots::agent::run(client.clone(), dirs.clone(), every)),
+        tokio::spawn(vmconsumer::agent::run(client.clone(), every)),
     ];
     for driver in [Driver::LocalPath, Driver::Csi] {
         tasks.push(tokio::spawn(localpath::agent::run(
@@ -201,6 +244,10 @@ pub async fn start(config: &Config) -> anyhow::Result<Running> {
     snapshot_classes
         .create(&PostParams::default(), &snapshot_class())
         .await?;
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    for crd in kubevirt_crds() {
+        crds.create(&PostParams::default(), &crd).await?;
+    }
     let node_names: Vec<String> = config.nodes.iter().map(|n| n.name.clone()).collect();
     let mut tasks = vec![server_task];
     tasks.extend(spawn_agents(

@@ -21,6 +21,7 @@ pub mod nodes;
 pub mod pvcontroller;
 pub mod scheduler;
 pub mod snapshots;
+pub mod vmconsumer;
 
 use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim, Pod};
 use k8s_openapi::api::storage::v1::StorageClass;

@@ -82,17 +82,21 @@ pub fn expand(s: &str, vars: &dyn Fn(&str) -> Option<String>) -> String {
 }
 
 /// The argv a container runs: a known image's program followed by the container's `args` (its
-/// `command` would name a path inside the image, so the mapping replaces it), else `command` and
-/// `args` as given. An unknown image without a command cannot run here.
+/// `command` names a path inside the image, so the mapping replaces it) — unless that command is
+/// a program this machine has (`host_has`), such as KubeVirt's temporary pod's `/bin/bash`: then
+/// it runs as given, like any container of an unknown image. An unknown image without a command
+/// cannot run here.
 pub fn argv(
     images: &ImageMap,
     image: &str,
     command: &[String],
     args: &[String],
     vars: &dyn Fn(&str) -> Option<String>,
+    host_has: &dyn Fn(&str) -> bool,
 ) -> Result<Vec<String>, String> {
     let expanded = |v: &[String]| v.iter().map(|a| expand(a, vars)).collect::<Vec<_>>();
-    if let Some(program) = images.program(image) {
+    let runs_on_host = command.first().is_some_and(|c| host_has(c));
+    if let Some(program) = images.program(image).filter(|_| !runs_on_host) {
         let mut argv = program.to_vec();
         argv.extend(expanded(args));
         return Ok(argv);
@@ -156,6 +160,7 @@ mod tests {
         let images =
             ImageMap::default().with("cdi-importer", vec!["/bin/cdi".into(), "importer".into()]);
         let none = |_: &str| None;
+        let host = |c: &str| c == "/bin/bash";
         let s = |v: &[&str]| v.iter().map(|a| a.to_string()).collect::<Vec<_>>();
         assert_eq!(
             argv(
@@ -163,7 +168,8 @@ mod tests {
                 "quay.io/kubevirt/cdi-importer:v1",
                 &s(&["/usr/bin/cdi-importer"]),
                 &s(&["-v=1"]),
-                &none
+                &none,
+                &host
             )
             .unwrap(),
             s(&["/bin/cdi", "importer", "-v=1"])
@@ -175,12 +181,42 @@ mod tests {
                 "quay.io/kubevirt/virt-launcher:v1",
                 &s(&["/bin/bash"]),
                 &s(&["-c", "echo", "bound PVCs"]),
-                &none
+                &none,
+                &host
             )
             .unwrap(),
             s(&["/bin/bash", "-c", "echo", "bound PVCs"])
         );
-        let err = argv(&images, "busybox", &[], &[], &none).unwrap_err();
+        // A known image whose command the host has runs that command.
+        let mapped = images.clone().with(
+            "virt-launcher",
+            vec!["/bin/cdi".into(), "dev".into(), "launcher".into()],
+        );
+        assert_eq!(
+            argv(
+                &mapped,
+                "quay.io/kubevirt/virt-launcher:v1",
+                &s(&["/bin/bash"]),
+                &s(&["-c", "true"]),
+                &none,
+                &host
+            )
+            .unwrap(),
+            s(&["/bin/bash", "-c", "true"])
+        );
+        assert_eq!(
+            argv(
+                &mapped,
+                "quay.io/kubevirt/virt-launcher:v1",
+                &s(&["/usr/bin/virt-launcher-monitor"]),
+                &s(&["--name", "vm"]),
+                &none,
+                &host
+            )
+            .unwrap(),
+            s(&["/bin/cdi", "dev", "launcher", "--name", "vm"])
+        );
+        let err = argv(&images, "busybox", &[], &[], &none, &host).unwrap_err();
         assert!(
             err.contains("\"busybox\"") && err.contains("cdi-importer"),
             "{err}"

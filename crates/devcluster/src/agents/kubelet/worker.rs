@@ -154,6 +154,7 @@ async fn prepare(ctx: &Ctx, pod: &Pod, dir: &PodDir, ip: Ipv4Addr) -> Result<Vec
             c.command.as_deref().unwrap_or_default(),
             c.args.as_deref().unwrap_or_default(),
             &defined,
+            &|program: &str| program.starts_with('/') && std::path::Path::new(program).is_file(),
         )
         .map_err(Blocked::Image)?;
         if defined("PATH").is_none() {
