@@ -37,7 +37,7 @@ pub struct ControllerArgs {
     install_crds: bool,
 }
 
-async fn install_crds(client: &kube::Client) -> anyhow::Result<()> {
+pub(crate) async fn install_crds(client: &kube::Client) -> anyhow::Result<()> {
     let api: Api<CustomResourceDefinition> = Api::all(client.clone());
     for crd in cdi_api::crd::crds() {
         let name = crd.name_any();

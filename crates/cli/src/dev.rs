@@ -73,7 +73,7 @@ fn parse_image(rule: &str) -> Result<(String, Vec<String>), String> {
 }
 
 /// The images the kubelets run: cdi-rs's pod programs are subcommands of this executable.
-fn image_map(extra: &[(String, Vec<String>)]) -> anyhow::Result<ImageMap> {
+pub(crate) fn image_map(extra: &[(String, Vec<String>)]) -> anyhow::Result<ImageMap> {
     let exe = std::env::current_exe().context("finding the cdi executable")?;
     let exe = exe.to_string_lossy().into_owned();
     let mut map = ImageMap::default()

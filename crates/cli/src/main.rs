@@ -2,6 +2,8 @@
 //! done by the library crates.
 
 mod controller;
+mod demo;
+mod demo_image;
 mod dev;
 mod import;
 mod importer;
@@ -43,6 +45,9 @@ enum Command {
     /// The importer pod's entry point: reads upstream's IMPORTER_* environment, writes the
     /// volume and the termination message.
     Importer(importer::ImporterArgs),
+    /// The seed's WaitForFirstConsumer story on an embedded three-node cluster: a VM whose disk
+    /// is imported on the node the VM must run on; prints the timeline, exits 0 when it worked.
+    Demo(demo::DemoArgs),
     /// The CDI controllers (CDIConfig, StorageProfile, DataVolume import, importer pods) against
     /// the cluster of the current kubeconfig, leader-elected.
     Controller(controller::ControllerArgs),
@@ -57,6 +62,7 @@ fn main() -> ExitCode {
         Command::Import(args) => import::run(&args),
         Command::Dev(command) => dev::run(&command),
         Command::Controller(args) => controller::run(&args),
+        Command::Demo(args) => demo::run(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

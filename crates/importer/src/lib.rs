@@ -12,6 +12,7 @@ pub mod metrics;
 pub mod pod;
 pub mod probe;
 pub mod qcow2;
+pub mod qcow2_write;
 pub mod qemu;
 pub mod reader;
 pub mod writer;

@@ -429,3 +429,35 @@ async fn iso_images_are_copied_as_raw() {
     assert_eq!(report.format, Format::Iso);
     same(&s.read("cd.raw"), &iso, "iso");
 }
+
+#[test]
+fn written_qcow2_images_read_back_in_qemu_img() {
+    let s = Scenario::new();
+    // Data, a zero run, data at the end of a partial cluster.
+    let mut raw = cdi_testkit::images::pattern(3 * MIB + 4321);
+    raw[MIB as usize..2 * MIB as usize].fill(0);
+    std::fs::write(s.path("src.raw"), &raw).unwrap();
+    std::fs::write(
+        s.path("made.qcow2"),
+        cdi_importer::qcow2_write::from_raw(&raw),
+    )
+    .unwrap();
+    let check = Command::new("qemu-img")
+        .args(["check", "-f", "qcow2"])
+        .arg(s.path("made.qcow2"))
+        .output()
+        .unwrap();
+    assert!(
+        check.status.success(),
+        "{}",
+        String::from_utf8_lossy(&check.stdout)
+    );
+    // The size rounds up to whole sectors, as qemu-img's own images do.
+    let mut expected = raw.clone();
+    expected.resize(raw.len().div_ceil(512) * 512, 0);
+    same(
+        &s.oracle("made.qcow2", "qcow2"),
+        &expected,
+        "qemu-img's reading of the written image",
+    );
+}

@@ -1,0 +1,444 @@
+//! `cdi demo`: the WaitForFirstConsumer story of the seed document, for real, on one machine.
+//! It starts the development cluster and the controllers in this process (the importer and the
+//! VM's launcher run as pods, that is as processes), serves a qcow2 of a small real filesystem
+//! on 127.0.0.1, applies the seed's VirtualMachine and prints what happens, in order.
+
+use std::collections::BTreeSet;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, bail};
+use cdi_api::config::CDIConfig;
+use cdi_api::datavolume::DataVolume;
+use cdi_api::kubevirt::{
+    EPHEMERAL_PROVISIONING_ANNOTATION, VirtualMachine, VirtualMachineInstance,
+};
+use cdi_controller::{Context, Options, serve};
+use cdi_core::quantity::Quantity;
+use cdi_core::size::{self, ClaimApi, VolumeMode};
+use cdi_devcluster::cluster;
+use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod};
+use k8s_openapi::api::storage::v1::StorageClass;
+use kube::api::{ListParams, Patch, PatchParams, PostParams};
+use kube::{Api, Client, ResourceExt};
+use serde_json::json;
+
+use crate::demo_image;
+
+#[derive(clap::Args)]
+pub struct DemoArgs {
+    /// The root disk's request, as in the seed's VirtualMachine.
+    #[arg(long, default_value = "20Gi")]
+    size: String,
+    /// Keep the cluster's directory (volumes, logs) here instead of a temporary one.
+    #[arg(long)]
+    dir: Option<PathBuf>,
+    /// Give up after this many seconds.
+    #[arg(long, default_value_t = 180)]
+    timeout: u64,
+}
+
+const NS: &str = "default";
+const VM: &str = "vm-with-wffc-disk";
+const DV: &str = "vm-with-wffc-disk-root";
+
+fn seed_objects(url: &str, size: &str) -> Vec<serde_json::Value> {
+    vec![
+        json!({"apiVersion": "storage.k8s.io/v1", "kind": "StorageClass",
+            "metadata": {"name": "local-path-wffc"}, "provisioner": "rancher.io/local-path",
+            "parameters": {"nodePath": "/data/vm-disks", "pathPattern": "{{ .PVC.Namespace }}/{{ .PVC.Name }}/"},
+            "volumeBindingMode": "WaitForFirstConsumer", "reclaimPolicy": "Delete"}),
+        json!({"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachine",
+            "metadata": {"name": VM, "namespace": NS},
+            "spec": {"running": true,
+                "dataVolumeTemplates": [{"metadata": {"name": DV}, "spec": {
+                    "source": {"http": {"url": url}},
+                    "pvc": {"storageClassName": "local-path-wffc", "accessModes": ["ReadWriteOnce"],
+                        "resources": {"requests": {"storage": size}}}}}],
+                "template": {"spec": {
+                    "nodeSelector": {"node-role.kubernetes.io/virt-local": "true"},
+                    "tolerations": [{"key": "virt-local", "operator": "Equal", "value": "true", "effect": "NoSchedule"}],
+                    "domain": {"resources": {"requests": {"memory": "2Gi"}},
+                        "devices": {"disks": [{"name": "root", "disk": {"bus": "virtio"}}]}},
+                    "volumes": [{"name": "root", "dataVolume": {"name": DV}}]}}}}),
+    ]
+}
+
+/// Free bytes for unprivileged writers on the filesystem holding `dir`.
+fn free_bytes(dir: &Path) -> anyhow::Result<u64> {
+    let st = rustix::fs::statvfs(dir).with_context(|| format!("statfs {}", dir.display()))?;
+    Ok(st.f_bavail * st.f_frsize)
+}
+
+struct Timeline {
+    start: Instant,
+    seen: BTreeSet<String>,
+}
+
+impl Timeline {
+    /// Print `line` once, with the time since the start.
+    fn say(&mut self, key: &str, line: String) {
+        if self.seen.insert(key.to_string()) {
+            println!("{:>7.2}s  {line}", self.start.elapsed().as_secs_f64());
+        }
+    }
+}
+
+fn gib(bytes: i64) -> String {
+    format!("{:.2} GiB", bytes as f64 / (1u64 << 30) as f64)
+}
+
+async fn setup(client: &Client, url: &str, size: &str) -> anyhow::Result<()> {
+    // The controller creates `config`; the demo turns the gate on, as CDI's release CR does.
+    let configs: Api<CDIConfig> = Api::all(client.clone());
+    for _ in 0..100 {
+        if configs.get_opt("config").await?.is_some() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let patch = json!({"spec": {"featureGates": ["HonorWaitForFirstConsumer"]}});
+    configs
+        .patch("config", &PatchParams::default(), &Patch::Merge(&patch))
+        .await?;
+    // Worker pods may run on the VM node (CDI's spec.workload), as an admin would allow.
+    let cdi: cdi_api::config::CDI = serde_json::from_value(json!({
+        "apiVersion": "cdi.kubevirt.io/v1beta1", "kind": "CDI", "metadata": {"name": "cdi"},
+        "spec": {"workload": {"tolerations": [{"key": "virt-local", "operator": "Equal", "value": "true", "effect": "NoSchedule"}]}}}))?;
+    Api::<cdi_api::config::CDI>::all(client.clone())
+        .create(&PostParams::default(), &cdi)
+        .await?;
+    let objects = seed_objects(url, size);
+    let class: StorageClass = serde_json::from_value(objects[0].clone())?;
+    Api::<StorageClass>::all(client.clone())
+        .create(&PostParams::default(), &class)
+        .await?;
+    let vm: VirtualMachine = serde_json::from_value(objects[1].clone())?;
+    Api::<VirtualMachine>::namespaced(client.clone(), NS)
+        .create(&PostParams::default(), &vm)
+        .await?;
+    Ok(())
+}
+
+/// Follow the story until the launcher runs (Ok: its node) or something fails for good.
+async fn follow(
+    client: &Client,
+    t: &mut Timeline,
+    timeout: Duration,
+) -> anyhow::Result<(String, PathBuf)> {
+    let dvs: Api<DataVolume> = Api::namespaced(client.clone(), NS);
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), NS);
+    let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
+    let vmis: Api<VirtualMachineInstance> = Api::namespaced(client.clone(), NS);
+    let volumes: Api<PersistentVolume> = Api::all(client.clone());
+    let deadline = Instant::now() + timeout;
+    let mut last_phase = String::new();
+    let mut importer_seen = false;
+    loop {
+        if Instant::now() > deadline {
+            bail!(
+                "the VM's launcher was not running after {} s (last DataVolume phase: {last_phase:?})",
+                timeout.as_secs()
+            );
+        }
+        if let Some(dv) = dvs.get_opt(DV).await? {
+            let phase = dv
+                .status
+                .as_ref()
+                .and_then(|s| s.phase.as_ref())
+                .map(|p| p.as_str().to_string())
+                .unwrap_or_default();
+            if !phase.is_empty() && phase != last_phase {
+                let progress = dv
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.progress.clone())
+                    .unwrap_or_default();
+                t.say(
+                    &format!("dv-{phase}"),
+                    format!("DataVolume {DV}: {phase} ({progress})"),
+                );
+                last_phase = phase.clone();
+            }
+            if phase == "Failed" {
+                bail!("DataVolume {DV} failed; see `kubectl describe dv {DV}`");
+            }
+        }
+        let claim = claims.get_opt(DV).await?;
+        let claim_phase = claim
+            .as_ref()
+            .and_then(|c| c.status.as_ref()?.phase.clone())
+            .unwrap_or_default();
+        for p in pods.list(&ListParams::default()).await?.items {
+            let name = p.name_any();
+            let node = p.spec.as_ref().and_then(|s| s.node_name.clone());
+            let phase = p
+                .status
+                .as_ref()
+                .and_then(|s| s.phase.clone())
+                .unwrap_or_default();
+            let temp = p
+                .annotations()
+                .contains_key(EPHEMERAL_PROVISIONING_ANNOTATION);
+            if temp {
+                t.say(&format!("{name}-created"), format!("temporary pod {name} created (the VM's constraints, {EPHEMERAL_PROVISIONING_ANNOTATION})"));
+                if let Some(n) = &node {
+                    t.say(
+                        &format!("{name}-node"),
+                        format!("temporary pod {name} scheduled on {n}"),
+                    );
+                }
+                if phase == "Succeeded" {
+                    t.say(
+                        &format!("{name}-done"),
+                        format!("temporary pod {name} Succeeded (bash -c echo \"bound PVCs\")"),
+                    );
+                }
+            } else if name.starts_with("importer-") {
+                importer_seen = true;
+                if claim_phase != "Bound" {
+                    bail!(
+                        "importer pod {name} exists while claim {DV} is {claim_phase:?}: the gate did not hold"
+                    );
+                }
+                t.say(
+                    &format!("{name}-created"),
+                    format!("importer pod {name} created (claim {DV} is Bound)"),
+                );
+                if let (Some(n), "Running") = (&node, phase.as_str()) {
+                    t.say(
+                        &format!("{name}-running"),
+                        format!(
+                            "importer pod {name} running on {n}, IP {}",
+                            p.status
+                                .as_ref()
+                                .and_then(|s| s.pod_ip.clone())
+                                .unwrap_or_default()
+                        ),
+                    );
+                }
+                if phase == "Succeeded" {
+                    let on = node.as_deref().unwrap_or("?");
+                    t.say(
+                        &format!("{name}-done"),
+                        format!("importer pod {name} Succeeded on {on}"),
+                    );
+                }
+            } else if name.starts_with("virt-launcher-")
+                && let (Some(n), "Running") = (&node, phase.as_str())
+            {
+                t.say("launcher", format!("launcher pod {name} Running on {n}"));
+                let c = claim.clone().context("the claim vanished")?;
+                let pv = c
+                    .spec
+                    .and_then(|s| s.volume_name)
+                    .context("the claim has no volume")?;
+                let path = volumes
+                    .get(&pv)
+                    .await?
+                    .spec
+                    .and_then(|s| s.host_path)
+                    .map(|h| PathBuf::from(h.path))
+                    .context("the volume has no path")?;
+                return Ok((n.clone(), path));
+            }
+        }
+        if importer_seen
+            && !pods
+                .list(&ListParams::default())
+                .await?
+                .items
+                .iter()
+                .any(|p| p.name_any().starts_with("importer-"))
+        {
+            t.say("importer-gone", "importer pod deleted after success".into());
+        }
+        if let Some(c) = &claim {
+            if let Some(n) = c.annotations().get(cdi_api::ann::SELECTED_NODE) {
+                t.say("selected", format!("claim {DV}: volume.kubernetes.io/selected-node={n} (set by the scheduler for the temporary pod)"));
+            }
+            if claim_phase == "Bound"
+                && let Some(pv) = c.spec.as_ref().and_then(|s| s.volume_name.clone())
+                && let Some(v) = volumes.get_opt(&pv).await?
+            {
+                let affinity = v
+                    .spec
+                    .as_ref()
+                    .and_then(|s| s.node_affinity.as_ref())
+                    .and_then(|a| a.required.as_ref())
+                    .map(|r| {
+                        r.node_selector_terms
+                            .iter()
+                            .flat_map(|t| t.match_expressions.iter().flatten())
+                            .map(|e| {
+                                format!(
+                                    "{} {} {:?}",
+                                    e.key,
+                                    e.operator,
+                                    e.values.clone().unwrap_or_default()
+                                )
+                            })
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    })
+                    .unwrap_or_default();
+                t.say(
+                    "bound",
+                    format!("claim {DV} Bound to {pv}: node affinity {affinity}"),
+                );
+            }
+        }
+        if let Some(vmi) = vmis.get_opt(VM).await? {
+            let phase = vmi
+                .status
+                .as_ref()
+                .and_then(|s| s.phase.clone())
+                .unwrap_or_default();
+            let provisioning = vmi
+                .status
+                .as_ref()
+                .and_then(|s| s.conditions.as_ref())
+                .is_some_and(|c| {
+                    c.iter()
+                        .any(|c| c["type"] == "Provisioning" && c["status"] == "True")
+                });
+            if provisioning {
+                t.say(
+                    "vmi-provisioning",
+                    format!("VirtualMachineInstance {VM}: {phase}, condition Provisioning=True"),
+                );
+            } else if !phase.is_empty() {
+                t.say(
+                    &format!("vmi-{phase}"),
+                    format!("VirtualMachineInstance {VM}: {phase}"),
+                );
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+pub fn run(args: &DemoArgs) -> anyhow::Result<()> {
+    let request: Quantity = args
+        .size
+        .parse()
+        .map_err(|e| anyhow::anyhow!("--size {}: {e}", args.size))?;
+    let bytes = request.value();
+    let plan = size::plan(
+        ClaimApi::Pvc,
+        VolumeMode::Filesystem,
+        bytes,
+        size::DEFAULT_OVERHEAD,
+    );
+    let tmp;
+    let dir = match &args.dir {
+        Some(d) => {
+            std::fs::create_dir_all(d).with_context(|| format!("creating {}", d.display()))?;
+            d.clone()
+        }
+        None => {
+            tmp = TempDir::new()?;
+            tmp.0.clone()
+        }
+    };
+    // The importer sizes the image by the space its volume reports, as upstream does; a
+    // local-path volume reports the host filesystem's.
+    let free = free_bytes(&dir)?;
+    if (free as i64) < plan.disk_image {
+        bail!(
+            "the demo's {} disk is sparse but the importer checks the space its volume reports: \
+             {} needs {} free, it has {}; free some space or pass a smaller --size",
+            args.size,
+            dir.display(),
+            gib(plan.disk_image),
+            gib(free as i64)
+        );
+    }
+    let runtime = tokio::runtime::Runtime::new().context("starting the runtime")?;
+    runtime.block_on(async {
+        println!("cdi demo: the WaitForFirstConsumer handshake of the seed document, on {}", dir.display());
+        let raw = demo_image::fat16(65536, "cdi demo", &[
+            ("README.TXT", b"This disk was imported by cdi-rs, placed on the node its VM runs on.\n"),
+            ("SEED.TXT", b"HonorWaitForFirstConsumer: the VM's temporary pod bound the claim, then the importer filled it.\n"),
+        ]);
+        let qcow2 = cdi_importer::qcow2_write::from_raw(&raw);
+        let (addr, _server): (SocketAddr, _) = demo_image::serve("/images/root.qcow2", qcow2.clone()).await?;
+        let url = format!("http://{addr}/images/root.qcow2");
+        println!("  image: {url} (qcow2 {} bytes of a {} FAT16 filesystem)", qcow2.len(), gib(raw.len() as i64));
+
+        let mut config = cluster::Config::new(dir.clone(), "127.0.0.1:0".parse()?);
+        config.kubelet.images = crate::dev::image_map(&[])?;
+        config.every = Duration::from_millis(100);
+        let running = cluster::start(&config).await?;
+        let client = running.client.clone();
+        println!("  cluster: {} (kubeconfig {})", running.url, running.kubeconfig.display());
+        let ctx = Context {
+            client: client.clone(),
+            options: Arc::new(Options {
+                importer_image: "quay.io/kubevirt/cdi-importer:v1.66.0".into(),
+                resync: Duration::from_millis(500),
+                ..Options::default()
+            }),
+            metrics: Arc::new(serve::Metrics::default()),
+        };
+        crate::controller::install_crds(&client).await?;
+        let controllers = tokio::spawn(cdi_controller::run_controllers(ctx));
+        setup(&client, &url, &args.size).await?;
+        println!("  applied: CDIConfig gate HonorWaitForFirstConsumer, CDI workload tolerations, class local-path-wffc, VirtualMachine {VM} ({} root disk on spec.pvc)\n", args.size);
+
+        let mut t = Timeline { start: Instant::now(), seen: BTreeSet::new() };
+        let result = follow(&client, &mut t, Duration::from_secs(args.timeout)).await;
+        controllers.abort();
+        let outcome = match result {
+            Ok((node, path)) => {
+                let disk = std::fs::metadata(path.join("disk.img")).map(|m| m.len() as i64).unwrap_or(-1);
+                // Only the start holds data; the rest of the sparse image reads as zeros.
+                let head = read_head(&path.join("disk.img"), raw.len());
+                let same = head.as_deref() == Some(&raw[..]);
+                println!();
+                println!("disk image {}: virtual size {disk} bytes ({})", path.join("disk.img").display(), gib(disk));
+                println!("SPEC §3 for spec.pvc {}: claim {} bytes, disk {} bytes ({})", args.size, plan.pvc_request, plan.disk_image, gib(plan.disk_image));
+                println!("contents: {}", if same { "the served filesystem, byte for byte" } else { "DIFFERENT from the served filesystem" });
+                if node != "node-2" {
+                    Err(anyhow::anyhow!("the launcher runs on {node}, not on node-2 where the VM belongs"))
+                } else if disk != plan.disk_image {
+                    Err(anyhow::anyhow!("the disk is {disk} bytes, SPEC §3 says {}", plan.disk_image))
+                } else if !same {
+                    Err(anyhow::anyhow!("the imported disk does not hold the served image"))
+                } else {
+                    println!("\nOK: the VM runs on node-2 with its {} disk on node-2, imported after the VM's constraints chose the node.", args.size);
+                    Ok(())
+                }
+            }
+            Err(e) => Err(e),
+        };
+        running.stop().await;
+        outcome
+    })
+}
+
+fn read_head(path: &Path, len: usize) -> Option<Vec<u8>> {
+    use std::io::Read;
+    let mut buf = vec![0u8; len];
+    std::fs::File::open(path).ok()?.read_exact(&mut buf).ok()?;
+    Some(buf)
+}
+
+/// A temporary directory removed on drop (the demo's volumes live there).
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new() -> anyhow::Result<TempDir> {
+        let path = std::env::temp_dir().join(format!("cdi-demo-{}", std::process::id()));
+        std::fs::create_dir_all(&path).with_context(|| format!("creating {}", path.display()))?;
+        Ok(TempDir(path))
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}

@@ -1,0 +1,47 @@
+//! `cdi demo`, as the README runs it: exit 0, and the timeline in the handshake's order.
+
+use std::process::Command;
+
+#[test]
+fn the_demo_tells_the_seed_story_and_succeeds() {
+    let out = Command::new(env!("CARGO_BIN_EXE_cdi"))
+        .arg("demo")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    let order = [
+        "DataVolume vm-with-wffc-disk-root: WaitForFirstConsumer",
+        "temporary pod virt-launcher-vm-with-wffc-disk-",
+        "volume.kubernetes.io/selected-node=node-2",
+        "importer pod importer-vm-with-wffc-disk-root created (claim vm-with-wffc-disk-root is Bound)",
+        "DataVolume vm-with-wffc-disk-root: Succeeded (100.0%)",
+        "Running on node-2",
+        "virtual size 20258488320 bytes",
+        "contents: the served filesystem, byte for byte",
+        "OK: the VM runs on node-2",
+    ];
+    let mut at = 0;
+    for line in order {
+        let found = stdout[at..]
+            .find(line)
+            .unwrap_or_else(|| panic!("{line:?} not after byte {at} in:\n{stdout}"));
+        at += found + line.len();
+    }
+    assert!(
+        stdout.contains("node affinity kubernetes.io/hostname In [\"node-2\"]"),
+        "{stdout}"
+    );
+}
+
+#[test]
+fn a_bad_size_is_refused_with_the_reason() {
+    let out = Command::new(env!("CARGO_BIN_EXE_cdi"))
+        .args(["demo", "--size", "lots"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("--size lots"), "{stderr}");
+}
