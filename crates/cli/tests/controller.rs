@@ -135,10 +135,9 @@ async fn serve_image(dir: &Path, size: u64, slow: bool) -> (FileServer, Vec<u8>)
         "/disk.qcow2",
         std::fs::read(dir.join("src.qcow2")).unwrap(),
         Behaviour {
-            // One streamed response with a pause mid-way, so ImportInProgress lasts long enough
-            // to be seen.
-            ranges: !slow,
-            stall_after: slow.then_some((2 * MIB, Duration::from_secs(3))),
+            ranges: true,
+            // A slow server, so that ImportInProgress lasts long enough to be seen.
+            delay_body: slow.then_some(Duration::from_millis(700)),
             ..Default::default()
         },
     );
@@ -284,4 +283,263 @@ async fn without_the_gate_the_importer_binds_the_claim_wherever_it_lands() {
     assert_eq!(pod["spec"]["nodeName"].as_str(), Some(node));
     assert_eq!(pod["status"]["phase"], "Succeeded");
     drop(s.controller);
+}
+
+fn condition(dv: &Value, type_: &str) -> Value {
+    dv["status"]["conditions"]
+        .as_array()
+        .and_then(|c| c.iter().find(|c| c["type"] == type_).cloned())
+        .unwrap_or(Value::Null)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn without_a_consumer_it_waits_and_says_so() {
+    let s = setup(true);
+    let _down = Down(&s.dir);
+    let (server, _) = serve_image(s._tmp.path(), MIB, false).await;
+    kubectl(
+        &s.dir,
+        &["apply", "-f", "-"],
+        Some(&data_volume(
+            "lonely",
+            &server.url("/disk.qcow2"),
+            "1Gi",
+            "",
+        )),
+    );
+    let dv = wait_for("WaitForFirstConsumer", 30, || {
+        get(&s.dir, "dv/lonely").filter(|d| phase(d) == "WaitForFirstConsumer")
+    });
+    std::thread::sleep(Duration::from_secs(3));
+    let dv2 = get(&s.dir, "dv/lonely").unwrap();
+    assert_eq!(phase(&dv2), "WaitForFirstConsumer");
+    let bound = condition(&dv, "Bound");
+    assert_eq!(
+        (bound["status"].as_str(), bound["reason"].as_str()),
+        (Some("False"), Some("Pending"))
+    );
+    assert!(get(&s.dir, "pod/importer-lonely").is_none());
+    // kubectl shows it as upstream's columns do.
+    let table = kubectl(&s.dir, &["get", "dv", "lonely"], None);
+    assert!(
+        table.contains("WaitForFirstConsumer") && table.contains("N/A"),
+        "{table}"
+    );
+    drop(s.controller);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn storage_api_sizes_and_a_block_volume_bound_at_once() {
+    let s = setup(true);
+    let _down = Down(&s.dir);
+    let (server, expected) = serve_image(s._tmp.path(), 3 * MIB, false).await;
+    let url = server.url("/disk.qcow2");
+    // spec.storage: the claim is inflated so that the disk gets the whole request (SPEC §3).
+    let storage = format!(
+        r#"
+apiVersion: cdi.kubevirt.io/v1beta1
+kind: DataVolume
+metadata: {{name: sized}}
+spec:
+  source: {{http: {{url: "{url}"}}}}
+  storage:
+    storageClassName: local-path-wffc
+    accessModes: [ReadWriteOnce]
+    resources: {{requests: {{storage: 1Gi}}}}
+"#
+    );
+    // A Block volume of the CSI-like class; the immediate-bind annotation makes the importer
+    // its first consumer although the gate is on.
+    let block = format!(
+        r#"
+apiVersion: cdi.kubevirt.io/v1beta1
+kind: DataVolume
+metadata:
+  name: raw-block
+  annotations: {{cdi.kubevirt.io/storage.bind.immediate.requested: "true"}}
+spec:
+  source: {{http: {{url: "{url}"}}}}
+  pvc:
+    storageClassName: csi
+    volumeMode: Block
+    accessModes: [ReadWriteOnce]
+    resources: {{requests: {{storage: 64Mi}}}}
+"#
+    );
+    kubectl(
+        &s.dir,
+        &["apply", "-f", "-"],
+        Some(&format!("{storage}---{block}")),
+    );
+    kubectl(
+        &s.dir,
+        &["apply", "-f", "-"],
+        Some(&consumer("user", "sized")),
+    );
+    for name in ["sized", "raw-block"] {
+        wait_for(&format!("{name} to succeed"), 60, || {
+            get(&s.dir, &format!("dv/{name}")).filter(|d| phase(d) == "Succeeded")
+        });
+    }
+    let claim = get(&s.dir, "pvc/sized").unwrap();
+    assert_eq!(
+        claim["spec"]["resources"]["requests"]["storage"],
+        "1138166334"
+    );
+    let pv = get(
+        &s.dir,
+        &format!("pv/{}", claim["spec"]["volumeName"].as_str().unwrap()),
+    )
+    .unwrap();
+    let disk = Path::new(pv["spec"]["hostPath"]["path"].as_str().unwrap()).join("disk.img");
+    assert_eq!(std::fs::metadata(&disk).unwrap().len(), 1 << 30);
+
+    let claim = get(&s.dir, "pvc/raw-block").unwrap();
+    let anns = &claim["metadata"]["annotations"];
+    assert!(
+        anns.get("cdi.kubevirt.io/storage.bind.immediate.requested")
+            .is_some()
+    );
+    let pv = get(
+        &s.dir,
+        &format!("pv/{}", claim["spec"]["volumeName"].as_str().unwrap()),
+    )
+    .unwrap();
+    let file = pv["spec"]["csi"]["volumeAttributes"]["path"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let data = std::fs::read(&file).unwrap();
+    assert_eq!(data.len() as u64, 64 * MIB, "Block volumes get no overhead");
+    assert_same(&data[..expected.len()], &expected, "the block volume");
+    drop(s.controller);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn failures_say_why_and_fatal_ones_stop() {
+    let s = setup(false);
+    let _down = Down(&s.dir);
+    let (server, _) = serve_image(s._tmp.path(), 64 * MIB, false).await;
+    let good = server.url("/disk.qcow2");
+    let missing = server.url("/missing.qcow2");
+    let checksum = format!(
+        r#"
+apiVersion: cdi.kubevirt.io/v1beta1
+kind: DataVolume
+metadata: {{name: bad-sum}}
+spec:
+  source: {{http: {{url: "{good}", checksum: "sha256:{}"}}}}
+  pvc:
+    storageClassName: local-path-wffc
+    accessModes: [ReadWriteOnce]
+    resources: {{requests: {{storage: 1Gi}}}}
+"#,
+        "0".repeat(64)
+    );
+    let docs = [
+        data_volume("not-there", &missing, "1Gi", ""),
+        checksum,
+        data_volume("too-small", &good, "16Mi", ""),
+    ]
+    .join("---");
+    kubectl(&s.dir, &["apply", "-f", "-"], Some(&docs));
+
+    // 404: Running=False with the importer's message; the pod is restarted, and counted.
+    let dv = wait_for("a restart of the 404 import", 60, || {
+        get(&s.dir, "dv/not-there")
+            .filter(|d| d["status"]["restartCount"].as_i64().unwrap_or(0) >= 1)
+    });
+    let running = condition(&dv, "Running");
+    assert_eq!(running["status"], "False");
+    assert!(
+        running["message"].as_str().unwrap_or("").contains("404"),
+        "{running}"
+    );
+    assert_ne!(phase(&dv), "Failed");
+
+    // Checksum mismatch: Failed, the pod gone and not recreated.
+    let dv = wait_for("the checksum failure", 60, || {
+        get(&s.dir, "dv/bad-sum").filter(|d| phase(d) == "Failed")
+    });
+    assert_eq!(condition(&dv, "Running")["reason"], "ChecksumError");
+    wait_for("the failed importer to go", 30, || {
+        get(&s.dir, "pod/importer-bad-sum").is_none().then_some(())
+    });
+    std::thread::sleep(Duration::from_secs(3));
+    assert!(
+        get(&s.dir, "pod/importer-bad-sum").is_none(),
+        "a fatal import was retried"
+    );
+    let claim = get(&s.dir, "pvc/bad-sum").unwrap();
+    assert_eq!(
+        claim["metadata"]["annotations"]["cdi.kubevirt.io/storage.import.fatalError"],
+        "true"
+    );
+
+    // An image larger than the claim.
+    let dv = wait_for("the size failure", 60, || {
+        get(&s.dir, "dv/too-small").filter(|d| {
+            condition(d, "Running")["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("a larger PVC is required"))
+        })
+    });
+    assert_ne!(phase(&dv), "Succeeded");
+    drop(s.controller);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_controller_killed_mid_import_converges_after_restart() {
+    let mut s = setup(true);
+    let _down = Down(&s.dir);
+    let (server, expected) = serve_image(s._tmp.path(), 8 * MIB, true).await;
+    kubectl(
+        &s.dir,
+        &["apply", "-f", "-"],
+        Some(&data_volume(
+            "survivor",
+            &server.url("/disk.qcow2"),
+            "1Gi",
+            "",
+        )),
+    );
+    kubectl(
+        &s.dir,
+        &["apply", "-f", "-"],
+        Some(&consumer("user", "survivor")),
+    );
+    wait_for("the import to run", 60, || {
+        get(&s.dir, "pod/importer-survivor").filter(|p| p["status"]["phase"] == "Running")
+    });
+    s.controller.kill();
+    // A new instance takes over once the dead one's lease expires.
+    let _second = Controller::start(&s.dir, &s._tmp.path().join("controller-2.log"));
+    wait_for("the import to succeed after the restart", 90, || {
+        get(&s.dir, "dv/survivor").filter(|d| phase(d) == "Succeeded")
+    });
+    wait_for("no importer pod left", 30, || {
+        get(&s.dir, "pod/importer-survivor").is_none().then_some(())
+    });
+    let claims = get(&s.dir, "pvc").unwrap();
+    let names: Vec<&str> = claims["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|c| c["metadata"]["name"].as_str())
+        .collect();
+    assert_eq!(names, ["survivor"], "no extra claims");
+    let claim = get(&s.dir, "pvc/survivor").unwrap();
+    let pv = get(
+        &s.dir,
+        &format!("pv/{}", claim["spec"]["volumeName"].as_str().unwrap()),
+    )
+    .unwrap();
+    let disk =
+        std::fs::read(Path::new(pv["spec"]["hostPath"]["path"].as_str().unwrap()).join("disk.img"))
+            .unwrap();
+    assert_same(
+        &disk[..expected.len()],
+        &expected,
+        "the image after the restart",
+    );
 }

@@ -28,6 +28,8 @@ pub struct Behaviour {
     pub lie_content_length: Option<u64>,
     /// Do not answer HEAD (405), as some servers do.
     pub no_head: bool,
+    /// Wait this long before every response body: a slow server.
+    pub delay_body: Option<Duration>,
 }
 
 /// What the server saw, for assertions.
@@ -434,6 +436,9 @@ async fn serve<S: AsyncRead + AsyncWrite + Unpin>(
         return Ok(());
     }
     let body_len = end - start;
+    if let Some(d) = behaviour.delay_body {
+        tokio::time::sleep(d).await;
+    }
     // Faults apply only to responses long enough to hit them (not to probes).
     let (drop_at, stall_at) = {
         let mut st = state.lock().unwrap();
