@@ -285,6 +285,20 @@ async fn without_the_gate_the_importer_binds_the_claim_wherever_it_lands() {
     drop(s.controller);
 }
 
+/// A plain HTTP GET over a socket: status line, headers and body as text.
+fn http_get(addr: &str, path: &str) -> String {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(addr).unwrap();
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut out = String::new();
+    stream.read_to_string(&mut out).unwrap();
+    out
+}
+
 fn condition(dv: &Value, type_: &str) -> Value {
     dv["status"]["conditions"]
         .as_array()
@@ -324,6 +338,23 @@ async fn without_a_consumer_it_waits_and_says_so() {
     assert!(
         table.contains("WaitForFirstConsumer") && table.contains("N/A"),
         "{table}"
+    );
+    // The controller's endpoints: it leads, and serves upstream's pending gauge.
+    let log = std::fs::read_to_string(s._tmp.path().join("controller.log")).unwrap();
+    let addr = log
+        .lines()
+        .find_map(|l| l.strip_prefix("metrics, healthz and readyz on http://"))
+        .expect("the controller prints its address")
+        .to_string();
+    assert!(http_get(&addr, "/readyz").starts_with("HTTP/1.1 200"));
+    let metrics = http_get(&addr, "/metrics");
+    assert!(
+        metrics.contains("\nkubevirt_cdi_datavolume_pending 0\n"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("\ncdi_rs_controller_leader 1\n"),
+        "{metrics}"
     );
     drop(s.controller);
 }

@@ -138,6 +138,44 @@ async fn reconcile(claim: Arc<PersistentVolumeClaim>, ctx: Arc<Context>) -> Resu
         delete_pod(&pods, &pod_name).await?;
         return Ok(Action::await_change());
     }
+    // The importer asked for scratch space: its claim goes with the pod, owned by it.
+    let pod_pending = pod.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Pending");
+    if pod_pending
+        && claim
+            .annotations()
+            .get(ann::REQUIRES_SCRATCH)
+            .map(String::as_str)
+            == Some("true")
+    {
+        let status = cfg.as_ref().and_then(|c| c.status.as_ref());
+        let target_class = claim
+            .spec
+            .as_ref()
+            .and_then(|s| s.storage_class_name.clone());
+        let scratch_class = status
+            .and_then(|s| s.scratch_space_storage_class.clone())
+            .filter(|c| !c.is_empty())
+            .or(target_class.clone());
+        let fs = VolumeMode::Filesystem;
+        let target_overhead =
+            cdi_core::render::filesystem_overhead(cfg.as_ref(), target_class.as_deref(), fs);
+        let scratch_overhead =
+            cdi_core::render::filesystem_overhead(cfg.as_ref(), scratch_class.as_deref(), fs);
+        let scratch = import::scratch_claim(
+            &claim,
+            &pod,
+            scratch_class.as_deref(),
+            target_overhead,
+            scratch_overhead,
+        );
+        match claims.create(&PostParams::default(), &scratch).await {
+            Ok(_) => {
+                tracing::info!(claim = %format!("{ns}/{}", import::scratch_name(&claim)), "created scratch claim")
+            }
+            Err(kube::Error::Api(e)) if e.code == 409 => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
     let mut anns = claim.annotations().clone();
     let outcome = import::update_from_pod(&mut anns, &pod);
     patch_annotations(

@@ -19,6 +19,9 @@ pub const DATA_MOUNT: &str = "/data";
 pub const BLOCK_DEVICE: &str = "/dev/cdi-block-volume";
 pub const DATA_VOLUME_NAME: &str = "cdi-data-vol";
 pub const CERT_DIR: &str = "/certs";
+/// Where the scratch claim is mounted when the importer asked for one.
+pub const SCRATCH_MOUNT: &str = "/scratch";
+pub const SCRATCH_VOLUME_NAME: &str = "cdi-scratch-vol";
 /// The importer's container name, also its component label value.
 pub const CONTAINER: &str = "importer";
 /// The metrics port's name; controllers scrape progress from it.
@@ -276,6 +279,23 @@ pub fn importer_pod(claim: &PersistentVolumeClaim, s: &Settings) -> Pod {
             ..Default::default()
         });
     }
+    if get(&anns, ann::REQUIRES_SCRATCH) == Some("true") {
+        volumes.push(Volume {
+            name: SCRATCH_VOLUME_NAME.into(),
+            persistent_volume_claim: Some(
+                k8s_openapi::api::core::v1::PersistentVolumeClaimVolumeSource {
+                    claim_name: scratch_name(claim),
+                    read_only: Some(false),
+                },
+            ),
+            ..Default::default()
+        });
+        mounts.push(VolumeMount {
+            name: SCRATCH_VOLUME_NAME.into(),
+            mount_path: SCRATCH_MOUNT.into(),
+            ..Default::default()
+        });
+    }
     let (volume_devices, data_mounts) = if block {
         (
             Some(vec![VolumeDevice {
@@ -384,6 +404,73 @@ pub fn importer_pod(claim: &PersistentVolumeClaim, s: &Settings) -> Pod {
                     type_: "RuntimeDefault".into(),
                     localhost_profile: None,
                 }),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }),
+        status: None,
+    }
+}
+
+/// The scratch claim's name: `<claim>-scratch`.
+pub fn scratch_name(claim: &PersistentVolumeClaim) -> String {
+    format!("{}-scratch", claim.metadata.name.as_deref().unwrap_or(""))
+}
+
+/// The scratch claim for `claim`'s importer `pod` (upstream's `createScratchPvcForPod`): owned by
+/// the pod, ReadWriteOnce Filesystem, big enough for the image at the target's usable size plus
+/// the scratch class's overhead (SPEC §3), excluded from backups, placed like the target.
+pub fn scratch_claim(
+    claim: &PersistentVolumeClaim,
+    pod: &Pod,
+    class: Option<&str>,
+    target_overhead: crate::Overhead,
+    scratch_overhead: crate::Overhead,
+) -> PersistentVolumeClaim {
+    let request = claim
+        .spec
+        .as_ref()
+        .and_then(|s| s.resources.as_ref()?.requests.as_ref()?.get("storage"))
+        .and_then(|q| crate::Quantity::try_from(q).ok())
+        .map(|q| q.value())
+        .unwrap_or(0);
+    let usable = crate::size::usable_space(request, target_overhead);
+    let size = crate::size::round_up(
+        crate::size::required_space(usable, scratch_overhead),
+        crate::MIB,
+    );
+    let mut anns: BTreeMap<String, String> = annotations(claim)
+        .into_iter()
+        .filter(|(k, _)| k.starts_with("kubevirt.io/") || k == ann::SELECTED_NODE)
+        .collect();
+    anns.insert(ann::IMMEDIATE_BINDING.into(), String::new());
+    PersistentVolumeClaim {
+        metadata: ObjectMeta {
+            name: Some(scratch_name(claim)),
+            namespace: claim.metadata.namespace.clone(),
+            annotations: Some(anns),
+            labels: Some(BTreeMap::from([
+                (label::APP.into(), label::APP_VALUE.into()),
+                (label::EXCLUDE_FROM_VELERO_BACKUP.into(), "true".into()),
+            ])),
+            owner_references: Some(vec![OwnerReference {
+                api_version: "v1".into(),
+                kind: "Pod".into(),
+                name: pod.metadata.name.clone().unwrap_or_default(),
+                uid: pod.metadata.uid.clone().unwrap_or_default(),
+                controller: Some(true),
+                block_owner_deletion: Some(true),
+            }]),
+            ..Default::default()
+        },
+        spec: Some(k8s_openapi::api::core::v1::PersistentVolumeClaimSpec {
+            access_modes: Some(vec!["ReadWriteOnce".into()]),
+            storage_class_name: class.map(str::to_string),
+            resources: Some(k8s_openapi::api::core::v1::VolumeResourceRequirements {
+                requests: Some(BTreeMap::from([(
+                    "storage".to_string(),
+                    k8s_openapi::apimachinery::pkg::api::resource::Quantity(size.to_string()),
+                )])),
                 ..Default::default()
             }),
             ..Default::default()
@@ -702,6 +789,62 @@ mod tests {
         assert_eq!(
             c0.volume_devices.as_ref().unwrap()[0].device_path,
             "/dev/cdi-block-volume"
+        );
+    }
+
+    #[test]
+    fn scratch_space_when_asked() {
+        let c = claim(
+            json!({"cdi.kubevirt.io/storage.import.endpoint": "http://x",
+            "cdi.kubevirt.io/storage.import.requiresScratch": "true",
+            "volume.kubernetes.io/selected-node": "node-2"}),
+            "Bound",
+        );
+        let s = Settings {
+            image: "i".into(),
+            ..Default::default()
+        };
+        let spec = importer_pod(&c, &s).spec.unwrap();
+        let mounts: Vec<&str> = spec.containers[0]
+            .volume_mounts
+            .as_ref()
+            .unwrap()
+            .iter()
+            .map(|m| m.mount_path.as_str())
+            .collect();
+        assert_eq!(mounts, ["/data", "/scratch"]);
+        let mut p = importer_pod(&c, &s);
+        p.metadata.uid = Some("pod-uid".into());
+        let overhead: crate::Overhead = "0.06".parse().unwrap();
+        let sc = scratch_claim(&c, &p, Some("fast"), overhead, overhead);
+        assert_eq!(sc.metadata.name.as_deref(), Some("disk-scratch"));
+        // 10Gi claim → 9.43 GiB usable → inflated by 6% again, rounded up to a MiB.
+        let usable = crate::size::usable_space(10 << 30, overhead);
+        let want = crate::size::round_up(crate::size::required_space(usable, overhead), crate::MIB);
+        assert_eq!(
+            sc.spec
+                .as_ref()
+                .unwrap()
+                .resources
+                .as_ref()
+                .unwrap()
+                .requests
+                .as_ref()
+                .unwrap()["storage"]
+                .0,
+            want.to_string()
+        );
+        assert_eq!(
+            sc.metadata.owner_references.as_ref().unwrap()[0].uid,
+            "pod-uid"
+        );
+        assert_eq!(
+            sc.metadata.annotations.as_ref().unwrap()["volume.kubernetes.io/selected-node"],
+            "node-2"
+        );
+        assert_eq!(
+            sc.metadata.labels.as_ref().unwrap()["velero.io/exclude-from-backup"],
+            "true"
         );
     }
 
