@@ -574,3 +574,79 @@ async fn a_controller_killed_mid_import_converges_after_restart() {
         "the image after the restart",
     );
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_seeds_virtual_machine_runs_on_node_2() {
+    let s = setup(true);
+    let _down = Down(&s.dir);
+    let (server, _) = serve_image(s._tmp.path(), 2 * MIB, false).await;
+    let vm = format!(
+        r#"
+apiVersion: kubevirt.io/v1
+kind: VirtualMachine
+metadata: {{name: vm-with-wffc-disk}}
+spec:
+  running: true
+  dataVolumeTemplates:
+  - metadata: {{name: vm-with-wffc-disk-root}}
+    spec:
+      source: {{http: {{url: "{}"}}}}
+      pvc:
+        storageClassName: local-path-wffc
+        accessModes: [ReadWriteOnce]
+        resources: {{requests: {{storage: 1Gi}}}}
+  template:
+    spec:
+      nodeSelector: {{node-role.kubernetes.io/virt-local: "true"}}
+      tolerations: [{{key: virt-local, operator: Equal, value: "true", effect: NoSchedule}}]
+      domain:
+        resources: {{requests: {{memory: 2Gi}}}}
+        devices: {{disks: [{{name: root, disk: {{bus: virtio}}}}]}}
+      volumes: [{{name: root, dataVolume: {{name: vm-with-wffc-disk-root}}}}]
+"#,
+        server.url("/disk.qcow2")
+    );
+    kubectl(&s.dir, &["apply", "-f", "-"], Some(&vm));
+    let vmi = wait_for("the VMI to run", 90, || {
+        get(&s.dir, "vmi/vm-with-wffc-disk").filter(|v| v["status"]["phase"] == "Running")
+    });
+    assert_eq!(vmi["status"]["nodeName"], "node-2");
+    let vm = wait_for("the VM to say Running", 30, || {
+        get(&s.dir, "vm/vm-with-wffc-disk").filter(|v| v["status"]["printableStatus"] == "Running")
+    });
+    assert_eq!(vm["status"]["ready"], true);
+    let dv = get(&s.dir, "dv/vm-with-wffc-disk-root").unwrap();
+    assert_eq!(phase(&dv), "Succeeded");
+    assert_eq!(
+        dv["metadata"]["ownerReferences"][0]["kind"],
+        "VirtualMachine"
+    );
+    // The temporary pod is gone; the launcher found its disk.
+    let pods = get(&s.dir, "pods").unwrap();
+    let names: Vec<&str> = pods["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|p| p["metadata"]["name"].as_str())
+        .collect();
+    assert_eq!(names.len(), 1, "{names:?}");
+    let events = kubectl(&s.dir, &["get", "events"], None);
+    assert!(
+        events.contains("Deleted WaitForFirstConsumer temporary pod"),
+        "{events}"
+    );
+    let launcher = &pods["items"][0];
+    assert_eq!(launcher["spec"]["nodeName"], "node-2");
+    let log = std::fs::read_to_string(
+        s.dir
+            .join("nodes/node-2/pods")
+            .join(launcher["metadata"]["uid"].as_str().unwrap())
+            .join("logs/compute.log"),
+    )
+    .unwrap();
+    let usable = cdi_core::size::usable_space(1 << 30, "0.06".parse().unwrap());
+    assert!(
+        log.contains(&format!("raw, virtual size {usable} bytes")),
+        "{log}"
+    );
+}
