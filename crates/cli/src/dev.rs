@@ -18,7 +18,8 @@ fn default_dir() -> PathBuf {
 pub enum DevCommand {
     /// Start the development cluster in the background: API server, three nodes, scheduler,
     /// PV controller, local-path and CSI-like provisioners (classes `local-path`, the default, and
-    /// `csi`, both WaitForFirstConsumer) and a kubelet per node that runs pods as host processes.
+    /// `csi`, both WaitForFirstConsumer), a kubelet per node that runs pods as host processes, and
+    /// a KubeVirt-like consumer of VirtualMachines.
     Up {
         /// State directory: kubeconfig, pid file, logs/ (one per component), nodes/ (data).
         #[arg(long, default_value_os_t = default_dir())]
