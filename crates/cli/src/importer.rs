@@ -57,6 +57,7 @@ pub fn run(args: &ImporterArgs) -> ExitCode {
         termination_log: args.termination_log.clone(),
         extra_headers_dir: args.extra_headers_dir.clone(),
         root: None,
+        data_capacity: devpod.capacity(&args.data_dir),
     }
     .in_root(devpod.root.clone());
     let fail = |message: String| {

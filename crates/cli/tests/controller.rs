@@ -176,7 +176,12 @@ async fn the_seed_scenario_places_and_fills_the_disk_on_node_2() {
         .clone();
     assert_eq!(
         (bound["status"].as_str(), bound["message"].as_str()),
-        (Some("False"), Some("PVC vm-root Pending"))
+        (
+            Some("False"),
+            Some(
+                "target PVC vm-root Pending and waiting for first consumer to be created before binding"
+            )
+        )
     );
 
     kubectl(
@@ -327,11 +332,17 @@ async fn without_a_consumer_it_waits_and_says_so() {
     std::thread::sleep(Duration::from_secs(3));
     let dv2 = get(&s.dir, "dv/lonely").unwrap();
     assert_eq!(phase(&dv2), "WaitForFirstConsumer");
-    let bound = condition(&dv, "Bound");
+    let bound = condition(&dv2, "Bound");
     assert_eq!(
         (bound["status"].as_str(), bound["reason"].as_str()),
         (Some("False"), Some("Pending"))
     );
+    // In the PV controller's words, as upstream passes them on.
+    assert_eq!(
+        bound["message"],
+        "target PVC lonely Pending and waiting for first consumer to be created before binding"
+    );
+    let _ = dv;
     assert!(get(&s.dir, "pod/importer-lonely").is_none());
     // kubectl shows it as upstream's columns do.
     let table = kubectl(&s.dir, &["get", "dv", "lonely"], None);
@@ -648,5 +659,59 @@ spec:
     assert!(
         log.contains(&format!("raw, virtual size {usable} bytes")),
         "{log}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_existing_claim_is_adopted_when_allowed() {
+    let s = setup(true);
+    let _down = Down(&s.dir);
+    // A claim someone filled already, bound through a consumer.
+    let claim = r#"
+apiVersion: v1
+kind: PersistentVolumeClaim
+metadata: {name: golden}
+spec:
+  storageClassName: local-path-wffc
+  accessModes: [ReadWriteOnce]
+  resources: {requests: {storage: 1Gi}}
+"#;
+    kubectl(&s.dir, &["apply", "-f", "-"], Some(claim));
+    kubectl(
+        &s.dir,
+        &["apply", "-f", "-"],
+        Some(&consumer("filler", "golden")),
+    );
+    wait_for("the claim to bind", 30, || {
+        get(&s.dir, "pvc/golden").filter(|c| c["status"]["phase"] == "Bound")
+    });
+    let adopt = r#"cdi.kubevirt.io/allowClaimAdoption: "true""#;
+    kubectl(
+        &s.dir,
+        &["apply", "-f", "-"],
+        Some(&data_volume(
+            "golden",
+            "http://127.0.0.1:9/unused",
+            "1Gi",
+            adopt,
+        )),
+    );
+    let dv = wait_for("the adopted DataVolume to succeed", 30, || {
+        get(&s.dir, "dv/golden").filter(|d| phase(d) == "Succeeded")
+    });
+    assert_eq!(dv["status"]["progress"], "100.0%");
+    let claim = get(&s.dir, "pvc/golden").unwrap();
+    assert_eq!(
+        claim["metadata"]["ownerReferences"][0]["kind"],
+        "DataVolume"
+    );
+    assert_eq!(
+        claim["metadata"]["annotations"]["cdi.kubevirt.io/storage.populatedFor"],
+        "golden"
+    );
+    std::thread::sleep(Duration::from_secs(2));
+    assert!(
+        get(&s.dir, "pod/importer-golden").is_none(),
+        "an adopted claim is not imported into"
     );
 }

@@ -53,6 +53,50 @@ fn populated_for(claim: &PersistentVolumeClaim, dv: &DataVolume) -> bool {
         || dv.annotations().contains_key(ann::PRE_POPULATED)
 }
 
+/// Upstream's `AllowClaimAdoption`: an existing claim not made for this DataVolume is taken over
+/// when the DataVolume says `allowClaimAdoption: "true"`, or, without that annotation, when the
+/// `DataVolumeClaimAdoption` gate is on.
+fn adoptable(claim: &PersistentVolumeClaim, dv: &DataVolume, cfg: Option<&CDIConfig>) -> bool {
+    if claim.annotations().get(ann::CREATED_FOR_DATA_VOLUME) == dv.metadata.uid.as_ref() {
+        return false;
+    }
+    match dv.annotations().get(ann::ALLOW_CLAIM_ADOPTION) {
+        Some(v) => matches!(v.as_str(), "1" | "t" | "T" | "true" | "TRUE" | "True"),
+        None => cfg.is_some_and(|c| c.spec.gate_enabled(gate::DATA_VOLUME_CLAIM_ADOPTION)),
+    }
+}
+
+/// Take the claim over: the DataVolume becomes its controller, and it counts as populated.
+async fn adopt(
+    ctx: &Context,
+    claim: &PersistentVolumeClaim,
+    dv: &DataVolume,
+) -> Result<(), kube::Error> {
+    let ns = claim.namespace().unwrap_or_default();
+    let mut owners = claim.owner_references().to_vec();
+    owners.push(
+        k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference {
+            api_version: "cdi.kubevirt.io/v1beta1".into(),
+            kind: "DataVolume".into(),
+            name: dv.name_any(),
+            uid: dv.metadata.uid.clone().unwrap_or_default(),
+            controller: Some(true),
+            block_owner_deletion: Some(true),
+        },
+    );
+    let patch = json!({"metadata": {"ownerReferences": owners,
+        "annotations": {ann::POPULATED_FOR: dv.name_any()}}});
+    Api::<PersistentVolumeClaim>::namespaced(ctx.client.clone(), &ns)
+        .patch(
+            &claim.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(&patch),
+        )
+        .await?;
+    tracing::info!(claim = %format!("{ns}/{}", claim.name_any()), "adopted claim");
+    Ok(())
+}
+
 fn owned_by(claim: &PersistentVolumeClaim, dv: &DataVolume) -> bool {
     claim
         .owner_references()
@@ -117,6 +161,52 @@ async fn create_claim(
     Ok(())
 }
 
+/// The claim's Bound condition annotations from its latest event while it is Pending (upstream's
+/// `UpdatePVCBoundConditionFromEvents`: "waiting for first consumer to be created before
+/// binding" reaches the DataVolume), and none once it is Bound.
+async fn bound_condition_from_events(
+    ctx: &Context,
+    claim: &PersistentVolumeClaim,
+) -> Result<Option<PersistentVolumeClaim>, kube::Error> {
+    let ns = claim.namespace().unwrap_or_default();
+    let name = claim.name_any();
+    let anns = claim.annotations();
+    let phase = claim.status.as_ref().and_then(|s| s.phase.as_deref());
+    let patch = match phase {
+        Some("Bound") if anns.contains_key(ann::BOUND_CONDITION) => {
+            json!({"metadata": {"annotations": {
+            ann::BOUND_CONDITION: null, ann::BOUND_CONDITION_REASON: null, ann::BOUND_CONDITION_MESSAGE: null}}})
+        }
+        Some("Pending") => {
+            let events: Api<k8s_openapi::api::core::v1::Event> =
+                Api::namespaced(ctx.client.clone(), &ns);
+            let list = events
+                .list(&ListParams::default().fields(&format!("involvedObject.name={name}")))
+                .await?;
+            let latest = list
+                .items
+                .into_iter()
+                .filter(|e| e.involved_object.uid == claim.metadata.uid)
+                .max_by_key(|e| e.last_timestamp.clone().map(|t| t.0));
+            let Some(message) = latest.and_then(|e| e.message) else {
+                return Ok(None);
+            };
+            if anns.get(ann::BOUND_CONDITION_MESSAGE) == Some(&message) {
+                return Ok(None);
+            }
+            json!({"metadata": {"annotations": {ann::BOUND_CONDITION: "false",
+                ann::BOUND_CONDITION_REASON: "Pending", ann::BOUND_CONDITION_MESSAGE: message}}})
+        }
+        _ => return Ok(None),
+    };
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(ctx.client.clone(), &ns);
+    Ok(Some(
+        claims
+            .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await?,
+    ))
+}
+
 /// The importer pod of a claim, if it runs.
 async fn importer_pod(ctx: &Context, claim: &PersistentVolumeClaim) -> Option<Pod> {
     let ns = claim.namespace()?;
@@ -151,10 +241,31 @@ async fn reconcile(dv: Arc<DataVolume>, ctx: Arc<Context>) -> Result<Action, Err
         create_claim(&ctx, &dv, cfg.as_ref()).await?;
         claim = claims.get_opt(&name).await?;
     }
+    if let Some(c) = &claim
+        && owned_by(c, &dv)
+        && let Some(updated) = bound_condition_from_events(&ctx, c).await?
+    {
+        claim = Some(updated);
+    }
     let mut populated = false;
     if let Some(c) = &claim {
         populated = populated_for(c, &dv);
-        if !owned_by(c, &dv) && !populated {
+        let has_controller = c
+            .owner_references()
+            .iter()
+            .any(|o| o.controller == Some(true));
+        if !owned_by(c, &dv) && !has_controller && adoptable(c, &dv, cfg.as_ref()) {
+            adopt(&ctx, c, &dv).await?;
+            events::record(
+                &ctx.client,
+                dv.as_ref(),
+                false,
+                "Bound",
+                &format!("Adopted existing claim {name}"),
+            )
+            .await;
+            populated = true;
+        } else if !owned_by(c, &dv) && !populated {
             let message = format!(
                 "Resource \"{name}\" already exists and is not managed by DataVolume; delete the \
                  claim, or annotate the DataVolume {} to adopt it",
@@ -219,7 +330,13 @@ async fn reconcile(dv: Arc<DataVolume>, ctx: Arc<Context>) -> Result<Action, Err
     for e in &computed.events {
         events::record(&ctx.client, dv.as_ref(), e.warning, &e.reason, &e.message).await;
     }
+    // Events on a Pending claim (what it waits for) send no watch event to this controller.
+    let claim_pending = claim
+        .as_ref()
+        .and_then(|c| c.status.as_ref()?.phase.as_deref())
+        == Some("Pending");
     let running = in_progress
+        || claim_pending
         || computed.status.phase == Some(DataVolumePhase::ImportInProgress)
         || computed.status.phase == Some(DataVolumePhase::ImportScheduled);
     Ok(if running {

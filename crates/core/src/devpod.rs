@@ -12,6 +12,10 @@ use std::path::{Component, Path, PathBuf};
 pub const ROOT_ENV: &str = "CDI_POD_ROOT";
 /// The pod's own address.
 pub const IP_ENV: &str = "CDI_POD_IP";
+/// The size of each claim volume, by the path the container sees it at: `PATH=BYTES,…`. A
+/// directory on the host reports the host's free space; a provisioned volume has its own size,
+/// and cdi-rs's programs take this one, as they would the size of a real volume.
+pub const CAPACITY_ENV: &str = "CDI_POD_CAPACITY";
 
 /// Where a container path is on the host: below `root` when there is one, the path itself
 /// otherwise. `..` cannot climb out of the root.
@@ -51,6 +55,8 @@ pub fn listen_on(pod_ip: Option<IpAddr>, addr: SocketAddr) -> SocketAddr {
 pub struct DevPod {
     pub root: Option<PathBuf>,
     pub ip: Option<IpAddr>,
+    /// Volume capacities by container path.
+    pub capacities: Vec<(PathBuf, u64)>,
 }
 
 impl DevPod {
@@ -64,7 +70,33 @@ impl DevPod {
             ),
             None => None,
         };
-        Ok(DevPod { root, ip })
+        let mut capacities = Vec::new();
+        for item in get(CAPACITY_ENV)
+            .unwrap_or_default()
+            .split(',')
+            .filter(|i| !i.is_empty())
+        {
+            let parsed = item
+                .rsplit_once('=')
+                .and_then(|(p, b)| Some((PathBuf::from(p), b.parse().ok()?)));
+            match parsed {
+                Some(c) => capacities.push(c),
+                None => return Err(format!("{CAPACITY_ENV}: {item:?} is not PATH=BYTES")),
+            }
+        }
+        Ok(DevPod {
+            root,
+            ip,
+            capacities,
+        })
+    }
+
+    /// The capacity of the volume seen at container path `at`, when the kubelet gave one.
+    pub fn capacity(&self, at: &Path) -> Option<u64> {
+        self.capacities
+            .iter()
+            .find(|(p, _)| p == at)
+            .map(|(_, b)| *b)
     }
 
     pub fn path(&self, path: &Path) -> PathBuf {
@@ -114,9 +146,15 @@ mod tests {
         let env = |k: &str| match k {
             ROOT_ENV => Some("/r".to_string()),
             IP_ENV => Some("127.3.0.2".to_string()),
+            CAPACITY_ENV => Some("/data=1073741824,/dev/xvda=5".to_string()),
             _ => None,
         };
         let pod = DevPod::from_env(env).unwrap();
+        assert_eq!(pod.capacity(Path::new("/data")), Some(1 << 30));
+        assert_eq!(pod.capacity(Path::new("/dev/xvda")), Some(5));
+        assert_eq!(pod.capacity(Path::new("/scratch")), None);
+        let bad = DevPod::from_env(|k| (k == CAPACITY_ENV).then(|| "/data".to_string()));
+        assert!(bad.unwrap_err().contains("PATH=BYTES"));
         assert_eq!(pod.path(Path::new("/data")), Path::new("/r/data"));
         assert_eq!(pod.ip, Some("127.3.0.2".parse().unwrap()));
         let bad = DevPod::from_env(|k| (k == IP_ENV).then(|| "nope".to_string()));

@@ -106,7 +106,7 @@ async fn a_pod_on_the_virt_node_writes_into_its_volume() {
         "tolerations": [{"key": "virt-local", "operator": "Equal", "value": "true", "effect": "NoSchedule"}],
         "containers": [{"name": "main", "image": "busybox",
             "command": ["/bin/sh", "-c"],
-            "args": ["echo hello from $(HOSTNAME_ALIAS) > data/greeting && printf written > \"$CDI_POD_ROOT/dev/termination-log\""],
+            "args": ["echo hello from $(HOSTNAME_ALIAS) > data/greeting && printf \"written %s\" \"$CDI_POD_CAPACITY\" > \"$CDI_POD_ROOT/dev/termination-log\""],
             "env": [{"name": "HOSTNAME_ALIAS", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}],
             "volumeMounts": [{"name": "disk", "mountPath": "/data"}]}],
         "volumes": [{"name": "disk", "persistentVolumeClaim": {"claimName": "disk"}}]}}))
@@ -131,7 +131,7 @@ async fn a_pod_on_the_virt_node_writes_into_its_volume() {
         (done.exit_code, done.reason.as_deref()),
         (0, Some("Completed"))
     );
-    assert_eq!(done.message.as_deref(), Some("written"));
+    assert_eq!(done.message.as_deref(), Some("written /data=1073741824"));
     // The file is in the volume's directory on node-2.
     let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), "default");
     let volume = claims

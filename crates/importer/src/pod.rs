@@ -33,6 +33,9 @@ pub struct PodPaths {
     /// Where paths named by the environment (the CA directory) are, when the pod is a directory
     /// on the host (`cdi dev`).
     pub root: Option<PathBuf>,
+    /// The filesystem volume's size when the pod was told it (`cdi dev`), instead of the free
+    /// space of the filesystem holding the data directory.
+    pub data_capacity: Option<u64>,
 }
 
 impl PodPaths {
@@ -46,6 +49,7 @@ impl PodPaths {
             termination_log: at(self.termination_log),
             extra_headers_dir: at(self.extra_headers_dir),
             root,
+            data_capacity: self.data_capacity,
         }
     }
 }
@@ -59,6 +63,7 @@ impl Default for PodPaths {
             termination_log: "/dev/termination-log".into(),
             extra_headers_dir: "/extraheaders".into(),
             root: None,
+            data_capacity: None,
         }
     }
 }
@@ -313,7 +318,10 @@ pub async fn run(
     let capacity = if block {
         crate::writer::Target::open_block(&paths.block_device)?.size()?
     } else {
-        available_space(&paths.data_dir)?
+        match paths.data_capacity {
+            Some(bytes) => bytes,
+            None => available_space(&paths.data_dir)?,
+        }
     };
     let size = config.image_size.map(|requested| SizeSpec {
         requested,

@@ -62,6 +62,14 @@ pub enum Action {
         phase: &'static str,
         message: Option<String>,
     },
+    /// Tell the claim's owner what it waits for, as kube's PV controller does
+    /// (`WaitForFirstConsumer`: "waiting for first consumer to be created before binding").
+    ClaimEvent {
+        namespace: String,
+        claim: String,
+        reason: &'static str,
+        message: &'static str,
+    },
     /// Say which provisioner the claim waits for.
     AnnotateProvisioner {
         namespace: String,
@@ -407,6 +415,14 @@ pub fn reconcile(cluster: &Snapshot) -> Vec<Action> {
                     provisioner: p.into(),
                 });
             }
+            if wffc && selected.is_none() {
+                out.push(Action::ClaimEvent {
+                    namespace: ns.into(),
+                    claim: cn.into(),
+                    reason: "WaitForFirstConsumer",
+                    message: "waiting for first consumer to be created before binding",
+                });
+            }
             if let Some(v) = best {
                 taken.insert(name(v));
                 out.push(Action::SetClaimRef {
@@ -433,7 +449,7 @@ pub fn reconcile(cluster: &Snapshot) -> Vec<Action> {
 pub mod agent {
     use std::time::Duration;
 
-    use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
+    use k8s_openapi::api::core::v1::{Event, PersistentVolume, PersistentVolumeClaim};
     use kube::api::{Patch, PatchParams};
     use kube::{Api, Client};
     use serde_json::json;
@@ -504,6 +520,35 @@ pub mod agent {
                     .patch(claim, &pp, &Patch::Merge(patch))
                     .await?;
             }
+            Action::ClaimEvent {
+                namespace,
+                claim,
+                reason,
+                message,
+            } => {
+                let Some(c) = claims(namespace).get_opt(claim).await? else {
+                    return Ok(());
+                };
+                let now = jiff::Timestamp::now().to_string();
+                // One event per claim and reason: the fixed name makes repeats a conflict.
+                let event: Event = serde_json::from_value(json!({
+                    "metadata": {"name": format!("{claim}.{}", reason.to_lowercase()), "namespace": namespace},
+                    "involvedObject": {"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+                        "namespace": namespace, "name": claim, "uid": c.metadata.uid},
+                    "reason": reason, "message": message, "type": "Normal",
+                    "source": {"component": "persistentvolume-controller"},
+                    "firstTimestamp": now, "lastTimestamp": now, "count": 1}))
+                .map_err(kube::Error::SerdeError)?;
+                match Api::<Event>::namespaced(client.clone(), namespace)
+                    .create(&Default::default(), &event)
+                    .await
+                {
+                    Err(kube::Error::Api(e)) if e.code == 409 => {}
+                    other => {
+                        other?;
+                    }
+                }
+            }
             Action::VolumeStatus {
                 volume,
                 phase,
@@ -523,7 +568,9 @@ pub mod agent {
         for action in reconcile(&Snapshot::read(client).await?) {
             // One failed write (say a conflict with a user's edit) must not stop the others;
             // the next pass sees the new state and decides again.
+            let quiet = matches!(action, Action::ClaimEvent { .. });
             match apply(client, &action).await {
+                Ok(()) if quiet => {}
                 Ok(()) => tracing::info!(?action, "applied"),
                 Err(e) => tracing::warn!(error = %e, ?action, "pv controller action failed"),
             }

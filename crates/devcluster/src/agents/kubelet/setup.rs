@@ -67,6 +67,8 @@ impl PodDir {
 pub struct HostVolume {
     pub path: PathBuf,
     pub block: bool,
+    /// A claim's volume: its capacity in bytes (what cdi-rs programs take as its size).
+    pub capacity: Option<u64>,
 }
 
 fn io_blocked(what: &str, e: io::Error) -> Blocked {
@@ -119,7 +121,17 @@ async fn claim_volume(client: &Client, ns: &str, claim: &str) -> Result<HostVolu
         ))
     })?;
     let block = pv.spec.as_ref().and_then(|s| s.volume_mode.as_deref()) == Some("Block");
-    Ok(HostVolume { path, block })
+    let capacity = pv
+        .spec
+        .as_ref()
+        .and_then(|s| s.capacity.as_ref()?.get("storage"))
+        .and_then(|q| cdi_core::Quantity::try_from(q).ok())
+        .map(|q| q.value().max(0) as u64);
+    Ok(HostVolume {
+        path,
+        block,
+        capacity,
+    })
 }
 
 /// Write `files` (relative path → content) into `dir`, replacing what was there.
@@ -299,6 +311,7 @@ pub async fn volumes(
             Ok::<_, Blocked>(HostVolume {
                 path: here.clone(),
                 block: false,
+                capacity: None,
             })
         };
         let volume = if let Some(c) = &v.persistent_volume_claim {
@@ -349,11 +362,13 @@ pub async fn volumes(
             HostVolume {
                 path: here,
                 block: false,
+                capacity: None,
             }
         } else if let Some(h) = &v.host_path {
             HostVolume {
                 path: h.path.clone().into(),
                 block: false,
+                capacity: None,
             }
         } else {
             return Err(Blocked::Config(format!(
@@ -471,6 +486,26 @@ fn link(target: &Path, link: &Path) -> io::Result<()> {
     std::os::unix::fs::symlink(target, link)
 }
 
+/// The capacities of a container's claim volumes by the path it sees them at, as
+/// `PATH=BYTES,…` for `cdi_core::devpod::CAPACITY_ENV`.
+pub fn capacities(c: &Container, volumes: &HashMap<String, HostVolume>) -> String {
+    let mounts = c
+        .volume_mounts
+        .iter()
+        .flatten()
+        .map(|m| (&m.name, &m.mount_path));
+    let devices = c
+        .volume_devices
+        .iter()
+        .flatten()
+        .map(|d| (&d.name, &d.device_path));
+    mounts
+        .chain(devices)
+        .filter_map(|(name, at)| Some(format!("{at}={}", volumes.get(name)?.capacity?)))
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
 /// Build the container's root: its mount paths and device paths linked to the volumes (a
 /// `subPath` below the volume), its termination log an empty file. Returns the log's host path.
 pub fn root(
@@ -558,6 +593,7 @@ mod tests {
                 HostVolume {
                     path: pv.clone(),
                     block: false,
+                    capacity: None,
                 },
             ),
             (
@@ -565,6 +601,7 @@ mod tests {
                 HostVolume {
                     path: block.clone(),
                     block: true,
+                    capacity: None,
                 },
             ),
         ]

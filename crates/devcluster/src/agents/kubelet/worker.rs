@@ -169,6 +169,10 @@ async fn prepare(ctx: &Ctx, pod: &Pod, dir: &PodDir, ip: Ipv4Addr) -> Result<Vec
         env.push(("HOSTNAME".into(), name.clone()));
         env.push((root_env.into(), root.to_string_lossy().into_owned()));
         env.push((ip_env.into(), ip.to_string()));
+        let capacities = setup::capacities(c, &volumes);
+        if !capacities.is_empty() {
+            env.push((cdi_core::devpod::CAPACITY_ENV.into(), capacities));
+        }
         out.push(Launch {
             argv,
             env,
