@@ -20,7 +20,7 @@ metadata: {name: virt-launcher-vm}
 spec:
   nodeSelector: {node-role.kubernetes.io/virt-local: \"true\"}
   tolerations: [{key: virt-local, operator: Equal, value: \"true\", effect: NoSchedule}]
-  containers: [{name: compute, image: quay.io/kubevirt/virt-launcher}]
+  containers: [{name: compute, image: registry.example/vm-image:1}]
   volumes: [{name: disk, persistentVolumeClaim: {claimName: vm-disk}}]
 ";
 

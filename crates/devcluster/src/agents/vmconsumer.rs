@@ -558,6 +558,16 @@ pub mod agent {
         Ok(())
     }
 
+    /// The object's (first) owner: the VM or VMI an event is about.
+    fn owner_name(meta: &kube::api::ObjectMeta) -> String {
+        meta.owner_references
+            .iter()
+            .flatten()
+            .next()
+            .map(|o| o.name.clone())
+            .unwrap_or_default()
+    }
+
     pub async fn apply(client: &Client, action: &Action) -> Result<(), kube::Error> {
         match action {
             Action::CreateDataVolume(dv) => {
@@ -566,13 +576,7 @@ pub mod agent {
                 Api::<DataVolume>::namespaced(client.clone(), ns)
                     .create(&PostParams::default(), dv)
                     .await?;
-                let vm = dv
-                    .metadata
-                    .owner_references
-                    .as_ref()
-                    .and_then(|o| o.first())
-                    .map(|o| o.name.clone())
-                    .unwrap_or_default();
+                let vm = owner_name(&dv.metadata);
                 event(
                     client,
                     ns,
@@ -596,13 +600,7 @@ pub mod agent {
                 let created = Api::<Pod>::namespaced(client.clone(), ns)
                     .create(&PostParams::default(), pod)
                     .await?;
-                let vmi = pod
-                    .metadata
-                    .owner_references
-                    .as_ref()
-                    .and_then(|o| o.first())
-                    .map(|o| o.name.clone())
-                    .unwrap_or_default();
+                let vmi = owner_name(&pod.metadata);
                 let name = created.metadata.name.unwrap_or_default();
                 event(
                     client,
