@@ -390,15 +390,15 @@ spec:
     resources: {{requests: {{storage: 1Gi}}}}
 "#
     );
-    // A Block volume of the CSI-like class; the immediate-bind annotation makes the importer
-    // its first consumer although the gate is on.
+    // A Block volume of the CSI-like class on the classic path; the immediate-bind annotation
+    // makes the importer its first consumer although the gate is on.
     let block = format!(
         r#"
 apiVersion: cdi.kubevirt.io/v1beta1
 kind: DataVolume
 metadata:
   name: raw-block
-  annotations: {{cdi.kubevirt.io/storage.bind.immediate.requested: "true"}}
+  annotations: {{cdi.kubevirt.io/storage.bind.immediate.requested: "true", cdi.kubevirt.io/storage.usePopulator: "false"}}
 spec:
   source: {{http: {{url: "{url}"}}}}
   pvc:
@@ -713,5 +713,135 @@ spec:
     assert!(
         get(&s.dir, "pod/importer-golden").is_none(),
         "an adopted claim is not imported into"
+    );
+}
+
+fn csi_data_volume(name: &str, url: &str, annotations: &str) -> String {
+    format!(
+        r#"
+apiVersion: cdi.kubevirt.io/v1beta1
+kind: DataVolume
+metadata:
+  name: {name}
+  annotations: {{{annotations}}}
+spec:
+  source: {{http: {{url: "{url}"}}}}
+  storage:
+    storageClassName: csi
+    accessModes: [ReadWriteOnce]
+    volumeMode: Filesystem
+    resources: {{requests: {{storage: 1Gi}}}}
+"#
+    )
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_populator_fills_prime_and_hands_its_volume_to_the_target() {
+    let s = setup(true);
+    let _down = Down(&s.dir);
+    let (server, expected) = serve_image(s._tmp.path(), 4 * MIB, true).await;
+    let url = server.url("/disk.qcow2");
+    kubectl(
+        &s.dir,
+        &["apply", "-f", "-"],
+        Some(&csi_data_volume("pop", &url, "")),
+    );
+    let dv = wait_for("PendingPopulation", 30, || {
+        get(&s.dir, "dv/pop").filter(|d| phase(d) == "PendingPopulation")
+    });
+    assert_eq!(
+        dv["metadata"]["annotations"]["cdi.kubevirt.io/storage.usePopulator"],
+        "true"
+    );
+    let target = get(&s.dir, "pvc/pop").unwrap();
+    assert_eq!(
+        target["spec"]["dataSourceRef"]["kind"],
+        "VolumeImportSource"
+    );
+    let uid = target["metadata"]["uid"].as_str().unwrap().to_string();
+    let prime_name = format!("prime-{uid}");
+    std::thread::sleep(Duration::from_secs(2));
+    assert!(
+        get(&s.dir, &format!("pvc/{prime_name}")).is_none(),
+        "PVC prime before a consumer"
+    );
+
+    kubectl(
+        &s.dir,
+        &["apply", "-f", "-"],
+        Some(&consumer("vm-pod", "pop")),
+    );
+    let mut saw_prime = false;
+    let dv = wait_for("the populated DataVolume", 90, || {
+        let dv = get(&s.dir, "dv/pop")?;
+        let target = get(&s.dir, "pvc/pop")?;
+        if let Some(prime) = get(&s.dir, &format!("pvc/{prime_name}")) {
+            saw_prime = true;
+            assert_eq!(
+                prime["metadata"]["annotations"]["volume.kubernetes.io/selected-node"], "node-2",
+                "PVC prime goes where the consumer was scheduled"
+            );
+        }
+        if phase(&dv) != "Succeeded" {
+            assert_ne!(
+                target["status"]["phase"], "Bound",
+                "the target bound before the import succeeded"
+            );
+        }
+        (phase(&dv) == "Succeeded").then_some(dv)
+    });
+    assert!(saw_prime);
+    assert_eq!(dv["status"]["progress"], "100.0%");
+    // The volume moved to the target; PVC prime is gone; the source CR too.
+    let target = wait_for("the target to bind", 30, || {
+        get(&s.dir, "pvc/pop").filter(|c| c["status"]["phase"] == "Bound")
+    });
+    let pv = get(
+        &s.dir,
+        &format!("pv/{}", target["spec"]["volumeName"].as_str().unwrap()),
+    )
+    .unwrap();
+    assert_eq!(pv["spec"]["claimRef"]["name"], "pop");
+    assert_eq!(pv["spec"]["claimRef"]["uid"].as_str(), Some(uid.as_str()));
+    let path = pv["spec"]["csi"]["volumeAttributes"]["path"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(path.contains("/nodes/node-2/"), "{path}");
+    let disk = std::fs::read(Path::new(&path).join("disk.img")).unwrap();
+    assert_same(&disk[..expected.len()], &expected, "the populated image");
+    wait_for("PVC prime to go", 30, || {
+        get(&s.dir, &format!("pvc/{prime_name}"))
+            .is_none()
+            .then_some(())
+    });
+    wait_for("the VolumeImportSource to go", 30, || {
+        let list = get(&s.dir, "volumeimportsources")?;
+        list["items"].as_array()?.is_empty().then_some(())
+    });
+    let events = kubectl(&s.dir, &["get", "events"], None);
+    assert!(events.contains(&format!("[{prime_name}] :")), "{events}");
+
+    // usePopulator "false" takes the classic path on the same class.
+    kubectl(
+        &s.dir,
+        &["apply", "-f", "-"],
+        Some(&csi_data_volume(
+            "classic",
+            &url,
+            r#"cdi.kubevirt.io/storage.usePopulator: "false""#,
+        )),
+    );
+    let dv = wait_for("WaitForFirstConsumer on the classic path", 30, || {
+        get(&s.dir, "dv/classic").filter(|d| phase(d) == "WaitForFirstConsumer")
+    });
+    assert_eq!(
+        dv["metadata"]["annotations"]["cdi.kubevirt.io/storage.usePopulator"],
+        "false"
+    );
+    assert!(
+        get(&s.dir, "pvc/classic").unwrap()["spec"]
+            .get("dataSourceRef")
+            .is_none()
     );
 }

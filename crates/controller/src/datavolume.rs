@@ -1,20 +1,22 @@
-//! The DataVolume controller (import and blank sources, classic path): render the claim
+//! The DataVolume controller (import and blank sources): render the claim
 //! (cdi-core `render`), adopt claims already populated for the DataVolume, and compute the
-//! status from the claim (cdi-core `dvstatus`), with upstream's events. The populator path has
-//! its own issue; until then claims are rendered as if no CSIDriver existed.
+//! status from the claim (cdi-core `dvstatus`), with upstream's events. The populator path
+//! goes through a VolumeImportSource and PVC prime (see `populator`) when the class's provisioner
+//! has a CSIDriver object, unless the DataVolume says `usePopulator: "false"`.
 
 use std::sync::Arc;
 
 use cdi_api::config::CDIConfig;
 use cdi_api::datavolume::{DataVolume, SourceKind};
 use cdi_api::enums::DataVolumePhase;
+use cdi_api::populators::VolumeImportSource;
 use cdi_api::storageprofile::StorageProfile;
 use cdi_api::{ann, gate};
 use cdi_core::dvstatus::{self, Observed};
 use cdi_core::render::{self, RenderContext};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
-use k8s_openapi::api::storage::v1::StorageClass;
+use k8s_openapi::api::storage::v1::{CSIDriver, StorageClass};
 use kube::api::{ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::watcher;
@@ -124,12 +126,18 @@ async fn create_claim(
         .list(&ListParams::default())
         .await?
         .items;
+    let drivers: Vec<String> = Api::<CSIDriver>::all(ctx.client.clone())
+        .list(&ListParams::default())
+        .await?
+        .items
+        .into_iter()
+        .map(|d| d.name_any())
+        .collect();
     let render_ctx = RenderContext {
         storage_classes: &classes,
         storage_profiles: &profiles,
         config: cfg,
-        // The classic path until the populator issue: no class counts as CSI.
-        csi_drivers: &[],
+        csi_drivers: &drivers,
     };
     let rendered = match render::render_claim(dv, &render_ctx) {
         Ok(r) => r,
@@ -141,6 +149,9 @@ async fn create_claim(
     for w in &rendered.warnings {
         events::record(&ctx.client, dv, true, "SizeWarning", w).await;
     }
+    if rendered.use_populator {
+        create_import_source(ctx, dv).await?;
+    }
     let claims: Api<PersistentVolumeClaim> = Api::namespaced(ctx.client.clone(), &ns);
     match claims.create(&PostParams::default(), &rendered.claim).await {
         Ok(_) => tracing::info!(dv = %format!("{ns}/{}", dv.name_any()), "created claim"),
@@ -148,9 +159,10 @@ async fn create_claim(
         Err(e) => return Err(e.into()),
     }
     // As upstream: the DataVolume says which path it took.
-    if dv.annotations().get(ann::USE_POPULATOR).map(String::as_str) != Some("false") {
+    let path = rendered.use_populator.to_string();
+    if dv.annotations().get(ann::USE_POPULATOR) != Some(&path) {
         let api: Api<DataVolume> = Api::namespaced(ctx.client.clone(), &ns);
-        let patch = json!({"metadata": {"annotations": {ann::USE_POPULATOR: "false"}}});
+        let patch = json!({"metadata": {"annotations": {ann::USE_POPULATOR: path}}});
         api.patch(
             &dv.name_any(),
             &PatchParams::default(),
@@ -159,6 +171,53 @@ async fn create_claim(
         .await?;
     }
     Ok(())
+}
+
+fn import_source_name(dv: &DataVolume) -> String {
+    format!(
+        "{}-{}",
+        cdi_api::name::VOLUME_IMPORT_SOURCE_PREFIX,
+        dv.metadata.uid.as_deref().unwrap_or("")
+    )
+}
+
+/// The VolumeImportSource the claim's `dataSourceRef` names, owned by the DataVolume.
+async fn create_import_source(ctx: &Context, dv: &DataVolume) -> Result<(), Error> {
+    let ns = dv.namespace().unwrap_or_default();
+    let source = dv.spec.source.clone().unwrap_or_default();
+    let spec = json!({
+        "source": {"http": source.http, "blank": source.blank},
+        "contentType": dv.spec.content_type,
+        "preallocation": dv.spec.preallocation,
+    });
+    let object: VolumeImportSource = serde_json::from_value(json!({
+        "apiVersion": "cdi.kubevirt.io/v1beta1", "kind": "VolumeImportSource",
+        "metadata": {"name": import_source_name(dv), "namespace": ns,
+            "ownerReferences": [{"apiVersion": "cdi.kubevirt.io/v1beta1", "kind": "DataVolume",
+                "name": dv.name_any(), "uid": dv.metadata.uid, "controller": true, "blockOwnerDeletion": true}]},
+        "spec": strip_nulls(spec),
+    }))
+    .map_err(|e| Error::Other(e.to_string()))?;
+    match Api::<VolumeImportSource>::namespaced(ctx.client.clone(), &ns)
+        .create(&PostParams::default(), &object)
+        .await
+    {
+        Err(kube::Error::Api(e)) if e.code == 409 => Ok(()),
+        Err(e) => Err(e.into()),
+        Ok(_) => Ok(()),
+    }
+}
+
+fn strip_nulls(v: serde_json::Value) -> serde_json::Value {
+    match v {
+        serde_json::Value::Object(m) => serde_json::Value::Object(
+            m.into_iter()
+                .filter(|(_, v)| !v.is_null())
+                .map(|(k, v)| (k, strip_nulls(v)))
+                .collect(),
+        ),
+        other => other,
+    }
 }
 
 /// The claim's Bound condition annotations from its latest event while it is Pending (upstream's
@@ -309,6 +368,15 @@ async fn reconcile(dv: Arc<DataVolume>, ctx: Arc<Context>) -> Result<Action, Err
         let owner = cdi_core::import::owner_uid(c);
         progress = crate::progress::import_progress(&pod, &owner).await;
     }
+    // The populator path: the claim's dataSourceRef names our VolumeImportSource.
+    let populating = claim
+        .as_ref()
+        .and_then(cdi_core::populator::import_source_name)
+        .is_some();
+    let prime = match (&claim, populating) {
+        (Some(c), true) => claims.get_opt(&cdi_core::populator::prime_name(c)).await?,
+        _ => None,
+    };
     let computed = dvstatus::import_status(&Observed {
         dv: &dv,
         claim: claim.as_ref(),
@@ -316,8 +384,21 @@ async fn reconcile(dv: Arc<DataVolume>, ctx: Arc<Context>) -> Result<Action, Err
         honor_wffc,
         populated,
         progress,
+        populator: populating.then_some(prime.as_ref()),
         now: k8s_openapi::jiff::Timestamp::now(),
     });
+    // Once done, the populator's source goes (upstream deletes it when the DataVolume succeeded).
+    if populating && computed.status.phase == Some(DataVolumePhase::Succeeded) {
+        let sources: Api<VolumeImportSource> = Api::namespaced(ctx.client.clone(), &ns);
+        match sources
+            .delete(&import_source_name(&dv), &Default::default())
+            .await
+        {
+            Err(kube::Error::Api(e)) if e.code == 404 => {}
+            Err(e) => return Err(e.into()),
+            Ok(_) => {}
+        }
+    }
     if dv.status.as_ref() != Some(&computed.status) {
         let api: Api<DataVolume> = Api::namespaced(ctx.client.clone(), &ns);
         api.patch_status(

@@ -6,6 +6,7 @@
 //! - `datavolume`: renders each DataVolume's claim and computes the DataVolume's status.
 //! - `import`: runs the importer pod for claims with an import source, honouring
 //!   WaitForFirstConsumer, and writes the pod's state onto the claim.
+//! - `populator`: PVC prime for claims populated from a VolumeImportSource, and the rebind.
 //!
 //! Every reconciler is level-triggered and idempotent: killing the controller at any point and
 //! starting it again converges.
@@ -14,6 +15,7 @@ pub mod config;
 pub mod datavolume;
 pub mod events;
 pub mod import;
+pub mod populator;
 pub mod progress;
 pub mod serve;
 pub mod storageprofile;
@@ -77,6 +79,7 @@ pub async fn run_controllers(ctx: Context) -> anyhow::Result<()> {
         r = storageprofile::run(ctx.clone()) => r,
         r = datavolume::run(ctx.clone()) => r,
         r = import::run(ctx.clone()) => r,
+        r = populator::run(ctx.clone()) => r,
     }
 }
 

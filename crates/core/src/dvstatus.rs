@@ -53,6 +53,8 @@ pub struct Observed<'a> {
     pub populated: bool,
     /// Progress read from the worker pod's metrics ("NN.NN%"), when running.
     pub progress: Option<String>,
+    /// The populator path: the claim is filled through PVC prime (this one, once it exists).
+    pub populator: Option<Option<&'a PersistentVolumeClaim>>,
     pub now: Timestamp,
 }
 
@@ -70,15 +72,20 @@ fn annotations(claim: Option<&PersistentVolumeClaim>) -> BTreeMap<String, String
 }
 
 /// The import phase from the worker pod's phase on the claim (upstream's `updateStatusPhase`).
+/// `worker` is the claim the pod works on: the claim itself, or PVC prime on the populator path.
 fn import_phase(
     claim: &PersistentVolumeClaim,
+    worker: Option<&PersistentVolumeClaim>,
     anns: &BTreeMap<String, String>,
     current: Phase,
 ) -> (Phase, Option<Event>) {
     let name = claim.metadata.name.clone().unwrap_or_default();
     let pod_phase = anns.get(ann::POD_PHASE).map(String::as_str);
-    let bound = claim.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Bound");
-    if pod_phase != Some("Succeeded") && !(bound && anns.contains_key(ann::IMPORT_POD_NAME)) {
+    let bound = worker.and_then(|w| w.status.as_ref()?.phase.as_deref()) == Some("Bound");
+    let has_pod = worker
+        .and_then(|w| w.metadata.annotations.as_ref())
+        .is_some_and(|a| a.contains_key(ann::IMPORT_POD_NAME));
+    if pod_phase != Some("Succeeded") && !(bound && has_pod) {
         return (current, None);
     }
     match pod_phase {
@@ -353,10 +360,25 @@ pub fn import_status(o: &Observed<'_>) -> Computed {
             let pod_succeeded = anns.get(ann::POD_PHASE).map(String::as_str) == Some("Succeeded");
             let work = !o.populated;
             let mut event = None;
+            let worker = match o.populator {
+                Some(prime) => prime,
+                None => Some(c),
+            };
             if pod_succeeded && work {
-                (phase, event) = import_phase(c, &anns, phase);
+                (phase, event) = import_phase(c, worker, &anns, phase);
             } else {
                 match claim_phase {
+                    Some("Pending") if work && o.populator.is_some() => {
+                        // Upstream's shouldBeMarkedPendingPopulation: the first consumer decides.
+                        let waiting = o.class_wffc
+                            && !anns.contains_key(ann::SELECTED_NODE)
+                            && !anns.contains_key(ann::IMMEDIATE_BINDING);
+                        if waiting {
+                            phase = Phase::PendingPopulation;
+                        } else {
+                            (phase, event) = import_phase(c, worker, &anns, phase);
+                        }
+                    }
                     Some("Pending") if work => {
                         phase = if o.honor_wffc && o.class_wffc {
                             Phase::WaitForFirstConsumer
@@ -373,7 +395,7 @@ pub fn import_status(o: &Observed<'_>) -> Computed {
                         {
                             phase = Phase::PvcBound;
                         }
-                        (phase, event) = import_phase(c, &anns, phase);
+                        (phase, event) = import_phase(c, worker, &anns, phase);
                     }
                     Some("Lost") => {
                         phase = Phase::Failed;
@@ -409,6 +431,12 @@ pub fn import_status(o: &Observed<'_>) -> Computed {
         Phase::ImportInProgress => o
             .progress
             .clone()
+            .or_else(|| {
+                o.populator
+                    .is_some()
+                    .then(|| anns.get(ann::POPULATOR_PROGRESS).cloned())
+                    .flatten()
+            })
             .or(current.progress.clone())
             .unwrap_or_else(|| "N/A".into()),
         _ => current.progress.clone().unwrap_or_else(|| "N/A".into()),
@@ -490,6 +518,7 @@ mod tests {
             honor_wffc: true,
             populated: false,
             progress: None,
+            populator: None,
             now: "2026-11-30T12:00:00Z".parse().unwrap(),
         }
     }

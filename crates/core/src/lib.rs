@@ -10,6 +10,7 @@ pub mod config;
 pub mod devpod;
 pub mod dvstatus;
 pub mod import;
+pub mod populator;
 pub mod quantity;
 pub mod render;
 pub mod size;

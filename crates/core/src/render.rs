@@ -333,7 +333,7 @@ fn size_storage(
 }
 
 /// The import annotations of a classic-path claim (what the importer pod is built from).
-fn source_annotations(source: &DataVolumeSource, into: &mut BTreeMap<String, String>) {
+pub(crate) fn source_annotations(source: &DataVolumeSource, into: &mut BTreeMap<String, String>) {
     let mut set = |k: &str, v: &str| {
         into.insert(k.to_string(), v.to_string());
     };

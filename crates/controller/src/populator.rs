@@ -1,0 +1,209 @@
+//! The import populator: claims whose `dataSourceRef` is a VolumeImportSource get a PVC prime
+//! (cdi-core `populator`), which the import controller fills like any import claim; the target
+//! mirrors PVC prime's progress and conditions, and takes over its volume once the import
+//! succeeded (the PV's `claimRef` switched, no data copied). The target is never bound to a
+//! half-written volume.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use cdi_api::config::CDIConfig;
+use cdi_api::populators::VolumeImportSource;
+use cdi_core::populator::{self, Readiness};
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{Event, PersistentVolume, PersistentVolumeClaim, Pod};
+use k8s_openapi::api::storage::v1::StorageClass;
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::watcher;
+use kube::{Api, ResourceExt};
+use serde_json::{Value, json};
+
+use crate::{Context, Error, events};
+
+/// Re-emit PVC prime's events on the target, prefixed `[prime-…] : ` as upstream does.
+async fn copy_events(ctx: &Context, prime: &PersistentVolumeClaim, target: &PersistentVolumeClaim) {
+    let ns = prime.namespace().unwrap_or_default();
+    let api: Api<Event> = Api::namespaced(ctx.client.clone(), &ns);
+    let Ok(list) = api
+        .list(&ListParams::default().fields(&format!("involvedObject.name={}", prime.name_any())))
+        .await
+    else {
+        return;
+    };
+    for e in list.items {
+        let (Some(reason), Some(message)) = (e.reason, e.message) else {
+            continue;
+        };
+        let warning = e.type_.as_deref() == Some("Warning");
+        let text = format!("[{}] : {message}", prime.name_any());
+        events::record(&ctx.client, target, warning, &reason, &text).await;
+    }
+}
+
+async fn reconcile(target: Arc<PersistentVolumeClaim>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let Some(source_name) = populator::import_source_name(&target).map(str::to_string) else {
+        return Ok(Action::await_change());
+    };
+    if target.metadata.deletion_timestamp.is_some() {
+        return Ok(Action::await_change());
+    }
+    let ns = target.namespace().unwrap_or_default();
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(ctx.client.clone(), &ns);
+    let prime_name = populator::prime_name(&target);
+    let resync = ctx.options.resync;
+    let Some(prime) = claims.get_opt(&prime_name).await? else {
+        let sources: Api<VolumeImportSource> = Api::namespaced(ctx.client.clone(), &ns);
+        let Some(source) = sources.get_opt(&source_name).await? else {
+            return Ok(Action::requeue(resync));
+        };
+        let class = match target
+            .spec
+            .as_ref()
+            .and_then(|s| s.storage_class_name.clone())
+        {
+            Some(n) if !n.is_empty() => {
+                Api::<StorageClass>::all(ctx.client.clone())
+                    .get_opt(&n)
+                    .await?
+            }
+            _ => None,
+        };
+        let node = match populator::readiness(&target, class.as_ref()) {
+            Readiness::Wait => return Ok(Action::requeue(resync)),
+            Readiness::Refused(message) => {
+                events::record(
+                    &ctx.client,
+                    target.as_ref(),
+                    true,
+                    "ErrClaimNotValid",
+                    &message,
+                )
+                .await;
+                return Ok(Action::await_change());
+            }
+            Readiness::Ready { node } => node,
+        };
+        let phase = target.status.as_ref().and_then(|s| s.phase.as_deref());
+        let unbound = target
+            .spec
+            .as_ref()
+            .and_then(|s| s.volume_name.as_deref())
+            .is_none_or(str::is_empty);
+        if unbound && phase != Some("Lost") {
+            let preallocation = Api::<CDIConfig>::all(ctx.client.clone())
+                .get_opt(cdi_api::name::CDI_CONFIG)
+                .await?
+                .and_then(|c| c.status?.preallocation)
+                .unwrap_or(false);
+            let prime = populator::prime_claim(&target, &source, node.as_deref(), preallocation);
+            match claims.create(&PostParams::default(), &prime).await {
+                Ok(_) => {
+                    tracing::info!(target = %format!("{ns}/{}", target.name_any()), prime = %prime_name, "created PVC prime");
+                    events::record(
+                        &ctx.client,
+                        target.as_ref(),
+                        false,
+                        "CreatedPVCPrimeSuccessfully",
+                        "PVC Prime created successfully",
+                    )
+                    .await;
+                }
+                Err(kube::Error::Api(e)) if e.code == 409 => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        return Ok(Action::requeue(resync));
+    };
+
+    // Progress from the import pod of PVC prime, which reports under the target's UID.
+    let mut progress = None;
+    if let Some(pod_name) = prime.annotations().get(cdi_api::ann::IMPORT_POD_NAME) {
+        let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
+        if let Some(pod) = pods.get_opt(pod_name).await?
+            && pod.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
+        {
+            let uid = target.metadata.uid.clone().unwrap_or_default();
+            progress = crate::progress::import_progress(&pod, &uid).await;
+        }
+    }
+    let wanted = populator::mirrored(&target, &prime, progress.as_deref());
+    let current = target.annotations();
+    let mut patch: BTreeMap<String, Value> = wanted
+        .iter()
+        .filter(|(k, v)| current.get(*k) != Some(*v))
+        .map(|(k, v)| (k.clone(), json!(v)))
+        .collect();
+    for k in current.keys().filter(|k| !wanted.contains_key(*k)) {
+        patch.insert(k.clone(), Value::Null);
+    }
+    if !patch.is_empty() {
+        claims
+            .patch(
+                &target.name_any(),
+                &PatchParams::default(),
+                &Patch::Merge(&json!({"metadata": {"annotations": patch}})),
+            )
+            .await?;
+    }
+    copy_events(&ctx, &prime, &target).await;
+
+    if populator::should_rebind(&target, &prime) {
+        let volume = prime
+            .spec
+            .as_ref()
+            .and_then(|s| s.volume_name.clone())
+            .unwrap_or_default();
+        let claim_ref = json!({"spec": {"claimRef": {"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+            "namespace": ns, "name": target.name_any(), "uid": target.metadata.uid,
+            "resourceVersion": null}}});
+        Api::<PersistentVolume>::all(ctx.client.clone())
+            .patch(&volume, &PatchParams::default(), &Patch::Merge(&claim_ref))
+            .await?;
+        tracing::info!(target = %format!("{ns}/{}", target.name_any()), volume = %volume, "rebound the volume to the target");
+        events::record(
+            &ctx.client,
+            target.as_ref(),
+            false,
+            "ImportSucceeded",
+            &format!("Import into {} succeeded", target.name_any()),
+        )
+        .await;
+    }
+    let target_bound = target.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Bound");
+    if target_bound && populator::delete_prime(&prime) {
+        match claims.delete(&prime_name, &DeleteParams::default()).await {
+            Ok(_) => tracing::info!(prime = %prime_name, "deleted PVC prime"),
+            Err(kube::Error::Api(e)) if e.code == 404 => {}
+            Err(e) => return Err(e.into()),
+        }
+        return Ok(Action::await_change());
+    }
+    Ok(Action::requeue(resync))
+}
+
+fn error_policy(target: Arc<PersistentVolumeClaim>, error: &Error, ctx: Arc<Context>) -> Action {
+    tracing::warn!(claim = %target.name_any(), error = %error, "populator reconcile failed");
+    Action::requeue(ctx.options.resync)
+}
+
+/// Run the populator over claims; PVC prime's changes reach its target through the owner link.
+pub async fn run(ctx: Context) -> anyhow::Result<()> {
+    let client = ctx.client.clone();
+    Controller::new(
+        Api::<PersistentVolumeClaim>::all(client.clone()),
+        watcher::Config::default(),
+    )
+    .owns(
+        Api::<PersistentVolumeClaim>::all(client.clone()),
+        watcher::Config::default(),
+    )
+    .run(reconcile, error_policy, Arc::new(ctx))
+    .for_each(|r| async move {
+        if let Err(e) = r {
+            tracing::debug!(error = %e, "populator");
+        }
+    })
+    .await;
+    Ok(())
+}

@@ -1,0 +1,370 @@
+//! The import populator's decisions (SPEC §2.3; upstream's populator base and import
+//! populator): when a target claim can be populated, PVC prime, what flows from PVC prime back
+//! to the target, and when the finished volume is handed over.
+
+use std::collections::BTreeMap;
+
+use cdi_api::datavolume::DataVolumeSource;
+use cdi_api::populators::{VOLUME_IMPORT_SOURCE_KIND, VolumeImportSource};
+use cdi_api::{ann, label};
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, PersistentVolumeClaimSpec};
+use k8s_openapi::api::storage::v1::StorageClass;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+
+/// The annotations PVC prime's worker writes that the target mirrors (upstream's list).
+pub const MIRRORED: [&str; 12] = [
+    ann::POD_PHASE,
+    ann::POD_READY,
+    ann::POD_RESTARTS,
+    ann::PREALLOCATION_REQUESTED,
+    ann::PREALLOCATION_APPLIED,
+    ann::CURRENT_CHECKPOINT,
+    ann::MULTISTAGE_IMPORT_DONE,
+    ann::RUNNING_CONDITION,
+    ann::RUNNING_CONDITION_MESSAGE,
+    ann::RUNNING_CONDITION_REASON,
+    ann::POD_SCHEDULABLE,
+    ann::IMPORT_FATAL_ERROR,
+];
+
+fn annotations(c: &PersistentVolumeClaim) -> BTreeMap<String, String> {
+    c.metadata.annotations.clone().unwrap_or_default()
+}
+
+/// The target claim's VolumeImportSource, when its `dataSourceRef` names one in its namespace.
+pub fn import_source_name(target: &PersistentVolumeClaim) -> Option<&str> {
+    let r = target.spec.as_ref()?.data_source_ref.as_ref()?;
+    (r.api_group.as_deref() == Some(cdi_api::GROUP)
+        && r.kind == VOLUME_IMPORT_SOURCE_KIND
+        && r.namespace.is_none())
+    .then_some(r.name.as_str())
+}
+
+/// PVC prime's name: `prime-<target uid>`.
+pub fn prime_name(target: &PersistentVolumeClaim) -> String {
+    format!(
+        "{}-{}",
+        cdi_api::name::PVC_PRIME_PREFIX,
+        target.metadata.uid.as_deref().unwrap_or("")
+    )
+}
+
+/// Whether population can start.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Readiness {
+    /// Not yet (no class yet, or a WaitForFirstConsumer class and no selected node).
+    Wait,
+    /// Go: PVC prime goes on this node when the class waits for a first consumer.
+    Ready { node: Option<String> },
+    /// Never: the message says why.
+    Refused(String),
+}
+
+/// Upstream's `claimReadyForPopulation`.
+pub fn readiness(target: &PersistentVolumeClaim, class: Option<&StorageClass>) -> Readiness {
+    let name = target.metadata.name.as_deref().unwrap_or("");
+    let ns = target.metadata.namespace.as_deref().unwrap_or("");
+    let Some(class_name) = target
+        .spec
+        .as_ref()
+        .and_then(|s| s.storage_class_name.as_deref())
+    else {
+        return Readiness::Wait;
+    };
+    if class_name.is_empty() {
+        return Readiness::Refused(format!(
+            "PVC {ns}/{name} has empty storage class name; a populator needs a class whose provisioner can create the volume"
+        ));
+    }
+    let Some(class) = class else {
+        return Readiness::Refused(format!("storage class {class_name} not found"));
+    };
+    let anns = annotations(target);
+    if class.provisioner.starts_with("kubernetes.io/")
+        && !anns.contains_key("pv.kubernetes.io/migrated-to")
+    {
+        return Readiness::Refused(format!(
+            "can't use populator for PVC {ns}/{name} with in-tree storage class {}",
+            class.provisioner
+        ));
+    }
+    if class.volume_binding_mode.as_deref() == Some("WaitForFirstConsumer") {
+        let node = anns
+            .get(ann::SELECTED_NODE)
+            .filter(|n| !n.is_empty())
+            .cloned();
+        if node.is_none() && !anns.contains_key(ann::IMMEDIATE_BINDING) {
+            return Readiness::Wait;
+        }
+        return Readiness::Ready { node };
+    }
+    Readiness::Ready { node: None }
+}
+
+/// PVC prime for `target` (SPEC §2.3): the same access modes, size, class and volume mode
+/// without the data source, immediate binding, the selected node copied, the import
+/// annotations of `source`, owned by the target, excluded from backups.
+pub fn prime_claim(
+    target: &PersistentVolumeClaim,
+    source: &VolumeImportSource,
+    node: Option<&str>,
+    preallocation_default: bool,
+) -> PersistentVolumeClaim {
+    let spec = target.spec.clone().unwrap_or_default();
+    let target_anns = annotations(target);
+    let mut anns = BTreeMap::from([(ann::IMMEDIATE_BINDING.to_string(), String::new())]);
+    if let Some(n) = node {
+        anns.insert(ann::SELECTED_NODE.into(), n.into());
+    }
+    if let Some(v) = target_anns.get(ann::POD_RETAIN_AFTER_COMPLETION) {
+        anns.insert(ann::POD_RETAIN_AFTER_COMPLETION.into(), v.clone());
+    }
+    for key in [
+        ann::PRIORITY_CLASS_NAME,
+        ann::POD_SERVICE_ACCOUNT_NAME,
+        ann::POD_MULTUS_NETWORKS,
+        ann::POD_MULTUS_DEFAULT_NETWORK,
+    ] {
+        if let Some(v) = target_anns.get(key) {
+            anns.insert(key.into(), v.clone());
+        }
+    }
+    anns.insert(ann::POPULATOR_KIND.into(), VOLUME_IMPORT_SOURCE_KIND.into());
+    anns.insert(
+        ann::CONTENT_TYPE.into(),
+        source.spec.content_type.unwrap_or_default().as_str().into(),
+    );
+    anns.insert(
+        ann::PREALLOCATION_REQUESTED.into(),
+        source
+            .spec
+            .preallocation
+            .unwrap_or(preallocation_default)
+            .to_string(),
+    );
+    let from = source.spec.source.clone().unwrap_or_default();
+    let as_dv = DataVolumeSource {
+        http: from.http,
+        s3: from.s3,
+        registry: from.registry,
+        gcs: from.gcs,
+        blank: from.blank,
+        imageio: from.imageio,
+        vddk: from.vddk,
+        ..Default::default()
+    };
+    crate::render::source_annotations(&as_dv, &mut anns);
+    if !anns.contains_key(ann::IMPORT_SOURCE) {
+        anns.insert(ann::IMPORT_SOURCE.into(), "none".into());
+    }
+    PersistentVolumeClaim {
+        metadata: ObjectMeta {
+            name: Some(prime_name(target)),
+            namespace: target.metadata.namespace.clone(),
+            labels: Some(BTreeMap::from([
+                (label::APP.to_string(), label::APP_VALUE.to_string()),
+                (
+                    label::EXCLUDE_FROM_VELERO_BACKUP.to_string(),
+                    "true".to_string(),
+                ),
+            ])),
+            annotations: Some(anns),
+            owner_references: Some(vec![OwnerReference {
+                api_version: "v1".into(),
+                kind: "PersistentVolumeClaim".into(),
+                name: target.metadata.name.clone().unwrap_or_default(),
+                uid: target.metadata.uid.clone().unwrap_or_default(),
+                controller: Some(true),
+                block_owner_deletion: Some(true),
+            }]),
+            ..Default::default()
+        },
+        spec: Some(PersistentVolumeClaimSpec {
+            access_modes: spec.access_modes,
+            resources: spec.resources,
+            storage_class_name: spec.storage_class_name,
+            volume_mode: spec.volume_mode,
+            ..Default::default()
+        }),
+        status: None,
+    }
+}
+
+/// The target's annotations after mirroring PVC prime's (added, changed, or removed when PVC
+/// prime dropped them), with the prime's name and `progress` ("100.0%" once its pod succeeded;
+/// a reading of 100 before that is held back, as the image may still be converting).
+pub fn mirrored(
+    target: &PersistentVolumeClaim,
+    prime: &PersistentVolumeClaim,
+    progress: Option<&str>,
+) -> BTreeMap<String, String> {
+    let mut out = annotations(target);
+    let from = annotations(prime);
+    for key in MIRRORED {
+        match from.get(key) {
+            Some(v) => {
+                out.insert(key.into(), v.clone());
+            }
+            None => {
+                out.remove(key);
+            }
+        }
+    }
+    out.insert(
+        ann::PVC_PRIME_NAME.into(),
+        prime.metadata.name.clone().unwrap_or_default(),
+    );
+    let succeeded = from.get(ann::POD_PHASE).map(String::as_str) == Some("Succeeded");
+    let prime_bound = prime.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Bound");
+    if succeeded {
+        out.insert(ann::POPULATOR_PROGRESS.into(), "100.0%".into());
+    } else if let Some(p) = progress.filter(|p| !p.starts_with("100")) {
+        out.insert(ann::POPULATOR_PROGRESS.into(), p.into());
+    } else if prime_bound && !out.contains_key(ann::POPULATOR_PROGRESS) {
+        out.insert(ann::POPULATOR_PROGRESS.into(), "N/A".into());
+    }
+    out
+}
+
+/// Hand the volume over: PVC prime's import succeeded and the target is not bound yet.
+pub fn should_rebind(target: &PersistentVolumeClaim, prime: &PersistentVolumeClaim) -> bool {
+    let done = annotations(prime).get(ann::POD_PHASE).map(String::as_str) == Some("Succeeded");
+    let target_bound = target
+        .spec
+        .as_ref()
+        .and_then(|s| s.volume_name.as_deref())
+        .is_some_and(|v| !v.is_empty());
+    done && !target_bound
+        && prime
+            .spec
+            .as_ref()
+            .and_then(|s| s.volume_name.as_deref())
+            .is_some()
+}
+
+/// PVC prime may go: it lost its volume to the target (unless kept for debugging).
+pub fn delete_prime(prime: &PersistentVolumeClaim) -> bool {
+    prime.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Lost")
+        && annotations(prime)
+            .get(ann::POD_RETAIN_AFTER_COMPLETION)
+            .map(String::as_str)
+            != Some("true")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn target(anns: serde_json::Value) -> PersistentVolumeClaim {
+        serde_json::from_value(json!({"metadata": {"name": "disk", "namespace": "vms", "uid": "t-uid",
+            "annotations": anns},
+            "spec": {"storageClassName": "csi", "accessModes": ["ReadWriteOnce"], "volumeMode": "Block",
+                "resources": {"requests": {"storage": "10Gi"}},
+                "dataSourceRef": {"apiGroup": "cdi.kubevirt.io", "kind": "VolumeImportSource", "name": "volume-import-source-1"}},
+            "status": {"phase": "Pending"}}))
+        .unwrap()
+    }
+
+    fn class(mode: &str, provisioner: &str) -> StorageClass {
+        serde_json::from_value(
+            json!({"metadata": {"name": "csi"}, "provisioner": provisioner,
+            "volumeBindingMode": mode}),
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn waits_for_the_first_consumer() {
+        let wffc = class("WaitForFirstConsumer", "csi.cdi-rs.dev");
+        assert_eq!(readiness(&target(json!({})), Some(&wffc)), Readiness::Wait);
+        assert_eq!(
+            readiness(
+                &target(json!({"volume.kubernetes.io/selected-node": "node-2"})),
+                Some(&wffc)
+            ),
+            Readiness::Ready {
+                node: Some("node-2".into())
+            }
+        );
+        assert_eq!(
+            readiness(
+                &target(json!({"cdi.kubevirt.io/storage.bind.immediate.requested": ""})),
+                Some(&wffc)
+            ),
+            Readiness::Ready { node: None }
+        );
+        let intree = class("Immediate", "kubernetes.io/gce-pd");
+        assert!(
+            matches!(readiness(&target(json!({})), Some(&intree)), Readiness::Refused(m) if m.contains("in-tree"))
+        );
+        assert!(
+            matches!(readiness(&target(json!({})), None), Readiness::Refused(m) if m.contains("not found"))
+        );
+        assert_eq!(
+            import_source_name(&target(json!({}))),
+            Some("volume-import-source-1")
+        );
+    }
+
+    #[test]
+    fn prime_is_the_target_without_its_source() {
+        let t = target(json!({"volume.kubernetes.io/selected-node": "node-2",
+            "cdi.kubevirt.io/storage.pod.retainAfterCompletion": "true"}));
+        let source: VolumeImportSource =
+            serde_json::from_value(json!({"apiVersion": "cdi.kubevirt.io/v1beta1",
+            "kind": "VolumeImportSource", "metadata": {"name": "volume-import-source-1"},
+            "spec": {"source": {"http": {"url": "http://x/d.qcow2", "checksum": "sha256:00"}}}}))
+            .unwrap();
+        let p = prime_claim(&t, &source, Some("node-2"), false);
+        assert_eq!(p.metadata.name.as_deref(), Some("prime-t-uid"));
+        let a = p.metadata.annotations.clone().unwrap();
+        assert_eq!(a[ann::SELECTED_NODE], "node-2");
+        assert_eq!(a[ann::IMPORT_ENDPOINT], "http://x/d.qcow2");
+        assert_eq!(a[ann::IMPORT_CHECKSUM], "sha256:00");
+        assert_eq!(a[ann::POPULATOR_KIND], "VolumeImportSource");
+        assert_eq!(a[ann::POD_RETAIN_AFTER_COMPLETION], "true");
+        assert!(a.contains_key(ann::IMMEDIATE_BINDING));
+        let spec = p.spec.unwrap();
+        assert_eq!(spec.data_source_ref, None);
+        assert_eq!(spec.volume_mode.as_deref(), Some("Block"));
+        assert_eq!(p.metadata.owner_references.unwrap()[0].uid, "t-uid");
+        assert_eq!(
+            p.metadata.labels.unwrap()["velero.io/exclude-from-backup"],
+            "true"
+        );
+    }
+
+    #[test]
+    fn the_target_mirrors_prime_and_takes_its_volume_when_done() {
+        let t = target(json!({"cdi.kubevirt.io/storage.pod.phase": "Pending"}));
+        let mut prime: PersistentVolumeClaim = serde_json::from_value(json!({"metadata": {"name": "prime-t-uid",
+            "annotations": {"cdi.kubevirt.io/storage.pod.phase": "Running", "cdi.kubevirt.io/storage.pod.restarts": "1"}},
+            "spec": {"volumeName": "pv-1"}, "status": {"phase": "Bound"}})).unwrap();
+        let a = mirrored(&t, &prime, Some("42.00%"));
+        assert_eq!(a[ann::POD_PHASE], "Running");
+        assert_eq!(a[ann::POD_RESTARTS], "1");
+        assert_eq!(a[ann::POPULATOR_PROGRESS], "42.00%");
+        assert_eq!(a[ann::PVC_PRIME_NAME], "prime-t-uid");
+        // 100 is held back until the pod succeeded.
+        assert_eq!(
+            mirrored(&t, &prime, Some("100.00%"))[ann::POPULATOR_PROGRESS],
+            "N/A"
+        );
+        assert!(!should_rebind(&t, &prime));
+        prime
+            .metadata
+            .annotations
+            .as_mut()
+            .unwrap()
+            .insert(ann::POD_PHASE.into(), "Succeeded".into());
+        assert_eq!(
+            mirrored(&t, &prime, None)[ann::POPULATOR_PROGRESS],
+            "100.0%"
+        );
+        assert!(should_rebind(&t, &prime));
+        assert!(!delete_prime(&prime));
+        prime.status.as_mut().unwrap().phase = Some("Lost".into());
+        assert!(delete_prime(&prime));
+    }
+}
