@@ -38,13 +38,17 @@ pub struct DemoArgs {
     /// Give up after this many seconds.
     #[arg(long, default_value_t = 180)]
     timeout: u64,
+    /// Put the disk on the CSI-like class `csi` instead (its driver has a CSIDriver object): the
+    /// populator path, where PVC prime is filled and its volume handed to the VM's claim.
+    #[arg(long)]
+    populator: bool,
 }
 
 const NS: &str = "default";
 const VM: &str = "vm-with-wffc-disk";
 const DV: &str = "vm-with-wffc-disk-root";
 
-fn seed_objects(url: &str, size: &str) -> Vec<serde_json::Value> {
+fn seed_objects(url: &str, size: &str, class: &str) -> Vec<serde_json::Value> {
     vec![
         json!({"apiVersion": "storage.k8s.io/v1", "kind": "StorageClass",
             "metadata": {"name": "local-path-wffc"}, "provisioner": "rancher.io/local-path",
@@ -55,7 +59,7 @@ fn seed_objects(url: &str, size: &str) -> Vec<serde_json::Value> {
             "spec": {"running": true,
                 "dataVolumeTemplates": [{"metadata": {"name": DV}, "spec": {
                     "source": {"http": {"url": url}},
-                    "pvc": {"storageClassName": "local-path-wffc", "accessModes": ["ReadWriteOnce"],
+                    "pvc": {"storageClassName": class, "accessModes": ["ReadWriteOnce"],
                         "resources": {"requests": {"storage": size}}}}}],
                 "template": {"spec": {
                     "nodeSelector": {"node-role.kubernetes.io/virt-local": "true"},
@@ -84,7 +88,7 @@ fn gib(bytes: i64) -> String {
     format!("{:.2} GiB", bytes as f64 / (1u64 << 30) as f64)
 }
 
-async fn setup(client: &Client, url: &str, size: &str) -> anyhow::Result<()> {
+async fn setup(client: &Client, url: &str, size: &str, class: &str) -> anyhow::Result<()> {
     // The controller creates `config`; the demo turns the gate on, as CDI's release CR does.
     let configs: Api<CDIConfig> = Api::all(client.clone());
     for _ in 0..100 {
@@ -104,10 +108,10 @@ async fn setup(client: &Client, url: &str, size: &str) -> anyhow::Result<()> {
     Api::<cdi_api::config::CDI>::all(client.clone())
         .create(&PostParams::default(), &cdi)
         .await?;
-    let objects = seed_objects(url, size);
-    let class: StorageClass = serde_json::from_value(objects[0].clone())?;
+    let objects = seed_objects(url, size, class);
+    let wffc: StorageClass = serde_json::from_value(objects[0].clone())?;
     Api::<StorageClass>::all(client.clone())
-        .create(&PostParams::default(), &class)
+        .create(&PostParams::default(), &wffc)
         .await?;
     let vm: VirtualMachine = serde_json::from_value(objects[1].clone())?;
     Api::<VirtualMachine>::namespaced(client.clone(), NS)
@@ -121,6 +125,7 @@ async fn follow(
     client: &Client,
     t: &mut Timeline,
     timeout: Duration,
+    populator: bool,
 ) -> anyhow::Result<(String, PathBuf)> {
     let dvs: Api<DataVolume> = Api::namespaced(client.clone(), NS);
     let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), NS);
@@ -160,6 +165,7 @@ async fn follow(
                 bail!("DataVolume {DV} failed; see `kubectl describe dv {DV}`");
             }
         }
+        let mut finished = None;
         let claim = claims.get_opt(DV).await?;
         let claim_phase = claim
             .as_ref()
@@ -192,14 +198,19 @@ async fn follow(
                 }
             } else if name.starts_with("importer-") {
                 importer_seen = true;
-                if claim_phase != "Bound" {
+                if claim_phase != "Bound" && !populator {
                     bail!(
                         "importer pod {name} exists while claim {DV} is {claim_phase:?}: the gate did not hold"
                     );
                 }
+                let why = if populator {
+                    "for PVC prime; the VM's claim stays unbound".to_string()
+                } else {
+                    format!("(claim {DV} is Bound)")
+                };
                 t.say(
                     &format!("{name}-created"),
-                    format!("importer pod {name} created (claim {DV} is Bound)"),
+                    format!("importer pod {name} created {why}"),
                 );
                 if let (Some(n), "Running") = (&node, phase.as_str()) {
                     t.say(
@@ -220,6 +231,17 @@ async fn follow(
                         format!("importer pod {name} Succeeded on {on}"),
                     );
                 }
+            } else if name.starts_with("virt-launcher-") && phase != "Running" {
+                t.say(
+                    &format!("{name}-created"),
+                    format!("launcher pod {name} created: the first consumer of the claim"),
+                );
+                if let Some(n) = &node {
+                    t.say(
+                        &format!("{name}-node"),
+                        format!("launcher pod {name} bound to {n}"),
+                    );
+                }
             } else if name.starts_with("virt-launcher-")
                 && let (Some(n), "Running") = (&node, phase.as_str())
             {
@@ -233,10 +255,15 @@ async fn follow(
                     .get(&pv)
                     .await?
                     .spec
-                    .and_then(|s| s.host_path)
-                    .map(|h| PathBuf::from(h.path))
+                    .and_then(|s| {
+                        let csi = s
+                            .csi
+                            .and_then(|c| c.volume_attributes?.get("path").cloned());
+                        s.host_path.map(|h| h.path).or(csi)
+                    })
+                    .map(PathBuf::from)
                     .context("the volume has no path")?;
-                return Ok((n.clone(), path));
+                finished = Some((n.clone(), path));
             }
         }
         if importer_seen
@@ -249,9 +276,58 @@ async fn follow(
         {
             t.say("importer-gone", "importer pod deleted after success".into());
         }
+        for prime in claims.list(&ListParams::default()).await?.items {
+            let name = prime.name_any();
+            if !name.starts_with("prime-") {
+                continue;
+            }
+            let node = prime
+                .annotations()
+                .get(cdi_api::ann::SELECTED_NODE)
+                .cloned()
+                .unwrap_or_default();
+            t.say(
+                &format!("{name}-created"),
+                format!("PVC prime {name} created for {DV}, selected-node={node}"),
+            );
+            match prime.status.as_ref().and_then(|s| s.phase.as_deref()) {
+                Some("Bound") => {
+                    let pv = prime
+                        .spec
+                        .as_ref()
+                        .and_then(|s| s.volume_name.clone())
+                        .unwrap_or_default();
+                    t.say(
+                        &format!("{name}-bound"),
+                        format!("PVC prime {name} Bound to {pv}"),
+                    );
+                }
+                Some("Lost") => t.say(
+                    &format!("{name}-lost"),
+                    format!("PVC prime {name} Lost: its volume was handed to {DV}"),
+                ),
+                _ => {}
+            }
+        }
         if let Some(c) = &claim {
+            if populator && claim_phase == "Bound" {
+                let pv = c
+                    .spec
+                    .as_ref()
+                    .and_then(|s| s.volume_name.clone())
+                    .unwrap_or_default();
+                t.say(
+                    "rebind",
+                    format!("volume {pv} rebound: claimRef now {DV} (no data copied)"),
+                );
+            }
             if let Some(n) = c.annotations().get(cdi_api::ann::SELECTED_NODE) {
-                t.say("selected", format!("claim {DV}: volume.kubernetes.io/selected-node={n} (set by the scheduler for the temporary pod)"));
+                let consumer = if populator {
+                    "launcher pod"
+                } else {
+                    "temporary pod"
+                };
+                t.say("selected", format!("claim {DV}: volume.kubernetes.io/selected-node={n} (set by the scheduler for the {consumer})"));
             }
             if claim_phase == "Bound"
                 && let Some(pv) = c.spec.as_ref().and_then(|s| s.volume_name.clone())
@@ -310,6 +386,9 @@ async fn follow(
                 );
             }
         }
+        if let Some(done) = finished {
+            return Ok(done);
+        }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
@@ -366,11 +445,12 @@ pub fn run(args: &DemoArgs) -> anyhow::Result<()> {
         };
         crate::controller::install_crds(&client).await?;
         let controllers = tokio::spawn(cdi_controller::run_controllers(ctx));
-        setup(&client, &url, &args.size).await?;
-        println!("  applied: CDIConfig gate HonorWaitForFirstConsumer, CDI workload tolerations, class local-path-wffc, VirtualMachine {VM} ({} root disk on spec.pvc)\n", args.size);
+        let class = if args.populator { "csi" } else { "local-path-wffc" };
+        setup(&client, &url, &args.size, class).await?;
+        println!("  applied: CDIConfig gate HonorWaitForFirstConsumer, CDI workload tolerations, class local-path-wffc, VirtualMachine {VM} ({} root disk on spec.pvc, class {class})\n", args.size);
 
         let mut t = Timeline { start: Instant::now(), seen: BTreeSet::new() };
-        let result = follow(&client, &mut t, Duration::from_secs(args.timeout)).await;
+        let result = follow(&client, &mut t, Duration::from_secs(args.timeout), args.populator).await;
         controllers.abort();
         let outcome = match result {
             Ok((node, path)) => {

@@ -45,3 +45,42 @@ fn a_bad_size_is_refused_with_the_reason() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("--size lots"), "{stderr}");
 }
+
+#[test]
+fn the_populator_demo_hands_prime_s_volume_to_the_vm() {
+    let out = Command::new(env!("CARGO_BIN_EXE_cdi"))
+        .args(["demo", "--populator"])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    let order = [
+        "DataVolume vm-with-wffc-disk-root: PendingPopulation",
+        "launcher pod virt-launcher-vm-with-wffc-disk-",
+        "created for vm-with-wffc-disk-root, selected-node=node-2",
+        "DataVolume vm-with-wffc-disk-root: Succeeded (100.0%)",
+        "Running on node-2",
+        "virtual size 20258488320 bytes",
+        "OK: the VM runs on node-2",
+    ];
+    let mut at = 0;
+    for line in order {
+        let found = stdout[at..]
+            .find(line)
+            .unwrap_or_else(|| panic!("{line:?} not after byte {at} in:\n{stdout}"));
+        at += found + line.len();
+    }
+    assert!(
+        stdout.contains("rebound: claimRef now vm-with-wffc-disk-root"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("Lost: its volume was handed to vm-with-wffc-disk-root"),
+        "{stdout}"
+    );
+    assert!(
+        !stdout.contains("temporary pod"),
+        "no temporary pod on the populator path:\n{stdout}"
+    );
+}
