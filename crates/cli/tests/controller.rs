@@ -845,3 +845,179 @@ async fn the_populator_fills_prime_and_hands_its_volume_to_the_target() {
             .is_none()
     );
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn populator_failures_show_on_the_data_volume() {
+    let s = setup(true);
+    let _down = Down(&s.dir);
+    let (server, _) = serve_image(s._tmp.path(), MIB, false).await;
+    let missing = server.url("/missing.qcow2");
+    let good = server.url("/disk.qcow2");
+    let retain = r#"cdi.kubevirt.io/storage.pod.retainAfterCompletion: "true""#;
+    let checksum = format!(
+        r#"
+apiVersion: cdi.kubevirt.io/v1beta1
+kind: DataVolume
+metadata: {{name: pop-sum}}
+spec:
+  source: {{http: {{url: "{good}", checksum: "sha256:{}"}}}}
+  storage:
+    storageClassName: csi
+    accessModes: [ReadWriteOnce]
+    volumeMode: Filesystem
+    resources: {{requests: {{storage: 1Gi}}}}
+"#,
+        "0".repeat(64)
+    );
+    let docs = [
+        csi_data_volume("pop-404", &missing, ""),
+        checksum,
+        csi_data_volume("pop-kept", &good, retain),
+    ]
+    .join("---");
+    kubectl(&s.dir, &["apply", "-f", "-"], Some(&docs));
+    for claim in ["pop-404", "pop-sum", "pop-kept"] {
+        kubectl(
+            &s.dir,
+            &["apply", "-f", "-"],
+            Some(&consumer(&format!("{claim}-user"), claim)),
+        );
+    }
+
+    // A failing import on PVC prime: the DataVolume says why; the target has prime's events.
+    let dv = wait_for("the prime failure on the DataVolume", 60, || {
+        get(&s.dir, "dv/pop-404").filter(|d| {
+            condition(d, "Running")["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("404"))
+        })
+    });
+    assert_ne!(phase(&dv), "Failed");
+    let uid = get(&s.dir, "pvc/pop-404").unwrap()["metadata"]["uid"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let events = wait_for("prime's events on the target", 30, || {
+        let e = kubectl(
+            &s.dir,
+            &[
+                "get",
+                "events",
+                "--field-selector",
+                "involvedObject.name=pop-404",
+            ],
+            None,
+        );
+        e.contains(&format!("[prime-{uid}] :")).then_some(e)
+    });
+    assert!(events.contains("ErrImportFailed"), "{events}");
+    // The DataVolume's Bound condition quotes PVC prime, as upstream's does.
+    let dv = wait_for("prime's news in the Bound condition", 30, || {
+        get(&s.dir, "dv/pop-404").filter(|d| {
+            condition(d, "Bound")["message"].as_str().is_some_and(|m| {
+                m.starts_with(&format!("target PVC pop-404 Pending and [prime-{uid}] : "))
+            })
+        })
+    });
+    assert_eq!(condition(&dv, "Bound")["status"], "False");
+
+    // A fatal error on PVC prime fails the DataVolume.
+    let dv = wait_for("the checksum failure", 60, || {
+        get(&s.dir, "dv/pop-sum").filter(|d| phase(d) == "Failed")
+    });
+    assert_eq!(condition(&dv, "Running")["reason"], "ChecksumError");
+
+    // retainAfterCompletion keeps PVC prime (Lost) and its pod.
+    wait_for("the retained import to succeed", 60, || {
+        get(&s.dir, "dv/pop-kept").filter(|d| phase(d) == "Succeeded")
+    });
+    let uid = get(&s.dir, "pvc/pop-kept").unwrap()["metadata"]["uid"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let prime = wait_for("PVC prime Lost", 30, || {
+        get(&s.dir, &format!("pvc/prime-{uid}")).filter(|p| p["status"]["phase"] == "Lost")
+    });
+    assert_eq!(
+        prime["metadata"]["annotations"]["cdi.kubevirt.io/storage.pod.retainAfterCompletion"],
+        "true"
+    );
+    std::thread::sleep(Duration::from_secs(2));
+    assert!(
+        get(&s.dir, &format!("pvc/prime-{uid}")).is_some(),
+        "a retained PVC prime was deleted"
+    );
+    let pod = get(&s.dir, &format!("pod/importer-prime-{uid}")).expect("the retained importer pod");
+    assert_eq!(pod["status"]["phase"], "Succeeded");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_populator_converges_across_controller_restarts() {
+    let mut s = setup(true);
+    let _down = Down(&s.dir);
+    let (server, expected) = serve_image(s._tmp.path(), 6 * MIB, true).await;
+    kubectl(
+        &s.dir,
+        &["apply", "-f", "-"],
+        Some(&csi_data_volume("again", &server.url("/disk.qcow2"), "")),
+    );
+    wait_for("PendingPopulation", 30, || {
+        get(&s.dir, "dv/again").filter(|d| phase(d) == "PendingPopulation")
+    });
+    // Killed before PVC prime exists.
+    s.controller.kill();
+    kubectl(
+        &s.dir,
+        &["apply", "-f", "-"],
+        Some(&consumer("again-user", "again")),
+    );
+    let mut second = Controller::start(&s.dir, &s._tmp.path().join("controller-2.log"));
+    let uid = get(&s.dir, "pvc/again").unwrap()["metadata"]["uid"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    // Killed while PVC prime's import runs.
+    wait_for("the import on PVC prime", 90, || {
+        get(&s.dir, &format!("pod/importer-prime-{uid}"))
+            .filter(|p| p["status"]["phase"] == "Running")
+    });
+    second.kill();
+    let _third = Controller::start(&s.dir, &s._tmp.path().join("controller-3.log"));
+    wait_for("the DataVolume to succeed", 120, || {
+        get(&s.dir, "dv/again").filter(|d| phase(d) == "Succeeded")
+    });
+    wait_for("PVC prime to go", 30, || {
+        get(&s.dir, &format!("pvc/prime-{uid}"))
+            .is_none()
+            .then_some(())
+    });
+    wait_for("no importer pod left", 30, || {
+        get(&s.dir, &format!("pod/importer-prime-{uid}"))
+            .is_none()
+            .then_some(())
+    });
+    let claims = get(&s.dir, "pvc").unwrap();
+    let names: Vec<&str> = claims["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|c| c["metadata"]["name"].as_str())
+        .collect();
+    assert_eq!(names, ["again"], "no claims left behind");
+    let target = get(&s.dir, "pvc/again").unwrap();
+    let pv = get(
+        &s.dir,
+        &format!("pv/{}", target["spec"]["volumeName"].as_str().unwrap()),
+    )
+    .unwrap();
+    let path = pv["spec"]["csi"]["volumeAttributes"]["path"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let disk = std::fs::read(Path::new(&path).join("disk.img")).unwrap();
+    assert_same(
+        &disk[..expected.len()],
+        &expected,
+        "the image after two restarts",
+    );
+}

@@ -242,14 +242,26 @@ async fn bound_condition_from_events(
             let list = events
                 .list(&ListParams::default().fields(&format!("involvedObject.name={name}")))
                 .await?;
+            // With a PVC prime, only its re-emitted events count, without their prefix.
+            let prime = anns.get(ann::PVC_PRIME_NAME).map(|p| format!("[{p}] : "));
             let latest = list
                 .items
                 .into_iter()
                 .filter(|e| e.involved_object.uid == claim.metadata.uid)
+                .filter(|e| {
+                    prime.as_ref().is_none_or(|p| {
+                        e.message.as_deref().is_some_and(|m| m.contains(p.as_str()))
+                    })
+                })
                 .max_by_key(|e| e.last_timestamp.clone().map(|t| t.0));
-            let Some(message) = latest.and_then(|e| e.message) else {
+            let Some(mut message) = latest.and_then(|e| e.message) else {
                 return Ok(None);
             };
+            if let Some(p) = &prime
+                && let Some(at) = message.find(p.as_str())
+            {
+                message = message[at + p.len()..].to_string();
+            }
             if anns.get(ann::BOUND_CONDITION_MESSAGE) == Some(&message) {
                 return Ok(None);
             }
