@@ -848,7 +848,7 @@ async fn the_populator_fills_prime_and_hands_its_volume_to_the_target() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn populator_failures_show_on_the_data_volume() {
-    let s = setup(true);
+    let mut s = setup(true);
     let _down = Down(&s.dir);
     let (server, _) = serve_image(s._tmp.path(), MIB, false).await;
     let missing = server.url("/missing.qcow2");
@@ -949,6 +949,26 @@ spec:
     );
     let pod = get(&s.dir, &format!("pod/importer-prime-{uid}")).expect("the retained importer pod");
     assert_eq!(pod["status"]["phase"], "Succeeded");
+
+    // A controller stopped between the rebind and PVC prime's deletion: the next one finishes.
+    s.controller.kill();
+    let retain_off = "cdi.kubevirt.io/storage.pod.retainAfterCompletion-";
+    kubectl(
+        &s.dir,
+        &["annotate", "pvc", &format!("prime-{uid}"), retain_off],
+        None,
+    );
+    let _next = Controller::start(&s.dir, &s._tmp.path().join("controller-2.log"));
+    wait_for("PVC prime to go after the restart", 60, || {
+        get(&s.dir, &format!("pvc/prime-{uid}"))
+            .is_none()
+            .then_some(())
+    });
+    assert_eq!(phase(&get(&s.dir, "dv/pop-kept").unwrap()), "Succeeded");
+    assert_eq!(
+        get(&s.dir, "pvc/pop-kept").unwrap()["status"]["phase"],
+        "Bound"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
