@@ -120,6 +120,23 @@ spec:
     )
 }
 
+/// The names of every claim in the namespace.
+fn claim_names(dir: &Path) -> Vec<String> {
+    let claims = get(dir, "pvc").unwrap();
+    claims["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|c| c["metadata"]["name"].as_str().map(str::to_string))
+        .collect()
+}
+
+/// The PersistentVolume a claim is bound to.
+fn volume_of(dir: &Path, claim: &Value) -> Value {
+    let name = claim["spec"]["volumeName"].as_str().expect("a bound claim");
+    get(dir, &format!("pv/{name}")).unwrap()
+}
+
 fn phase(dv: &Value) -> String {
     dv["status"]["phase"].as_str().unwrap_or("").to_string()
 }
@@ -428,11 +445,7 @@ spec:
         claim["spec"]["resources"]["requests"]["storage"],
         "1138166334"
     );
-    let pv = get(
-        &s.dir,
-        &format!("pv/{}", claim["spec"]["volumeName"].as_str().unwrap()),
-    )
-    .unwrap();
+    let pv = volume_of(&s.dir, &claim);
     let disk = Path::new(pv["spec"]["hostPath"]["path"].as_str().unwrap()).join("disk.img");
     assert_eq!(std::fs::metadata(&disk).unwrap().len(), 1 << 30);
 
@@ -442,11 +455,7 @@ spec:
         anns.get("cdi.kubevirt.io/storage.bind.immediate.requested")
             .is_some()
     );
-    let pv = get(
-        &s.dir,
-        &format!("pv/{}", claim["spec"]["volumeName"].as_str().unwrap()),
-    )
-    .unwrap();
+    let pv = volume_of(&s.dir, &claim);
     let file = pv["spec"]["csi"]["volumeAttributes"]["path"]
         .as_str()
         .unwrap()
@@ -562,20 +571,10 @@ async fn a_controller_killed_mid_import_converges_after_restart() {
     wait_for("no importer pod left", 30, || {
         get(&s.dir, "pod/importer-survivor").is_none().then_some(())
     });
-    let claims = get(&s.dir, "pvc").unwrap();
-    let names: Vec<&str> = claims["items"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter_map(|c| c["metadata"]["name"].as_str())
-        .collect();
+    let names = claim_names(&s.dir);
     assert_eq!(names, ["survivor"], "no extra claims");
     let claim = get(&s.dir, "pvc/survivor").unwrap();
-    let pv = get(
-        &s.dir,
-        &format!("pv/{}", claim["spec"]["volumeName"].as_str().unwrap()),
-    )
-    .unwrap();
+    let pv = volume_of(&s.dir, &claim);
     let disk =
         std::fs::read(Path::new(pv["spec"]["hostPath"]["path"].as_str().unwrap()).join("disk.img"))
             .unwrap();
@@ -796,11 +795,7 @@ async fn the_populator_fills_prime_and_hands_its_volume_to_the_target() {
     let target = wait_for("the target to bind", 30, || {
         get(&s.dir, "pvc/pop").filter(|c| c["status"]["phase"] == "Bound")
     });
-    let pv = get(
-        &s.dir,
-        &format!("pv/{}", target["spec"]["volumeName"].as_str().unwrap()),
-    )
-    .unwrap();
+    let pv = volume_of(&s.dir, &target);
     assert_eq!(pv["spec"]["claimRef"]["name"], "pop");
     assert_eq!(pv["spec"]["claimRef"]["uid"].as_str(), Some(uid.as_str()));
     let path = pv["spec"]["csi"]["volumeAttributes"]["path"]
@@ -1016,20 +1011,10 @@ async fn the_populator_converges_across_controller_restarts() {
             .is_none()
             .then_some(())
     });
-    let claims = get(&s.dir, "pvc").unwrap();
-    let names: Vec<&str> = claims["items"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter_map(|c| c["metadata"]["name"].as_str())
-        .collect();
+    let names = claim_names(&s.dir);
     assert_eq!(names, ["again"], "no claims left behind");
     let target = get(&s.dir, "pvc/again").unwrap();
-    let pv = get(
-        &s.dir,
-        &format!("pv/{}", target["spec"]["volumeName"].as_str().unwrap()),
-    )
-    .unwrap();
+    let pv = volume_of(&s.dir, &target);
     let path = pv["spec"]["csi"]["volumeAttributes"]["path"]
         .as_str()
         .unwrap()

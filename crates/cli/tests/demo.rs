@@ -2,6 +2,17 @@
 
 use std::process::Command;
 
+/// Every line of `order` appears in `text`, each after the one before.
+fn assert_in_order(text: &str, order: &[&str]) {
+    let mut at = 0;
+    for line in order {
+        let found = text[at..]
+            .find(line)
+            .unwrap_or_else(|| panic!("{line:?} not after byte {at} in:\n{text}"));
+        at += found + line.len();
+    }
+}
+
 #[test]
 fn the_demo_tells_the_seed_story_and_succeeds() {
     let out = Command::new(env!("CARGO_BIN_EXE_cdi"))
@@ -22,13 +33,7 @@ fn the_demo_tells_the_seed_story_and_succeeds() {
         "contents: the served filesystem, byte for byte",
         "OK: the VM runs on node-2",
     ];
-    let mut at = 0;
-    for line in order {
-        let found = stdout[at..]
-            .find(line)
-            .unwrap_or_else(|| panic!("{line:?} not after byte {at} in:\n{stdout}"));
-        at += found + line.len();
-    }
+    assert_in_order(&stdout, &order);
     assert!(
         stdout.contains("node affinity kubernetes.io/hostname In [\"node-2\"]"),
         "{stdout}"
@@ -64,13 +69,7 @@ fn the_populator_demo_hands_prime_s_volume_to_the_vm() {
         "virtual size 20258488320 bytes",
         "OK: the VM runs on node-2",
     ];
-    let mut at = 0;
-    for line in order {
-        let found = stdout[at..]
-            .find(line)
-            .unwrap_or_else(|| panic!("{line:?} not after byte {at} in:\n{stdout}"));
-        at += found + line.len();
-    }
+    assert_in_order(&stdout, &order);
     assert!(
         stdout.contains("rebound: claimRef now vm-with-wffc-disk-root"),
         "{stdout}"
