@@ -9,7 +9,7 @@ use std::sync::Arc;
 use cdi_api::config::CDIConfig;
 use cdi_api::datavolume::{DataVolume, SourceKind};
 use cdi_api::enums::DataVolumePhase;
-use cdi_api::populators::VolumeImportSource;
+use cdi_api::populators::{ImportSourceType, VolumeImportSource, VolumeImportSourceSpec};
 use cdi_api::storageprofile::StorageProfile;
 use cdi_api::{ann, gate};
 use cdi_core::dvstatus::{self, Observed};
@@ -20,7 +20,7 @@ use k8s_openapi::api::storage::v1::{CSIDriver, StorageClass};
 use kube::api::{ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::watcher;
-use kube::{Api, ResourceExt};
+use kube::{Api, Resource, ResourceExt};
 use serde_json::json;
 
 use crate::{Context, Error, events};
@@ -76,16 +76,7 @@ async fn adopt(
 ) -> Result<(), kube::Error> {
     let ns = claim.namespace().unwrap_or_default();
     let mut owners = claim.owner_references().to_vec();
-    owners.push(
-        k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference {
-            api_version: "cdi.kubevirt.io/v1beta1".into(),
-            kind: "DataVolume".into(),
-            name: dv.name_any(),
-            uid: dv.metadata.uid.clone().unwrap_or_default(),
-            controller: Some(true),
-            block_owner_deletion: Some(true),
-        },
-    );
+    owners.extend(dv.controller_owner_ref(&()));
     let patch = json!({"metadata": {"ownerReferences": owners,
         "annotations": {ann::POPULATED_FOR: dv.name_any()}}});
     Api::<PersistentVolumeClaim>::namespaced(ctx.client.clone(), &ns)
@@ -185,19 +176,21 @@ fn import_source_name(dv: &DataVolume) -> String {
 async fn create_import_source(ctx: &Context, dv: &DataVolume) -> Result<(), Error> {
     let ns = dv.namespace().unwrap_or_default();
     let source = dv.spec.source.clone().unwrap_or_default();
-    let spec = json!({
-        "source": {"http": source.http, "blank": source.blank},
-        "contentType": dv.spec.content_type,
-        "preallocation": dv.spec.preallocation,
-    });
-    let object: VolumeImportSource = serde_json::from_value(json!({
-        "apiVersion": "cdi.kubevirt.io/v1beta1", "kind": "VolumeImportSource",
-        "metadata": {"name": import_source_name(dv), "namespace": ns,
-            "ownerReferences": [{"apiVersion": "cdi.kubevirt.io/v1beta1", "kind": "DataVolume",
-                "name": dv.name_any(), "uid": dv.metadata.uid, "controller": true, "blockOwnerDeletion": true}]},
-        "spec": strip_nulls(spec),
-    }))
-    .map_err(|e| Error::Other(e.to_string()))?;
+    let mut object = VolumeImportSource::new(
+        &import_source_name(dv),
+        VolumeImportSourceSpec {
+            source: Some(ImportSourceType {
+                http: source.http,
+                blank: source.blank,
+                ..Default::default()
+            }),
+            content_type: dv.spec.content_type,
+            preallocation: dv.spec.preallocation,
+            ..Default::default()
+        },
+    );
+    object.metadata.namespace = Some(ns.clone());
+    object.metadata.owner_references = dv.controller_owner_ref(&()).map(|o| vec![o]);
     match Api::<VolumeImportSource>::namespaced(ctx.client.clone(), &ns)
         .create(&PostParams::default(), &object)
         .await
@@ -205,18 +198,6 @@ async fn create_import_source(ctx: &Context, dv: &DataVolume) -> Result<(), Erro
         Err(kube::Error::Api(e)) if e.code == 409 => Ok(()),
         Err(e) => Err(e.into()),
         Ok(_) => Ok(()),
-    }
-}
-
-fn strip_nulls(v: serde_json::Value) -> serde_json::Value {
-    match v {
-        serde_json::Value::Object(m) => serde_json::Value::Object(
-            m.into_iter()
-                .filter(|(_, v)| !v.is_null())
-                .map(|(k, v)| (k, strip_nulls(v)))
-                .collect(),
-        ),
-        other => other,
     }
 }
 
@@ -446,21 +427,15 @@ fn error_policy(dv: Arc<DataVolume>, error: &Error, ctx: Arc<Context>) -> Action
 }
 
 /// The `kubevirt_cdi_datavolume_pending` gauge: DataVolumes still Pending.
-async fn count_pending(ctx: &Context) {
-    let api: Api<DataVolume> = Api::all(ctx.client.clone());
-    if let Ok(list) = api.list(&ListParams::default()).await {
-        let n = list
-            .items
-            .iter()
-            .filter(|d| {
-                matches!(
-                    d.status.as_ref().and_then(|s| s.phase.clone()),
-                    None | Some(DataVolumePhase::Pending)
-                )
-            })
-            .count();
-        ctx.metrics.set_datavolume_pending(n as i64);
-    }
+fn count_pending(dvs: &[Arc<DataVolume>]) -> i64 {
+    dvs.iter()
+        .filter(|d| {
+            matches!(
+                d.status.as_ref().and_then(|s| s.phase.clone()),
+                None | Some(DataVolumePhase::Pending)
+            )
+        })
+        .count() as i64
 }
 
 /// Run the controller: DataVolumes, their claims, and the config (a gate change re-evaluates
@@ -468,20 +443,22 @@ async fn count_pending(ctx: &Context) {
 pub async fn run(ctx: Context) -> anyhow::Result<()> {
     let client = ctx.client.clone();
     let shared = Arc::new(ctx.clone());
-    let gauge = {
-        let ctx = ctx.clone();
-        tokio::spawn(async move {
-            loop {
-                count_pending(&ctx).await;
-                tokio::time::sleep(ctx.options.resync).await;
-            }
-        })
-    };
     let controller = Controller::new(
         Api::<DataVolume>::all(client.clone()),
         watcher::Config::default(),
     );
     let store = controller.store();
+    // Counted from the controller's own cache: no extra listing.
+    let gauge = {
+        let (store, ctx) = (store.clone(), ctx.clone());
+        tokio::spawn(async move {
+            loop {
+                ctx.metrics
+                    .set_datavolume_pending(count_pending(&store.state()));
+                tokio::time::sleep(ctx.options.resync).await;
+            }
+        })
+    };
     controller
         .owns(
             Api::<PersistentVolumeClaim>::all(client.clone()),

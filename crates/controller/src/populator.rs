@@ -21,23 +21,37 @@ use serde_json::{Value, json};
 
 use crate::{Context, Error, events};
 
-/// Re-emit PVC prime's events on the target, prefixed `[prime-…] : ` as upstream does.
+/// Re-emit PVC prime's events on the target, prefixed `[prime-…] : ` as upstream does; each
+/// once (the target's events are read once per pass, not once per copied event).
 async fn copy_events(ctx: &Context, prime: &PersistentVolumeClaim, target: &PersistentVolumeClaim) {
     let ns = prime.namespace().unwrap_or_default();
     let api: Api<Event> = Api::namespaced(ctx.client.clone(), &ns);
-    let Ok(list) = api
-        .list(&ListParams::default().fields(&format!("involvedObject.name={}", prime.name_any())))
-        .await
+    let list = |name: String| {
+        let api = api.clone();
+        async move {
+            api.list(&ListParams::default().fields(&format!("involvedObject.name={name}")))
+                .await
+                .map(|l| l.items)
+        }
+    };
+    let (Ok(from), Ok(already)) = (list(prime.name_any()).await, list(target.name_any()).await)
     else {
         return;
     };
-    for e in list.items {
+    for e in from {
         let (Some(reason), Some(message)) = (e.reason, e.message) else {
             continue;
         };
-        let warning = e.type_.as_deref() == Some("Warning");
         let text = format!("[{}] : {message}", prime.name_any());
-        events::record(&ctx.client, target, warning, &reason, &text).await;
+        let copied = already.iter().any(|t| {
+            t.involved_object.uid == target.metadata.uid
+                && t.reason.as_deref() == Some(reason.as_str())
+                && t.message.as_deref() == Some(text.as_str())
+        });
+        if !copied {
+            let warning = e.type_.as_deref() == Some("Warning");
+            events::record(&ctx.client, target, warning, &reason, &text).await;
+        }
     }
 }
 

@@ -66,9 +66,7 @@ pub struct Computed {
 }
 
 fn annotations(claim: Option<&PersistentVolumeClaim>) -> BTreeMap<String, String> {
-    claim
-        .and_then(|c| c.metadata.annotations.clone())
-        .unwrap_or_default()
+    claim.map(crate::import::annotations).unwrap_or_default()
 }
 
 /// The import phase from the worker pod's phase on the claim (upstream's `updateStatusPhase`).

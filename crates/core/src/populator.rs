@@ -7,6 +7,8 @@ use std::collections::BTreeMap;
 use cdi_api::datavolume::DataVolumeSource;
 use cdi_api::populators::{VOLUME_IMPORT_SOURCE_KIND, VolumeImportSource};
 use cdi_api::{ann, label};
+
+use crate::import::annotations;
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, PersistentVolumeClaimSpec};
 use k8s_openapi::api::storage::v1::StorageClass;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
@@ -26,10 +28,6 @@ pub const MIRRORED: [&str; 12] = [
     ann::POD_SCHEDULABLE,
     ann::IMPORT_FATAL_ERROR,
 ];
-
-fn annotations(c: &PersistentVolumeClaim) -> BTreeMap<String, String> {
-    c.metadata.annotations.clone().unwrap_or_default()
-}
 
 /// The target claim's VolumeImportSource, when its `dataSourceRef` names one in its namespace.
 pub fn import_source_name(target: &PersistentVolumeClaim) -> Option<&str> {

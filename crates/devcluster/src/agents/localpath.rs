@@ -230,14 +230,18 @@ pub(crate) fn ours(driver: Driver, v: &PersistentVolume) -> bool {
         .is_some_and(|p| p == driver.name())
 }
 
-/// Where a volume of ours keeps its data on the host.
+/// Where a volume keeps its data on the host: hostPath, local, or the CSI-like driver's path.
 pub(crate) fn volume_path(v: &PersistentVolume) -> Option<PathBuf> {
     let spec = v.spec.as_ref()?;
     if let Some(h) = &spec.host_path {
         return Some(PathBuf::from(&h.path));
     }
+    if let Some(l) = &spec.local {
+        return Some(PathBuf::from(&l.path));
+    }
     spec.csi
-        .as_ref()?
+        .as_ref()
+        .filter(|c| c.driver == CSI_DRIVER)?
         .volume_attributes
         .as_ref()?
         .get("path")

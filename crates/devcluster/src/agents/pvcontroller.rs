@@ -67,6 +67,7 @@ pub enum Action {
     ClaimEvent {
         namespace: String,
         claim: String,
+        uid: String,
         reason: &'static str,
         message: &'static str,
     },
@@ -419,6 +420,7 @@ pub fn reconcile(cluster: &Snapshot) -> Vec<Action> {
                 out.push(Action::ClaimEvent {
                     namespace: ns.into(),
                     claim: cn.into(),
+                    uid: uid(c).into(),
                     reason: "WaitForFirstConsumer",
                     message: "waiting for first consumer to be created before binding",
                 });
@@ -448,6 +450,8 @@ pub fn reconcile(cluster: &Snapshot) -> Vec<Action> {
 /// The controller as a loop over the API server.
 pub mod agent {
     use std::time::Duration;
+
+    use std::collections::HashSet;
 
     use k8s_openapi::api::core::v1::{Event, PersistentVolume, PersistentVolumeClaim};
     use kube::api::{Patch, PatchParams};
@@ -523,18 +527,16 @@ pub mod agent {
             Action::ClaimEvent {
                 namespace,
                 claim,
+                uid,
                 reason,
                 message,
             } => {
-                let Some(c) = claims(namespace).get_opt(claim).await? else {
-                    return Ok(());
-                };
                 let now = jiff::Timestamp::now().to_string();
                 // One event per claim and reason: the fixed name makes repeats a conflict.
                 let event: Event = serde_json::from_value(json!({
                     "metadata": {"name": format!("{claim}.{}", reason.to_lowercase()), "namespace": namespace},
                     "involvedObject": {"apiVersion": "v1", "kind": "PersistentVolumeClaim",
-                        "namespace": namespace, "name": claim, "uid": c.metadata.uid},
+                        "namespace": namespace, "name": claim, "uid": uid},
                     "reason": reason, "message": message, "type": "Normal",
                     "source": {"component": "persistentvolume-controller"},
                     "firstTimestamp": now, "lastTimestamp": now, "count": 1}))
@@ -564,13 +566,20 @@ pub mod agent {
     }
 
     /// One pass: read everything, apply what [`reconcile`] decides.
-    pub async fn pass(client: &Client) -> Result<(), kube::Error> {
+    /// `told` remembers the claims already given an event, so it is posted once, not each pass.
+    pub async fn pass(client: &Client, told: &mut HashSet<String>) -> Result<(), kube::Error> {
         for action in reconcile(&Snapshot::read(client).await?) {
+            let event_for = match &action {
+                Action::ClaimEvent { uid, .. } if told.contains(uid) => continue,
+                Action::ClaimEvent { uid, .. } => Some(uid.clone()),
+                _ => None,
+            };
             // One failed write (say a conflict with a user's edit) must not stop the others;
             // the next pass sees the new state and decides again.
-            let quiet = matches!(action, Action::ClaimEvent { .. });
             match apply(client, &action).await {
-                Ok(()) if quiet => {}
+                Ok(()) if event_for.is_some() => {
+                    told.extend(event_for);
+                }
                 Ok(()) => tracing::info!(?action, "applied"),
                 Err(e) => tracing::warn!(error = %e, ?action, "pv controller action failed"),
             }
@@ -580,7 +589,8 @@ pub mod agent {
 
     /// Run passes until the task is dropped.
     pub async fn run(client: Client, every: Duration) {
-        run_every!(every, pass(&client))
+        let mut told = HashSet::new();
+        run_every!(every, pass(&client, &mut told))
     }
 }
 

@@ -17,6 +17,8 @@ use cdi_api::kubevirt::{
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
 use serde_json::{Value, json};
 
+use super::{name as name_of, namespace as ns_of};
+
 /// The launcher image the pods use (the kubelet maps it to `cdi dev launcher`).
 pub const LAUNCHER_IMAGE: &str = "quay.io/kubevirt/virt-launcher:v1.6.0";
 /// Where KubeVirt mounts a filesystem disk (`<dir>/<volume>/disk.img`).
@@ -54,14 +56,6 @@ pub enum Action {
         name: String,
         status: Value,
     },
-}
-
-fn ns_of<K: kube::Resource>(o: &K) -> &str {
-    o.meta().namespace.as_deref().unwrap_or("default")
-}
-
-fn name_of<K: kube::Resource>(o: &K) -> &str {
-    o.meta().name.as_deref().unwrap_or("")
 }
 
 fn phase(dv: &DataVolume) -> Option<DataVolumePhase> {

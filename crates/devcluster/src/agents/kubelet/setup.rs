@@ -79,22 +79,6 @@ fn pod_ns(pod: &Pod) -> &str {
     pod.metadata.namespace.as_deref().unwrap_or("default")
 }
 
-/// Where a bound volume's data is on the host, from its source.
-fn volume_path(pv: &PersistentVolume) -> Option<PathBuf> {
-    let spec = pv.spec.as_ref()?;
-    if let Some(h) = &spec.host_path {
-        return Some(h.path.clone().into());
-    }
-    if let Some(l) = &spec.local {
-        return Some(l.path.clone().into());
-    }
-    let csi = spec.csi.as_ref().filter(|c| c.driver == CSI_DRIVER)?;
-    csi.volume_attributes
-        .as_ref()?
-        .get("path")
-        .map(PathBuf::from)
-}
-
 async fn claim_volume(client: &Client, ns: &str, claim: &str) -> Result<HostVolume, Blocked> {
     let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), ns);
     let pvc = claims
@@ -114,7 +98,7 @@ async fn claim_volume(client: &Client, ns: &str, claim: &str) -> Result<HostVolu
         .await
         .map_err(|e| Blocked::Waiting(format!("reading volume {name}: {e}")))?
         .ok_or_else(|| Blocked::Waiting(format!("persistentvolume \"{name}\" not found")))?;
-    let path = volume_path(&pv).ok_or_else(|| {
+    let path = crate::agents::localpath::volume_path(&pv).ok_or_else(|| {
         Blocked::Config(format!(
             "persistentvolume \"{name}\" (of claim \"{claim}\") has no source the cdi dev \
              kubelet can mount: it mounts hostPath, local and {CSI_DRIVER} volumes"
