@@ -337,6 +337,56 @@ fn find(conditions: &[DataVolumeCondition], t: Type) -> Option<&DataVolumeCondit
     conditions.iter().find(|c| c.type_ == t)
 }
 
+/// The status of a DataVolume the controller refuses (cdi-core `source::check`): Failed, with the
+/// refusal on the Ready and Running conditions, so `kubectl get dv` and `describe` say what is
+/// wrong instead of an empty phase; the event is recorded once, when the status first says so.
+pub fn refused_status(
+    dv: &DataVolume,
+    refusal: &crate::source::Refusal,
+    now: Timestamp,
+) -> Computed {
+    let current = dv.status.clone().unwrap_or_default();
+    let mut status = current.clone();
+    let now = Time(now);
+    let mut conditions = status.conditions.take().unwrap_or_default();
+    let (reason, message) = (refusal.reason, refusal.message.as_str());
+    set(
+        &mut conditions,
+        Type::Bound,
+        ConditionStatus::False,
+        "No PVC found",
+        "NotFound",
+        &now,
+    );
+    set(
+        &mut conditions,
+        Type::Ready,
+        ConditionStatus::False,
+        message,
+        reason,
+        &now,
+    );
+    set(
+        &mut conditions,
+        Type::Running,
+        ConditionStatus::False,
+        message,
+        reason,
+        &now,
+    );
+    status.conditions = Some(conditions);
+    status.phase = Some(Phase::Failed);
+    status.progress = Some("N/A".into());
+    let said = find(current.conditions.as_deref().unwrap_or(&[]), Type::Running)
+        .is_some_and(|c| c.message.as_deref() == Some(message));
+    let events = if said {
+        Vec::new()
+    } else {
+        vec![Event::warning(reason, message.to_string())]
+    };
+    Computed { status, events }
+}
+
 /// The status of an import (or blank) DataVolume taking the classic path.
 pub fn import_status(o: &Observed<'_>) -> Computed {
     let current = o.dv.status.clone().unwrap_or_default();
@@ -527,6 +577,29 @@ mod tests {
 
     fn cond(c: &Computed, t: Type) -> &DataVolumeCondition {
         find(c.status.conditions.as_ref().unwrap(), t).unwrap()
+    }
+
+    #[test]
+    fn a_refused_datavolume_fails_and_says_why_once() {
+        let mut d = dv(json!({}));
+        d.spec.source = None;
+        let refusal = crate::source::check(&d).unwrap_err();
+        let now = "2026-11-30T12:00:00Z".parse().unwrap();
+        let first = refused_status(&d, &refusal, now);
+        assert_eq!(phase_of(&first), "Failed");
+        for t in [Type::Ready, Type::Running] {
+            let c = cond(&first, t);
+            assert_eq!(c.status, ConditionStatus::False);
+            assert_eq!(c.message.as_deref(), Some(refusal.message.as_str()));
+            assert_eq!(c.reason, Some(Reason::Other("ErrInvalidSource".into())));
+        }
+        assert_eq!(first.events.len(), 1);
+        assert!(first.events[0].warning);
+        // Once the status says it, the next pass changes nothing and records nothing.
+        d.status = Some(first.status.clone());
+        let again = refused_status(&d, &refusal, "2026-11-30T12:05:00Z".parse().unwrap());
+        assert_eq!(again.status, first.status);
+        assert!(again.events.is_empty());
     }
 
     #[test]

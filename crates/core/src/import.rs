@@ -86,15 +86,15 @@ pub fn next(claim: &PersistentVolumeClaim, gate_on: bool) -> Next {
     Next::CreatePod
 }
 
-/// The importer pod's name for a claim: `importer-<claim>`.
+/// The importer pod's name for a claim: `importer-<claim>`, shortened as upstream shortens it
+/// when the claim's name is long.
 pub fn pod_name(claim: &PersistentVolumeClaim) -> String {
     let anns = annotations(claim);
     match get(&anns, ann::IMPORT_POD_NAME) {
-        Some(n) if !n.is_empty() => n.to_string(),
-        _ => format!(
-            "{}-{}",
+        Some(n) if crate::naming::is_object_name(n) => n.to_string(),
+        _ => crate::naming::resource_name(
             cdi_api::name::IMPORTER_POD_PREFIX,
-            claim.metadata.name.as_deref().unwrap_or("")
+            claim.metadata.name.as_deref().unwrap_or(""),
         ),
     }
 }
@@ -412,9 +412,9 @@ pub fn importer_pod(claim: &PersistentVolumeClaim, s: &Settings) -> Pod {
     }
 }
 
-/// The scratch claim's name: `<claim>-scratch`.
+/// The scratch claim's name: `<claim>-scratch`, shortened when the claim's name is long.
 pub fn scratch_name(claim: &PersistentVolumeClaim) -> String {
-    format!("{}-scratch", claim.metadata.name.as_deref().unwrap_or(""))
+    crate::naming::resource_name(claim.metadata.name.as_deref().unwrap_or(""), "scratch")
 }
 
 /// The scratch claim for `claim`'s importer `pod` (upstream's `createScratchPvcForPod`): owned by
@@ -504,6 +504,46 @@ fn simplify(message: &str) -> String {
     }
 }
 
+/// What a terminated importer said, or, when it could not say anything (killed by a signal, out
+/// of memory), what happened to it: an empty message explains nothing.
+fn exit_message(t: &ContainerStateTerminated, restarts: bool) -> String {
+    let said = t.message.as_deref().unwrap_or("").trim_end();
+    let then = if restarts {
+        "; it restarts and resumes"
+    } else {
+        ""
+    };
+    if t.reason.as_deref() == Some("OOMKilled") {
+        return format!(
+            "the importer was killed for exceeding its memory limit (OOMKilled){then}; raise \
+             CDIConfig spec.podResourceRequirements if it happens again"
+        );
+    }
+    // Runtimes report a signal as 128 + its number; a message then is only the log's tail.
+    let signal = t
+        .signal
+        .filter(|s| *s > 0)
+        .or((t.exit_code > 128 && t.exit_code < 160).then(|| t.exit_code - 128));
+    match signal {
+        Some(sig) if t.exit_code != 0 => {
+            let name = match sig {
+                9 => " (SIGKILL)",
+                15 => " (SIGTERM)",
+                6 => " (SIGABRT)",
+                11 => " (SIGSEGV)",
+                2 => " (SIGINT)",
+                _ => "",
+            };
+            format!("the importer was killed by signal {sig}{name}{then}")
+        }
+        _ if !said.is_empty() || t.exit_code == 0 => said.to_string(),
+        _ => format!(
+            "the importer exited with code {} without a message{then}; see its log",
+            t.exit_code
+        ),
+    }
+}
+
 /// What the pod's state means beyond the annotations.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Outcome {
@@ -522,6 +562,7 @@ pub struct Outcome {
 /// CrashLoopBackOff reports its last termination, so a failing import says why between restarts.
 pub fn update_from_pod(anns: &mut BTreeMap<String, String>, pod: &Pod) -> Outcome {
     let mut out = Outcome::default();
+    let restarted = pod.spec.as_ref().and_then(|s| s.restart_policy.as_deref()) != Some("Never");
     let status = pod.status.clone().unwrap_or_default();
     let containers = status.container_statuses.clone().unwrap_or_default();
     let first = containers.first();
@@ -591,12 +632,12 @@ pub fn update_from_pod(anns: &mut BTreeMap<String, String>, pod: &Pod) -> Outcom
                         out.labels = m.labels.clone().unwrap_or_default();
                     }
                     None => {
-                        let message = simplify(t.message.as_deref().unwrap_or("").trim_end());
+                        let message = simplify(&exit_message(&t, restarted));
                         set(anns, "false", &message, &reason);
                     }
                 }
-                if t.exit_code > 0 {
-                    out.failed = Some(t.message.clone().unwrap_or_default().trim_end().to_string());
+                if t.exit_code != 0 {
+                    out.failed = Some(exit_message(&t, restarted));
                 }
             }
         }
@@ -928,5 +969,58 @@ mod tests {
             anns[ann::RUNNING_CONDITION_MESSAGE],
             "DataVolume too small to contain image"
         );
+    }
+
+    #[test]
+    fn a_killed_importer_is_explained() {
+        let killed = |state: serde_json::Value| {
+            pod(
+                json!({"phase": "Running", "containerStatuses": [{"name": "importer", "image": "i",
+                "imageID": "", "ready": false, "restartCount": 1,
+                "state": {"waiting": {"reason": "CrashLoopBackOff"}},
+                "lastState": {"terminated": state}}]}),
+            )
+        };
+        let mut anns = BTreeMap::new();
+        let out = update_from_pod(
+            &mut anns,
+            &killed(json!({"exitCode": 137, "reason": "Error"})),
+        );
+        let said = "the importer was killed by signal 9 (SIGKILL); it restarts and resumes";
+        assert_eq!(anns[ann::RUNNING_CONDITION_MESSAGE], said);
+        assert_eq!(out.failed.as_deref(), Some(said));
+        // The log's tail (FallbackToLogsOnError) does not hide the kill.
+        update_from_pod(
+            &mut anns,
+            &killed(json!({"exitCode": 143, "reason": "Error", "message": "progress 40%"})),
+        );
+        assert_eq!(
+            anns[ann::RUNNING_CONDITION_MESSAGE],
+            "the importer was killed by signal 15 (SIGTERM); it restarts and resumes"
+        );
+        let out = update_from_pod(
+            &mut anns,
+            &killed(json!({"exitCode": 137, "reason": "OOMKilled"})),
+        );
+        assert!(out.failed.unwrap().contains("memory limit (OOMKilled)"));
+        let out = update_from_pod(
+            &mut anns,
+            &killed(json!({"exitCode": 2, "reason": "Error"})),
+        );
+        assert_eq!(
+            out.failed.as_deref(),
+            Some(
+                "the importer exited with code 2 without a message; it restarts and resumes; see its log"
+            )
+        );
+        // Hostile states explain without panicking.
+        for state in [
+            json!({"exitCode": -1}),
+            json!({"exitCode": i32::MAX, "signal": -3}),
+            json!({"exitCode": 128}),
+        ] {
+            let out = update_from_pod(&mut anns, &killed(state));
+            assert!(!out.failed.unwrap_or_default().is_empty());
+        }
     }
 }

@@ -10,10 +10,12 @@ pub mod config;
 pub mod devpod;
 pub mod dvstatus;
 pub mod import;
+pub mod naming;
 pub mod populator;
 pub mod quantity;
 pub mod render;
 pub mod size;
+pub mod source;
 pub mod storageprofile;
 
 pub use quantity::Quantity;
