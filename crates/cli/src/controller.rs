@@ -69,7 +69,7 @@ pub fn run(args: &ControllerArgs) -> anyhow::Result<()> {
             install_crds(&client).await?;
         }
         let metrics = Arc::new(serve::Metrics::default());
-        let (bound, _server) = serve::serve(args.metrics_addr, metrics.clone())
+        let (bound, mut server) = serve::serve(args.metrics_addr, metrics.clone())
             .await
             .with_context(|| format!("listening on {}", args.metrics_addr))?;
         eprintln!("metrics, healthz and readyz on http://{bound}");
@@ -94,6 +94,11 @@ pub fn run(args: &ControllerArgs) -> anyhow::Result<()> {
             tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
         tokio::select! {
             r = cdi_controller::run_as_leader(ctx) => r,
+            // Without it the process would look alive to nobody: stop, and let it be restarted.
+            r = &mut server => Err(match r {
+                Err(e) if e.is_panic() => anyhow::anyhow!("the metrics and health server panicked"),
+                _ => anyhow::anyhow!("the metrics and health server stopped"),
+            }),
             _ = tokio::signal::ctrl_c() => Ok(()),
             _ = terminate.recv() => Ok(()),
         }

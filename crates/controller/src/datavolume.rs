@@ -7,7 +7,7 @@
 use std::sync::Arc;
 
 use cdi_api::config::CDIConfig;
-use cdi_api::datavolume::{DataVolume, SourceKind};
+use cdi_api::datavolume::DataVolume;
 use cdi_api::enums::DataVolumePhase;
 use cdi_api::populators::{ImportSourceType, VolumeImportSource, VolumeImportSourceSpec};
 use cdi_api::storageprofile::StorageProfile;
@@ -24,29 +24,6 @@ use kube::{Api, Resource, ResourceExt};
 use serde_json::json;
 
 use crate::{Context, Error, events};
-
-/// The sources this controller takes; the others are refused with an event naming the issue.
-fn supported(dv: &DataVolume) -> Result<(), String> {
-    let kinds = dv
-        .spec
-        .source
-        .as_ref()
-        .map(|s| s.kinds())
-        .unwrap_or_default();
-    match kinds.as_slice() {
-        [] if dv.spec.source_ref.is_none() => Ok(()),
-        [SourceKind::Http | SourceKind::Blank] => Ok(()),
-        [kind] => Err(format!(
-            "DataVolume {}: {} sources are not supported by this version of cdi-rs yet",
-            dv.name_any(),
-            kind.field()
-        )),
-        _ => Err(format!(
-            "DataVolume {}: sourceRef is not supported by this version of cdi-rs yet",
-            dv.name_any()
-        )),
-    }
-}
 
 /// The claim is this DataVolume's: owned by it, or marked populated for it.
 fn populated_for(claim: &PersistentVolumeClaim, dv: &DataVolume) -> bool {
@@ -269,27 +246,55 @@ async fn importer_pod(ctx: &Context, claim: &PersistentVolumeClaim) -> Option<Po
         .flatten()
 }
 
+/// Write the computed status when it changed, then record its events.
+async fn write_status(
+    ctx: &Context,
+    dv: &DataVolume,
+    computed: &dvstatus::Computed,
+) -> Result<(), Error> {
+    if dv.status.as_ref() != Some(&computed.status) {
+        let api: Api<DataVolume> =
+            Api::namespaced(ctx.client.clone(), &dv.namespace().unwrap_or_default());
+        match api
+            .patch_status(
+                &dv.name_any(),
+                &PatchParams::default(),
+                &Patch::Merge(&json!({"status": computed.status})),
+            )
+            .await
+        {
+            // Deleted meanwhile: nothing to say, and no events about it.
+            Err(kube::Error::Api(e)) if e.code == 404 => return Ok(()),
+            Err(e) => return Err(e.into()),
+            Ok(_) => {}
+        }
+    }
+    for e in &computed.events {
+        events::record(&ctx.client, dv, e.warning, &e.reason, &e.message).await;
+    }
+    Ok(())
+}
+
 async fn reconcile(dv: Arc<DataVolume>, ctx: Arc<Context>) -> Result<Action, Error> {
     let ns = dv.namespace().unwrap_or_default();
     let name = dv.name_any();
     if dv.metadata.deletion_timestamp.is_some() {
         return Ok(Action::await_change());
     }
-    if let Err(message) = supported(&dv) {
-        events::record(
-            &ctx.client,
-            dv.as_ref(),
-            true,
-            "ErrUnsupportedSource",
-            &message,
-        )
-        .await;
+    if let Err(refusal) = cdi_core::source::check(&dv) {
+        let computed = dvstatus::refused_status(&dv, &refusal, k8s_openapi::jiff::Timestamp::now());
+        write_status(&ctx, &dv, &computed).await?;
         return Ok(Action::await_change());
     }
     let cfg = config(&ctx).await?;
     let claims: Api<PersistentVolumeClaim> = Api::namespaced(ctx.client.clone(), &ns);
     let mut claim = claims.get_opt(&name).await?;
     if claim.is_none() {
+        // The cache can still hold a DataVolume that was just deleted; a claim made for it would
+        // outlive it (and start an import), so ask the API server before creating anything.
+        if !crate::still_current(&ctx.client, dv.as_ref()).await? {
+            return Ok(Action::await_change());
+        }
         create_claim(&ctx, &dv, cfg.as_ref()).await?;
         claim = claims.get_opt(&name).await?;
     }
@@ -392,18 +397,7 @@ async fn reconcile(dv: Arc<DataVolume>, ctx: Arc<Context>) -> Result<Action, Err
             Ok(_) => {}
         }
     }
-    if dv.status.as_ref() != Some(&computed.status) {
-        let api: Api<DataVolume> = Api::namespaced(ctx.client.clone(), &ns);
-        api.patch_status(
-            &name,
-            &PatchParams::default(),
-            &Patch::Merge(&json!({"status": computed.status})),
-        )
-        .await?;
-    }
-    for e in &computed.events {
-        events::record(&ctx.client, dv.as_ref(), e.warning, &e.reason, &e.message).await;
-    }
+    write_status(&ctx, &dv, &computed).await?;
     // Events on a Pending claim (what it waits for) send no watch event to this controller.
     let claim_pending = claim
         .as_ref()
@@ -449,17 +443,18 @@ pub async fn run(ctx: Context) -> anyhow::Result<()> {
     );
     let store = controller.store();
     // Counted from the controller's own cache: no extra listing.
+    // Polled with the controller rather than spawned, so it cannot stop unnoticed.
     let gauge = {
         let (store, ctx) = (store.clone(), ctx.clone());
-        tokio::spawn(async move {
+        async move {
             loop {
                 ctx.metrics
                     .set_datavolume_pending(count_pending(&store.state()));
                 tokio::time::sleep(ctx.options.resync).await;
             }
-        })
+        }
     };
-    controller
+    let controller = controller
         .owns(
             Api::<PersistentVolumeClaim>::all(client.clone()),
             watcher::Config::default(),
@@ -475,13 +470,15 @@ pub async fn run(ctx: Context) -> anyhow::Result<()> {
                     .collect::<Vec<_>>()
             },
         )
-        .run(reconcile, error_policy, shared)
+        .run(|o, c| crate::guarded(reconcile(o, c)), error_policy, shared)
         .for_each(|r| async move {
             if let Err(e) = r {
                 tracing::debug!(error = %e, "datavolume controller");
             }
-        })
-        .await;
-    gauge.abort();
+        });
+    tokio::select! {
+        _ = controller => {}
+        _ = gauge => {}
+    }
     Ok(())
 }

@@ -118,6 +118,9 @@ async fn reconcile(claim: Arc<PersistentVolumeClaim>, ctx: Arc<Context>) -> Resu
             Next::Nothing | Next::WaitForConsumer => return Ok(Action::await_change()),
             Next::CreatePod => {}
         }
+        if !crate::still_current(&ctx.client, claim.as_ref()).await? {
+            return Ok(Action::await_change());
+        }
         // Name the pod on the claim first, so a restart finds it.
         let mut anns = BTreeMap::new();
         anns.insert(ann::IMPORT_POD_NAME.to_string(), pod_name.clone());
@@ -134,6 +137,28 @@ async fn reconcile(claim: Arc<PersistentVolumeClaim>, ctx: Arc<Context>) -> Resu
         return Ok(Action::requeue(ctx.options.resync));
     };
 
+    // The pod's name comes from an annotation anyone can write: only the claim's own importer is
+    // read, and deleted.
+    let ours = pod
+        .owner_references()
+        .iter()
+        .any(|o| o.controller == Some(true) && Some(&o.uid) == claim.metadata.uid.as_ref());
+    if !ours {
+        let message = format!(
+            "pod {pod_name} named by {} on claim {ns}/{name} is not this claim's importer; remove \
+             the annotation to let the controller name its own",
+            ann::IMPORT_POD_NAME
+        );
+        events::record(
+            &ctx.client,
+            claim.as_ref(),
+            true,
+            "ErrImportFailed",
+            &message,
+        )
+        .await;
+        return Ok(Action::await_change());
+    }
     if claim.metadata.deletion_timestamp.is_some() {
         delete_pod(&pods, &pod_name).await?;
         return Ok(Action::await_change());
@@ -241,7 +266,11 @@ pub async fn run(ctx: Context) -> anyhow::Result<()> {
         watcher::Config::default(),
     )
     .owns(Api::<Pod>::all(client.clone()), watcher::Config::default())
-    .run(reconcile, error_policy, Arc::new(ctx))
+    .run(
+        |o, c| crate::guarded(reconcile(o, c)),
+        error_policy,
+        Arc::new(ctx),
+    )
     .for_each(|r| async move {
         if let Err(e) = r {
             tracing::debug!(error = %e, "import controller");

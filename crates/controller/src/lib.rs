@@ -69,6 +69,49 @@ pub enum Error {
     Kube(#[from] kube::Error),
     #[error("{0}")]
     Other(String),
+    /// A bug met something it did not expect: the pass is abandoned and retried, the other
+    /// objects and controllers carry on.
+    #[error("reconcile panicked: {0}")]
+    Panicked(String),
+}
+
+/// Run one reconcile pass, turning a panic into [`Error::Panicked`]. Without this a panic on one
+/// object (whatever a user wrote into it) would take every controller down with it, and the
+/// restarted process would meet the same object and crash again.
+pub async fn guarded<T>(
+    pass: impl std::future::Future<Output = Result<T, Error>>,
+) -> Result<T, Error> {
+    use futures::FutureExt;
+    match std::panic::AssertUnwindSafe(pass).catch_unwind().await {
+        Ok(r) => r,
+        Err(panic) => {
+            let message = panic
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "(no message)".into());
+            tracing::error!(panic = %message, "reconcile panicked; retrying later");
+            Err(Error::Panicked(message))
+        }
+    }
+}
+
+/// Whether the API server still holds `obj` (same uid) and it is not being deleted. A reflector's
+/// cache can still hold an object that was just deleted; what a controller creates for it (with an
+/// owner reference to it) would be made for nothing, so creations ask first.
+pub async fn still_current<K>(client: &Client, obj: &K) -> Result<bool, kube::Error>
+where
+    K: kube::Resource<DynamicType = (), Scope = kube::core::NamespaceResourceScope>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug,
+{
+    let ns = obj.meta().namespace.as_deref().unwrap_or_default();
+    let api: kube::Api<K> = kube::Api::namespaced(client.clone(), ns);
+    let name = obj.meta().name.as_deref().unwrap_or_default();
+    Ok(api.get_opt(name).await?.is_some_and(|live| {
+        live.meta().uid == obj.meta().uid && live.meta().deletion_timestamp.is_none()
+    }))
 }
 
 /// Run every controller until one of them stops (they do not, unless the client fails).

@@ -104,7 +104,10 @@ async fn reconcile(target: Arc<PersistentVolumeClaim>, ctx: Arc<Context>) -> Res
             .as_ref()
             .and_then(|s| s.volume_name.as_deref())
             .is_none_or(str::is_empty);
-        if unbound && phase != Some("Lost") {
+        if unbound
+            && phase != Some("Lost")
+            && crate::still_current(&ctx.client, target.as_ref()).await?
+        {
             let preallocation = Api::<CDIConfig>::all(ctx.client.clone())
                 .get_opt(cdi_api::name::CDI_CONFIG)
                 .await?
@@ -212,7 +215,11 @@ pub async fn run(ctx: Context) -> anyhow::Result<()> {
         Api::<PersistentVolumeClaim>::all(client.clone()),
         watcher::Config::default(),
     )
-    .run(reconcile, error_policy, Arc::new(ctx))
+    .run(
+        |o, c| crate::guarded(reconcile(o, c)),
+        error_policy,
+        Arc::new(ctx),
+    )
     .for_each(|r| async move {
         if let Err(e) = r {
             tracing::debug!(error = %e, "populator");

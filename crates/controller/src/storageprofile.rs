@@ -180,14 +180,13 @@ pub async fn reconcile(ctx: &Context) -> Result<(), kube::Error> {
                     let mut b = status.clone();
                     a.conditions = None;
                     b.conditions = None;
-                    a == b
-                        && s.conditions
-                            .as_ref()
-                            .map(|c| (c[0].status, c[0].reason.clone()))
-                            == status
-                                .conditions
-                                .as_ref()
-                                .map(|c| (c[0].status, c[0].reason.clone()))
+                    // Anyone can write the status (`conditions: []` too): compare, never index.
+                    let first = |c: &Option<Vec<StorageProfileCondition>>| {
+                        c.as_ref()
+                            .and_then(|c| c.first())
+                            .map(|c| (c.status, c.reason.clone()))
+                    };
+                    a == b && first(&s.conditions) == first(&status.conditions)
                 });
                 if !unchanged {
                     profiles_api
@@ -235,7 +234,7 @@ pub async fn run(ctx: Context) -> anyhow::Result<()> {
     let mut changes = futures::stream::select(classes, profiles);
     let mut tick = tokio::time::interval(ctx.options.resync.max(Duration::from_secs(1)) * 5);
     loop {
-        if let Err(e) = reconcile(&ctx).await {
+        if let Err(e) = crate::guarded(async { Ok(reconcile(&ctx).await?) }).await {
             tracing::warn!(error = %e, "reconciling StorageProfiles");
         }
         tokio::select! {
