@@ -10,6 +10,7 @@ pub mod selector;
 pub mod server;
 pub mod store;
 pub mod table;
+pub mod validation;
 
 pub use server::ApiServer;
 

@@ -1,0 +1,1069 @@
+//! Object validation as kube-apiserver does it before storing: names per kind, metadata (labels,
+//! annotations, owner references, finalizers), pods' containers, volumes, ports and mounts, and
+//! the size of ConfigMaps and Secrets. Every failure is a field error printed exactly as
+//! k8s.io/apimachinery's `field.Error` prints it, so that messages match a real cluster's.
+//!
+//! The rules and messages come from k8s.io/apimachinery/pkg/util/validation/validation.go,
+//! .../api/validation/{objectmeta,generic}.go, .../apis/meta/v1/validation and
+//! k8s.io/kubernetes/pkg/apis/core/validation/validation.go (Kubernetes 1.33).
+
+use std::collections::BTreeSet;
+
+use serde_json::Value;
+
+use super::registry::ResourceDef;
+
+/// The kinds of field errors (field.ErrorType).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorType {
+    NotFound,
+    Required,
+    Duplicate,
+    Invalid,
+    NotSupported,
+    Forbidden,
+    TooLong,
+}
+
+impl ErrorType {
+    /// The cause type in a Status' `details.causes`.
+    pub fn reason(self) -> &'static str {
+        match self {
+            ErrorType::NotFound => "FieldValueNotFound",
+            ErrorType::Required => "FieldValueRequired",
+            ErrorType::Duplicate => "FieldValueDuplicate",
+            ErrorType::Invalid => "FieldValueInvalid",
+            ErrorType::NotSupported => "FieldValueNotSupported",
+            ErrorType::Forbidden => "FieldValueForbidden",
+            ErrorType::TooLong => "FieldValueTooLong",
+        }
+    }
+
+    fn text(self) -> &'static str {
+        match self {
+            ErrorType::NotFound => "Not found",
+            ErrorType::Required => "Required value",
+            ErrorType::Duplicate => "Duplicate value",
+            ErrorType::Invalid => "Invalid value",
+            ErrorType::NotSupported => "Unsupported value",
+            ErrorType::Forbidden => "Forbidden",
+            ErrorType::TooLong => "Too long",
+        }
+    }
+}
+
+/// The offending value, as Go prints it in an error.
+#[derive(Debug, Clone, PartialEq)]
+pub enum BadValue {
+    /// Not printed.
+    Omitted,
+    /// Printed quoted (`%q`).
+    Str(String),
+    /// Printed plainly.
+    Int(i64),
+    /// Printed as given (Go's `%#v` of composite values).
+    Raw(String),
+}
+
+/// One field error.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FieldError {
+    pub kind: ErrorType,
+    pub field: String,
+    pub value: BadValue,
+    pub detail: String,
+}
+
+impl FieldError {
+    fn new(kind: ErrorType, field: &str, value: BadValue, detail: &str) -> Self {
+        FieldError {
+            kind,
+            field: field.to_string(),
+            value,
+            detail: detail.to_string(),
+        }
+    }
+
+    pub fn invalid(field: &str, value: &str, detail: &str) -> Self {
+        Self::new(
+            ErrorType::Invalid,
+            field,
+            BadValue::Str(value.into()),
+            detail,
+        )
+    }
+
+    pub fn required(field: &str, detail: &str) -> Self {
+        Self::new(ErrorType::Required, field, BadValue::Omitted, detail)
+    }
+
+    pub fn not_found(field: &str, value: &str) -> Self {
+        Self::new(ErrorType::NotFound, field, BadValue::Str(value.into()), "")
+    }
+
+    pub fn duplicate(field: &str, value: &str) -> Self {
+        Self::new(ErrorType::Duplicate, field, BadValue::Str(value.into()), "")
+    }
+
+    /// field.TooLong: "must have at most N bytes".
+    pub fn too_long(field: &str, max: usize) -> Self {
+        Self::new(
+            ErrorType::TooLong,
+            field,
+            BadValue::Omitted,
+            &format!("must have at most {max} bytes"),
+        )
+    }
+
+    /// field.NotSupported with the supported values listed (quoted).
+    pub fn not_supported(field: &str, value: BadValue, supported: &[&str]) -> Self {
+        let list: Vec<String> = supported.iter().map(|s| go_quote(s)).collect();
+        let detail = if list.is_empty() {
+            String::new()
+        } else {
+            format!("supported values: {}", list.join(", "))
+        };
+        Self::new(ErrorType::NotSupported, field, value, &detail)
+    }
+
+    /// The message without the field (field.Error.ErrorBody).
+    pub fn body(&self) -> String {
+        let text = self.kind.text();
+        let mut s = match (self.kind, &self.value) {
+            (ErrorType::Required | ErrorType::Forbidden | ErrorType::TooLong, _) => {
+                text.to_string()
+            }
+            (_, BadValue::Omitted) => text.to_string(),
+            (_, BadValue::Str(v)) => format!("{text}: {}", go_quote(v)),
+            (_, BadValue::Int(i)) => format!("{text}: {i}"),
+            (_, BadValue::Raw(r)) => format!("{text}: {r}"),
+        };
+        if !self.detail.is_empty() {
+            s.push_str(": ");
+            s.push_str(&self.detail);
+        }
+        s
+    }
+
+    /// (field, message) as a Status cause.
+    pub fn cause(&self) -> (String, String) {
+        (self.field.clone(), self.body())
+    }
+}
+
+/// A string quoted as Go's `%q` does (printable characters kept, others escaped).
+pub fn go_quote(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 2);
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            '\u{7}' => out.push_str("\\a"),
+            '\u{8}' => out.push_str("\\b"),
+            '\u{c}' => out.push_str("\\f"),
+            '\u{b}' => out.push_str("\\v"),
+            c if (c as u32) < 0x20 || c as u32 == 0x7f => {
+                out.push_str(&format!("\\x{:02x}", c as u32));
+            }
+            c if c.is_control() => {
+                let n = c as u32;
+                if n <= 0xffff {
+                    out.push_str(&format!("\\u{n:04x}"));
+                } else {
+                    out.push_str(&format!("\\U{n:08x}"));
+                }
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
+// --- k8s.io/apimachinery/pkg/util/validation ---------------------------------------------------
+
+const DNS1123_LABEL_FMT: &str = "[a-z0-9]([-a-z0-9]*[a-z0-9])?";
+const DNS1123_LABEL_ERR: &str = "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and end with an alphanumeric character";
+const DNS1123_SUBDOMAIN_FMT: &str =
+    "[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*";
+const DNS1123_SUBDOMAIN_ERR: &str = "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character";
+const DNS1035_LABEL_FMT: &str = "[a-z]([-a-z0-9]*[a-z0-9])?";
+const DNS1035_LABEL_ERR: &str = "a DNS-1035 label must consist of lower case alphanumeric characters or '-', start with an alphabetic character, and end with an alphanumeric character";
+const QUALIFIED_NAME_FMT: &str = "([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]";
+const QUALIFIED_NAME_ERR: &str = "must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character";
+const LABEL_VALUE_FMT: &str = "(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?";
+const LABEL_VALUE_ERR: &str = "a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character";
+const CONFIG_MAP_KEY_FMT: &str = "[-._a-zA-Z0-9]+";
+const CONFIG_MAP_KEY_ERR: &str =
+    "a valid config key must consist of alphanumeric characters, '-', '_' or '.'";
+
+/// DNS1123SubdomainMaxLength.
+pub const SUBDOMAIN_MAX: usize = 253;
+/// DNS1123LabelMaxLength (and DNS1035LabelMaxLength, the label-key name part, label values).
+pub const LABEL_MAX: usize = 63;
+/// TotalAnnotationSizeLimitB.
+pub const ANNOTATIONS_MAX: usize = 256 << 10;
+/// core.MaxSecretSize, the limit of a ConfigMap's or Secret's data.
+pub const DATA_MAX: usize = 1 << 20;
+
+fn max_len_error(n: usize) -> String {
+    format!("must be no more than {n} characters")
+}
+
+/// validation.RegexError, with its quirk of a doubled space between examples.
+fn regex_error(msg: &str, fmt: &str, examples: &[&str]) -> String {
+    if examples.is_empty() {
+        return format!("{msg} (regex used for validation is '{fmt}')");
+    }
+    let mut out = format!("{msg} (e.g. ");
+    for (i, e) in examples.iter().enumerate() {
+        if i > 0 {
+            out.push_str(" or ");
+        }
+        out.push_str(&format!("'{e}', "));
+    }
+    out.push_str(&format!("regex used for validation is '{fmt}')"));
+    out
+}
+
+fn alnum_lower(c: u8) -> bool {
+    c.is_ascii_lowercase() || c.is_ascii_digit()
+}
+
+fn matches_dns1123_label(s: &str) -> bool {
+    let b = s.as_bytes();
+    !b.is_empty()
+        && alnum_lower(b[0])
+        && alnum_lower(b[b.len() - 1])
+        && b.iter().all(|&c| alnum_lower(c) || c == b'-')
+}
+
+fn matches_dns1123_subdomain(s: &str) -> bool {
+    s.split('.').all(matches_dns1123_label)
+}
+
+fn matches_qualified_name(s: &str) -> bool {
+    let b = s.as_bytes();
+    !b.is_empty()
+        && b[0].is_ascii_alphanumeric()
+        && b[b.len() - 1].is_ascii_alphanumeric()
+        && b.iter()
+            .all(|&c| c.is_ascii_alphanumeric() || matches!(c, b'-' | b'_' | b'.'))
+}
+
+pub fn is_dns1123_label(value: &str) -> Vec<String> {
+    let mut errs = Vec::new();
+    if value.len() > LABEL_MAX {
+        errs.push(max_len_error(LABEL_MAX));
+    }
+    if !matches_dns1123_label(value) {
+        if matches_dns1123_subdomain(value) {
+            errs.push("must not contain dots".into());
+        } else {
+            errs.push(regex_error(
+                DNS1123_LABEL_ERR,
+                DNS1123_LABEL_FMT,
+                &["my-name", "123-abc"],
+            ));
+        }
+    }
+    errs
+}
+
+pub fn is_dns1123_subdomain(value: &str) -> Vec<String> {
+    let mut errs = Vec::new();
+    if value.len() > SUBDOMAIN_MAX {
+        errs.push(max_len_error(SUBDOMAIN_MAX));
+    }
+    if !matches_dns1123_subdomain(value) {
+        errs.push(regex_error(
+            DNS1123_SUBDOMAIN_ERR,
+            DNS1123_SUBDOMAIN_FMT,
+            &["example.com"],
+        ));
+    }
+    errs
+}
+
+pub fn is_dns1035_label(value: &str) -> Vec<String> {
+    let mut errs = Vec::new();
+    if value.len() > LABEL_MAX {
+        errs.push(max_len_error(LABEL_MAX));
+    }
+    let b = value.as_bytes();
+    let ok = !b.is_empty()
+        && b[0].is_ascii_lowercase()
+        && alnum_lower(b[b.len() - 1])
+        && b.iter().all(|&c| alnum_lower(c) || c == b'-');
+    if !ok {
+        errs.push(regex_error(
+            DNS1035_LABEL_ERR,
+            DNS1035_LABEL_FMT,
+            &["my-name", "abc-123"],
+        ));
+    }
+    errs
+}
+
+/// IsQualifiedName: label keys, annotation keys, finalizers.
+pub fn is_qualified_name(value: &str) -> Vec<String> {
+    let mut errs = Vec::new();
+    let parts: Vec<&str> = value.split('/').collect();
+    let name = match parts.as_slice() {
+        [name] => *name,
+        [prefix, name] => {
+            if prefix.is_empty() {
+                errs.push("prefix part must be non-empty".to_string());
+            } else {
+                errs.extend(
+                    is_dns1123_subdomain(prefix)
+                        .into_iter()
+                        .map(|m| format!("prefix part {m}")),
+                );
+            }
+            *name
+        }
+        _ => {
+            errs.push(format!(
+                "a qualified name {} with an optional DNS subdomain prefix and '/' (e.g. 'example.com/MyName')",
+                regex_error(QUALIFIED_NAME_ERR, QUALIFIED_NAME_FMT, &["MyName", "my.name", "123-abc"])
+            ));
+            return errs;
+        }
+    };
+    if name.is_empty() {
+        errs.push("name part must be non-empty".into());
+    } else if name.len() > LABEL_MAX {
+        errs.push(format!("name part {}", max_len_error(LABEL_MAX)));
+    }
+    if !matches_qualified_name(name) {
+        errs.push(format!(
+            "name part {}",
+            regex_error(
+                QUALIFIED_NAME_ERR,
+                QUALIFIED_NAME_FMT,
+                &["MyName", "my.name", "123-abc"]
+            )
+        ));
+    }
+    errs
+}
+
+pub fn is_label_value(value: &str) -> Vec<String> {
+    let mut errs = Vec::new();
+    if value.len() > LABEL_MAX {
+        errs.push(max_len_error(LABEL_MAX));
+    }
+    if !value.is_empty() && !matches_qualified_name(value) {
+        errs.push(regex_error(
+            LABEL_VALUE_ERR,
+            LABEL_VALUE_FMT,
+            &["MyValue", "my_value", "12345"],
+        ));
+    }
+    errs
+}
+
+fn has_chdir_prefix(value: &str) -> Option<String> {
+    match value {
+        "." => Some("must not be '.'".into()),
+        ".." => Some("must not be '..'".into()),
+        v if v.starts_with("..") => Some("must not start with '..'".into()),
+        _ => None,
+    }
+}
+
+pub fn is_config_map_key(value: &str) -> Vec<String> {
+    let mut errs = Vec::new();
+    if value.len() > SUBDOMAIN_MAX {
+        errs.push(max_len_error(SUBDOMAIN_MAX));
+    }
+    let ok = !value.is_empty()
+        && value
+            .bytes()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'-' | b'.' | b'_'));
+    if !ok {
+        errs.push(regex_error(
+            CONFIG_MAP_KEY_ERR,
+            CONFIG_MAP_KEY_FMT,
+            &["key.name", "KEY_NAME", "key-name"],
+        ));
+    }
+    errs.extend(has_chdir_prefix(value));
+    errs
+}
+
+/// IsValidPortName: an IANA_SVC_NAME.
+pub fn is_valid_port_name(port: &str) -> Vec<String> {
+    let mut errs = Vec::new();
+    if port.len() > 15 {
+        errs.push(max_len_error(15));
+    }
+    if port.is_empty() || !port.bytes().all(|c| alnum_lower(c) || c == b'-') {
+        errs.push("must contain only alpha-numeric characters (a-z, 0-9), and hyphens (-)".into());
+    }
+    if !port.bytes().any(|c| c.is_ascii_lowercase()) {
+        errs.push("must contain at least one letter (a-z)".into());
+    }
+    if port.contains("--") {
+        errs.push("must not contain consecutive hyphens".into());
+    }
+    if port.starts_with('-') || port.ends_with('-') {
+        errs.push("must not begin or end with a hyphen".into());
+    }
+    errs
+}
+
+fn is_valid_port_num(port: i64) -> Vec<String> {
+    if (1..=65535).contains(&port) {
+        Vec::new()
+    } else {
+        vec!["must be between 1 and 65535, inclusive".into()]
+    }
+}
+
+/// IsValidPathSegmentName: what a name in a request path may not be.
+pub fn is_path_segment_name(name: &str) -> Vec<String> {
+    for bad in [".", ".."] {
+        if name == bad {
+            return vec![format!("may not be '{bad}'")];
+        }
+    }
+    ["/", "%"]
+        .iter()
+        .filter(|bad| name.contains(**bad))
+        .map(|bad| format!("may not contain '{bad}'"))
+        .collect()
+}
+
+// --- names per kind ----------------------------------------------------------------------------
+
+/// The rule a kind's names follow.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NameRule {
+    /// NameIsDNSSubdomain: most kinds, custom resources included.
+    Subdomain,
+    /// NameIsDNSLabel: namespaces.
+    Label,
+    /// NameIsDNS1035Label: services.
+    Dns1035,
+}
+
+pub fn name_rule(def: &ResourceDef) -> NameRule {
+    match (def.group.as_str(), def.plural.as_str()) {
+        ("", "namespaces") => NameRule::Label,
+        ("", "services") => NameRule::Dns1035,
+        _ => NameRule::Subdomain,
+    }
+}
+
+/// maskTrailingDash: a generateName may end in '-' (kube replaces the last two characters).
+fn mask_trailing_dash(name: &str) -> String {
+    match name.strip_suffix('-') {
+        Some(_) if name.len() >= 2 => format!("{}a", &name[..name.len() - 2]),
+        Some(_) => "a".into(),
+        None => name.to_string(),
+    }
+}
+
+/// The ValidateNameFunc of a rule.
+pub fn check_name(rule: NameRule, name: &str, prefix: bool) -> Vec<String> {
+    let name = if prefix {
+        mask_trailing_dash(name)
+    } else {
+        name.to_string()
+    };
+    match rule {
+        NameRule::Subdomain => is_dns1123_subdomain(&name),
+        NameRule::Label => is_dns1123_label(&name),
+        NameRule::Dns1035 => is_dns1035_label(&name),
+    }
+}
+
+fn dns1123_label_errors(value: &str, field: &str, out: &mut Vec<FieldError>) {
+    for m in is_dns1123_label(value) {
+        out.push(FieldError::invalid(field, value, &m));
+    }
+}
+
+// --- metadata ----------------------------------------------------------------------------------
+
+fn str_map(v: &Value) -> Vec<(String, String)> {
+    v.as_object()
+        .map(|m| {
+            m.iter()
+                .map(|(k, v)| (k.clone(), v.as_str().unwrap_or_default().to_string()))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// ValidateObjectMetaAccessor. `create`: the name (and generateName) are checked too; updates
+/// cannot change the name.
+pub fn object_meta(def: &ResourceDef, obj: &Value, create: bool) -> Vec<FieldError> {
+    let mut errs = Vec::new();
+    let meta = &obj["metadata"];
+    let rule = name_rule(def);
+    if create {
+        let generate = meta["generateName"].as_str().unwrap_or("");
+        if !generate.is_empty() {
+            for m in check_name(rule, generate, true) {
+                errs.push(FieldError::invalid("metadata.generateName", generate, &m));
+            }
+        }
+        let name = meta["name"].as_str().unwrap_or("");
+        if name.is_empty() {
+            errs.push(FieldError::required(
+                "metadata.name",
+                "name or generateName is required",
+            ));
+        } else {
+            for m in check_name(rule, name, false) {
+                errs.push(FieldError::invalid("metadata.name", name, &m));
+            }
+        }
+    }
+    for (k, v) in str_map(&meta["labels"]) {
+        for m in is_qualified_name(&k) {
+            errs.push(FieldError::invalid("metadata.labels", &k, &m));
+        }
+        for m in is_label_value(&v) {
+            errs.push(FieldError::invalid("metadata.labels", &v, &m));
+        }
+    }
+    let annotations = str_map(&meta["annotations"]);
+    for (k, _) in &annotations {
+        // Annotation keys are qualified names in any case.
+        for m in is_qualified_name(&k.to_lowercase()) {
+            errs.push(FieldError::invalid("metadata.annotations", k, &m));
+        }
+    }
+    let total: usize = annotations.iter().map(|(k, v)| k.len() + v.len()).sum();
+    if total > ANNOTATIONS_MAX {
+        errs.push(FieldError::too_long(
+            "metadata.annotations",
+            ANNOTATIONS_MAX,
+        ));
+    }
+    if let Some(refs) = meta["ownerReferences"].as_array() {
+        let path = "metadata.ownerReferences";
+        for r in refs {
+            let api_version = r["apiVersion"].as_str().unwrap_or("");
+            let version = api_version.rsplit('/').next().unwrap_or("");
+            if version.is_empty() {
+                errs.push(FieldError::invalid(
+                    &format!("{path}.apiVersion"),
+                    api_version,
+                    "version must not be empty",
+                ));
+            }
+            for field in ["kind", "name", "uid"] {
+                let v = r[field].as_str().unwrap_or("");
+                if v.is_empty() {
+                    errs.push(FieldError::invalid(
+                        &format!("{path}.{field}"),
+                        v,
+                        "must not be empty",
+                    ));
+                }
+            }
+        }
+    }
+    if let Some(fins) = meta["finalizers"].as_array() {
+        for f in fins.iter().filter_map(Value::as_str) {
+            for m in is_qualified_name(f) {
+                errs.push(FieldError::invalid("metadata.finalizers", f, &m));
+            }
+        }
+    }
+    errs
+}
+
+// --- kinds -------------------------------------------------------------------------------------
+
+fn mount_path_local_descending(value: &str, field: &str, out: &mut Vec<FieldError>) {
+    if value.starts_with('/') {
+        out.push(FieldError::invalid(field, value, "must be a relative path"));
+    }
+    if value.replace('\\', "/").split('/').any(|p| p == "..") {
+        out.push(FieldError::invalid(field, value, "must not contain '..'"));
+    }
+}
+
+fn container_ports(ports: &Value, path: &str, out: &mut Vec<FieldError>) {
+    let mut names = BTreeSet::new();
+    for (i, port) in ports.as_array().into_iter().flatten().enumerate() {
+        let at = format!("{path}[{i}]");
+        let name = port["name"].as_str().unwrap_or("");
+        if !name.is_empty() {
+            let msgs = is_valid_port_name(name);
+            if !msgs.is_empty() {
+                for m in msgs {
+                    out.push(FieldError::invalid(&format!("{at}.name"), name, &m));
+                }
+            } else if !names.insert(name.to_string()) {
+                out.push(FieldError::duplicate(&format!("{at}.name"), name));
+            }
+        }
+        match port["containerPort"].as_i64().unwrap_or(0) {
+            0 => out.push(FieldError::required(&format!("{at}.containerPort"), "")),
+            n => {
+                for m in is_valid_port_num(n) {
+                    out.push(FieldError::new(
+                        ErrorType::Invalid,
+                        &format!("{at}.containerPort"),
+                        BadValue::Int(n),
+                        &m,
+                    ));
+                }
+            }
+        }
+        let host = port["hostPort"].as_i64().unwrap_or(0);
+        if host != 0 {
+            for m in is_valid_port_num(host) {
+                out.push(FieldError::new(
+                    ErrorType::Invalid,
+                    &format!("{at}.hostPort"),
+                    BadValue::Int(host),
+                    &m,
+                ));
+            }
+        }
+        // An absent protocol is defaulted to TCP.
+        if let Some(p) = port["protocol"].as_str()
+            && !["SCTP", "TCP", "UDP"].contains(&p)
+        {
+            out.push(FieldError::not_supported(
+                &format!("{at}.protocol"),
+                BadValue::Str(p.into()),
+                &["SCTP", "TCP", "UDP"],
+            ));
+        }
+    }
+}
+
+fn volume_mounts(
+    mounts: &Value,
+    volumes: &BTreeSet<String>,
+    path: &str,
+    out: &mut Vec<FieldError>,
+) {
+    let mut points = BTreeSet::new();
+    for (i, m) in mounts.as_array().into_iter().flatten().enumerate() {
+        let at = format!("{path}[{i}]");
+        let name = m["name"].as_str().unwrap_or("");
+        if name.is_empty() {
+            out.push(FieldError::required(&format!("{at}.name"), ""));
+        }
+        if !volumes.contains(name) {
+            out.push(FieldError::not_found(&format!("{at}.name"), name));
+        }
+        let mount_path = m["mountPath"].as_str().unwrap_or("");
+        if mount_path.is_empty() {
+            out.push(FieldError::required(&format!("{at}.mountPath"), ""));
+        }
+        if !points.insert(mount_path.to_string()) {
+            out.push(FieldError::invalid(
+                &format!("{at}.mountPath"),
+                mount_path,
+                "must be unique",
+            ));
+        }
+        // Kubernetes reports these on the list's path, not the item's.
+        let sub = m["subPath"].as_str().unwrap_or("");
+        if !sub.is_empty() {
+            mount_path_local_descending(sub, &format!("{path}.subPath"), out);
+        }
+        let expr = m["subPathExpr"].as_str().unwrap_or("");
+        if !expr.is_empty() {
+            if !sub.is_empty() {
+                out.push(FieldError::invalid(
+                    &format!("{at}.subPathExpr"),
+                    expr,
+                    "subPathExpr and subPath are mutually exclusive",
+                ));
+            }
+            mount_path_local_descending(expr, &format!("{path}.subPathExpr"), out);
+        }
+    }
+}
+
+/// validateContainerCommon (the parts the development cluster's kubelet relies on).
+fn container(c: &Value, volumes: &BTreeSet<String>, path: &str, out: &mut Vec<FieldError>) {
+    let name = c["name"].as_str().unwrap_or("");
+    if name.is_empty() {
+        out.push(FieldError::required(&format!("{path}.name"), ""));
+    } else {
+        dns1123_label_errors(name, &format!("{path}.name"), out);
+    }
+    if c["image"].as_str().unwrap_or("").is_empty() {
+        out.push(FieldError::required(&format!("{path}.image"), ""));
+    }
+    container_ports(&c["ports"], &format!("{path}.ports"), out);
+    for (i, e) in c["env"].as_array().into_iter().flatten().enumerate() {
+        let at = format!("{path}.env[{i}].name");
+        let n = e["name"].as_str().unwrap_or("");
+        if n.is_empty() {
+            out.push(FieldError::required(&at, ""));
+        } else if n
+            .chars()
+            .any(|c| !(c.is_ascii_graphic() || c == ' ') || c == '=')
+        {
+            // RelaxedEnvironmentVariableValidation is on by default in 1.33.
+            out.push(FieldError::invalid(
+                &at,
+                n,
+                "a valid environment variable name must consist only of printable ASCII characters other than '='",
+            ));
+        }
+    }
+    volume_mounts(
+        &c["volumeMounts"],
+        volumes,
+        &format!("{path}.volumeMounts"),
+        out,
+    );
+}
+
+/// ValidatePodSpec: volumes, containers, init containers.
+pub fn pod_spec(spec: &Value, path: &str) -> Vec<FieldError> {
+    let mut out = Vec::new();
+    let mut volumes = BTreeSet::new();
+    for (i, v) in spec["volumes"].as_array().into_iter().flatten().enumerate() {
+        let at = format!("{path}.volumes[{i}].name");
+        let name = v["name"].as_str().unwrap_or("");
+        let mut errs = Vec::new();
+        if name.is_empty() {
+            errs.push(FieldError::required(&at, ""));
+        } else {
+            dns1123_label_errors(name, &at, &mut errs);
+        }
+        if volumes.contains(name) {
+            errs.push(FieldError::duplicate(&at, name));
+        }
+        // A volume with errors is not one that mounts can name.
+        if errs.is_empty() {
+            volumes.insert(name.to_string());
+        }
+        out.extend(errs);
+    }
+    let containers = spec["containers"].as_array().cloned().unwrap_or_default();
+    if containers.is_empty() {
+        out.push(FieldError::required(&format!("{path}.containers"), ""));
+    }
+    let mut names = BTreeSet::new();
+    for (i, c) in containers.iter().enumerate() {
+        let at = format!("{path}.containers[{i}]");
+        container(c, &volumes, &at, &mut out);
+        let name = c["name"].as_str().unwrap_or("");
+        if !names.insert(name.to_string()) {
+            out.push(FieldError::duplicate(&format!("{at}.name"), name));
+        }
+    }
+    for (i, c) in spec["initContainers"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .enumerate()
+    {
+        let at = format!("{path}.initContainers[{i}]");
+        container(c, &volumes, &at, &mut out);
+        let name = c["name"].as_str().unwrap_or("");
+        if names.contains(name) {
+            out.push(FieldError::duplicate(&format!("{at}.name"), name));
+        } else if !name.is_empty() {
+            names.insert(name.to_string());
+        }
+    }
+    out
+}
+
+/// A Secret's `data` value: base64 (its decoded size counts).
+fn decoded_len(v: &Value) -> usize {
+    use base64::Engine;
+    let s = v.as_str().unwrap_or_default();
+    base64::engine::general_purpose::STANDARD
+        .decode(s)
+        .map(|d| d.len())
+        .unwrap_or(s.len())
+}
+
+/// ValidateConfigMap: keys, keys in both `data` and `binaryData`, and 1 MiB of data at most.
+pub fn config_map(obj: &Value) -> Vec<FieldError> {
+    let mut out = Vec::new();
+    let data = obj["data"].as_object();
+    let binary = obj["binaryData"].as_object();
+    let mut total = 0;
+    for (k, v) in data.into_iter().flatten() {
+        let at = format!("data[{k}]");
+        for m in is_config_map_key(k) {
+            out.push(FieldError::invalid(&at, k, &m));
+        }
+        if binary.is_some_and(|b| b.contains_key(k)) {
+            out.push(FieldError::invalid(
+                &at,
+                k,
+                "duplicate of key present in binaryData",
+            ));
+        }
+        total += v.as_str().map(str::len).unwrap_or_default();
+    }
+    for (k, v) in binary.into_iter().flatten() {
+        for m in is_config_map_key(k) {
+            out.push(FieldError::invalid(&format!("binaryData[{k}]"), k, &m));
+        }
+        total += decoded_len(v);
+    }
+    if total > DATA_MAX {
+        // kube passes an empty path: the whole object is too large.
+        out.push(FieldError::too_long("[]", DATA_MAX));
+    }
+    out
+}
+
+/// ValidateSecret: keys and 1 MiB of (decoded) data at most.
+pub fn secret(obj: &Value) -> Vec<FieldError> {
+    let mut out = Vec::new();
+    let mut total = 0;
+    for (k, v) in obj["data"].as_object().into_iter().flatten() {
+        for m in is_config_map_key(k) {
+            out.push(FieldError::invalid(&format!("data[{k}]"), k, &m));
+        }
+        total += decoded_len(v);
+    }
+    if total > DATA_MAX {
+        out.push(FieldError::too_long("data", DATA_MAX));
+    }
+    out
+}
+
+/// Everything checked on a create (after name generation) or an update of `obj`.
+pub fn validate(def: &ResourceDef, obj: &Value, create: bool) -> Vec<FieldError> {
+    if def.create_only {
+        return Vec::new();
+    }
+    let mut errs = object_meta(def, obj, create);
+    match (def.group.as_str(), def.plural.as_str()) {
+        ("", "pods") => errs.extend(pod_spec(&obj["spec"], "spec")),
+        ("", "configmaps") => errs.extend(config_map(obj)),
+        ("", "secrets") => errs.extend(secret(obj)),
+        _ => {}
+    }
+    errs
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::apiserver::registry::Registry;
+    use serde_json::json;
+
+    fn def(group: &str, plural: &str) -> ResourceDef {
+        Registry::with_builtins()
+            .all()
+            .find(|d| d.group == group && d.plural == plural)
+            .cloned()
+            .unwrap()
+    }
+
+    fn bodies(errs: &[FieldError]) -> Vec<String> {
+        errs.iter()
+            .map(|e| format!("{}: {}", e.field, e.body()))
+            .collect()
+    }
+
+    #[test]
+    fn names_follow_kubes_rules_and_messages() {
+        let cm = def("", "configmaps");
+        let errs = validate(&cm, &json!({"metadata": {"name": "UPPER_case"}}), true);
+        assert_eq!(
+            bodies(&errs),
+            [
+                "metadata.name: Invalid value: \"UPPER_case\": a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')"
+            ]
+        );
+        for bad in ["a/b", "..", ".", "a%b", "-a", "a.", ""] {
+            assert!(
+                !validate(&cm, &json!({"metadata": {"name": bad}}), true).is_empty(),
+                "{bad:?}"
+            );
+        }
+        let long = "a".repeat(300);
+        let errs = validate(&cm, &json!({"metadata": {"name": long}}), true);
+        assert_eq!(errs.len(), 1);
+        assert_eq!(errs[0].detail, "must be no more than 253 characters");
+        assert!(validate(&cm, &json!({"metadata": {"name": "a.b-c.d1"}}), true).is_empty());
+
+        // Namespaces are labels: no dots, 63 characters.
+        let ns = def("", "namespaces");
+        let errs = validate(&ns, &json!({"metadata": {"name": "a.b"}}), true);
+        assert_eq!(
+            bodies(&errs),
+            ["metadata.name: Invalid value: \"a.b\": must not contain dots"]
+        );
+        assert_eq!(
+            validate(&ns, &json!({"metadata": {"name": "a".repeat(64)}}), true)[0].detail,
+            "must be no more than 63 characters"
+        );
+        // Services are DNS-1035 labels: a letter first.
+        let svc = def("", "services");
+        let errs = validate(&svc, &json!({"metadata": {"name": "1abc"}}), true);
+        assert_eq!(
+            bodies(&errs),
+            [
+                "metadata.name: Invalid value: \"1abc\": a DNS-1035 label must consist of lower case alphanumeric characters or '-', start with an alphabetic character, and end with an alphanumeric character (e.g. 'my-name',  or 'abc-123', regex used for validation is '[a-z]([-a-z0-9]*[a-z0-9])?')"
+            ]
+        );
+        // Missing names.
+        assert_eq!(
+            bodies(&validate(&cm, &json!({"metadata": {}}), true)),
+            ["metadata.name: Required value: name or generateName is required"]
+        );
+        // A generateName may end in '-'; a bad one is reported on its own field.
+        let errs = validate(
+            &cm,
+            &json!({"metadata": {"generateName": "ok-", "name": "ok-x1b2c"}}),
+            true,
+        );
+        assert!(errs.is_empty(), "{errs:?}");
+        let errs = validate(
+            &cm,
+            &json!({"metadata": {"generateName": "Bad-", "name": "Bad-x1b2c"}}),
+            true,
+        );
+        assert_eq!(errs[0].field, "metadata.generateName");
+        assert_eq!(errs[1].field, "metadata.name");
+        // Updates do not check the (immutable) name.
+        assert!(validate(&cm, &json!({"metadata": {"name": "X"}}), false).is_empty());
+    }
+
+    #[test]
+    fn labels_annotations_owners_and_finalizers() {
+        let cm = def("", "configmaps");
+        let obj = json!({"metadata": {"name": "x",
+            "labels": {"a/b/c": "ok", "good": "bad value"},
+            "annotations": {"Example.com/Key": "fine", "/x": "v"},
+            "ownerReferences": [{"apiVersion": "", "kind": "K", "name": "n", "uid": ""}],
+            "finalizers": ["example.com/ok", "bad finalizer"]}});
+        let got = bodies(&validate(&cm, &obj, true));
+        assert_eq!(
+            got,
+            [
+                "metadata.labels: Invalid value: \"a/b/c\": a qualified name must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character (e.g. 'MyName',  or 'my.name',  or '123-abc', regex used for validation is '([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]') with an optional DNS subdomain prefix and '/' (e.g. 'example.com/MyName')",
+                "metadata.labels: Invalid value: \"bad value\": a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character (e.g. 'MyValue',  or 'my_value',  or '12345', regex used for validation is '(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?')",
+                "metadata.annotations: Invalid value: \"/x\": prefix part must be non-empty",
+                "metadata.ownerReferences.apiVersion: Invalid value: \"\": version must not be empty",
+                "metadata.ownerReferences.uid: Invalid value: \"\": must not be empty",
+                "metadata.finalizers: Invalid value: \"bad finalizer\": name part must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character (e.g. 'MyName',  or 'my.name',  or '123-abc', regex used for validation is '([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]')",
+            ]
+        );
+        let big =
+            json!({"metadata": {"name": "x", "annotations": {"k": "v".repeat(ANNOTATIONS_MAX)}}});
+        assert_eq!(
+            bodies(&validate(&cm, &big, true)),
+            ["metadata.annotations: Too long: must have at most 262144 bytes"]
+        );
+    }
+
+    #[test]
+    fn pods_containers_volumes_ports_and_mounts() {
+        let pods = def("", "pods");
+        let pod = |spec: Value| json!({"metadata": {"name": "p"}, "spec": spec});
+        let ok = pod(json!({"volumes": [{"name": "data", "emptyDir": {}}],
+            "containers": [{"name": "main", "image": "x",
+                "ports": [{"name": "metrics", "containerPort": 8080}],
+                "volumeMounts": [{"name": "data", "mountPath": "/data", "subPath": "a/b"}]}]}));
+        assert!(validate(&pods, &ok, true).is_empty());
+
+        let bad = pod(json!({"containers": [{"name": "../../../../tmp/x", "image": "x"}]}));
+        assert_eq!(
+            bodies(&validate(&pods, &bad, true)),
+            [
+                "spec.containers[0].name: Invalid value: \"../../../../tmp/x\": a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?')"
+            ]
+        );
+
+        let bad = pod(json!({
+            "volumes": [{"name": "Data"}, {"name": "v"}, {"name": "v"}],
+            "containers": [
+                {"name": "c", "image": "x",
+                 "ports": [{"name": "-bad--name-toolong", "containerPort": 70000, "protocol": "HTTP"},
+                           {"name": "web", "containerPort": 80}, {"name": "web"}],
+                 "volumeMounts": [{"name": "Data", "mountPath": "/d"},
+                                  {"name": "v", "mountPath": "/d", "subPath": "../up"},
+                                  {"name": "v", "mountPath": "/e", "subPath": "/abs"}]},
+                {"name": "c"}],
+            "initContainers": [{"name": "c", "image": "x"}]}));
+        assert_eq!(
+            bodies(&validate(&pods, &bad, true)),
+            [
+                "spec.volumes[0].name: Invalid value: \"Data\": a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?')",
+                "spec.volumes[2].name: Duplicate value: \"v\"",
+                "spec.containers[0].ports[0].name: Invalid value: \"-bad--name-toolong\": must be no more than 15 characters",
+                "spec.containers[0].ports[0].name: Invalid value: \"-bad--name-toolong\": must not contain consecutive hyphens",
+                "spec.containers[0].ports[0].name: Invalid value: \"-bad--name-toolong\": must not begin or end with a hyphen",
+                "spec.containers[0].ports[0].containerPort: Invalid value: 70000: must be between 1 and 65535, inclusive",
+                "spec.containers[0].ports[0].protocol: Unsupported value: \"HTTP\": supported values: \"SCTP\", \"TCP\", \"UDP\"",
+                "spec.containers[0].ports[2].name: Duplicate value: \"web\"",
+                "spec.containers[0].ports[2].containerPort: Required value",
+                "spec.containers[0].volumeMounts[0].name: Not found: \"Data\"",
+                "spec.containers[0].volumeMounts[1].mountPath: Invalid value: \"/d\": must be unique",
+                "spec.containers[0].volumeMounts.subPath: Invalid value: \"../up\": must not contain '..'",
+                "spec.containers[0].volumeMounts.subPath: Invalid value: \"/abs\": must be a relative path",
+                "spec.containers[1].image: Required value",
+                "spec.containers[1].name: Duplicate value: \"c\"",
+                "spec.initContainers[0].name: Duplicate value: \"c\"",
+            ]
+        );
+        assert_eq!(
+            bodies(&validate(&pods, &pod(json!({})), true)),
+            ["spec.containers: Required value"]
+        );
+    }
+
+    #[test]
+    fn config_maps_and_secrets_are_bounded() {
+        use base64::Engine;
+        let cm = def("", "configmaps");
+        let big = json!({"metadata": {"name": "x"}, "data": {"k": "v".repeat(DATA_MAX + 1)}});
+        assert_eq!(
+            bodies(&validate(&cm, &big, true)),
+            ["[]: Too long: must have at most 1048576 bytes"]
+        );
+        let edge = json!({"metadata": {"name": "x"}, "data": {"k": "v".repeat(DATA_MAX)}});
+        assert!(validate(&cm, &edge, true).is_empty());
+        let keys = json!({"metadata": {"name": "x"}, "data": {"a b": "", "..x": "", "d": ""},
+            "binaryData": {"d": ""}});
+        assert_eq!(
+            bodies(&validate(&cm, &keys, true)),
+            [
+                "data[..x]: Invalid value: \"..x\": must not start with '..'",
+                "data[a b]: Invalid value: \"a b\": a valid config key must consist of alphanumeric characters, '-', '_' or '.' (e.g. 'key.name',  or 'KEY_NAME',  or 'key-name', regex used for validation is '[-._a-zA-Z0-9]+')",
+                "data[d]: Invalid value: \"d\": duplicate of key present in binaryData",
+            ]
+        );
+        let secrets = def("", "secrets");
+        let payload = base64::engine::general_purpose::STANDARD.encode(vec![0u8; DATA_MAX + 1]);
+        let big = json!({"metadata": {"name": "x"}, "data": {"k": payload}});
+        assert_eq!(
+            bodies(&validate(&secrets, &big, true)),
+            ["data: Too long: must have at most 1048576 bytes"]
+        );
+    }
+
+    #[test]
+    fn path_segments_and_quoting() {
+        assert_eq!(is_path_segment_name(".."), ["may not be '..'"]);
+        assert_eq!(
+            is_path_segment_name("a/b%c"),
+            ["may not contain '/'", "may not contain '%'"]
+        );
+        assert!(is_path_segment_name("UPPER_case").is_empty());
+        assert_eq!(go_quote("a\"b\\c\n\u{1}é"), "\"a\\\"b\\\\c\\n\\x01é\"");
+        assert_eq!(mask_trailing_dash("abc-"), "aba");
+    }
+}
