@@ -22,6 +22,25 @@ fn qualified(group: &str, resource: &str) -> String {
     }
 }
 
+/// The cause type of a field error, from its message (field.ErrorType's text).
+fn cause_reason(message: &str) -> &'static str {
+    const TYPES: &[(&str, &str)] = &[
+        ("Not found", "FieldValueNotFound"),
+        ("Required value", "FieldValueRequired"),
+        ("Duplicate value", "FieldValueDuplicate"),
+        ("Unsupported value", "FieldValueNotSupported"),
+        ("Forbidden", "FieldValueForbidden"),
+        ("Too long", "FieldValueTooLong"),
+        ("Too many", "FieldValueTooMany"),
+        ("Internal error", "InternalError"),
+    ];
+    TYPES
+        .iter()
+        .find(|(text, _)| message.starts_with(text))
+        .map(|(_, reason)| *reason)
+        .unwrap_or("FieldValueInvalid")
+}
+
 impl ApiError {
     fn new(code: u16, reason: &'static str, message: impl Into<String>) -> Self {
         ApiError {
@@ -63,19 +82,49 @@ impl ApiError {
         .with_details(group, resource, name)
     }
 
+    /// 422 Invalid, as errors.NewInvalid builds it: `kind` is the qualified kind (`Kind` or
+    /// `Kind.group`), `causes` are (field, message) pairs whose message starts with the error
+    /// type's text ("Invalid value", "Required value", ...).
     pub fn invalid(kind: &str, name: &str, causes: Vec<(String, String)>) -> Self {
-        let summary: Vec<String> = causes.iter().map(|(f, m)| format!("{f}: {m}")).collect();
-        let mut e = ApiError::new(
-            422,
-            "Invalid",
-            format!("{kind} \"{name}\" is invalid: {}", summary.join(", ")),
-        );
-        e.details = Some(json!({
+        // The aggregate message lists each distinct error once, bracketed when there are several.
+        let mut seen = std::collections::BTreeSet::new();
+        let summary: Vec<String> = causes
+            .iter()
+            .map(|(f, m)| {
+                if f.is_empty() {
+                    m.clone()
+                } else {
+                    format!("{f}: {m}")
+                }
+            })
+            .filter(|line| seen.insert(line.clone()))
+            .collect();
+        let message = match summary.as_slice() {
+            [] => format!("{kind} \"{name}\" is invalid"),
+            [one] => format!("{kind} \"{name}\" is invalid: {one}"),
+            many => format!("{kind} \"{name}\" is invalid: [{}]", many.join(", ")),
+        };
+        let mut e = ApiError::new(422, "Invalid", message);
+        let (bare_kind, group) = kind.split_once('.').unwrap_or((kind, ""));
+        let mut details = json!({
             "name": name,
-            "kind": kind,
-            "causes": causes.iter().map(|(f, m)| json!({"reason": "FieldValueInvalid", "message": m, "field": f})).collect::<Vec<_>>(),
-        }));
+            "kind": bare_kind,
+            "causes": causes.iter().map(|(f, m)| json!({"reason": cause_reason(m), "message": m, "field": f})).collect::<Vec<_>>(),
+        });
+        if !group.is_empty() {
+            details["group"] = json!(group);
+        }
+        e.details = Some(details);
         e
+    }
+
+    /// 413, as kube-apiserver answers a body over its limit.
+    pub fn too_large(limit: usize) -> Self {
+        ApiError::new(
+            413,
+            "RequestEntityTooLarge",
+            format!("Request entity too large: limit is {limit}"),
+        )
     }
 
     pub fn bad_request(message: impl Into<String>) -> Self {
