@@ -310,12 +310,15 @@ async fn finalizers_and_garbage_collection() {
     };
     for policy in ["Background", "Orphan", "Foreground"] {
         let owner = cms
-            .create(&PostParams::default(), &cm(&format!("owner-{policy}"), &[]))
+            .create(
+                &PostParams::default(),
+                &cm(&format!("owner-{}", policy.to_lowercase()), &[]),
+            )
             .await
             .unwrap();
         cms.create(
             &PostParams::default(),
-            &owned(&format!("child-{policy}"), &owner),
+            &owned(&format!("child-{}", policy.to_lowercase()), &owner),
         )
         .await
         .unwrap();
@@ -325,7 +328,10 @@ async fn finalizers_and_garbage_collection() {
             _ => DeleteParams::foreground(),
         };
         cms.delete(&owner.name_any(), &params).await.unwrap();
-        let child = cms.get_opt(&format!("child-{policy}")).await.unwrap();
+        let child = cms
+            .get_opt(&format!("child-{}", policy.to_lowercase()))
+            .await
+            .unwrap();
         match policy {
             "Orphan" => assert!(
                 child

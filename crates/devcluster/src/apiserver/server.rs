@@ -61,19 +61,147 @@ fn json_response(status: StatusCode, v: &Value) -> Response {
         .into_response()
 }
 
-fn query(req: &Request) -> HashMap<String, String> {
-    req.uri()
-        .query()
-        .map(|q| {
-            q.split('&')
-                .filter(|p| !p.is_empty())
-                .map(|p| {
-                    let (k, v) = p.split_once('=').unwrap_or((p, ""));
-                    (decode(k), decode(v))
-                })
-                .collect()
+/// Request bodies over this are refused (kube-apiserver's MaxRequestBodyBytes, 3 MiB).
+pub const MAX_BODY: usize = 3 << 20;
+
+/// The query parameters: the first value of each (as kube decodes options), and every value.
+#[derive(Debug, Clone, Default)]
+struct Query {
+    all: HashMap<String, Vec<String>>,
+}
+
+impl Query {
+    fn get(&self, name: &str) -> Option<&String> {
+        self.all.get(name).and_then(|v| v.first())
+    }
+
+    /// A boolean option as kube-apiserver converts it (Convert_Slice_string_To_bool): absent,
+    /// "0" and "false" in any case are false; anything else, "True" included, is true.
+    fn flag(&self, name: &str) -> bool {
+        self.opt_flag(name).unwrap_or(false)
+    }
+
+    fn opt_flag(&self, name: &str) -> Option<bool> {
+        self.get(name)
+            .map(|v| !(v == "0" || v.eq_ignore_ascii_case("false")))
+    }
+
+    /// An integer option; a malformed one is a 400 with Go's strconv message, as kube answers.
+    fn int(&self, name: &str) -> ApiResult<Option<i64>> {
+        let Some(v) = self.get(name) else {
+            return Ok(None);
+        };
+        let digits = v.strip_prefix(['+', '-']).unwrap_or(v);
+        if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+            return Err(ApiError::bad_request(format!(
+                "strconv.ParseInt: parsing {}: invalid syntax",
+                super::validation::go_quote(v)
+            )));
+        }
+        v.parse::<i64>().map(Some).map_err(|_| {
+            ApiError::bad_request(format!(
+                "strconv.ParseInt: parsing {}: value out of range",
+                super::validation::go_quote(v)
+            ))
         })
-        .unwrap_or_default()
+    }
+
+    /// `resourceVersion`, which the storage parses as an unsigned integer ("" and "0": any).
+    fn resource_version(&self) -> ApiResult<Option<u64>> {
+        match self.get("resourceVersion").map(String::as_str) {
+            None | Some("") | Some("0") => Ok(None),
+            Some(rv) => rv.parse::<u64>().map(Some).map_err(|_| {
+                let why = if rv.bytes().all(|b| b.is_ascii_digit()) {
+                    "value out of range"
+                } else {
+                    "invalid syntax"
+                };
+                let q = super::validation::go_quote(rv);
+                ApiError::bad_request(format!(
+                    "invalid resource version: resourceVersion: Invalid value: {q}: strconv.ParseUint: parsing {q}: {why}"
+                ))
+            }),
+        }
+    }
+
+    /// The write options every create, update, patch and delete validates
+    /// (ValidateCreateOptions and friends): `dryRun` may only be `All`, `fieldValidation` one
+    /// of the known directives, `fieldManager` short and printable.
+    fn write_options(&self, options_kind: &str) -> ApiResult<()> {
+        use super::validation::{BadValue, FieldError, go_quote};
+        let mut errs = Vec::new();
+        if let Some(manager) = self.get("fieldManager") {
+            if manager.len() > 128 {
+                errs.push((
+                    "fieldManager".to_string(),
+                    "Too long: may not be longer than 128".to_string(),
+                ));
+            }
+            if manager.chars().any(|c| c.is_control()) {
+                errs.push(
+                    FieldError::invalid(
+                        "fieldManager",
+                        manager,
+                        "must only contain printable characters",
+                    )
+                    .cause(),
+                );
+            }
+        }
+        let dry_run = self.all.get("dryRun").cloned().unwrap_or_default();
+        if dry_run.iter().any(|d| d != "All") {
+            let list: Vec<String> = dry_run.iter().map(|d| go_quote(d)).collect();
+            errs.push(
+                FieldError::not_supported(
+                    "dryRun",
+                    BadValue::Raw(format!("[]string{{{}}}", list.join(", "))),
+                    &["All"],
+                )
+                .cause(),
+            );
+        }
+        if let Some(v) = self.get("fieldValidation")
+            && !["", "Ignore", "Strict", "Warn"].contains(&v.as_str())
+        {
+            errs.push(
+                FieldError::not_supported(
+                    "fieldValidation",
+                    BadValue::Str(v.clone()),
+                    &["", "Ignore", "Strict", "Warn"],
+                )
+                .cause(),
+            );
+        }
+        if errs.is_empty() {
+            Ok(())
+        } else {
+            Err(ApiError::invalid(
+                &format!("{options_kind}.meta.k8s.io"),
+                "",
+                errs,
+            ))
+        }
+    }
+}
+
+fn query(req: &Request) -> Query {
+    let mut q = Query::default();
+    for p in req
+        .uri()
+        .query()
+        .unwrap_or("")
+        .split('&')
+        .filter(|p| !p.is_empty())
+    {
+        let (k, v) = p.split_once('=').unwrap_or((p, ""));
+        q.all.entry(decode(k)).or_default().push(decode(v));
+    }
+    q
+}
+
+/// Percent-decoding of a path segment (no `+` for spaces there).
+fn decode_segment(s: &str) -> String {
+    decode(&s.replace('+', "%2B"))
 }
 
 /// Percent-decoding of query components (`+` is a space).
@@ -236,7 +364,7 @@ impl ApiServer {
                 .ok_or_else(ApiError::path_not_found)
         };
         let core_ns = group.is_empty();
-        Ok(match rest {
+        let mut target = match rest {
             [plural] => Target::Collection {
                 def: def(plural)?,
                 ns: None,
@@ -288,7 +416,25 @@ impl ApiServer {
                 sub: Some(sub.to_string()),
             },
             _ => return Err(ApiError::path_not_found()),
-        })
+        };
+        match &mut target {
+            Target::Item { ns, name, .. } => {
+                *ns = decode_segment(ns);
+                *name = decode_segment(name);
+                // As the registry's key function: a name must be usable as a path segment.
+                let problems = super::validation::is_path_segment_name(name);
+                if !problems.is_empty() {
+                    return Err(ApiError::bad_request(format!(
+                        "Name parameter invalid: {}: {}",
+                        super::validation::go_quote(name),
+                        problems.join(";")
+                    )));
+                }
+            }
+            Target::Collection { ns: Some(ns), .. } => *ns = decode_segment(ns),
+            _ => {}
+        }
+        Ok(target)
     }
 }
 
@@ -299,24 +445,139 @@ async fn handle(State(server): State<ApiServer>, req: Request) -> Response {
     }
 }
 
-fn list_options(q: &HashMap<String, String>) -> ApiResult<ListOptions> {
+/// The selectors of a list or watch.
+fn selectors(q: &Query) -> ApiResult<ListOptions> {
     Ok(ListOptions {
         labels: LabelSelector::parse(q.get("labelSelector").map(String::as_str).unwrap_or(""))
             .map_err(|e| ApiError::bad_request(format!("unable to parse requirement: {e}")))?,
         fields: FieldSelector::parse(q.get("fieldSelector").map(String::as_str).unwrap_or(""))
             .map_err(ApiError::bad_request)?,
-        limit: q
-            .get("limit")
-            .and_then(|l| l.parse().ok())
-            .filter(|l| *l > 0),
-        continue_after: q.get("continue").filter(|c| !c.is_empty()).cloned(),
+        ..Default::default()
     })
 }
 
+/// The options of a list: selectors, `limit`, and where a `continue` token resumes.
+fn list_options(store: &Store, q: &Query) -> ApiResult<ListOptions> {
+    let rv = q.resource_version()?;
+    let mut opts = selectors(q)?;
+    opts.limit = q.int("limit")?.filter(|l| *l > 0).map(|l| l as usize);
+    if let Some(token) = q.get("continue").filter(|c| !c.is_empty()) {
+        if rv.is_some() {
+            return Err(ApiError::bad_request(
+                "specifying resource version is not allowed when using continue",
+            ));
+        }
+        let (token_rv, start) = decode_continue(token)?;
+        if token_rv > 0 && store.expired(token_rv as u64) {
+            return Err(ApiError::gone(
+                "The provided continue parameter is too old to display a consistent list result. \
+                 You can start a new list without the continue parameter.",
+            ));
+        }
+        opts.continue_after = Some(start);
+    }
+    Ok(opts)
+}
+
+const CONTINUE_VERSION: &str = "meta.k8s.io/v1";
+
+/// A continue token as kube-apiserver encodes one: base64url of
+/// `{"v":"meta.k8s.io/v1","rv":<list version>,"start":<position>}`.
+fn encode_continue(rv: u64, position: &str) -> String {
+    use base64::Engine;
+    let token = json!({"v": CONTINUE_VERSION, "rv": rv, "start": position});
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(token.to_string())
+}
+
+/// A continue token back into (version, position); a malformed one is a 400 with kube's
+/// messages (k8s.io/apiserver/pkg/storage/continue.go).
+fn decode_continue(token: &str) -> ApiResult<(i64, String)> {
+    use base64::Engine;
+    let invalid = |why: &str| {
+        let why = if why.is_empty() {
+            String::new()
+        } else {
+            format!(": {why}")
+        };
+        ApiError::bad_request(format!(
+            "invalid continue token: continue key is not valid{why}"
+        ))
+    };
+    let data = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(token)
+        .map_err(|e| {
+            let at = match e {
+                base64::DecodeError::InvalidByte(at, _)
+                | base64::DecodeError::InvalidLastSymbol(at, _) => at,
+                base64::DecodeError::InvalidLength(len) => len,
+                base64::DecodeError::InvalidPadding => token.len(),
+            };
+            invalid(&format!("illegal base64 data at input byte {at}"))
+        })?;
+    let parsed: Value = serde_json::from_slice(&data).map_err(|e| invalid(&e.to_string()))?;
+    let field = |name: &str| parsed.get(name).filter(|v| !v.is_null());
+    let version = field("v").map(|v| v.as_str().ok_or(())).transpose();
+    let rv = field("rv").map(|v| v.as_i64().ok_or(())).transpose();
+    let start = field("start").map(|v| v.as_str().ok_or(())).transpose();
+    let (Some(()), Ok(version), Ok(rv), Ok(start)) =
+        (parsed.is_object().then_some(()), version, rv, start)
+    else {
+        return Err(invalid("the token does not decode to a continue token"));
+    };
+    if version != Some(CONTINUE_VERSION) {
+        return Err(invalid("server does not recognize this encoded version"));
+    }
+    let rv = rv.unwrap_or(0);
+    if rv == 0 {
+        return Err(invalid(
+            "incorrect encoded start resourceVersion (version meta.k8s.io/v1)",
+        ));
+    }
+    let start = start.unwrap_or("");
+    if start.is_empty() {
+        return Err(invalid("encoded start key empty (version meta.k8s.io/v1)"));
+    }
+    // kube refuses keys that path.Clean would change (no climbing out of the resource).
+    let key = if start.starts_with('/') {
+        start.to_string()
+    } else {
+        format!("/{start}")
+    };
+    let segments: Vec<&str> = key[1..].split('/').collect();
+    if key.len() > 1
+        && segments
+            .iter()
+            .any(|s| s.is_empty() || *s == "." || *s == "..")
+    {
+        return Err(invalid(start));
+    }
+    Ok((rv, start.to_string()))
+}
+
+/// The request body, refused with 413 beyond [`MAX_BODY`] as kube-apiserver does.
 async fn body_bytes(req: Request) -> ApiResult<Bytes> {
-    axum::body::to_bytes(req.into_body(), 256 << 20)
-        .await
-        .map_err(|e| ApiError::bad_request(format!("reading the body: {e}")))
+    use futures::StreamExt;
+    let mut stream = req.into_body().into_data_stream();
+    let mut out = Vec::new();
+    let mut seen = 0usize;
+    while let Some(chunk) = stream.next().await {
+        let chunk = chunk.map_err(|e| ApiError::bad_request(format!("reading the body: {e}")))?;
+        seen += chunk.len();
+        if seen > MAX_BODY {
+            // The rest is read and dropped (within reason), so that the client gets the answer
+            // rather than a reset connection while it is still sending.
+            out = Vec::new();
+            if seen > 64 * MAX_BODY {
+                break;
+            }
+            continue;
+        }
+        out.extend_from_slice(&chunk);
+    }
+    if seen > MAX_BODY {
+        return Err(ApiError::too_large(MAX_BODY));
+    }
+    Ok(Bytes::from(out))
 }
 
 fn parse_object(bytes: &[u8]) -> ApiResult<Value> {
@@ -339,9 +600,10 @@ async fn dispatch(server: &ApiServer, req: Request) -> ApiResult<Response> {
         .and_then(|v| v.to_str().ok())
         .unwrap_or("")
         .to_string();
-    let dry_run = q.get("dryRun").is_some_and(|d| d == "All");
+    // Every value was checked to be "All" before a write uses this.
+    let dry_run = q.all.contains_key("dryRun");
     let manager = q.get("fieldManager").cloned().filter(|m| !m.is_empty());
-    let force = q.get("force").is_some_and(|f| f == "true");
+    let force = q.flag("force");
     let writer = manager.clone().map(|manager| Owner {
         manager,
         applied: None,
@@ -398,12 +660,13 @@ async fn dispatch(server: &ApiServer, req: Request) -> ApiResult<Response> {
             ))
         }
         Target::Collection { def, ns } => match method {
-            Method::GET if q.get("watch").is_some_and(|w| w == "true" || w == "1") => {
+            Method::GET if q.flag("watch") => {
                 watch(store, def, ns, q, super::table::wants_table(&accept))
             }
             Method::GET => {
-                let opts = list_options(&q)?;
+                let opts = list_options(&store, &q)?;
                 let (items, rv, next) = store.list(&def, ns.as_deref(), &opts);
+                let next = next.map(|position| encode_continue(rv, &position));
                 if super::table::wants_table(&accept) {
                     let include = q.get("includeObject").is_some_and(|i| i == "Object");
                     let mut t = super::table::table(&def, &items, &rv.to_string(), include);
@@ -429,6 +692,7 @@ async fn dispatch(server: &ApiServer, req: Request) -> ApiResult<Response> {
                         def.plural
                     )));
                 }
+                q.write_options("CreateOptions")?;
                 let obj = parse_object(&body_bytes(req).await?)?;
                 if def.create_only {
                     let mut review = obj;
@@ -437,7 +701,7 @@ async fn dispatch(server: &ApiServer, req: Request) -> ApiResult<Response> {
                     return Ok(json_response(StatusCode::CREATED, &review));
                 }
                 let mut obj = obj;
-                let warnings = admit(&def, &mut obj, &validation)?;
+                let warnings = admit(&def, &mut obj, &validation, Write::Create, None)?;
                 let created = create(&store, &def, &ns, obj, dry_run, writer.as_ref())?;
                 Ok(with_warnings(
                     json_response(StatusCode::CREATED, &created),
@@ -445,7 +709,8 @@ async fn dispatch(server: &ApiServer, req: Request) -> ApiResult<Response> {
                 ))
             }
             Method::DELETE => {
-                let opts = list_options(&q)?;
+                q.write_options("DeleteOptions")?;
+                let opts = list_options(&store, &q)?;
                 let (items, _, _) = store.list(&def, ns.as_deref(), &opts);
                 let mut deleted = Vec::new();
                 for item in items {
@@ -485,6 +750,7 @@ async fn dispatch(server: &ApiServer, req: Request) -> ApiResult<Response> {
             }
             match (sub.as_deref(), &method) {
                 (None | Some("status"), &Method::GET) => {
+                    q.resource_version()?;
                     let obj = store.get(&def, &ns, &name)?;
                     if super::table::wants_table(&accept) {
                         let rv = obj["metadata"]["resourceVersion"]
@@ -504,8 +770,10 @@ async fn dispatch(server: &ApiServer, req: Request) -> ApiResult<Response> {
                     if status && !def.has_status() {
                         return Err(ApiError::path_not_found());
                     }
+                    q.write_options("UpdateOptions")?;
                     let mut obj = parse_object(&body_bytes(req).await?)?;
-                    let warnings = admit(&def, &mut obj, &validation)?;
+                    let how = if status { Write::Status } else { Write::Update };
+                    let warnings = admit(&def, &mut obj, &validation, how, Some(&name))?;
                     if !status && let Ok(current) = store.get(&def, &ns, &name) {
                         validate_update(&def, &expandable_classes(&store, &def), &current, &obj)?;
                     }
@@ -530,6 +798,7 @@ async fn dispatch(server: &ApiServer, req: Request) -> ApiResult<Response> {
                         .unwrap_or("")
                         .to_string();
                     let kind = PatchKind::from_content_type(&ct)?;
+                    q.write_options("PatchOptions")?;
                     let body = body_bytes(req).await?;
                     let mut warnings = Vec::new();
                     // An apply claims the fields it sets and conflicts with other managers'.
@@ -555,7 +824,8 @@ async fn dispatch(server: &ApiServer, req: Request) -> ApiResult<Response> {
                     let expandable = expandable_classes(&store, &def);
                     let result = store.modify(&def, &ns, &name, &how, |current| {
                         let mut next = patch::apply(kind, current, &body)?;
-                        warnings = admit(&def, &mut next, &validation)?;
+                        let how = if status { Write::Status } else { Write::Update };
+                        warnings = admit(&def, &mut next, &validation, how, Some(&name))?;
                         if !status {
                             validate_update(&def, &expandable, current, &next)?;
                         }
@@ -566,7 +836,7 @@ async fn dispatch(server: &ApiServer, req: Request) -> ApiResult<Response> {
                             // Server-side apply creates what does not exist.
                             let mut obj = parse_object(&body)?;
                             obj["metadata"]["name"] = json!(name);
-                            warnings = admit(&def, &mut obj, &validation)?;
+                            warnings = admit(&def, &mut obj, &validation, Write::Create, None)?;
                             create(&store, &def, &ns, obj, dry_run, apply_owner.as_ref())?
                         }
                         other => other?,
@@ -578,6 +848,7 @@ async fn dispatch(server: &ApiServer, req: Request) -> ApiResult<Response> {
                     ))
                 }
                 (None, &Method::DELETE) => {
+                    q.write_options("DeleteOptions")?;
                     let body = body_bytes(req).await?;
                     let opts: Value = if body.is_empty() {
                         json!({})
@@ -594,17 +865,32 @@ async fn dispatch(server: &ApiServer, req: Request) -> ApiResult<Response> {
                     let propagation = match policy.as_deref() {
                         Some("Orphan") => Propagation::Orphan,
                         Some("Foreground") => Propagation::Foreground,
-                        _ => Propagation::Background,
+                        None | Some("Background") => Propagation::Background,
+                        Some(other) => {
+                            // ValidateDeleteOptions.
+                            let e = super::validation::FieldError::not_supported(
+                                "propagationPolicy",
+                                super::validation::BadValue::Str(other.to_string()),
+                                &["Foreground", "Background", "Orphan", "nil"],
+                            );
+                            return Err(ApiError::invalid(
+                                "DeleteOptions.meta.k8s.io",
+                                "",
+                                vec![e.cause()],
+                            ));
+                        }
                     };
                     let grace_period = q
-                        .get("gracePeriodSeconds")
-                        .and_then(|g| g.parse().ok())
+                        .int("gracePeriodSeconds")?
                         .or_else(|| opts["gracePeriodSeconds"].as_i64());
+                    let body_dry_run = opts["dryRun"]
+                        .as_array()
+                        .is_some_and(|d| d.iter().any(|v| v == "All"));
                     let how = DeleteOptions {
                         propagation,
                         precondition_uid: opts["preconditions"]["uid"].as_str().map(str::to_string),
                         grace_period,
-                        dry_run,
+                        dry_run: dry_run || body_dry_run,
                     };
                     let deleted = store.delete(&def, &ns, &name, &how)?;
                     let is_crd = def.group == "apiextensions.k8s.io"
@@ -677,27 +963,66 @@ async fn dispatch(server: &ApiServer, req: Request) -> ApiResult<Response> {
     }
 }
 
-/// Admit a custom resource against its CRD's schema (built-in kinds pass through): invalid
-/// fields are a 422; unknown fields are pruned, refused under `fieldValidation=Strict`, and
-/// reported as warnings otherwise.
-fn admit(def: &ResourceDef, obj: &mut Value, field_validation: &str) -> ApiResult<Vec<String>> {
+/// What a write is, for admission.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Write {
+    Create,
+    Update,
+    /// Through the status subresource: only status is taken, so only the schema applies.
+    Status,
+}
+
+/// `Kind`, or `Kind.group`, as Kubernetes names a kind in messages.
+fn qualified_kind(def: &ResourceDef) -> String {
+    if def.group.is_empty() {
+        def.kind.clone()
+    } else {
+        format!("{}.{}", def.kind, def.group)
+    }
+}
+
+/// Admit an object before it is stored, as kube-apiserver's strategies do: a Secret's
+/// `stringData` is folded in, a created object's `generateName` becomes its name, and the object
+/// is validated (names, metadata, the kind's rules, a custom resource's schema) with every failure
+/// in one 422. Unknown fields of custom resources are pruned, refused under
+/// `fieldValidation=Strict`, and reported as warnings otherwise.
+fn admit(
+    def: &ResourceDef,
+    obj: &mut Value,
+    field_validation: &str,
+    write: Write,
+    url_name: Option<&str>,
+) -> ApiResult<Vec<String>> {
     if def.group.is_empty() && def.plural == "secrets" {
         fold_string_data(obj);
     }
-    let Some(schema) = &def.schema else {
-        return Ok(Vec::new());
-    };
-    let result = super::schema::admit(schema, obj);
-    let name = obj["metadata"]["name"].as_str().unwrap_or("").to_string();
-    if !result.invalid.is_empty() {
-        return Err(ApiError::invalid(
-            &format!("{}.{}", def.kind, def.group),
-            &name,
-            result.invalid,
-        ));
+    if write == Write::Create {
+        generate_name(obj);
     }
-    let unknown: Vec<String> = result
-        .unknown
+    let mut causes: Vec<(String, String)> = if write == Write::Status {
+        Vec::new()
+    } else {
+        super::validation::validate(def, obj, write == Write::Create)
+            .iter()
+            .map(super::validation::FieldError::cause)
+            .collect()
+    };
+    let mut unknown = Vec::new();
+    if let Some(schema) = &def.schema {
+        let result = super::schema::admit(schema, obj);
+        causes.extend(result.invalid);
+        unknown = result.unknown;
+    }
+    if !causes.is_empty() {
+        let name = obj["metadata"]["name"]
+            .as_str()
+            .filter(|n| !n.is_empty())
+            .or(url_name)
+            .unwrap_or("")
+            .to_string();
+        return Err(ApiError::invalid(&qualified_kind(def), &name, causes));
+    }
+    let unknown: Vec<String> = unknown
         .iter()
         .map(|f| format!("unknown field \"{f}\""))
         .collect();
@@ -711,6 +1036,40 @@ fn admit(def: &ResourceDef, obj: &mut Value, field_validation: &str) -> ApiResul
         return Ok(Vec::new());
     }
     Ok(unknown)
+}
+
+/// A name from `generateName` as kube makes one: the prefix (cut to 58 bytes, so that the name
+/// stays a valid label) and five random characters of its alphabet.
+fn generate_name(obj: &mut Value) {
+    if obj["metadata"]["name"]
+        .as_str()
+        .is_some_and(|n| !n.is_empty())
+    {
+        return;
+    }
+    let Some(prefix) = obj["metadata"]["generateName"]
+        .as_str()
+        .filter(|p| !p.is_empty())
+        .map(str::to_string)
+    else {
+        return;
+    };
+    const ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
+    let mut cut = prefix.len().min(58);
+    while !prefix.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    let seed = super::store::new_uid().replace('-', "");
+    let suffix: String = seed
+        .as_bytes()
+        .chunks(2)
+        .take(5)
+        .map(|pair| {
+            let n = u8::from_str_radix(std::str::from_utf8(pair).unwrap_or("0"), 16).unwrap_or(0);
+            ALPHABET[n as usize % ALPHABET.len()] as char
+        })
+        .collect();
+    obj["metadata"]["name"] = json!(format!("{}{suffix}", &prefix[..cut]));
 }
 
 fn is_claims(def: &ResourceDef) -> bool {
@@ -1052,28 +1411,24 @@ fn watch(
     store: Arc<Store>,
     def: ResourceDef,
     ns: Option<String>,
-    q: HashMap<String, String>,
+    q: Query,
     as_table: bool,
 ) -> ApiResult<Response> {
-    let opts = list_options(&q)?;
-    let rv = q.get("resourceVersion").cloned().unwrap_or_default();
-    let initial =
-        rv.is_empty() || rv == "0" || q.get("sendInitialEvents").is_some_and(|s| s == "true");
-    let bookmarks = q.get("allowWatchBookmarks").is_some_and(|b| b == "true");
-    let send_initial_end = q.get("sendInitialEvents").is_some_and(|s| s == "true");
+    let opts = selectors(&q)?;
+    let rv = q.resource_version()?;
+    let send_initial = q.opt_flag("sendInitialEvents");
+    // Without sendInitialEvents, a watch from no version (or "0") starts with the current
+    // objects (the legacy behaviour); sendInitialEvents says so explicitly either way.
+    let initial = send_initial.unwrap_or(rv.is_none());
+    let bookmarks = q.flag("allowWatchBookmarks");
+    let send_initial_end = send_initial == Some(true);
     let timeout = Duration::from_secs(
-        q.get("timeoutSeconds")
-            .and_then(|t| t.parse().ok())
+        q.int("timeoutSeconds")?
+            .filter(|t| *t > 0)
+            .map(|t| t as u64)
             .unwrap_or(1800),
     );
-    let since = if initial {
-        None
-    } else {
-        Some(
-            rv.parse::<u64>()
-                .map_err(|_| ApiError::bad_request(format!("invalid resourceVersion {rv:?}")))?,
-        )
-    };
+    let since = if initial { None } else { rv };
 
     let (past, mut rx, at) = match store.watch_from(since.or(Some(store.resource_version()))) {
         Ok(w) => w,
@@ -1179,17 +1534,18 @@ fn watch(
                     let b = json!({"type": "BOOKMARK", "object": {"kind": kind, "apiVersion": api_version, "metadata": {"resourceVersion": last.to_string()}}});
                     if tx.send(Ok(ndjson(&b))).await.is_err() { return; }
                 }
-                change = rx.recv() => match change {
-                    Ok(c) => {
-                        if c.rv <= last { continue; }
+                changed = rx.changed() => {
+                    if changed.is_err() { return; }
+                    // Too slow a reader (its next changes already dropped from the history):
+                    // end the watch; the client lists again.
+                    let Some(changes) = store.changes_after(last) else { return };
+                    for c in changes {
                         last = c.rv;
                         if matches(&c) {
                             let kind = match c.kind { ChangeKind::Added => "ADDED", ChangeKind::Modified => "MODIFIED", ChangeKind::Deleted => "DELETED" };
                             if tx.send(Ok(ndjson(&shape(json!({"type": kind, "object": c.object}))))).await.is_err() { return; }
                         }
                     }
-                    // Too slow a reader: end the watch; the client lists again.
-                    Err(_) => return,
                 },
                 _ = tx.closed() => return,
             }

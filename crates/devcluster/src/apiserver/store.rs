@@ -1,12 +1,11 @@
 //! The object store: every object as JSON, one cluster-wide resourceVersion, a bounded history
 //! of changes for watches to resume from, finalizers and ownerReference garbage collection.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use serde_json::{Value, json};
-use tokio::sync::broadcast;
 
 use super::errors::{ApiError, ApiResult};
 use super::registry::{Registry, ResourceDef};
@@ -14,6 +13,10 @@ use super::selector::{FieldSelector, LabelSelector};
 
 /// Changes kept for watches to resume from; older versions answer 410 Gone.
 pub const HISTORY: usize = 50_000;
+
+/// Bytes of changes kept (their objects as JSON): large objects must not pin the memory that
+/// 50,000 changes of them would.
+pub const HISTORY_BYTES: usize = 64 << 20;
 
 /// (group, plural, namespace, name)
 pub type Key = (String, String, String, String);
@@ -49,17 +52,86 @@ pub struct Change {
 struct Inner {
     /// Field ownership per object, for server-side apply: leaf path → field manager.
     owners: BTreeMap<Key, BTreeMap<String, String>>,
-    history_cap: usize,
     rv: u64,
     objects: BTreeMap<Key, Value>,
-    history: VecDeque<Arc<Change>>,
     registry: Registry,
+    /// The garbage collector's graph: owner uid → the objects whose ownerReferences name it.
+    dependents: HashMap<String, BTreeSet<Key>>,
+    /// Objects the garbage collector has to look at (as kube's attemptToDelete queue).
+    gc_queue: VecDeque<Key>,
+    /// Something was deleted: terminating namespaces may be empty now.
+    deleted_since_namespaces: bool,
+}
+
+/// The retained changes, bounded by count and by bytes; kept apart from the objects so that
+/// watchers read them without taking the store's lock.
+struct History {
+    changes: VecDeque<(Arc<Change>, usize)>,
+    bytes: usize,
+    cap: usize,
+    byte_cap: usize,
+    /// The newest version committed.
+    last: u64,
+}
+
+impl History {
+    fn push(&mut self, change: Arc<Change>) {
+        let size = json_len(&change.object);
+        self.last = change.rv;
+        self.bytes += size;
+        self.changes.push_back((change, size));
+        // The newest change stays whatever its size, so that live watchers never miss it.
+        while self.changes.len() > 1
+            && (self.changes.len() > self.cap || self.bytes > self.byte_cap)
+        {
+            if let Some((_, size)) = self.changes.pop_front() {
+                self.bytes -= size;
+            }
+        }
+    }
+
+    /// Whether changes after `rv` were dropped (a watch from it cannot be served).
+    fn lost(&self, rv: u64) -> bool {
+        let oldest = self
+            .changes
+            .front()
+            .map(|(c, _)| c.rv)
+            .unwrap_or(self.last + 1);
+        rv + 1 < oldest && rv < self.last
+    }
+
+    fn after(&self, rv: u64) -> Vec<Arc<Change>> {
+        let start = self.changes.partition_point(|(c, _)| c.rv <= rv);
+        self.changes
+            .range(start..)
+            .map(|(c, _)| c.clone())
+            .collect()
+    }
+}
+
+/// The length of a value as JSON, without building the text.
+fn json_len(v: &Value) -> usize {
+    struct Count(usize);
+    impl std::io::Write for Count {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0 += buf.len();
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut c = Count(0);
+    let _ = serde_json::to_writer(&mut c, v);
+    c.0
 }
 
 /// The store, shared by all handlers.
 pub struct Store {
     inner: Mutex<Inner>,
-    tx: broadcast::Sender<Arc<Change>>,
+    history: Mutex<History>,
+    /// The newest version, for watchers to wake on.
+    notify: tokio::sync::watch::Sender<u64>,
 }
 
 /// List options after parsing.
@@ -71,9 +143,10 @@ pub struct ListOptions {
     pub continue_after: Option<String>,
 }
 
-/// A subscription: retained changes after the asked version, the live feed, and the version
-/// at subscription.
-pub type Watch = (Vec<Arc<Change>>, broadcast::Receiver<Arc<Change>>, u64);
+/// A subscription: retained changes after the asked version, a receiver that wakes on every
+/// new version (read the changes with [`Store::changes_after`]), and the version at
+/// subscription.
+pub type Watch = (Vec<Arc<Change>>, tokio::sync::watch::Receiver<u64>, u64);
 
 /// How a delete is made.
 #[derive(Debug, Clone, Default)]
@@ -158,6 +231,33 @@ fn finalizers(obj: &Value) -> Vec<String> {
         .unwrap_or_default()
 }
 
+fn uid_of(obj: &Value) -> &str {
+    meta(obj)["uid"].as_str().unwrap_or("")
+}
+
+fn has_finalizer(obj: &Value, name: &str) -> bool {
+    finalizers(obj).iter().any(|f| f == name)
+}
+
+fn being_deleted(obj: &Value) -> bool {
+    meta(obj)
+        .get("deletionTimestamp")
+        .is_some_and(|t| !t.is_null())
+}
+
+/// Waiting for its dependents to go (foreground deletion).
+fn deleting_dependents(obj: &Value) -> bool {
+    being_deleted(obj) && has_finalizer(obj, FOREGROUND)
+}
+
+fn owner_refs(obj: &Value) -> Vec<Value> {
+    meta(obj)
+        .get("ownerReferences")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default()
+}
+
 fn owner_uids(obj: &Value) -> Vec<String> {
     meta(obj)
         .get("ownerReferences")
@@ -181,6 +281,21 @@ fn generation_content(obj: &Value) -> Value {
 }
 
 const FOREGROUND: &str = "foregroundDeletion";
+const ORPHAN: &str = "orphan";
+
+/// What an owner reference points at, for the garbage collector (as kube's classifyReferences).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum OwnerState {
+    /// The owner exists and is not waiting for its dependents.
+    Solid,
+    /// No object of that kind and name has the uid: the owner is gone (or never was).
+    Dangling,
+    /// The owner is in foreground deletion.
+    Waiting,
+    /// The kind is not served (or a namespaced owner of a cluster-scoped object): kube's
+    /// collector cannot decide and leaves the dependent alone.
+    Unknown,
+}
 
 /// How an update is made.
 #[derive(Debug, Clone, Copy, Default)]
@@ -240,14 +355,24 @@ impl Store {
 
     /// A store keeping `history_cap` changes for watches to resume from.
     pub fn with_history(registry: Registry, history_cap: usize) -> Store {
-        let (tx, _) = broadcast::channel(16_384);
+        Self::with_history_limits(registry, history_cap, HISTORY_BYTES)
+    }
+
+    /// A store keeping at most `history_cap` changes and `history_bytes` of them (the objects'
+    /// JSON) for watches to resume from; older ones are dropped first.
+    pub fn with_history_limits(
+        registry: Registry,
+        history_cap: usize,
+        history_bytes: usize,
+    ) -> Store {
         let mut inner = Inner {
             owners: BTreeMap::new(),
-            history_cap,
             rv: 1,
             objects: BTreeMap::new(),
-            history: VecDeque::new(),
             registry,
+            dependents: HashMap::new(),
+            gc_queue: VecDeque::new(),
+            deleted_since_namespaces: false,
         };
         for ns in ["default", "kube-system", "kube-public"] {
             let obj = json!({
@@ -269,7 +394,14 @@ impl Store {
         }
         Store {
             inner: Mutex::new(inner),
-            tx,
+            history: Mutex::new(History {
+                changes: VecDeque::new(),
+                bytes: 0,
+                cap: history_cap,
+                byte_cap: history_bytes,
+                last: 1,
+            }),
+            notify: tokio::sync::watch::Sender::new(1),
         }
     }
 
@@ -285,45 +417,60 @@ impl Store {
         self.lock().rv
     }
 
+    fn history(&self) -> std::sync::MutexGuard<'_, History> {
+        self.history.lock().expect("history lock")
+    }
+
     /// Subscribe to changes, with the retained history of changes after `since` (None: none).
     /// Fails with 410 when `since` is older than the history.
     pub fn watch_from(&self, since: Option<u64>) -> ApiResult<Watch> {
         let inner = self.lock();
-        let rx = self.tx.subscribe();
+        let rx = self.notify.subscribe();
+        let history = self.history();
         let past = match since {
             None => Vec::new(),
             Some(rv) => {
-                let oldest = inner.history.front().map(|c| c.rv).unwrap_or(inner.rv + 1);
-                if rv + 1 < oldest && rv < inner.rv {
+                if history.lost(rv) {
+                    let oldest = history.changes.front().map(|(c, _)| c.rv).unwrap_or(rv + 1);
                     return Err(ApiError::gone(format!(
                         "too old resource version: {rv} ({})",
                         oldest - 1
                     )));
                 }
-                inner
-                    .history
-                    .iter()
-                    .filter(|c| c.rv > rv)
-                    .cloned()
-                    .collect()
+                history.after(rv)
             }
         };
         Ok((past, rx, inner.rv))
     }
 
-    /// Record a change (under the lock): bump the version, stamp it, keep and broadcast it.
+    /// The retained changes after `rv`; None when some of them were dropped already (a watcher
+    /// that fell that far behind must list again).
+    pub fn changes_after(&self, rv: u64) -> Option<Vec<Arc<Change>>> {
+        let history = self.history();
+        if history.lost(rv) {
+            return None;
+        }
+        Some(history.after(rv))
+    }
+
+    /// Whether a list or watch at `rv` can no longer be served from the retained changes.
+    pub fn expired(&self, rv: u64) -> bool {
+        self.history().lost(rv)
+    }
+
+    /// Record a change (under the lock): bump the version, stamp it, keep it, wake watchers,
+    /// and keep the garbage collector's graph current.
     fn commit(&self, inner: &mut Inner, key: &Key, mut obj: Value, kind: ChangeKind) -> Value {
         inner.rv += 1;
         obj["metadata"]["resourceVersion"] = json!(inner.rv.to_string());
-        match kind {
+        let before = match kind {
             ChangeKind::Deleted => {
-                inner.objects.remove(key);
                 inner.owners.remove(key);
+                inner.objects.remove(key)
             }
-            _ => {
-                inner.objects.insert(key.clone(), obj.clone());
-            }
-        }
+            _ => inner.objects.insert(key.clone(), obj.clone()),
+        };
+        Self::track(inner, key, before.as_ref(), &obj, kind);
         let change = Arc::new(Change {
             rv: inner.rv,
             group: key.0.clone(),
@@ -332,11 +479,8 @@ impl Store {
             kind,
             object: obj.clone(),
         });
-        inner.history.push_back(change.clone());
-        while inner.history.len() > inner.history_cap {
-            inner.history.pop_front();
-        }
-        let _ = self.tx.send(change);
+        self.history().push(change);
+        self.notify.send_replace(inner.rv);
         obj
     }
 
@@ -495,7 +639,11 @@ impl Store {
             return Ok(obj);
         }
         Self::own(&mut inner, def, &key, None, &obj, owner)?;
-        Ok(self.commit(&mut inner, &key, obj, ChangeKind::Added))
+        let created = self.commit(&mut inner, &key, obj, ChangeKind::Added);
+        // Owners may be gone already (deleted before this create): kube's collector would
+        // notice the new dependent and delete it; so does this one, before answering.
+        self.run_gc(&mut inner);
+        Ok(created)
     }
 
     /// Replace an object (or only its status). A body resourceVersion that is not the current
@@ -607,14 +755,12 @@ impl Store {
             // A no-op write does not bump the version (as kube-apiserver).
             return Ok(current);
         }
-        let deleting =
-            meta(&next).get("deletionTimestamp").is_some() && finalizers(&next).is_empty();
-        let stored = self.commit(&mut inner, &key, next, ChangeKind::Modified);
+        let deleting = being_deleted(&next) && finalizers(&next).is_empty();
+        let mut stored = self.commit(&mut inner, &key, next, ChangeKind::Modified);
         if deleting {
-            let gone = self.commit(&mut inner, &key, stored, ChangeKind::Deleted);
-            self.collect(&mut inner, &gone, Propagation::Background);
-            return Ok(gone);
+            stored = self.commit(&mut inner, &key, stored, ChangeKind::Deleted);
         }
+        self.run_gc(&mut inner);
         Ok(stored)
     }
 
@@ -647,7 +793,7 @@ impl Store {
         if dry_run {
             return Ok(current);
         }
-        let mut fins = finalizers(&current);
+        let fins = finalizers(&current);
         let is_namespace = def.group.is_empty() && def.plural == "namespaces";
         // A pod on a node is deleted gracefully: it is marked, and its kubelet stops it and
         // deletes it for good (with a zero grace period).
@@ -672,19 +818,12 @@ impl Store {
                 .unwrap_or_else(now);
             next["metadata"]["deletionTimestamp"] = json!(deadline);
             next["metadata"]["deletionGracePeriodSeconds"] = json!(grace);
-            return Ok(self.commit(&mut inner, &key, next, ChangeKind::Modified));
+            let stored = self.commit(&mut inner, &key, next, ChangeKind::Modified);
+            self.run_gc(&mut inner);
+            return Ok(stored);
         }
-        if propagation == Propagation::Foreground && !fins.iter().any(|f| f == FOREGROUND) {
-            let has_dependents = {
-                let uid = meta(&current)["uid"].as_str().unwrap_or("").to_string();
-                inner.objects.values().any(|o| owner_uids(o).contains(&uid))
-            };
-            if has_dependents {
-                fins.push(FOREGROUND.to_string());
-            }
-        }
-        if !fins.is_empty() || is_namespace {
-            if meta(&current).get("deletionTimestamp").is_some() {
+        if is_namespace {
+            if being_deleted(&current) {
                 return Ok(current);
             }
             let mut next = current.clone();
@@ -693,105 +832,370 @@ impl Store {
             if !fins.is_empty() {
                 next["metadata"]["finalizers"] = json!(fins);
             }
-            if is_namespace {
-                next["status"]["phase"] = json!("Terminating");
-            }
+            next["status"]["phase"] = json!("Terminating");
             let stored = self.commit(&mut inner, &key, next, ChangeKind::Modified);
-            if propagation == Propagation::Foreground || is_namespace {
-                self.collect(&mut inner, &stored, propagation);
+            // The namespace controller's work: everything in it is deleted.
+            let name = key.3.clone();
+            let contents: Vec<Key> = inner
+                .objects
+                .keys()
+                .filter(|k| k.2 == name && !k.2.is_empty())
+                .cloned()
+                .collect();
+            for k in contents {
+                if inner.objects.get(&k).is_some_and(|o| !being_deleted(o)) {
+                    self.delete_object(&mut inner, &k, Propagation::Background);
+                }
             }
-            if is_namespace {
-                self.finish_namespaces(&mut inner);
-            }
+            inner.deleted_since_namespaces = true;
+            self.run_gc(&mut inner);
             return Ok(inner.objects.get(&key).cloned().unwrap_or(stored));
         }
-        let gone = self.commit(&mut inner, &key, current, ChangeKind::Deleted);
-        self.collect(&mut inner, &gone, propagation);
-        Ok(gone)
+        let result = self.delete_object(&mut inner, &key, propagation);
+        self.run_gc(&mut inner);
+        Ok(inner.objects.get(&key).cloned().unwrap_or(result))
     }
 
-    /// Garbage collection after `owner` was deleted (or started foreground deletion).
-    fn collect(&self, inner: &mut Inner, owner: &Value, propagation: Propagation) {
-        let uid = meta(owner)["uid"].as_str().unwrap_or("").to_string();
-        let owner_is_namespace = owner["kind"] == "Namespace" && owner["apiVersion"] == "v1";
-        let ns_name = meta(owner)["name"].as_str().unwrap_or("").to_string();
-        let dependents: Vec<Key> = inner
-            .objects
-            .iter()
-            .filter(|(k, o)| {
-                owner_uids(o).contains(&uid)
-                    || (owner_is_namespace && k.2 == ns_name && !k.2.is_empty())
-            })
-            .map(|(k, _)| k.clone())
-            .collect();
-        for key in dependents {
-            let Some(obj) = inner.objects.get(&key).cloned() else {
+    /// Delete the object at `key` (under the lock): with finalizers it only gets a
+    /// deletionTimestamp, without it goes. Orphaning strips this owner from its dependents
+    /// first; foreground deletion holds the object with the `foregroundDeletion` finalizer
+    /// while it has dependents. Returns the object as last stored.
+    fn delete_object(&self, inner: &mut Inner, key: &Key, propagation: Propagation) -> Value {
+        let Some(current) = inner.objects.get(key).cloned() else {
+            return Value::Null;
+        };
+        let mut fins = finalizers(&current);
+        match propagation {
+            // kube adds the `orphan` finalizer and its collector strips the references before
+            // removing it; the result is the same done at once.
+            Propagation::Orphan => self.orphan_dependents(inner, &current),
+            Propagation::Foreground => {
+                if Self::has_dependents(inner, uid_of(&current))
+                    && !fins.iter().any(|f| f == FOREGROUND)
+                {
+                    fins.push(FOREGROUND.to_string());
+                }
+            }
+            Propagation::Background => {}
+        }
+        if fins.is_empty() {
+            return self.commit(inner, key, current, ChangeKind::Deleted);
+        }
+        if being_deleted(&current) && fins == finalizers(&current) {
+            return current;
+        }
+        let mut next = current.clone();
+        if !being_deleted(&current) {
+            next["metadata"]["deletionTimestamp"] = json!(now());
+            next["metadata"]["deletionGracePeriodSeconds"] = json!(0);
+        }
+        next["metadata"]["finalizers"] = json!(fins);
+        self.commit(inner, key, next, ChangeKind::Modified)
+    }
+
+    fn has_dependents(inner: &Inner, uid: &str) -> bool {
+        inner.dependents.get(uid).is_some_and(|d| !d.is_empty())
+    }
+
+    /// Remove the references to `owner` from its dependents.
+    fn orphan_dependents(&self, inner: &mut Inner, owner: &Value) {
+        let uid = uid_of(owner).to_string();
+        let keys: Vec<Key> = inner
+            .dependents
+            .get(&uid)
+            .map(|d| d.iter().cloned().collect())
+            .unwrap_or_default();
+        for k in keys {
+            let Some(mut obj) = inner.objects.get(&k).cloned() else {
                 continue;
             };
-            if propagation == Propagation::Orphan && !owner_is_namespace {
-                let mut next = obj.clone();
-                if let Some(refs) = next["metadata"]["ownerReferences"].as_array_mut() {
-                    refs.retain(|r| r["uid"].as_str() != Some(uid.as_str()));
-                }
-                self.commit(inner, &key, next, ChangeKind::Modified);
-                continue;
+            if let Some(refs) = obj["metadata"]["ownerReferences"].as_array_mut() {
+                refs.retain(|r| r["uid"].as_str() != Some(uid.as_str()));
             }
-            if finalizers(&obj).is_empty() {
-                let gone = self.commit(inner, &key, obj, ChangeKind::Deleted);
-                self.collect(inner, &gone, Propagation::Background);
-            } else if meta(&obj).get("deletionTimestamp").is_none() {
-                let mut next = obj.clone();
-                next["metadata"]["deletionTimestamp"] = json!(now());
-                self.commit(inner, &key, next, ChangeKind::Modified);
-            }
+            self.commit(inner, &k, obj, ChangeKind::Modified);
         }
-        self.finish_foreground(inner);
-        self.finish_namespaces(inner);
     }
 
-    /// Owners in foreground deletion whose dependents are gone lose the finalizer (and go).
-    fn finish_foreground(&self, inner: &mut Inner) {
-        loop {
-            let ready: Option<(Key, Value)> = inner
-                .objects
-                .iter()
-                .find(|(_, o)| {
-                    finalizers(o).iter().any(|f| f == FOREGROUND) && {
-                        let uid = meta(o)["uid"].as_str().unwrap_or("");
-                        !inner
-                            .objects
-                            .values()
-                            .any(|d| owner_uids(d).iter().any(|u| u == uid))
-                    }
-                })
-                .map(|(k, o)| (k.clone(), o.clone()));
-            let Some((key, mut obj)) = ready else { return };
-            let rest: Vec<String> = finalizers(&obj)
-                .into_iter()
-                .filter(|f| f != FOREGROUND)
-                .collect();
+    /// Remove one finalizer; the object goes with its last one when it is being deleted.
+    fn remove_finalizer(&self, inner: &mut Inner, key: &Key, name: &str) {
+        let Some(mut obj) = inner.objects.get(key).cloned() else {
+            return;
+        };
+        let rest: Vec<String> = finalizers(&obj).into_iter().filter(|f| f != name).collect();
+        if rest.is_empty() {
+            if let Some(m) = obj["metadata"].as_object_mut() {
+                m.remove("finalizers");
+            }
+        } else {
             obj["metadata"]["finalizers"] = json!(rest);
-            let stored = self.commit(inner, &key, obj, ChangeKind::Modified);
-            if rest.is_empty() {
-                let gone = self.commit(inner, &key, stored, ChangeKind::Deleted);
-                self.collect(inner, &gone, Propagation::Background);
+        }
+        let stored = self.commit(inner, key, obj, ChangeKind::Modified);
+        if rest.is_empty() && being_deleted(&stored) {
+            self.commit(inner, key, stored, ChangeKind::Deleted);
+        }
+    }
+
+    /// Keep the collector's graph current after a change of `key` from `before` to `after`,
+    /// and queue what the change concerns (as kube's graph builder does from its watches).
+    fn track(
+        inner: &mut Inner,
+        key: &Key,
+        before: Option<&Value>,
+        after: &Value,
+        kind: ChangeKind,
+    ) {
+        let old = before.map(owner_uids).unwrap_or_default();
+        let new = if kind == ChangeKind::Deleted {
+            Vec::new()
+        } else {
+            owner_uids(after)
+        };
+        for uid in old.iter().filter(|u| !new.contains(u)) {
+            if let Some(set) = inner.dependents.get_mut(uid) {
+                set.remove(key);
+                if set.is_empty() {
+                    inner.dependents.remove(uid);
+                }
             }
         }
+        for uid in &new {
+            inner
+                .dependents
+                .entry(uid.clone())
+                .or_default()
+                .insert(key.clone());
+        }
+        // Owners waiting for their dependents look again when one goes or lets go of them.
+        let mut refs = before.map(owner_refs).unwrap_or_default();
+        refs.extend(owner_refs(after));
+        for r in &refs {
+            if let Some(owner) = Self::owner_key(inner, key, r)
+                && inner.objects.get(&owner).is_some_and(|o| {
+                    deleting_dependents(o) && uid_of(o) == r["uid"].as_str().unwrap_or("")
+                })
+            {
+                inner.gc_queue.push_back(owner);
+            }
+        }
+        let uid = uid_of(after).to_string();
+        match kind {
+            ChangeKind::Deleted => {
+                // Its dependents may be left without owners now.
+                if let Some(deps) = inner.dependents.get(&uid) {
+                    inner.gc_queue.extend(deps.iter().cloned());
+                }
+                inner.deleted_since_namespaces = true;
+            }
+            _ => {
+                let started_waiting =
+                    deleting_dependents(after) && !before.is_some_and(deleting_dependents);
+                if started_waiting && let Some(deps) = inner.dependents.get(&uid) {
+                    inner.gc_queue.extend(deps.iter().cloned());
+                }
+                if !new.is_empty()
+                    || deleting_dependents(after)
+                    || (being_deleted(after) && has_finalizer(after, ORPHAN))
+                {
+                    inner.gc_queue.push_back(key.clone());
+                }
+            }
+        }
+    }
+
+    /// Where an owner reference of the object at `dependent` points, if its kind is served.
+    fn owner_key(inner: &Inner, dependent: &Key, r: &Value) -> Option<Key> {
+        let api_version = r["apiVersion"].as_str().unwrap_or("");
+        let group = api_version.rsplit_once('/').map(|(g, _)| g).unwrap_or("");
+        let kind = r["kind"].as_str().unwrap_or("");
+        let def = inner
+            .registry
+            .all()
+            .find(|d| d.group == group && d.kind == kind && !d.create_only)?;
+        if def.namespaced && dependent.2.is_empty() {
+            // A cluster-scoped object cannot have a namespaced owner.
+            return None;
+        }
+        Some((
+            def.group.clone(),
+            def.plural.clone(),
+            if def.namespaced {
+                dependent.2.clone()
+            } else {
+                String::new()
+            },
+            r["name"].as_str().unwrap_or("").to_string(),
+        ))
+    }
+
+    fn owner_state(inner: &Inner, dependent: &Key, r: &Value) -> OwnerState {
+        let Some(key) = Self::owner_key(inner, dependent, r) else {
+            return OwnerState::Unknown;
+        };
+        match inner.objects.get(&key) {
+            Some(o) if uid_of(o) == r["uid"].as_str().unwrap_or("") => {
+                if deleting_dependents(o) {
+                    OwnerState::Waiting
+                } else {
+                    OwnerState::Solid
+                }
+            }
+            _ => OwnerState::Dangling,
+        }
+    }
+
+    /// Work the collector's queue until nothing is left to do (under the lock, so that every
+    /// answer and every watch sees the collected state).
+    fn run_gc(&self, inner: &mut Inner) {
+        // Each step deletes, strips a reference or removes a finalizer, so the work ends; the
+        // bound is a guard against a mistake turning into a hung server.
+        let mut budget = 1_000_000usize;
+        loop {
+            while let Some(key) = inner.gc_queue.pop_front() {
+                budget = budget.saturating_sub(1);
+                if budget == 0 {
+                    tracing::error!("garbage collection did not settle; dropping its queue");
+                    inner.gc_queue.clear();
+                    return;
+                }
+                self.attempt_to_delete(inner, &key);
+            }
+            if !inner.deleted_since_namespaces {
+                return;
+            }
+            inner.deleted_since_namespaces = false;
+            self.finish_namespaces(inner);
+        }
+    }
+
+    /// kube's attemptToDeleteItem (and its orphan and foreground workers) for one object.
+    fn attempt_to_delete(&self, inner: &mut Inner, key: &Key) {
+        let Some(obj) = inner.objects.get(key).cloned() else {
+            return;
+        };
+        if being_deleted(&obj) && has_finalizer(&obj, ORPHAN) {
+            self.orphan_dependents(inner, &obj);
+            self.remove_finalizer(inner, key, ORPHAN);
+            return;
+        }
+        if deleting_dependents(&obj) {
+            // Only dependents that block their owner's deletion hold it.
+            let uid = uid_of(&obj).to_string();
+            let blocking: Vec<Key> = inner
+                .dependents
+                .get(&uid)
+                .into_iter()
+                .flatten()
+                .filter(|d| {
+                    inner.objects.get(*d).is_some_and(|o| {
+                        owner_refs(o).iter().any(|r| {
+                            r["uid"].as_str() == Some(uid.as_str())
+                                && r["blockOwnerDeletion"] == json!(true)
+                        })
+                    })
+                })
+                .cloned()
+                .collect();
+            if blocking.is_empty() {
+                self.remove_finalizer(inner, key, FOREGROUND);
+                return;
+            }
+            for d in blocking {
+                if inner
+                    .objects
+                    .get(&d)
+                    .is_some_and(|o| !deleting_dependents(o))
+                {
+                    inner.gc_queue.push_back(d);
+                }
+            }
+            return;
+        }
+        if being_deleted(&obj) {
+            return;
+        }
+        let refs = owner_refs(&obj);
+        if refs.is_empty() {
+            return;
+        }
+        let (mut solid, mut gone, mut waiting) = (0, Vec::new(), Vec::new());
+        for r in &refs {
+            let uid = r["uid"].as_str().unwrap_or("").to_string();
+            match Self::owner_state(inner, key, r) {
+                OwnerState::Unknown => return,
+                OwnerState::Solid => solid += 1,
+                OwnerState::Dangling => gone.push(uid),
+                OwnerState::Waiting => waiting.push(uid),
+            }
+        }
+        if solid > 0 {
+            // Live owners keep it; references to gone or going owners are removed.
+            if gone.is_empty() && waiting.is_empty() {
+                return;
+            }
+            let mut next = obj.clone();
+            if let Some(refs) = next["metadata"]["ownerReferences"].as_array_mut() {
+                refs.retain(|r| {
+                    let uid = r["uid"].as_str().unwrap_or("");
+                    !gone.iter().any(|g| g == uid) && !waiting.iter().any(|w| w == uid)
+                });
+            }
+            self.commit(inner, key, next, ChangeKind::Modified);
+            return;
+        }
+        let uid = uid_of(&obj).to_string();
+        if !waiting.is_empty() && Self::has_dependents(inner, &uid) {
+            // Its owner waits for it, and it has dependents of its own: it goes in the
+            // foreground too. A dependent that waits as well would wait for it forever: its
+            // references stop blocking first (kube's cycle breaking).
+            let cycle = inner
+                .dependents
+                .get(&uid)
+                .into_iter()
+                .flatten()
+                .any(|d| inner.objects.get(d).is_some_and(deleting_dependents));
+            if cycle {
+                let mut next = obj.clone();
+                if let Some(refs) = next["metadata"]["ownerReferences"].as_array_mut() {
+                    for r in refs.iter_mut() {
+                        if r["blockOwnerDeletion"] == json!(true) {
+                            r["blockOwnerDeletion"] = json!(false);
+                        }
+                    }
+                }
+                self.commit(inner, key, next, ChangeKind::Modified);
+            }
+            self.delete_object(inner, key, Propagation::Foreground);
+            return;
+        }
+        let propagation = if has_finalizer(&obj, ORPHAN) {
+            Propagation::Orphan
+        } else if has_finalizer(&obj, FOREGROUND) {
+            Propagation::Foreground
+        } else {
+            Propagation::Background
+        };
+        self.delete_object(inner, key, propagation);
     }
 
     /// Terminating namespaces with nothing left in them go.
     fn finish_namespaces(&self, inner: &mut Inner) {
-        let ready: Vec<(Key, Value)> = inner
+        let first = (
+            String::new(),
+            "namespaces".to_string(),
+            String::new(),
+            String::new(),
+        );
+        let terminating: Vec<(Key, Value)> = inner
             .objects
-            .iter()
-            .filter(|(k, o)| {
-                k.0.is_empty() && k.1 == "namespaces" && meta(o).get("deletionTimestamp").is_some()
-            })
-            .filter(|(k, _)| !inner.objects.keys().any(|other| other.2 == k.3))
+            .range(first..)
+            .take_while(|(k, _)| k.0.is_empty() && k.1 == "namespaces")
+            .filter(|(_, o)| being_deleted(o))
             .map(|(k, o)| (k.clone(), o.clone()))
             .collect();
-        for (key, obj) in ready {
-            self.commit(inner, &key, obj, ChangeKind::Deleted);
+        for (key, obj) in terminating {
+            if !inner.objects.keys().any(|other| other.2 == key.3) {
+                self.commit(inner, &key, obj, ChangeKind::Deleted);
+            }
         }
     }
 
@@ -876,10 +1280,80 @@ impl Store {
                 self.commit(&mut inner, &key, obj, ChangeKind::Deleted);
             }
         }
+        self.run_gc(&mut inner);
     }
 
     /// Every object of every resource (for dumps).
     pub fn snapshot(&self) -> Vec<Value> {
         self.lock().objects.values().cloned().collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config_maps() -> (Registry, ResourceDef) {
+        let registry = Registry::with_builtins();
+        let def = registry.get("", "v1", "configmaps").cloned().unwrap();
+        (registry, def)
+    }
+
+    fn cm(name: &str, size: usize) -> Value {
+        json!({"metadata": {"name": name}, "data": {"k": "x".repeat(size)}})
+    }
+
+    #[test]
+    fn the_history_is_bounded_by_bytes_as_well_as_count() {
+        let (registry, def) = config_maps();
+        let store = Store::with_history_limits(registry, 1_000, 20_000);
+        let start = store.resource_version();
+        for i in 0..50 {
+            store
+                .create(&def, "default", cm(&format!("cm-{i}"), 1_000), false, None)
+                .unwrap();
+        }
+        {
+            let history = store.history();
+            assert!(history.bytes <= 20_000, "{} bytes kept", history.bytes);
+            let kept = history.changes.len();
+            assert!((10..50).contains(&kept), "{kept} changes kept");
+            assert_eq!(
+                history.bytes,
+                history.changes.iter().map(|(_, s)| s).sum::<usize>()
+            );
+        }
+        // Dropped versions answer 410; retained ones resume.
+        assert_eq!(store.watch_from(Some(start)).unwrap_err().code, 410);
+        assert!(store.changes_after(start).is_none());
+        assert!(store.expired(start));
+        let now = store.resource_version();
+        let (past, _, at) = store.watch_from(Some(now - 3)).unwrap();
+        assert_eq!(
+            past.iter().map(|c| c.rv).collect::<Vec<_>>(),
+            [now - 2, now - 1, now]
+        );
+        assert_eq!(at, now);
+        assert_eq!(store.changes_after(now).unwrap().len(), 0);
+
+        // A change larger than the whole budget is kept alone (watchers must see it).
+        store
+            .create(&def, "default", cm("huge", 30_000), false, None)
+            .unwrap();
+        assert_eq!(store.history().changes.len(), 1);
+        assert_eq!(store.changes_after(now).unwrap().len(), 1);
+        assert!(store.expired(now - 1));
+    }
+
+    #[test]
+    fn the_count_bound_still_applies() {
+        let (registry, def) = config_maps();
+        let store = Store::with_history_limits(registry, 5, HISTORY_BYTES);
+        for i in 0..20 {
+            store
+                .create(&def, "default", cm(&format!("cm-{i}"), 10), false, None)
+                .unwrap();
+        }
+        assert_eq!(store.history().changes.len(), 5);
     }
 }
