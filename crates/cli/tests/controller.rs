@@ -1026,3 +1026,258 @@ async fn the_populator_converges_across_controller_restarts() {
         "the image after two restarts",
     );
 }
+
+/// The events recorded on the object named `name`, as (reason, message) pairs.
+fn events_of(dir: &Path, name: &str) -> Vec<(String, String)> {
+    let list = get(dir, "events").unwrap();
+    list["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["involvedObject"]["name"] == name)
+        .map(|e| {
+            let s = |k: &str| e[k].as_str().unwrap_or("").to_string();
+            (s("reason"), s("message"))
+        })
+        .collect()
+}
+
+/// The process of a pod's first container, found by the `HOSTNAME` the kubelet gives it and
+/// the cluster directory its root lies in.
+fn pod_process(dir: &Path, pod: &str) -> Option<i32> {
+    let host = format!("HOSTNAME={pod}");
+    let root = format!("CDI_POD_ROOT={}", dir.display());
+    std::fs::read_dir("/proc").ok()?.flatten().find_map(|e| {
+        let pid: i32 = e.file_name().to_str()?.parse().ok()?;
+        let env = std::fs::read(e.path().join("environ")).ok()?;
+        let vars: Vec<&[u8]> = env.split(|b| *b == 0).collect();
+        let has = |want: &str| vars.iter().any(|v| v.starts_with(want.as_bytes()));
+        (vars.iter().any(|v| *v == host.as_bytes()) && has(&root)).then_some(pid)
+    })
+}
+
+/// What a hostile user can write into a spec, a status or a name, and what killing a worker
+/// does: each ends in a message naming the problem, and the controller keeps running.
+#[tokio::test(flavor = "multi_thread")]
+async fn refusals_hostile_status_long_names_and_killed_importers_are_explained() {
+    let mut s = setup(false);
+    let _down = Down(&s.dir);
+    let (server, expected) = serve_image(s._tmp.path(), 8 * MIB, true).await;
+    let url = server.url("/disk.qcow2");
+    let long = "l".repeat(250);
+    let no_source = r#"
+apiVersion: cdi.kubevirt.io/v1beta1
+kind: DataVolume
+metadata: {name: no-source}
+spec:
+  pvc:
+    storageClassName: local-path-wffc
+    accessModes: [ReadWriteOnce]
+    resources: {requests: {storage: 1Gi}}
+"#;
+    let two_sources = format!(
+        r#"
+apiVersion: cdi.kubevirt.io/v1beta1
+kind: DataVolume
+metadata: {{name: two-sources}}
+spec:
+  source: {{http: {{url: "{url}"}}, blank: {{}}}}
+  pvc:
+    storageClassName: local-path-wffc
+    accessModes: [ReadWriteOnce]
+    resources: {{requests: {{storage: 1Gi}}}}
+"#
+    );
+    let docs = [
+        no_source.to_string(),
+        two_sources,
+        data_volume(&long, &url, "1Gi", ""),
+        data_volume("killed", &url, "1Gi", ""),
+    ]
+    .join("---");
+    kubectl(&s.dir, &["apply", "-f", "-"], Some(&docs));
+
+    // Specs upstream's webhook would refuse: Failed, with the reason on the conditions and an
+    // event, and no claim made for them.
+    for (name, says) in [
+        (
+            "no-source",
+            "Data volume should have either Source or SourceRef",
+        ),
+        ("two-sources", "Multiple Data volume sources"),
+    ] {
+        let dv = wait_for(&format!("{name} refused"), 30, || {
+            get(&s.dir, &format!("dv/{name}")).filter(|d| phase(d) == "Failed")
+        });
+        let running = condition(&dv, "Running");
+        assert_eq!(running["reason"], "ErrInvalidSource", "{running}");
+        let message = running["message"].as_str().unwrap_or("");
+        assert!(
+            message.contains(says) && message.contains(name),
+            "{message}"
+        );
+        // Recorded right after the status.
+        wait_for(&format!("{name}'s event"), 30, || {
+            events_of(&s.dir, name)
+                .iter()
+                .any(|(r, m)| r == "ErrInvalidSource" && m == message)
+                .then_some(())
+        });
+        assert!(get(&s.dir, &format!("pvc/{name}")).is_none());
+    }
+
+    // A StorageProfile status with no conditions (anyone may write one): the controller puts
+    // Recognized back and stays up.
+    kubectl(
+        &s.dir,
+        &[
+            "patch",
+            "storageprofile",
+            "local-path-wffc",
+            "--subresource=status",
+            "--type=merge",
+            "-p",
+            r#"{"status":{"conditions":[]}}"#,
+        ],
+        None,
+    );
+    wait_for("Recognized restored", 30, || {
+        get(&s.dir, "storageprofile/local-path-wffc").filter(|p| {
+            p["status"]["conditions"]
+                .as_array()
+                .is_some_and(|c| c.iter().any(|c| c["type"] == "Recognized"))
+        })
+    });
+    assert!(s.controller.alive(), "the controller died");
+
+    // SIGKILL to the importer: said so, then restarted and resumed.
+    let killed = "the importer was killed by signal 9 (SIGKILL); it restarts and resumes";
+    let pid = wait_for("the importer to run", 60, || {
+        pod_process(&s.dir, "importer-killed")
+    });
+    rustix::process::kill_process(
+        rustix::process::Pid::from_raw(pid).unwrap(),
+        rustix::process::Signal::KILL,
+    )
+    .unwrap();
+    wait_for("the kill explained", 60, || {
+        get(&s.dir, "dv/killed").filter(|d| condition(d, "Running")["message"] == killed)
+    });
+    wait_for("the kill's event on the claim", 30, || {
+        events_of(&s.dir, "killed")
+            .iter()
+            .any(|(r, m)| r == "ErrImportFailed" && m == killed)
+            .then_some(())
+    });
+
+    // A 250-character name imports; its importer pod has upstream's shortened name.
+    for name in [long.as_str(), "killed"] {
+        wait_for(
+            &format!("{} to succeed", &name[..name.len().min(10)]),
+            120,
+            || get(&s.dir, &format!("dv/{name}")).filter(|d| phase(d) == "Succeeded"),
+        );
+        let claim = get(&s.dir, &format!("pvc/{name}")).unwrap();
+        let pod = claim["metadata"]["annotations"]["cdi.kubevirt.io/storage.import.importPodName"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        assert!(pod.len() <= 253, "{pod}");
+        let pv = volume_of(&s.dir, &claim);
+        let disk = std::fs::read(
+            Path::new(pv["spec"]["hostPath"]["path"].as_str().unwrap()).join("disk.img"),
+        )
+        .unwrap();
+        assert_same(&disk[..expected.len()], &expected, name);
+    }
+    let claim = get(&s.dir, &format!("pvc/{long}")).unwrap();
+    let pod = &claim["metadata"]["annotations"]["cdi.kubevirt.io/storage.import.importPodName"];
+    assert!(
+        pod.as_str()
+            .is_some_and(|p| p.len() == 17 && p.starts_with("importer-")),
+        "{pod}"
+    );
+    assert!(s.controller.alive(), "the controller died");
+}
+
+/// The volume directories left under the nodes (the class keeps them under `data/vm-disks`).
+fn volume_dirs(dir: &Path) -> Vec<std::path::PathBuf> {
+    let mut found = Vec::new();
+    for node in std::fs::read_dir(dir.join("nodes")).unwrap().flatten() {
+        let ns = node.path().join("data/vm-disks/default");
+        for d in std::fs::read_dir(ns).into_iter().flatten().flatten() {
+            found.push(d.path());
+        }
+    }
+    found
+}
+
+/// Nothing is left of deleted DataVolumes: no claim, volume, pod or directory, whether they are
+/// deleted in bulk after succeeding or right after being created (before the controller saw
+/// them, or while it acts on them).
+#[tokio::test(flavor = "multi_thread")]
+async fn deleted_datavolumes_leave_no_claim_volume_pod_or_directory() {
+    let s = setup(false);
+    let _down = Down(&s.dir);
+    let raw = s._tmp.path().join("small.raw");
+    std::fs::write(&raw, pattern(MIB)).unwrap();
+    let server = FileServer::start(None).await;
+    server.add(
+        "/small.raw",
+        std::fs::read(&raw).unwrap(),
+        Behaviour {
+            ranges: true,
+            ..Default::default()
+        },
+    );
+    let url = server.url("/small.raw");
+    let nothing_left = |what: &str| {
+        wait_for(what, 120, || {
+            let empty = |kind: &str| {
+                get(&s.dir, kind)
+                    .is_some_and(|l| l["items"].as_array().is_some_and(|i| i.is_empty()))
+            };
+            (empty("dv")
+                && empty("pvc")
+                && empty("pv")
+                && empty("pods")
+                && volume_dirs(&s.dir).is_empty())
+            .then_some(())
+        })
+    };
+
+    // In bulk, once they succeeded.
+    let docs: Vec<String> = (0..30)
+        .map(|i| data_volume(&format!("bulk-{i}"), &url, "64Mi", ""))
+        .collect();
+    kubectl(&s.dir, &["apply", "-f", "-"], Some(&docs.join("---")));
+    wait_for("every import to succeed", 180, || {
+        let list = get(&s.dir, "dv")?;
+        let items = list["items"].as_array()?;
+        (items.len() == 30 && items.iter().all(|d| phase(d) == "Succeeded")).then_some(())
+    });
+    kubectl(&s.dir, &["delete", "dv", "--all", "--wait=false"], None);
+    nothing_left("nothing left after the bulk delete");
+
+    // Created and deleted at once, over and over.
+    for i in 0..20 {
+        let name = format!("churn-{i}");
+        kubectl(
+            &s.dir,
+            &["apply", "-f", "-"],
+            Some(&data_volume(&name, &url, "64Mi", "")),
+        );
+        kubectl(&s.dir, &["delete", "dv", &name, "--wait=false"], None);
+    }
+    // One more that succeeds: the controller has worked through what came before it.
+    kubectl(
+        &s.dir,
+        &["apply", "-f", "-"],
+        Some(&data_volume("marker", &url, "64Mi", "")),
+    );
+    wait_for("the marker to succeed", 60, || {
+        get(&s.dir, "dv/marker").filter(|d| phase(d) == "Succeeded")
+    });
+    kubectl(&s.dir, &["delete", "dv", "marker", "--wait=false"], None);
+    nothing_left("nothing left after the create-delete loop");
+}

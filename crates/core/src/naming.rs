@@ -21,7 +21,7 @@ fn hash(s: &str) -> String {
 
 /// The longest prefix of `s` of at most `n` bytes that ends on a character boundary. Names are
 /// ASCII when the API server accepted them; this keeps a hostile one from panicking a slice.
-fn prefix(s: &str, n: usize) -> &str {
+pub fn prefix(s: &str, n: usize) -> &str {
     let mut end = n.min(s.len());
     while !s.is_char_boundary(end) {
         end -= 1;

@@ -78,6 +78,11 @@ impl Controller {
         Controller(child)
     }
 
+    /// Whether it is still running.
+    pub fn alive(&mut self) -> bool {
+        matches!(self.0.try_wait(), Ok(None))
+    }
+
     /// Kill it at once (as a crash would).
     pub fn kill(&mut self) {
         let _ = self.0.kill();
