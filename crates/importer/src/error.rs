@@ -1,17 +1,24 @@
 //! The importer's error: one line a user can act on, and whether retrying can help.
+//!
+//! Each message is complete in itself (the pod writes it to its termination log as it is), so no
+//! variant also reports its cause as `source()`: a chain printer such as anyhow's `{:#}` would
+//! print that cause a second time.
+
+use std::path::PathBuf;
 
 use crate::qcow2::Qcow2Error;
 
 /// Why an import failed.
 #[derive(Debug, thiserror::Error)]
 pub enum ImportError {
-    #[error("{context}: {source}")]
+    // Not named `source`: thiserror would make it the error's source as well as print it.
+    #[error("{context}: {error}")]
     Io {
         context: String,
-        source: std::io::Error,
+        error: std::io::Error,
     },
     #[error("invalid qcow2 image: {0}")]
-    Qcow2(#[from] Qcow2Error),
+    Qcow2(Qcow2Error),
     #[error("a larger PVC is required: image virtual size {virtual_size} > usable {usable}")]
     TooLarge { virtual_size: u64, usable: u64 },
     #[error("{url}: {message}")]
@@ -24,13 +31,26 @@ pub enum ImportError {
     Unsupported(String),
     #[error("internal error: {0}")]
     Internal(String),
+    #[error(
+        "{} and {} are the same file: importing would overwrite the image while reading it; write to another file",
+        image.display(),
+        target.display()
+    )]
+    SameFile { image: PathBuf, target: PathBuf },
+}
+
+// By hand rather than `#[from]`, which would also make the qcow2 error the source.
+impl From<Qcow2Error> for ImportError {
+    fn from(e: Qcow2Error) -> Self {
+        ImportError::Qcow2(e)
+    }
 }
 
 impl ImportError {
-    pub fn io(context: impl Into<String>, source: std::io::Error) -> Self {
+    pub fn io(context: impl Into<String>, error: std::io::Error) -> Self {
         ImportError::Io {
             context: context.into(),
-            source,
+            error,
         }
     }
 
@@ -55,6 +75,37 @@ impl ImportError {
                 | ImportError::TooLarge { .. }
                 | ImportError::Unsupported(_)
                 | ImportError::ChecksumMismatch { .. }
+                | ImportError::SameFile { .. }
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The message as a chain printer shows it: the error, then each source.
+    fn chain(e: &dyn std::error::Error) -> String {
+        let mut text = e.to_string();
+        let mut source = e.source();
+        while let Some(s) = source {
+            text.push_str(": ");
+            text.push_str(&s.to_string());
+            source = s.source();
+        }
+        text
+    }
+
+    #[test]
+    fn every_cause_is_printed_once() {
+        let efbig = ImportError::io("resizing disk.img", std::io::Error::from_raw_os_error(27));
+        let text = chain(&efbig);
+        assert_eq!(text.matches("os error 27").count(), 1, "{text}");
+        assert!(text.starts_with("resizing disk.img: "), "{text}");
+
+        let qcow2 = ImportError::from(Qcow2Error::Encrypted);
+        let text = chain(&qcow2);
+        assert_eq!(text.matches("encrypted").count(), 1, "{text}");
+        assert!(text.starts_with("invalid qcow2 image: "), "{text}");
     }
 }
