@@ -274,6 +274,32 @@ fn expand(header: &Header, request: &Request, data: &Bytes) -> Result<Vec<Op>, I
     Ok(ops)
 }
 
+/// Add `len` zero bytes at `offset` to the pending run of zeros, sending the run first when the
+/// new range does not continue it.
+async fn add_zeros(
+    tx: &mpsc::Sender<Op>,
+    run: &mut Option<(u64, u64)>,
+    offset: u64,
+    len: u64,
+) -> Result<(), ImportError> {
+    *run = match *run {
+        Some((start, l)) if start + l == offset => Some((start, l + len)),
+        Some((start, l)) => {
+            send(
+                tx,
+                Op::Zero {
+                    offset: start,
+                    len: l,
+                },
+            )
+            .await?;
+            Some((offset, len))
+        }
+        None => Some((offset, len)),
+    };
+    Ok(())
+}
+
 /// Read and check a qcow2 header from the start of `reader`.
 pub async fn read_qcow2_header<R: RangeReader>(reader: &R) -> Result<Header, ImportError> {
     let len = reader.size();
@@ -340,41 +366,29 @@ pub async fn convert_qcow2<R: RangeReader>(
         let mut allocated = Vec::new();
         let mut zero_run: Option<(u64, u64)> = None;
         for (index, table) in tables {
+            // index < needed, so the table starts inside the image.
             let base = index * span;
+            let Some(table) = table else {
+                // A missing L2 table maps only zeros: one run, not a walk over its clusters
+                // (a sparse image of petabytes has hundreds of thousands of such tables).
+                if zero_fill {
+                    let len = span.min(header.virtual_size - base);
+                    add_zeros(&tx, &mut zero_run, base, len).await?;
+                }
+                continue;
+            };
             let entries = header
                 .l2_entries()
                 .min(header.virtual_size.saturating_sub(base).div_ceil(cs));
             for e in 0..entries {
                 let guest = base + e * cs;
-                let cluster = match &table {
-                    Some(t) => qcow2::l2_entry(
-                        header,
-                        u64::from_be_bytes(
-                            t[e as usize * 8..e as usize * 8 + 8].try_into().expect("8"),
-                        ),
-                        file_len,
-                    )?,
-                    None => Cluster::Unallocated,
-                };
-                match cluster {
+                let at = e as usize * 8;
+                let entry = u64::from_be_bytes(table[at..at + 8].try_into().expect("8"));
+                match qcow2::l2_entry(header, entry, file_len)? {
                     Cluster::Zero | Cluster::Unallocated => {
                         if zero_fill {
                             let len = cs.min(header.virtual_size - guest);
-                            zero_run = match zero_run {
-                                Some((start, l)) if start + l == guest => Some((start, l + len)),
-                                Some((start, l)) => {
-                                    send(
-                                        &tx,
-                                        Op::Zero {
-                                            offset: start,
-                                            len: l,
-                                        },
-                                    )
-                                    .await?;
-                                    Some((guest, len))
-                                }
-                                None => Some((guest, len)),
-                            };
+                            add_zeros(&tx, &mut zero_run, guest, len).await?;
                         }
                     }
                     other => allocated.push((guest, other)),

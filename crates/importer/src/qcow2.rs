@@ -12,8 +12,10 @@ pub const MIN_CLUSTER_BITS: u32 = 9;
 pub const MAX_CLUSTER_BITS: u32 = 21;
 /// qemu's limit on the L1 table (32 MiB of entries); larger tables are refused, not read.
 pub const MAX_L1_BYTES: u64 = 32 << 20;
-/// Virtual sizes above this cannot be addressed by qcow2's 56-bit offsets.
-pub const MAX_VIRTUAL_SIZE: u64 = 1 << 56;
+/// qemu's largest disk (`BDRV_MAX_LENGTH`: `INT64_MAX` rounded down to 1 GiB), which it checks
+/// every image's size against. Guest offsets are not limited by the 56-bit host offsets of the
+/// tables; in practice the L1 limit binds first (2 EiB with 2 MiB clusters).
+pub const MAX_VIRTUAL_SIZE: u64 = i64::MAX as u64 & !((1 << 30) - 1);
 
 const MAGIC: &[u8; 4] = b"QFI\xfb";
 const V2_HEADER_LEN: usize = 72;
@@ -126,7 +128,7 @@ pub enum Qcow2Error {
         needed: u64,
         virtual_size: u64,
     },
-    #[error("virtual size {0} is larger than qcow2 can address")]
+    #[error("virtual size {0} is larger than qemu allows ({MAX_VIRTUAL_SIZE} bytes)")]
     VirtualSize(u64),
 }
 
@@ -512,7 +514,7 @@ mod tests {
             ),
             (
                 Box::new(|h| h[24..32].copy_from_slice(&u64::MAX.to_be_bytes())),
-                "larger than qcow2 can address",
+                "virtual size 18446744073709551615 is larger than qemu allows",
             ),
             (
                 Box::new(|h| {
@@ -575,7 +577,63 @@ mod tests {
         );
     }
 
+    /// A v3 header with `cluster_bits` clusters, `virtual_size` bytes and `l1_size` entries in
+    /// an L1 table at cluster 1, and the length of a file holding that table.
+    fn sized_header(cluster_bits: u32, virtual_size: u64, l1_size: u32) -> (Vec<u8>, u64) {
+        let cluster = 1u64 << cluster_bits;
+        let mut h = v3_header();
+        h.resize(cluster as usize, 0);
+        h[20..24].copy_from_slice(&cluster_bits.to_be_bytes());
+        h[24..32].copy_from_slice(&virtual_size.to_be_bytes());
+        h[36..40].copy_from_slice(&l1_size.to_be_bytes());
+        h[40..48].copy_from_slice(&cluster.to_be_bytes());
+        (h, cluster + (l1_size as u64 * 8).next_multiple_of(cluster))
+    }
+
+    #[test]
+    fn virtual_sizes_up_to_qemus_limit_are_accepted() {
+        const PIB: u64 = 1 << 50;
+        // 100 PiB with 2 MiB clusters, as `qemu-img create -o cluster_size=2M x 100P` makes it.
+        let l2_span = 1u64 << 39;
+        let needed = (100 * PIB).div_ceil(l2_span) as u32;
+        let (h, len) = sized_header(21, 100 * PIB, needed);
+        assert_eq!(parse_header(&h, len).unwrap().virtual_size, 100 * PIB);
+        // The largest image qemu creates: an L1 table of 32 MiB with 2 MiB clusters.
+        let (h, len) = sized_header(21, 1 << 61, 1 << 22);
+        assert_eq!(parse_header(&h, len).unwrap().virtual_size, 1 << 61);
+        // One byte more needs an L1 table qemu refuses.
+        let (h, len) = sized_header(21, (1 << 61) + 1, (1 << 22) + 1);
+        let err = parse_header(&h, len).unwrap_err().to_string();
+        assert!(err.contains("L1 table of"), "{err}");
+        // Past qemu's largest disk, whatever the tables say.
+        let (h, len) = sized_header(21, MAX_VIRTUAL_SIZE + 1, u32::MAX);
+        assert_eq!(
+            parse_header(&h, len),
+            Err(Qcow2Error::VirtualSize(MAX_VIRTUAL_SIZE + 1))
+        );
+    }
+
     proptest! {
+        #[test]
+        fn huge_virtual_sizes_parse_without_overflow(
+            virtual_size in prop_oneof![any::<u64>(), (1u64 << 55)..(1u64 << 62)],
+            bits in MIN_CLUSTER_BITS..=MAX_CLUSTER_BITS,
+            slack in 0u64..3,
+        ) {
+            let span = 1u64 << (2 * bits - 3);
+            let l1_size = (virtual_size.div_ceil(span) + slack).min(u32::MAX as u64) as u32;
+            let (h, len) = sized_header(bits, virtual_size, l1_size);
+            if let Ok(header) = parse_header(&h, len) {
+                // What the conversion computes from an accepted header stays in range: the guest
+                // offset of every L2 table, and the end of the last cluster.
+                prop_assert!(header.virtual_size <= MAX_VIRTUAL_SIZE);
+                prop_assert!(header.l1_size as u64 * 8 <= MAX_L1_BYTES);
+                let mapped = (header.l1_size as u64).checked_mul(header.l2_span());
+                prop_assert!(mapped.is_some_and(|m| m >= header.virtual_size));
+                prop_assert!(header.virtual_size.checked_add(header.cluster_size()).is_some());
+            }
+        }
+
         #[test]
         fn any_header_bytes_are_checked_without_panicking(bytes in proptest::collection::vec(any::<u8>(), 0..300), len in 0u64..(1 << 30)) {
             let mut h = v3_header();
