@@ -50,7 +50,8 @@ pub struct ImportArgs {
     /// Allocate the whole image instead of leaving zero ranges as holes.
     #[arg(long)]
     preallocate: bool,
-    /// DEST is a block device (its size is the disk size; old contents are zeroed).
+    /// DEST is a block device (its size is the disk size; old contents are zeroed). Also when
+    /// DEST is a file: it is then written in place, and kept whatever happens.
     #[arg(long)]
     block: bool,
     /// Largest read request (a Kubernetes quantity); also bounds one request's decompressed size.
@@ -62,7 +63,9 @@ pub struct ImportArgs {
     /// Where the rare scratch copy goes (a compressed non-raw image).
     #[arg(long, default_value_os_t = std::env::temp_dir())]
     scratch_dir: PathBuf,
-    /// The disk image to write (`disk.img`), or the block device with --block.
+    /// The disk image to write (`disk.img`): written to a hidden file beside it and renamed over
+    /// it when complete, so a failed import leaves DEST as it was. An existing block device is
+    /// written in place.
     dest: PathBuf,
 }
 
@@ -112,7 +115,17 @@ pub fn run(args: &ImportArgs) -> anyhow::Result<()> {
     let bar = std::io::stderr()
         .is_terminal()
         .then(|| progress_bar(progress.clone()));
-    let result = runtime.block_on(import(&source, &opts, progress));
+    let result = runtime.block_on(async {
+        tokio::select! {
+            // Polled first, so the handlers are in place before the import creates anything.
+            biased;
+            // Dropping the import removes the temporary file it was writing.
+            signal = interrupted() => Err(anyhow::anyhow!("interrupted by {signal}")),
+            r = import(&source, &opts, progress) => r.map_err(anyhow::Error::from),
+        }
+    });
+    // Work still running after a failure or an interrupt is abandoned, not waited for.
+    runtime.shutdown_background();
     if let Some((bar, ticker)) = bar {
         bar.finish_and_clear();
         let _ = ticker.join();
@@ -125,6 +138,29 @@ pub fn run(args: &ImportArgs) -> anyhow::Result<()> {
         result.with_context(|| format!("importing {shown} into {}", args.dest.display()))?;
     print!("{}", summary(&report));
     Ok(())
+}
+
+/// Resolves on Ctrl-C or SIGTERM, naming the signal; never, for a signal that cannot be caught.
+async fn interrupted() -> &'static str {
+    use tokio::signal::unix::{SignalKind, signal};
+    let int = async {
+        if tokio::signal::ctrl_c().await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    };
+    let term = async {
+        let received = match signal(SignalKind::terminate()) {
+            Ok(mut s) => s.recv().await.is_some(),
+            Err(_) => false,
+        };
+        if !received {
+            std::future::pending::<()>().await;
+        }
+    };
+    tokio::select! {
+        _ = int => "SIGINT",
+        _ = term => "SIGTERM",
+    }
 }
 
 fn source(args: &ImportArgs) -> anyhow::Result<Source> {

@@ -75,7 +75,16 @@ fn import_a_qcow2_and_explain_a_too_small_size() {
         err.contains("a larger PVC is required: image virtual size 104857600 > usable"),
         "{err}"
     );
-    assert!(!dest.exists());
+    assert_eq!(
+        std::fs::metadata(&dest).unwrap().len(),
+        1 << 30,
+        "a failed import leaves the image that was there"
+    );
+    assert_eq!(
+        std::fs::read_dir(dir.path()).unwrap().count(),
+        2,
+        "no leftovers"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -34,9 +34,17 @@ pub enum Source {
 /// Where the image goes.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum TargetSpec {
-    /// A disk image file on a Filesystem volume (`/data/disk.img`).
+    /// A disk image file that may hold data of its own (`cdi import DEST`). The image is written
+    /// to a hidden file beside it and renamed over it once complete, so a failed import leaves
+    /// an existing file as it was and creates none. A link is followed (the file it names is
+    /// replaced); an existing block device is written in place, as [`TargetSpec::Block`].
     File(PathBuf),
-    /// A block device (`/dev/cdi-block-volume`).
+    /// The importer pod's disk image on its Filesystem volume (`/data/disk.img`), written in
+    /// place and removed on failure. The pod owns that file: the controller starts a failed
+    /// import over, and the volume is sized for one image, not for a copy beside the old one.
+    VolumeFile(PathBuf),
+    /// A block device (`/dev/cdi-block-volume`), written in place; on failure its contents are
+    /// whatever was written.
     Block(PathBuf),
 }
 
@@ -91,26 +99,31 @@ struct Converted {
     scratch_used: bool,
 }
 
-/// Import `source` into the target. On failure a file target is removed, so nothing is left
-/// that claims to be the requested image.
+/// Import `source` into the target. On failure nothing is left that claims to be the requested
+/// image, and nothing the import did not create is removed (see [`TargetSpec`]).
 pub async fn import(
     source: &Source,
     opts: &ImportOptions,
     progress: Arc<Progress>,
 ) -> Result<ImportReport, ImportError> {
     let started = Instant::now();
-    match import_inner(source, opts, &progress).await {
-        Ok(mut report) => {
-            report.elapsed = started.elapsed();
-            Ok(report)
-        }
-        Err(err) => {
-            if let TargetSpec::File(path) = &opts.target {
+    refuse_same_file(source, &opts.target)?;
+    let mut report = match &opts.target {
+        TargetSpec::File(dest) => import_replacing(source, opts, dest, &progress).await?,
+        TargetSpec::VolumeFile(path) => {
+            let target = Target::create_file(path)?;
+            let result = import_inner(source, opts, &target, &progress).await;
+            if result.is_err() {
                 let _ = std::fs::remove_file(path);
             }
-            Err(err)
+            result?
         }
-    }
+        TargetSpec::Block(path) => {
+            import_inner(source, opts, &Target::open_block(path)?, &progress).await?
+        }
+    };
+    report.elapsed = started.elapsed();
+    Ok(report)
 }
 
 /// Import a local file (see [`import`]).
@@ -122,13 +135,179 @@ pub async fn import_file(
     import(&Source::File(src.to_path_buf()), opts, progress).await
 }
 
+/// Refuse a target that is the source file itself (by a link, a hard link or another name):
+/// writing it would destroy the image being read.
+fn refuse_same_file(source: &Source, target: &TargetSpec) -> Result<(), ImportError> {
+    use std::os::unix::fs::{FileTypeExt, MetadataExt};
+    let Source::File(image) = source else {
+        return Ok(());
+    };
+    let dest = match target {
+        TargetSpec::File(p) | TargetSpec::VolumeFile(p) | TargetSpec::Block(p) => p,
+    };
+    // A missing file is reported when it is opened; a missing target is not the source.
+    let (Ok(a), Ok(b)) = (std::fs::metadata(image), std::fs::metadata(dest)) else {
+        return Ok(());
+    };
+    let same_inode = (a.dev(), a.ino()) == (b.dev(), b.ino());
+    // Two device nodes of one disk are one disk.
+    let same_device =
+        a.file_type().is_block_device() && b.file_type().is_block_device() && a.rdev() == b.rdev();
+    if same_inode || same_device {
+        return Err(ImportError::SameFile {
+            image: image.clone(),
+            target: dest.clone(),
+        });
+    }
+    Ok(())
+}
+
+/// A hidden file beside the destination that the image is written to; removed when dropped
+/// (a failed, cancelled or panicking import) unless it was renamed over the destination.
+struct Staged {
+    path: PathBuf,
+    committed: bool,
+}
+
+impl Staged {
+    fn create(dest: &Path) -> Result<(Staged, std::fs::File), ImportError> {
+        let dir = match dest.parent() {
+            Some(d) if !d.as_os_str().is_empty() => d,
+            _ => Path::new("."),
+        };
+        let name = dest.file_name().ok_or_else(|| {
+            ImportError::Unsupported(format!("{} does not name a file", dest.display()))
+        })?;
+        match std::fs::metadata(dir) {
+            Ok(m) if m.is_dir() => {}
+            Ok(_) => {
+                return Err(ImportError::Unsupported(format!(
+                    "cannot write {}: {} is not a directory",
+                    dest.display(),
+                    dir.display()
+                )));
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Err(ImportError::Unsupported(format!(
+                    "cannot write {}: the directory {} does not exist",
+                    dest.display(),
+                    dir.display()
+                )));
+            }
+            Err(e) => return Err(ImportError::io(format!("reading {}", dir.display()), e)),
+        }
+        let mut attempt = 0u32;
+        loop {
+            let path = dir.join(format!(
+                ".{}.cdi-import-{}-{attempt}",
+                name.to_string_lossy(),
+                std::process::id()
+            ));
+            // create_new: never take over a file that is there, whoever made it.
+            match std::fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create_new(true)
+                .open(&path)
+            {
+                Ok(file) => {
+                    let staged = Staged {
+                        path,
+                        committed: false,
+                    };
+                    return Ok((staged, file));
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && attempt < 100 => {
+                    attempt += 1;
+                }
+                Err(e) => {
+                    return Err(ImportError::io(
+                        format!("creating a temporary file in {}", dir.display()),
+                        e,
+                    ));
+                }
+            }
+        }
+    }
+
+    /// Put the complete image in place of `dest`, with the permissions `dest` had.
+    fn commit(mut self, dest: &Path) -> Result<(), ImportError> {
+        if let Ok(old) = std::fs::metadata(dest) {
+            std::fs::set_permissions(&self.path, old.permissions()).map_err(|e| {
+                ImportError::io(format!("copying the permissions of {}", dest.display()), e)
+            })?;
+        }
+        std::fs::rename(&self.path, dest)
+            .map_err(|e| ImportError::io(format!("renaming the image to {}", dest.display()), e))?;
+        self.committed = true;
+        // The rename is durable once the directory is.
+        if let Some(dir) = dest.parent().filter(|d| !d.as_os_str().is_empty())
+            && let Ok(d) = std::fs::File::open(dir)
+        {
+            let _ = d.sync_all();
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Staged {
+    fn drop(&mut self) {
+        if !self.committed {
+            let _ = std::fs::remove_file(&self.path);
+        }
+    }
+}
+
+/// A file removed when this is dropped.
+struct RemoveOnDrop(PathBuf);
+
+impl Drop for RemoveOnDrop {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+/// Import into a file that may exist already (see [`TargetSpec::File`]).
+async fn import_replacing(
+    source: &Source,
+    opts: &ImportOptions,
+    dest: &Path,
+    progress: &Arc<Progress>,
+) -> Result<ImportReport, ImportError> {
+    use std::os::unix::fs::FileTypeExt;
+    // Through a link to the file it names, so the link stays a link.
+    let dest = match std::fs::symlink_metadata(dest) {
+        Ok(m) if m.is_symlink() => std::fs::canonicalize(dest).unwrap_or_else(|_| dest.into()),
+        _ => dest.to_path_buf(),
+    };
+    match std::fs::metadata(&dest) {
+        // A device is not replaced by a file: it is written in place, as with --block.
+        Ok(m) if m.file_type().is_block_device() => {
+            return import_inner(source, opts, &Target::open_block(&dest)?, progress).await;
+        }
+        Ok(m) if !m.is_file() => {
+            return Err(ImportError::Unsupported(format!(
+                "{} is neither a regular file nor a block device",
+                dest.display()
+            )));
+        }
+        _ => {}
+    }
+    let (staged, file) = Staged::create(&dest)?;
+    let target = Target::new_file(file, &staged.path, &dest);
+    let report = import_inner(source, opts, &target, progress).await?;
+    drop(target);
+    staged.commit(&dest)?;
+    Ok(report)
+}
+
 async fn import_inner(
     source: &Source,
     opts: &ImportOptions,
+    target: &Target,
     progress: &Arc<Progress>,
 ) -> Result<ImportReport, ImportError> {
-    let target = open_target(&opts.target)?;
-    let limit = size_limit(opts, &target)?;
+    let limit = size_limit(opts, target)?;
     let converted = match source {
         Source::File(path) => {
             if let Some(expected) = &opts.checksum {
@@ -137,7 +316,7 @@ async fn import_inner(
             }
             let reader = Arc::new(FileReader::open(path)?);
             progress.total.store(reader.size(), Ordering::Relaxed);
-            convert_random_access(reader, Some(path), &target, limit, opts, progress).await?
+            convert_random_access(reader, Some(path), target, limit, opts, progress).await?
         }
         Source::Http(src) => {
             let client = HttpClient::new(src.clone())?;
@@ -157,7 +336,7 @@ async fn import_inner(
                     Detected::Image(Format::Qcow2 | Format::Raw | Format::Iso)
                 ) {
                     direct = Some(
-                        convert_random_access(reader, None, &target, limit, opts, progress).await?,
+                        convert_random_access(reader, None, target, limit, opts, progress).await?,
                     );
                 }
             }
@@ -165,17 +344,17 @@ async fn import_inner(
                 Some(c) => c,
                 None => {
                     let stream = http::stream(client, info, opts.tuning.parallel * 4);
-                    convert_stream(Box::new(stream), &target, limit, opts, progress).await?
+                    convert_stream(Box::new(stream), target, limit, opts, progress).await?
                 }
             }
         }
     };
 
     // Resize: only ever grow.
-    let final_size = match (&opts.target, limit) {
-        (TargetSpec::File(_), Some(l)) => converted.virtual_size.max(l),
-        (TargetSpec::File(_), None) => converted.virtual_size,
-        (TargetSpec::Block(_), _) => target.size()?,
+    let final_size = match (target.kind(), limit) {
+        (TargetKind::File, Some(l)) => converted.virtual_size.max(l),
+        (TargetKind::File, None) => converted.virtual_size,
+        (TargetKind::Block, _) => target.size()?,
     };
     target.set_len(final_size)?;
     if opts.preallocate {
@@ -184,16 +363,13 @@ async fn import_inner(
     target.sync()?;
     // On a file, what is allocated is what counts (qemu-img may have written it, not us); the
     // rest are holes. A block device has no holes: its zeros were written or zeroed.
-    let (written, holes) = match &opts.target {
-        TargetSpec::File(path) => {
-            use std::os::unix::fs::MetadataExt;
-            let allocated = std::fs::metadata(path)
-                .map(|m| m.blocks() * 512)
-                .unwrap_or(converted.stats.written);
+    let (written, holes) = match target.kind() {
+        TargetKind::File => {
+            let allocated = target.allocated().unwrap_or(converted.stats.written);
             let written = allocated.min(final_size);
             (written, final_size - written)
         }
-        TargetSpec::Block(_) => (converted.stats.written, converted.stats.holes),
+        TargetKind::Block => (converted.stats.written, converted.stats.holes),
     };
     Ok(ImportReport {
         format: converted.format,
@@ -222,15 +398,15 @@ pub(crate) fn verify(expected: &Checksum, actual_hex: &str) -> Result<(), Import
 /// The most the image may be (and what it is grown to): the usable space of the claim on a
 /// Filesystem volume, the device size on a block device, unbounded without a size.
 fn size_limit(opts: &ImportOptions, target: &Target) -> Result<Option<u64>, ImportError> {
-    match (&opts.target, opts.size) {
-        (TargetSpec::Block(_), _) => Ok(Some(target.size()?)),
-        (TargetSpec::File(_), Some(s)) => Ok(Some(size::resize_target(
+    match (target.kind(), opts.size) {
+        (TargetKind::Block, _) => Ok(Some(target.size()?)),
+        (TargetKind::File, Some(s)) => Ok(Some(size::resize_target(
             VolumeMode::Filesystem,
             s.capacity as i64,
             s.requested as i64,
             opts.overhead,
         ) as u64)),
-        (TargetSpec::File(_), None) => Ok(None),
+        (TargetKind::File, None) => Ok(None),
     }
 }
 
@@ -241,13 +417,6 @@ fn check_fits(virtual_size: u64, limit: Option<u64>) -> Result<(), ImportError> 
             usable,
         }),
         _ => Ok(()),
-    }
-}
-
-fn open_target(spec: &TargetSpec) -> Result<Target, ImportError> {
-    match spec {
-        TargetSpec::File(p) => Target::create_file(p),
-        TargetSpec::Block(p) => Target::open_block(p),
     }
 }
 
@@ -506,7 +675,11 @@ async fn convert_stream(
         let scratch = opts
             .scratch_dir
             .join(format!("cdi-scratch-{}.img", std::process::id()));
-        let bound = limit.map(|l| l + l / 8 + (64 << 20)).unwrap_or(u64::MAX);
+        // Removed however the import ends, cancelled included.
+        let _remove = RemoveOnDrop(scratch.clone());
+        let bound = limit
+            .map(|l| l.saturating_add(l / 8).saturating_add(64 << 20))
+            .unwrap_or(u64::MAX);
         let dst = scratch.clone();
         let mut stream = stream;
         let spooled = blocking(move || {
@@ -557,7 +730,6 @@ async fn convert_stream(
             }
             Err(e) => Err(e),
         };
-        let _ = std::fs::remove_file(&scratch);
         result?
     };
     if let Some(expected) = &opts.checksum {

@@ -310,10 +310,12 @@ pub async fn run(
     } else {
         VolumeMode::Filesystem
     };
+    // The volume's disk.img is the pod's own and is written in place (no second copy fits a
+    // volume sized for one image); see TargetSpec::VolumeFile.
     let target = if block {
         TargetSpec::Block(paths.block_device.clone())
     } else {
-        TargetSpec::File(paths.data_dir.join("disk.img"))
+        TargetSpec::VolumeFile(paths.data_dir.join("disk.img"))
     };
     let capacity = if block {
         crate::writer::Target::open_block(&paths.block_device)?.size()?
@@ -400,7 +402,7 @@ fn blank(
         ImportError::Unsupported("a blank image needs IMPORTER_IMAGE_SIZE".into())
     })?;
     match target {
-        TargetSpec::File(path) => {
+        TargetSpec::File(path) | TargetSpec::VolumeFile(path) => {
             let len =
                 size::resize_target(mode, size.capacity as i64, size.requested as i64, overhead)
                     as u64;

@@ -54,6 +54,8 @@ pub struct WriteStats {
 pub struct Target {
     file: File,
     path: PathBuf,
+    /// What messages call it: the destination, when `path` is a temporary file standing in for it.
+    name: PathBuf,
     kind: TargetKind,
 }
 
@@ -67,11 +69,17 @@ impl Target {
             .truncate(true)
             .open(path)
             .map_err(|e| ImportError::io(format!("creating {}", path.display()), e))?;
-        Ok(Target {
+        Ok(Target::new_file(file, path, path))
+    }
+
+    /// An empty image file already open at `path`, named `name` in messages.
+    pub fn new_file(file: File, path: &Path, name: &Path) -> Target {
+        Target {
             file,
             path: path.to_path_buf(),
+            name: name.to_path_buf(),
             kind: TargetKind::File,
-        })
+        }
     }
 
     /// Open an existing block device.
@@ -84,6 +92,7 @@ impl Target {
         Ok(Target {
             file,
             path: path.to_path_buf(),
+            name: path.to_path_buf(),
             kind: TargetKind::Block,
         })
     }
@@ -92,8 +101,18 @@ impl Target {
         self.kind
     }
 
+    /// Where the target is written.
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// Bytes allocated to the target (on a file, what is not a hole).
+    pub fn allocated(&self) -> Result<u64, ImportError> {
+        use std::os::unix::fs::MetadataExt;
+        self.file
+            .metadata()
+            .map(|m| m.blocks() * 512)
+            .map_err(|e| ImportError::io(format!("reading {}", self.name.display()), e))
     }
 
     /// The target's current size (the device size for a block device).
@@ -101,17 +120,19 @@ impl Target {
         use std::io::{Seek, SeekFrom};
         let mut f = &self.file;
         f.seek(SeekFrom::End(0))
-            .map_err(|e| ImportError::io(format!("sizing {}", self.path.display()), e))
+            .map_err(|e| ImportError::io(format!("sizing {}", self.name.display()), e))
     }
 
     /// Make a file target exactly `len` bytes (new space reads as zeros). A block device keeps
     /// its size; it must be at least `len`.
     pub fn set_len(&self, len: u64) -> Result<(), ImportError> {
         match self.kind {
-            TargetKind::File => self
-                .file
-                .set_len(len)
-                .map_err(|e| ImportError::io(format!("resizing {}", self.path.display()), e)),
+            TargetKind::File => self.file.set_len(len).map_err(|e| {
+                ImportError::io(
+                    format!("resizing {} to {len} bytes", self.name.display()),
+                    e,
+                )
+            }),
             TargetKind::Block => {
                 let size = self.size()?;
                 if size < len {
@@ -131,7 +152,7 @@ impl Target {
             return Ok(());
         }
         fallocate(&self.file, FallocateFlags::KEEP_SIZE, 0, len).map_err(|e| {
-            ImportError::io(format!("preallocating {}", self.path.display()), e.into())
+            ImportError::io(format!("preallocating {}", self.name.display()), e.into())
         })
     }
 
@@ -139,7 +160,7 @@ impl Target {
     pub fn sync(&self) -> Result<(), ImportError> {
         self.file
             .sync_all()
-            .map_err(|e| ImportError::io(format!("syncing {}", self.path.display()), e))
+            .map_err(|e| ImportError::io(format!("syncing {}", self.name.display()), e))
     }
 
     /// Start the writer thread; it owns a clone of the file.
@@ -150,7 +171,7 @@ impl Target {
             .map_err(|e| ImportError::io("duplicating the target", e))?;
         let (tx, rx) = mpsc::channel(depth);
         let kind = self.kind;
-        let path = self.path.clone();
+        let path = self.name.clone();
         let handle = std::thread::Builder::new()
             .name("cdi-writer".into())
             .spawn(move || {

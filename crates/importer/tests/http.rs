@@ -73,6 +73,16 @@ impl Fixture {
     fn output(&self) -> Vec<u8> {
         std::fs::read(self.target()).unwrap()
     }
+
+    /// A temporary image file is left beside the target.
+    fn leftovers(&self) -> bool {
+        std::fs::read_dir(self.dir.path()).unwrap().any(|e| {
+            e.unwrap()
+                .file_name()
+                .to_string_lossy()
+                .contains("cdi-import")
+        })
+    }
 }
 
 fn quick_retry() -> RetryPolicy {
@@ -176,7 +186,8 @@ async fn redirects_auth_and_extra_headers() {
         !err.contains("wrong") && !err.contains("abc"),
         "no secret in the message: {err}"
     );
-    assert!(!f.target().exists());
+    assert_same(&f.output(), &f.expected, "a failed import keeps the image");
+    assert!(!f.leftovers());
 }
 
 #[tokio::test]
@@ -348,5 +359,14 @@ async fn checksums_over_http() {
         .unwrap_err();
     assert!(matches!(err, ImportError::ChecksumMismatch { .. }), "{err}");
     assert!(err.is_fatal());
-    assert!(!f.target().exists());
+    assert_same(&f.output(), &f.expected, "a failed import keeps the image");
+    assert!(!f.leftovers());
+    assert!(
+        !f.dir
+            .path()
+            .join("scratch")
+            .read_dir()
+            .unwrap()
+            .any(|_| true)
+    );
 }

@@ -296,9 +296,23 @@ async fn resize_to_the_usable_space_and_refuse_what_does_not_fit() {
         "{err}"
     );
     assert!(err.is_fatal());
-    assert!(
-        !s.path("disk.img").exists(),
-        "no partial image is left claiming to be complete"
+    assert_eq!(
+        std::fs::metadata(s.path("disk.img")).unwrap().len(),
+        usable,
+        "a failed import keeps the file that was there"
+    );
+    // The pod's own image is written in place: a failure removes it, so no partial image is
+    // left claiming to be complete.
+    opts.target = TargetSpec::VolumeFile(s.path("disk.img"));
+    let err = import_file(&s.path("img.qcow2"), &opts, Arc::new(Progress::default()))
+        .await
+        .unwrap_err();
+    assert!(err.is_fatal());
+    assert!(!s.path("disk.img").exists());
+    assert_eq!(
+        std::fs::read_dir(s.dir.path()).unwrap().count(),
+        2,
+        "no leftovers"
     );
 }
 
@@ -320,6 +334,16 @@ async fn checksums() {
         .unwrap_err();
     assert!(matches!(err, ImportError::ChecksumMismatch { .. }), "{err}");
     assert!(err.is_fatal());
+    same(
+        &s.read("disk.img"),
+        &s.read("src.raw"),
+        "a failed import keeps the file that was there",
+    );
+    opts.target = TargetSpec::VolumeFile(s.path("disk.img"));
+    let err = import_file(&s.path("src.raw"), &opts, Arc::new(Progress::default()))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, ImportError::ChecksumMismatch { .. }), "{err}");
     assert!(!s.path("disk.img").exists());
 }
 
