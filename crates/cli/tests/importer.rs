@@ -315,3 +315,400 @@ async fn extra_headers_from_env_and_mounted_secrets() {
         "secrets are never logged"
     );
 }
+
+// `cdi import`: a failed import leaves DEST as it was; the source is never its own target.
+
+/// What a `cdi import` run did.
+struct Run {
+    ok: bool,
+    stderr: String,
+}
+
+async fn cdi_import(args: Vec<String>) -> Run {
+    let out = tokio::task::spawn_blocking(move || {
+        Command::new(env!("CARGO_BIN_EXE_cdi"))
+            .arg("import")
+            .args(&args)
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    Run {
+        ok: out.status.success(),
+        stderr: String::from_utf8_lossy(&out.stderr).into(),
+    }
+}
+
+/// The names in `dir`, sorted.
+fn listing(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    names
+}
+
+fn args(list: &[&str]) -> Vec<String> {
+    list.iter().map(|s| s.to_string()).collect()
+}
+
+/// A URL nothing listens on: a port just bound and released.
+fn refusing_url() -> String {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    drop(listener);
+    format!("http://127.0.0.1:{port}/disk.qcow2")
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn failed_imports_leave_dest_as_it_was() {
+    let work = tempfile::tempdir().unwrap();
+    let (qcow2, _) = qcow2_of(work.path(), &pattern(8 * MIB));
+    let server = FileServer::start(None).await;
+    let ranges = Behaviour {
+        ranges: true,
+        ..Default::default()
+    };
+    server.add("/disk.qcow2", qcow2.clone(), ranges.clone());
+    // Cut short: the data clusters at the end of the file are missing.
+    server.add("/cut.qcow2", qcow2[..qcow2.len() / 2].to_vec(), ranges);
+    let cases: Vec<(&str, Vec<String>, &str)> = vec![
+        (
+            "404",
+            args(&["--source", &server.url("/missing.qcow2")]),
+            "HTTP 404",
+        ),
+        (
+            "refused connection",
+            args(&["--source", &refusing_url()]),
+            "refused",
+        ),
+        (
+            "truncated image",
+            args(&["--source", &server.url("/cut.qcow2")]),
+            "outside the",
+        ),
+        (
+            "checksum mismatch",
+            args(&[
+                "--source",
+                &server.url("/disk.qcow2"),
+                "--checksum",
+                "md5:0123456789abcdef0123456789abcdef",
+            ]),
+            "checksum mismatch",
+        ),
+        (
+            "--size too small",
+            args(&["--source", &server.url("/disk.qcow2"), "--size", "1Mi"]),
+            "a larger PVC is required",
+        ),
+    ];
+    for (kind, source, cause) in cases {
+        let dir = tempfile::tempdir().unwrap();
+        let dest = dir.path().join("pre.img");
+        let precious = b"precious\n".repeat(1000);
+        std::fs::write(&dest, &precious).unwrap();
+        let mut run_args = source.clone();
+        run_args.push(dest.to_str().unwrap().into());
+        let run = cdi_import(run_args).await;
+        assert!(!run.ok, "{kind}: the import succeeded");
+        assert!(run.stderr.contains(cause), "{kind}: {}", run.stderr);
+        assert!(
+            std::fs::read(&dest).unwrap() == precious,
+            "{kind}: DEST was changed"
+        );
+        assert_eq!(listing(dir.path()), ["pre.img"], "{kind}: leftovers");
+
+        // A DEST that was not there is not there afterwards either.
+        let new = dir.path().join("new.img");
+        let mut run_args = source;
+        run_args.push(new.to_str().unwrap().into());
+        let run = cdi_import(run_args).await;
+        assert!(
+            !run.ok && run.stderr.contains(cause),
+            "{kind}: {}",
+            run.stderr
+        );
+        assert_eq!(listing(dir.path()), ["pre.img"], "{kind}: leftovers");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_successful_import_replaces_dest_through_its_link() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let data = pattern(3 * MIB);
+    let raw = dir.path().join("src.raw");
+    std::fs::write(&raw, &data).unwrap();
+    let real = dir.path().join("real.img");
+    std::fs::write(&real, b"old contents").unwrap();
+    std::fs::set_permissions(&real, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let link = dir.path().join("link.img");
+    std::os::unix::fs::symlink("real.img", &link).unwrap();
+    let run = cdi_import(args(&[
+        "--source",
+        raw.to_str().unwrap(),
+        link.to_str().unwrap(),
+    ]))
+    .await;
+    assert!(run.ok, "{}", run.stderr);
+    assert!(std::fs::symlink_metadata(&link).unwrap().is_symlink());
+    assert_same(&std::fs::read(&real).unwrap(), &data, "the replaced image");
+    let mode = std::fs::metadata(&real).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o600, "the file keeps its permissions");
+    assert_eq!(listing(dir.path()), ["link.img", "real.img", "src.raw"]);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_source_is_never_its_own_destination() {
+    let dir = tempfile::tempdir().unwrap();
+    let (image, _) = qcow2_of(dir.path(), &pattern(2 * MIB));
+    let src = dir.path().join("src.qcow2");
+    std::os::unix::fs::symlink("src.qcow2", dir.path().join("link.qcow2")).unwrap();
+    std::fs::hard_link(&src, dir.path().join("hard.qcow2")).unwrap();
+    let before = listing(dir.path());
+    let path = |name: &str| dir.path().join(name).to_str().unwrap().to_string();
+    let cases = [
+        (
+            "the same path",
+            path("src.qcow2"),
+            path("src.qcow2"),
+            vec![],
+        ),
+        (
+            "DEST a link to it",
+            path("src.qcow2"),
+            path("link.qcow2"),
+            vec![],
+        ),
+        (
+            "the source a link",
+            path("link.qcow2"),
+            path("src.qcow2"),
+            vec![],
+        ),
+        ("a hard link", path("src.qcow2"), path("hard.qcow2"), vec![]),
+        (
+            "in place with --block",
+            path("src.qcow2"),
+            path("link.qcow2"),
+            vec!["--block".to_string()],
+        ),
+    ];
+    for (what, source, dest, extra) in cases {
+        let mut run_args = args(&["--source", &source]);
+        run_args.extend(extra);
+        run_args.push(dest.clone());
+        let run = cdi_import(run_args).await;
+        assert!(!run.ok, "{what}: the import succeeded");
+        assert!(
+            run.stderr
+                .contains(&format!("{source} and {dest} are the same file")),
+            "{what}: {}",
+            run.stderr
+        );
+        assert!(
+            std::fs::read(&src).unwrap() == image,
+            "{what}: the source changed"
+        );
+        assert_eq!(listing(dir.path()), before, "{what}: leftovers");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn error_messages_name_each_cause_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let dest = dir.path().join("disk.img");
+    let missing = dir.path().join("nosuch.qcow2");
+    let run = cdi_import(args(&[
+        "--source",
+        missing.to_str().unwrap(),
+        dest.to_str().unwrap(),
+    ]))
+    .await;
+    assert!(!run.ok);
+    assert_eq!(
+        run.stderr.matches("No such file or directory").count(),
+        1,
+        "{}",
+        run.stderr
+    );
+
+    let base = dir.path().join("base.qcow2");
+    cdi_testkit::images::qemu_img(&["create", "-f", "qcow2", base.to_str().unwrap(), "1M"]);
+    let overlay = dir.path().join("overlay.qcow2");
+    cdi_testkit::images::qemu_img(&[
+        "create",
+        "-f",
+        "qcow2",
+        "-b",
+        base.to_str().unwrap(),
+        "-F",
+        "qcow2",
+        overlay.to_str().unwrap(),
+    ]);
+    let run = cdi_import(args(&[
+        "--source",
+        overlay.to_str().unwrap(),
+        dest.to_str().unwrap(),
+    ]))
+    .await;
+    assert!(!run.ok);
+    assert!(
+        run.stderr.contains("invalid qcow2 image: "),
+        "{}",
+        run.stderr
+    );
+    assert_eq!(
+        run.stderr.matches("has a backing file").count(),
+        1,
+        "{}",
+        run.stderr
+    );
+    assert_eq!(listing(dir.path()), ["base.qcow2", "overlay.qcow2"]);
+
+    let nowhere = dir.path().join("nosuch/disk.img");
+    let run = cdi_import(args(&[
+        "--source",
+        base.to_str().unwrap(),
+        nowhere.to_str().unwrap(),
+    ]))
+    .await;
+    assert!(!run.ok);
+    let missing_dir = dir.path().join("nosuch");
+    assert!(
+        run.stderr.contains(&format!(
+            "the directory {} does not exist",
+            missing_dir.display()
+        )),
+        "{}",
+        run.stderr
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn qcow2_images_past_64_pib_meet_the_size_check() {
+    const VIRTUAL: u64 = 100 << 50;
+    let dir = tempfile::tempdir().unwrap();
+    let image = dir.path().join("huge.qcow2");
+    // 2 MiB clusters: the L1 table of 100 PiB fits qemu's limit (a few MiB of file).
+    cdi_testkit::images::qemu_img(&[
+        "create",
+        "-f",
+        "qcow2",
+        "-o",
+        "cluster_size=2M",
+        image.to_str().unwrap(),
+        "100P",
+    ]);
+    let out = tempfile::tempdir().unwrap();
+    let dest = out.path().join("disk.img");
+    let run = cdi_import(args(&[
+        "--source",
+        image.to_str().unwrap(),
+        "--size",
+        "10Gi",
+        dest.to_str().unwrap(),
+    ]))
+    .await;
+    assert!(!run.ok);
+    assert!(
+        run.stderr.contains(&format!(
+            "a larger PVC is required: image virtual size {VIRTUAL} > usable"
+        )),
+        "{}",
+        run.stderr
+    );
+    assert!(listing(out.path()).is_empty(), "{:?}", listing(out.path()));
+
+    // Without --size the disk is the image's size: whether that works is the filesystem's call.
+    let probe = out.path().join("probe");
+    let fits = std::fs::File::create(&probe).unwrap().set_len(VIRTUAL);
+    std::fs::remove_file(&probe).unwrap();
+    let run = cdi_import(args(&[
+        "--source",
+        image.to_str().unwrap(),
+        dest.to_str().unwrap(),
+    ]))
+    .await;
+    match fits {
+        Ok(()) => {
+            assert!(run.ok, "{}", run.stderr);
+            assert_eq!(std::fs::metadata(&dest).unwrap().len(), VIRTUAL);
+            assert_eq!(listing(out.path()), ["disk.img"]);
+        }
+        Err(e) => {
+            assert!(!run.ok);
+            let cause = e.to_string();
+            assert!(
+                run.stderr.contains(&format!(
+                    "resizing {} to {VIRTUAL} bytes: {cause}",
+                    dest.display()
+                )),
+                "{}",
+                run.stderr
+            );
+            assert_eq!(run.stderr.matches(&cause).count(), 1, "{}", run.stderr);
+            assert!(listing(out.path()).is_empty(), "{:?}", listing(out.path()));
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_interrupted_import_leaves_dest_as_it_was() {
+    let dir = tempfile::tempdir().unwrap();
+    let dest = dir.path().join("pre.img");
+    std::fs::write(&dest, b"precious\n").unwrap();
+    let server = FileServer::start(None).await;
+    server.add(
+        "/disk.raw",
+        pattern(8 * MIB),
+        Behaviour {
+            ranges: true,
+            // Long enough that only the signal ends the import.
+            stall_after: Some((MIB, std::time::Duration::from_secs(600))),
+            ..Default::default()
+        },
+    );
+    let child = Command::new(env!("CARGO_BIN_EXE_cdi"))
+        .args(["import", "--source", &server.url("/disk.raw")])
+        .arg(&dest)
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Wait until the import is writing: its temporary file grown to the image size (or, were it
+    // written in place, DEST changed).
+    let started = std::time::Instant::now();
+    let temp = loop {
+        let temp = listing(dir.path()).into_iter().find(|n| n != "pre.img");
+        let sized = temp
+            .as_ref()
+            .and_then(|t| std::fs::metadata(dir.path().join(t)).ok())
+            .is_some_and(|m| m.len() > 0);
+        if sized || std::fs::read(&dest).unwrap_or_default() != b"precious\n" {
+            break temp;
+        }
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(60),
+            "the import did not start"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    };
+    let pid = rustix::process::Pid::from_raw(child.id() as i32).unwrap();
+    rustix::process::kill_process(pid, rustix::process::Signal::INT).unwrap();
+    let out = tokio::task::spawn_blocking(move || child.wait_with_output().unwrap())
+        .await
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(stderr.contains("interrupted by SIGINT"), "{stderr}");
+    assert_eq!(std::fs::read(&dest).unwrap(), b"precious\n");
+    assert!(
+        temp.is_some_and(|t| t.starts_with(".pre.img.cdi-import-")),
+        "written beside DEST"
+    );
+    assert_eq!(listing(dir.path()), ["pre.img"]);
+}
