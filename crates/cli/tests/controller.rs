@@ -1052,7 +1052,7 @@ fn pod_process(dir: &Path, pod: &str) -> Option<i32> {
         let env = std::fs::read(e.path().join("environ")).ok()?;
         let vars: Vec<&[u8]> = env.split(|b| *b == 0).collect();
         let has = |want: &str| vars.iter().any(|v| v.starts_with(want.as_bytes()));
-        (vars.iter().any(|v| *v == host.as_bytes()) && has(&root)).then_some(pid)
+        (vars.contains(&host.as_bytes()) && has(&root)).then_some(pid)
     })
 }
 
