@@ -17,7 +17,12 @@ use serde_json::{Value, json};
 
 async fn start() -> (tempfile::TempDir, Running) {
     let dir = tempfile::tempdir().unwrap();
-    let mut config = Config::new(dir.path().to_path_buf(), "127.0.0.1:0".parse().unwrap());
+    let running = start_in(dir.path()).await;
+    (dir, running)
+}
+
+async fn start_in(dir: &std::path::Path) -> Running {
+    let mut config = Config::new(dir.to_path_buf(), "127.0.0.1:0".parse().unwrap());
     config.every = Duration::from_millis(30);
     config.kubelet = KubeletConfig {
         backoff: Backoff {
@@ -26,8 +31,7 @@ async fn start() -> (tempfile::TempDir, Running) {
         },
         ..Default::default()
     };
-    let running = cluster::start(&config).await.unwrap();
-    (dir, running)
+    cluster::start(&config).await.unwrap()
 }
 
 async fn create<K>(client: &Client, value: Value)
@@ -381,5 +385,187 @@ async fn deletion_stops_the_processes() {
     for pid in pids {
         assert!(!alive(pid), "process {pid} survived its pod");
     }
+    running.stop().await;
+}
+
+/// Put a pod straight into the store, past the API server's checks: the kubelet must not rely
+/// on them.
+fn create_unchecked(running: &Running, pod: Value) {
+    let store = running.server.store();
+    let registry = store.registry();
+    let pods = registry.get("", "v1", "pods").unwrap();
+    store.create(pods, "default", pod, false, None).unwrap();
+}
+
+fn events_of(events: &[Event], pod: &str) -> Vec<(String, String)> {
+    events
+        .iter()
+        .filter(|e| e.involved_object.name.as_deref() == Some(pod))
+        .map(|e| {
+            (
+                e.reason.clone().unwrap_or_default(),
+                e.message.clone().unwrap_or_default(),
+            )
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn hostile_names_and_paths_make_nothing_outside_the_cluster_directory() {
+    let outer = tempfile::tempdir().unwrap();
+    let dir = outer.path().join("cluster");
+    // A hostPath volume may be anywhere, by design; nothing is to be made in it but by the pod.
+    let host = outer.path().join("host");
+    std::fs::create_dir_all(&host).unwrap();
+    let running = start_in(&dir).await;
+    let client = running.client.clone();
+    // Six levels up from a pod's containers/ or volumes/ directory is `outer`.
+    let up = "../../../../../..";
+    let pod = |name: &str, container: Value, volumes: Value| {
+        let mut c =
+            json!({"name": "main", "image": "busybox", "command": ["/bin/sh", "-c", "exit 0"]});
+        c.as_object_mut()
+            .unwrap()
+            .extend(container.as_object().unwrap().clone());
+        json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
+            "spec": {"nodeName": "node-1", "restartPolicy": "Never",
+                "containers": [c], "volumes": volumes}})
+    };
+    let host_volume = json!({"name": "host", "hostPath": {"path": host.to_string_lossy()}});
+    let refused = [
+        (
+            pod("container-name", json!({"name": format!("{up}/escaped-container")}), json!([])),
+            format!("spec.containers[0].name: Invalid value: \"{up}/escaped-container\": must not contain '/'"),
+        ),
+        (
+            pod(
+                "volume-name",
+                json!({"volumeMounts": [{"name": format!("{up}/escaped-volume"), "mountPath": "/v"}]}),
+                json!([{"name": format!("{up}/escaped-volume"), "emptyDir": {}}]),
+            ),
+            format!("spec.volumes[0].name: Invalid value: \"{up}/escaped-volume\""),
+        ),
+        (
+            pod(
+                "sub-path",
+                json!({"volumeMounts": [{"name": "host", "mountPath": "/v", "subPath": "../escaped-sub-path"}]}),
+                json!([host_volume]),
+            ),
+            "spec.containers[0].volumeMounts[0].subPath: Invalid value: \"../escaped-sub-path\"".into(),
+        ),
+        (
+            pod(
+                "item-path",
+                json!({}),
+                json!([{"name": "d", "downwardAPI": {"items": [{"path": format!("{up}/../escaped-item"),
+                    "fieldRef": {"fieldPath": "metadata.name"}}]}}]),
+            ),
+            format!("spec.volumes[0].downwardAPI.items[0].path: Invalid value: \"{up}/../escaped-item\""),
+        ),
+        // Mounts are links: one inside another would be made in the other's volume.
+        (
+            pod(
+                "nested",
+                json!({"volumeMounts": [{"name": "host", "mountPath": "/data"},
+                    {"name": "e", "mountPath": "/data/../../data/sub"}]}),
+                json!([host_volume, {"name": "e", "emptyDir": {}}]),
+            ),
+            "spec.containers[0].volumeMounts[1].mountPath: Invalid value: \"/data/../../data/sub\": \
+             lies inside spec.containers[0].volumeMounts[0].mountPath \"/data\""
+                .into(),
+        ),
+        (
+            pod(
+                "log-in-mount",
+                json!({"volumeMounts": [{"name": "host", "mountPath": "/data"}],
+                    "terminationMessagePath": "/data/termination-log"}),
+                json!([host_volume]),
+            ),
+            "spec.containers[0].terminationMessagePath: Invalid value: \"/data/termination-log\": \
+             lies inside spec.containers[0].volumeMounts[0].mountPath \"/data\""
+                .into(),
+        ),
+        // The root itself replaced by a link to the host path.
+        (
+            pod(
+                "root-mount",
+                json!({"volumeMounts": [{"name": "e", "mountPath": "/data"},
+                    {"name": "host", "mountPath": "/data/../.."}]}),
+                json!([host_volume, {"name": "e", "emptyDir": {}}]),
+            ),
+            "spec.containers[0].volumeMounts[1].mountPath: Invalid value: \"/data/../..\": \
+             names the container's root"
+                .into(),
+        ),
+    ];
+    for (p, _) in &refused {
+        create_unchecked(&running, p.clone());
+    }
+    // `..` in a container path stops at its root, as at `/`: this one runs.
+    create_unchecked(
+        &running,
+        pod(
+            "contained",
+            json!({"command": ["/bin/sh", "-c", "echo in > escaped-mount/f; echo done > escaped-log"],
+                "volumeMounts": [{"name": "e", "mountPath": format!("/{up}/../escaped-mount")}],
+                "terminationMessagePath": format!("/{up}/../../escaped-log")}),
+            json!([{"name": "e", "emptyDir": {}}]),
+        ),
+    );
+
+    let events: Api<Event> = Api::namespaced(client.clone(), "default");
+    for (p, want) in &refused {
+        let name = p["metadata"]["name"].as_str().unwrap();
+        let waiting = pod_where(&client, name, name, |p| {
+            waiting_reason(p).as_deref() == Some("CreateContainerConfigError")
+        })
+        .await;
+        let message = main_status(&waiting)
+            .state
+            .unwrap()
+            .waiting
+            .unwrap()
+            .message;
+        assert!(
+            message
+                .as_deref()
+                .is_some_and(|m| m.starts_with(want.as_str())),
+            "{name}: {message:?}\nwanted {want}"
+        );
+        assert_eq!(phase(&waiting), "Pending");
+        let failed = wait_for("a Failed event", async || {
+            let all = events.list(&ListParams::default()).await.unwrap().items;
+            let told = events_of(&all, name);
+            told.into_iter().find(|(reason, _)| reason == "Failed")
+        })
+        .await;
+        assert!(
+            failed.1.starts_with(&format!("Error: {want}")),
+            "{failed:?}"
+        );
+    }
+    let done = pod_where(&client, "contained", "contained to succeed", |p| {
+        phase(p) == "Succeeded"
+    })
+    .await;
+    let t = main_status(&done).state.unwrap().terminated.unwrap();
+    assert_eq!((t.exit_code, t.message.as_deref()), (0, Some("done\n")));
+    let root = dir
+        .join("nodes/node-1/pods")
+        .join(done.metadata.uid.unwrap())
+        .join("containers/main/root");
+    assert_eq!(
+        std::fs::read_to_string(root.join("escaped-mount/f")).unwrap(),
+        "in\n"
+    );
+
+    // All of that said, nothing was made outside the cluster's directory.
+    let mut outside: Vec<String> = std::fs::read_dir(outer.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    outside.sort();
+    assert_eq!(outside, ["cluster", "host"]);
+    assert_eq!(std::fs::read_dir(&host).unwrap().count(), 0, "{host:?}");
     running.stop().await;
 }

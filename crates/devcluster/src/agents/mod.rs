@@ -28,6 +28,41 @@ use k8s_openapi::api::storage::v1::StorageClass;
 use kube::api::ListParams;
 use kube::{Api, Client};
 
+/// The longest prefix of `text` of at most `max` bytes, cut at a character boundary.
+fn prefix(text: &str, max: usize) -> &str {
+    let mut end = max.min(text.len());
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    &text[..end]
+}
+
+/// An Event's name: `<object>.<suffix>`, as kube's recorder names them, with the object's
+/// name cut so that the whole stays a valid object name (a DNS subdomain: 253 characters, no
+/// `-` or `.` before the dot).
+pub(crate) fn event_name(object: &str, suffix: &str) -> String {
+    let head = prefix(object, 253usize.saturating_sub(suffix.len() + 1));
+    let head = head.trim_end_matches(['-', '.']);
+    let head = if head.is_empty() { "event" } else { head };
+    format!("{head}.{suffix}")
+}
+
+/// A suffix for an event that is new each time: the time in nanoseconds, in hex, as kube's
+/// recorder uses, and never the same twice in this process.
+pub(crate) fn unique_suffix() -> String {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static LAST: AtomicU64 = AtomicU64::new(0);
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
+    let previous = LAST
+        .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |last| {
+            Some(now.max(last + 1))
+        })
+        .unwrap_or(now);
+    format!("{:x}", now.max(previous + 1))
+}
+
 fn name<T: kube::Resource>(o: &T) -> &str {
     o.meta().name.as_deref().unwrap_or("")
 }
@@ -98,5 +133,20 @@ impl Snapshot {
     /// With the pods too, for the scheduler.
     pub async fn with_pods(client: &Client) -> Result<(Snapshot, Vec<Pod>), kube::Error> {
         Ok((Snapshot::read(client).await?, list_all(client).await?))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn event_names_fit() {
+        let long = format!("{}-{}", "d".repeat(233), "e".repeat(30));
+        let name = event_name(&long, "provisioningfailed");
+        assert!(name.len() <= 253, "{name}");
+        assert!(name.ends_with("d.provisioningfailed"), "{name}");
+        assert_eq!(event_name("disk", "abc"), "disk.abc");
+        assert_ne!(unique_suffix(), unique_suffix());
     }
 }

@@ -534,7 +534,8 @@ pub mod agent {
                 let now = jiff::Timestamp::now().to_string();
                 // One event per claim and reason: the fixed name makes repeats a conflict.
                 let event: Event = serde_json::from_value(json!({
-                    "metadata": {"name": format!("{claim}.{}", reason.to_lowercase()), "namespace": namespace},
+                    "metadata": {"name": crate::agents::event_name(claim, &reason.to_lowercase()),
+                        "namespace": namespace},
                     "involvedObject": {"apiVersion": "v1", "kind": "PersistentVolumeClaim",
                         "namespace": namespace, "name": claim, "uid": uid},
                     "reason": reason, "message": message, "type": "Normal",

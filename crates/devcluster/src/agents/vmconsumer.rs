@@ -518,7 +518,9 @@ pub mod agent {
 
     async fn event(client: &Client, ns: &str, kind: &str, name: &str, reason: &str, message: &str) {
         let e: Result<Event, _> = serde_json::from_value(json!({
-            "metadata": {"generateName": format!("{name}."), "namespace": ns},
+            // Named as kube's recorder names events (a generateName ending in '.' is invalid).
+            "metadata": {"name": crate::agents::event_name(name, &crate::agents::unique_suffix()),
+                "namespace": ns},
             "involvedObject": {"apiVersion": "kubevirt.io/v1", "kind": kind, "namespace": ns, "name": name},
             "reason": reason, "message": message, "type": "Normal",
             "source": {"component": "virt-controller"}, "count": 1,

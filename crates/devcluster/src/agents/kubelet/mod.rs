@@ -129,6 +129,14 @@ impl Kubelet {
         PodDir(self.dir.join("pods").join(uid))
     }
 
+    /// Remove a pod's directory, unless its uid could name anything but one directory below
+    /// `pods` (the worker refuses such a pod before making anything).
+    fn remove_pod_dir(&self, uid: &str) {
+        if setup::bad_component(uid).is_none() {
+            let _ = std::fs::remove_dir_all(self.pod_dir(uid).0);
+        }
+    }
+
     /// One pass: start workers for new pods, stop those of deleted ones, and delete the pods
     /// whose containers have stopped.
     pub async fn pass(&mut self) -> Result<(), kube::Error> {
@@ -152,15 +160,15 @@ impl Kubelet {
                     }
                     if w.task.is_finished() {
                         self.delete_now(pod).await?;
-                        if let Some(w) = self.workers.remove(&uid) {
-                            let _ = std::fs::remove_dir_all(&w.dir.0);
+                        if self.workers.remove(&uid).is_some() {
+                            self.remove_pod_dir(&uid);
                         }
                     }
                 }
                 Some(_) => {}
                 None if deleting => {
                     self.delete_now(pod).await?;
-                    let _ = std::fs::remove_dir_all(&self.pod_dir(&uid).0);
+                    self.remove_pod_dir(&uid);
                 }
                 None => {
                     let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
@@ -211,9 +219,12 @@ impl Kubelet {
         for uid in gone {
             if let Some(w) = self.workers.remove(&uid) {
                 let _ = w.stop.send(Some(Duration::ZERO));
+                let dir = (setup::bad_component(&uid).is_none()).then_some(w.dir);
                 tokio::spawn(async move {
                     let _ = w.task.await;
-                    let _ = std::fs::remove_dir_all(&w.dir.0);
+                    if let Some(dir) = dir {
+                        let _ = std::fs::remove_dir_all(&dir.0);
+                    }
                 });
             }
         }

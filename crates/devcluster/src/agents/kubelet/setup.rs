@@ -6,7 +6,8 @@
 use std::collections::{BTreeMap, HashMap};
 use std::io;
 use std::net::Ipv4Addr;
-use std::path::{Path, PathBuf};
+use std::os::fd::OwnedFd;
+use std::path::{Component, Path, PathBuf};
 
 use k8s_openapi::api::core::v1::{
     ConfigMap, Container, KeyToPath, ObjectFieldSelector, PersistentVolume, PersistentVolumeClaim,
@@ -71,6 +72,211 @@ pub struct HostVolume {
     pub capacity: Option<u64>,
 }
 
+fn invalid(field: &str, value: &str, why: &str) -> String {
+    format!("{field}: Invalid value: {value:?}: {why}")
+}
+
+/// Why `value` cannot be one component of a host path (a pod's uid, a container's or a
+/// volume's name), if it cannot. The API server checks names too; the kubelet does not rely on
+/// it, since it is the one making the paths.
+pub fn bad_component(value: &str) -> Option<&'static str> {
+    if value.is_empty() {
+        Some("must not be empty")
+    } else if value == "." || value == ".." {
+        Some("must not be \".\" or \"..\"")
+    } else if value.contains('/') {
+        Some("must not contain '/'")
+    } else if value.contains('\0') {
+        Some("must not contain NUL")
+    } else {
+        None
+    }
+}
+
+fn component(field: &str, value: &str) -> Result<(), String> {
+    match bad_component(value) {
+        Some(why) => Err(invalid(field, value, why)),
+        None => Ok(()),
+    }
+}
+
+/// A path below a volume (a `subPath`, an item's `path`, a key as a file name): relative, no
+/// `..`, naming something inside. Returns its plain components.
+fn relative(value: &str) -> Result<PathBuf, &'static str> {
+    if value.contains('\0') {
+        return Err("must not contain NUL");
+    }
+    let path = Path::new(value);
+    if path.is_absolute() {
+        return Err("must be a relative path");
+    }
+    let mut out = PathBuf::new();
+    for c in path.components() {
+        match c {
+            Component::Normal(part) => out.push(part),
+            Component::CurDir => {}
+            _ => return Err("must not contain '..'"),
+        }
+    }
+    if out.as_os_str().is_empty() {
+        return Err("must name something inside the volume");
+    }
+    Ok(out)
+}
+
+/// A path the container sees (`mountPath`, `devicePath`, `terminationMessagePath`) as a path
+/// below its root: `..` stops at the root, as it does at `/`, so it never leads out. The root
+/// itself is refused: a link there would replace it.
+fn in_container(value: &str) -> Result<PathBuf, &'static str> {
+    if value.contains('\0') {
+        return Err("must not contain NUL");
+    }
+    let mut out = PathBuf::new();
+    for c in Path::new(value).components() {
+        match c {
+            Component::Normal(part) => out.push(part),
+            Component::ParentDir => {
+                out.pop();
+            }
+            _ => {}
+        }
+    }
+    if out.as_os_str().is_empty() {
+        return Err("names the container's root, which cannot be a mount or a file");
+    }
+    Ok(out)
+}
+
+/// Where a container's mounts, devices and termination log go, below its root.
+struct Layout {
+    /// Each `volumeMounts` entry: the path, and its `subPath` below the volume.
+    mounts: Vec<(PathBuf, Option<PathBuf>)>,
+    devices: Vec<PathBuf>,
+    log: PathBuf,
+}
+
+/// Check the paths of a container (`field` names it in messages, as `spec.containers[0]`).
+/// Mounts may not share a path or lie inside one another, nor the termination log inside a
+/// mount: every mount is a link, and making one inside another would make it in the volume
+/// the other points to, outside the pod's directory.
+fn layout(c: &Container, field: &str) -> Result<Layout, String> {
+    let mut at: Vec<(PathBuf, String, &str)> = Vec::new();
+    let mut mounts = Vec::new();
+    for (j, m) in c.volume_mounts.iter().flatten().enumerate() {
+        let f = format!("{field}.volumeMounts[{j}].mountPath");
+        let path = in_container(&m.mount_path).map_err(|why| invalid(&f, &m.mount_path, why))?;
+        let sub = match m.sub_path.as_deref().filter(|s| !s.is_empty()) {
+            Some(sub) => Some(relative(sub).map_err(|why| {
+                invalid(
+                    &format!("{field}.volumeMounts[{j}].subPath"),
+                    sub,
+                    &format!("{why}: it must stay inside the volume"),
+                )
+            })?),
+            None => None,
+        };
+        at.push((path.clone(), f, &m.mount_path));
+        mounts.push((path, sub));
+    }
+    let mut devices = Vec::new();
+    for (j, d) in c.volume_devices.iter().flatten().enumerate() {
+        let f = format!("{field}.volumeDevices[{j}].devicePath");
+        let path = in_container(&d.device_path).map_err(|why| invalid(&f, &d.device_path, why))?;
+        at.push((path.clone(), f, &d.device_path));
+        devices.push(path);
+    }
+    for (i, (a, fa, va)) in at.iter().enumerate() {
+        for (b, fb, vb) in &at[i + 1..] {
+            let (inner, outer) = if b.starts_with(a) {
+                ((fb, vb), (fa, va))
+            } else if a.starts_with(b) {
+                ((fa, va), (fb, vb))
+            } else {
+                continue;
+            };
+            let why = if a == b {
+                format!("must be unique: {} is {:?} too", outer.0, outer.1)
+            } else {
+                format!(
+                    "lies inside {} {:?}: the cdi dev kubelet does not nest mounts",
+                    outer.0, outer.1
+                )
+            };
+            return Err(invalid(inner.0, inner.1, &why));
+        }
+    }
+    let log_path = c
+        .termination_message_path
+        .as_deref()
+        .unwrap_or("/dev/termination-log");
+    let f = format!("{field}.terminationMessagePath");
+    let log = in_container(log_path).map_err(|why| invalid(&f, log_path, why))?;
+    if let Some((_, fa, va)) = at.iter().find(|(a, _, _)| log.starts_with(a)) {
+        return Err(invalid(
+            &f,
+            log_path,
+            &format!(
+                "lies inside {fa} {va:?}: the kubelet writes the termination log only in the \
+                 container's own root"
+            ),
+        ));
+    }
+    Ok(Layout {
+        mounts,
+        devices,
+        log,
+    })
+}
+
+/// Check everything of the pod that becomes part of a host path, before anything is made:
+/// a pod that fails is not run (`CreateContainerConfigError`, naming the field and value).
+pub fn check(pod: &Pod) -> Result<(), Blocked> {
+    let run = || -> Result<(), String> {
+        let m = &pod.metadata;
+        component("metadata.uid", m.uid.as_deref().unwrap_or(""))?;
+        component("metadata.namespace", pod_ns(pod))?;
+        component("metadata.name", m.name.as_deref().unwrap_or(""))?;
+        let Some(spec) = pod.spec.as_ref() else {
+            return Ok(());
+        };
+        for (i, v) in spec.volumes.iter().flatten().enumerate() {
+            let field = format!("spec.volumes[{i}]");
+            component(&format!("{field}.name"), &v.name)?;
+            let items = |kind: &str, paths: Vec<&str>| -> Result<(), String> {
+                for (j, p) in paths.into_iter().enumerate() {
+                    relative(p).map_err(|why| {
+                        invalid(&format!("{field}.{kind}.items[{j}].path"), p, why)
+                    })?;
+                }
+                Ok(())
+            };
+            fn key_paths(items: &Option<Vec<KeyToPath>>) -> Vec<&str> {
+                items.iter().flatten().map(|i| i.path.as_str()).collect()
+            }
+            if let Some(s) = &v.secret {
+                items("secret", key_paths(&s.items))?;
+            }
+            if let Some(c) = &v.config_map {
+                items("configMap", key_paths(&c.items))?;
+            }
+            if let Some(d) = &v.downward_api {
+                let paths = d.items.iter().flatten().map(|i| i.path.as_str()).collect();
+                items("downwardAPI", paths)?;
+            }
+        }
+        let init = spec.init_containers.iter().flatten().enumerate();
+        let init = init.map(|(i, c)| (format!("spec.initContainers[{i}]"), c));
+        let main = spec.containers.iter().enumerate();
+        let main = main.map(|(i, c)| (format!("spec.containers[{i}]"), c));
+        for (field, c) in init.chain(main) {
+            component(&format!("{field}.name"), &c.name)?;
+            layout(c, &field)?;
+        }
+        Ok(())
+    };
+    run().map_err(Blocked::Config)
+}
+
 fn io_blocked(what: &str, e: io::Error) -> Blocked {
     Blocked::Waiting(format!("{what}: {e}"))
 }
@@ -125,14 +331,13 @@ fn write_files(dir: &Path, files: &BTreeMap<String, Vec<u8>>, mode: Option<i32>)
         std::fs::remove_dir_all(dir)?;
     }
     std::fs::create_dir_all(dir)?;
-    for (rel, content) in files {
-        let rel = Path::new(rel);
-        if rel.is_absolute() || rel.components().any(|c| c.as_os_str() == "..") {
-            return Err(io::Error::other(format!(
-                "{}: a volume file path must be relative and stay inside the volume",
-                rel.display()
-            )));
-        }
+    for (name, content) in files {
+        // Keys become file names too, and a Secret's keys are not the pod's to check.
+        let rel = relative(name).map_err(|why| {
+            io::Error::other(format!(
+                "file {name:?}: {why}: a volume's files stay inside the volume"
+            ))
+        })?;
         let path = dir.join(rel);
         if let Some(parent) = path.parent() {
             std::fs::create_dir_all(parent)?;
@@ -457,17 +662,117 @@ pub async fn environment(
     Ok(env)
 }
 
-/// Replace whatever is at `link` by a symbolic link to `target`.
-fn link(target: &Path, link: &Path) -> io::Result<()> {
-    if let Some(parent) = link.parent() {
-        std::fs::create_dir_all(parent)?;
+fn errno(e: rustix::io::Errno) -> io::Error {
+    io::Error::from_raw_os_error(e.raw_os_error())
+}
+
+/// Open the directory `base/rel`, making the missing ones, without following a symbolic link
+/// (or anything but a directory) at any step below `base`: a container's process, or another
+/// mount, may have put a link there, and nothing is to be made through it.
+fn open_below(base: &Path, rel: &Path, what: &str) -> Result<OwnedFd, Blocked> {
+    use rustix::fs::{CWD, Mode, OFlags, mkdirat, openat};
+    use rustix::io::Errno;
+    let flags = OFlags::DIRECTORY | OFlags::RDONLY | OFlags::CLOEXEC;
+    let mut fd = openat(CWD, base, flags, Mode::empty())
+        .map_err(|e| io_blocked(&format!("{what}: opening {}", base.display()), errno(e)))?;
+    let mut at = base.to_path_buf();
+    for part in rel.components() {
+        let Component::Normal(part) = part else {
+            return Err(Blocked::Config(format!(
+                "{what}: {} is not a plain path",
+                rel.display()
+            )));
+        };
+        at.push(part);
+        match mkdirat(&fd, part, Mode::from_raw_mode(0o755)) {
+            Ok(()) | Err(Errno::EXIST) => {}
+            Err(e) => {
+                return Err(io_blocked(
+                    &format!("{what}: creating {}", at.display()),
+                    errno(e),
+                ));
+            }
+        }
+        fd = match openat(&fd, part, flags | OFlags::NOFOLLOW, Mode::empty()) {
+            Ok(fd) => fd,
+            Err(Errno::LOOP | Errno::NOTDIR) => {
+                return Err(Blocked::Config(format!(
+                    "{what}: {} is a symbolic link or not a directory: the kubelet makes \
+                     nothing through it",
+                    at.display()
+                )));
+            }
+            Err(e) => {
+                return Err(io_blocked(
+                    &format!("{what}: opening {}", at.display()),
+                    errno(e),
+                ));
+            }
+        };
     }
-    match std::fs::symlink_metadata(link) {
-        Ok(m) if m.is_dir() => std::fs::remove_dir_all(link)?,
-        Ok(_) => std::fs::remove_file(link)?,
-        Err(_) => {}
+    Ok(fd)
+}
+
+/// The directory holding `root/rel` (opened as [`open_below`] does) and the last component.
+fn parent_below<'a>(
+    root: &Path,
+    rel: &'a Path,
+    what: &str,
+) -> Result<(OwnedFd, &'a std::ffi::OsStr), Blocked> {
+    let (Some(parent), Some(name)) = (rel.parent(), rel.file_name()) else {
+        return Err(Blocked::Config(format!(
+            "{what}: {} names the container's root",
+            rel.display()
+        )));
+    };
+    Ok((open_below(root, parent, what)?, name))
+}
+
+/// Replace whatever is at `root/rel` by a symbolic link to `target`.
+fn link(target: &Path, root: &Path, rel: &Path) -> Result<(), Blocked> {
+    use rustix::fs::{AtFlags, FileType, statat, symlinkat, unlinkat};
+    let what = format!("linking {}", root.join(rel).display());
+    let (parent, name) = parent_below(root, rel, &what)?;
+    let failed = |e| io_blocked(&what, errno(e));
+    match statat(&parent, name, AtFlags::SYMLINK_NOFOLLOW) {
+        // A directory in the way (made by the container's process): it goes, links in it
+        // are removed, not followed.
+        Ok(st) if FileType::from_raw_mode(st.st_mode) == FileType::Directory => {
+            std::fs::remove_dir_all(root.join(rel)).map_err(|e| io_blocked(&what, e))?
+        }
+        Ok(_) => unlinkat(&parent, name, AtFlags::empty()).map_err(failed)?,
+        Err(rustix::io::Errno::NOENT) => {}
+        Err(e) => return Err(failed(e)),
     }
-    std::os::unix::fs::symlink(target, link)
+    symlinkat(target, &parent, name).map_err(failed)
+}
+
+/// Open a termination log for writing, emptied, never through a symbolic link: the kubelet
+/// empties it before each start, and the process may have replaced it by a link meanwhile.
+pub fn empty_termination_log(path: &Path) -> io::Result<()> {
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::File::options()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32)
+        .open(path)
+        .map(drop)
+}
+
+/// Read a termination log, not through a symbolic link.
+pub fn read_termination_log(path: &Path) -> Vec<u8> {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut out = Vec::new();
+    let opened = std::fs::File::options()
+        .read(true)
+        .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32)
+        .open(path);
+    if let Ok(mut f) = opened {
+        let _ = f.read_to_end(&mut out);
+    }
+    out
 }
 
 /// The capacities of a container's claim volumes by the path it sees them at, as
@@ -492,15 +797,19 @@ pub fn capacities(c: &Container, volumes: &HashMap<String, HostVolume>) -> Strin
 
 /// Build the container's root: its mount paths and device paths linked to the volumes (a
 /// `subPath` below the volume), its termination log an empty file. Returns the log's host path.
+/// Every path stays below the root, and nothing is made through a symbolic link.
 pub fn root(
     dir: &PodDir,
     c: &Container,
     volumes: &HashMap<String, HostVolume>,
 ) -> Result<PathBuf, Blocked> {
+    let field = format!("container {:?}", c.name);
+    component("name", &c.name).map_err(Blocked::Config)?;
+    let layout = layout(c, &field).map_err(Blocked::Config)?;
     let root = dir.root(&c.name);
-    let config = |m: String| Blocked::Config(format!("container \"{}\": {m}", c.name));
+    let config = |m: String| Blocked::Config(format!("{field}: {m}"));
     let mut links = Vec::new();
-    for m in c.volume_mounts.iter().flatten() {
+    for (m, (at, sub)) in c.volume_mounts.iter().flatten().zip(layout.mounts) {
         let v = volumes.get(&m.name).ok_or_else(|| {
             config(format!(
                 "volumeMount {:?} names no volume of the pod",
@@ -514,18 +823,13 @@ pub fn root(
             )));
         }
         let mut target = v.path.clone();
-        if let Some(sub) = m.sub_path.as_deref().filter(|s| !s.is_empty()) {
-            if Path::new(sub).is_absolute() || sub.split('/').any(|p| p == "..") {
-                return Err(config(format!(
-                    "subPath {sub:?} must be relative and stay inside the volume"
-                )));
-            }
+        if let Some(sub) = sub {
+            open_below(&v.path, &sub, "creating a subPath")?;
             target = target.join(sub);
-            std::fs::create_dir_all(&target).map_err(|e| io_blocked("creating a subPath", e))?;
         }
-        links.push((target, m.mount_path.clone()));
+        links.push((target, at));
     }
-    for d in c.volume_devices.iter().flatten() {
+    for (d, at) in c.volume_devices.iter().flatten().zip(layout.devices) {
         let v = volumes.get(&d.name).ok_or_else(|| {
             config(format!(
                 "volumeDevice {:?} names no volume of the pod",
@@ -538,23 +842,33 @@ pub fn root(
                 d.name
             )));
         }
-        links.push((v.path.clone(), d.device_path.clone()));
+        links.push((v.path.clone(), at));
     }
     std::fs::create_dir_all(&root).map_err(|e| io_blocked("creating the container's root", e))?;
     for (target, at) in links {
-        let at = cdi_core::devpod::in_root(Some(&root), Path::new(&at));
-        link(&target, &at).map_err(|e| io_blocked(&format!("linking {}", at.display()), e))?;
+        link(&target, &root, &at)?;
     }
-    let log_path = c
-        .termination_message_path
-        .as_deref()
-        .unwrap_or("/dev/termination-log");
-    let log = cdi_core::devpod::in_root(Some(&root), Path::new(log_path));
-    if let Some(parent) = log.parent() {
-        std::fs::create_dir_all(parent)
-            .map_err(|e| io_blocked("creating the termination log", e))?;
+    let what = "creating the termination log";
+    let (parent, name) = parent_below(&root, &layout.log, what)?;
+    {
+        use rustix::fs::{AtFlags, FileType, Mode, OFlags, openat, statat, unlinkat};
+        let failed = |e| io_blocked(what, errno(e));
+        // A link left there by the process goes: the log is a file of the root's own.
+        if statat(&parent, name, AtFlags::SYMLINK_NOFOLLOW)
+            .is_ok_and(|st| FileType::from_raw_mode(st.st_mode) == FileType::Symlink)
+        {
+            unlinkat(&parent, name, AtFlags::empty()).map_err(failed)?;
+        }
+        let flags = OFlags::WRONLY | OFlags::CREATE | OFlags::TRUNC | OFlags::NOFOLLOW;
+        openat(
+            &parent,
+            name,
+            flags | OFlags::CLOEXEC,
+            Mode::from_raw_mode(0o644),
+        )
+        .map_err(failed)?;
     }
-    std::fs::write(&log, b"").map_err(|e| io_blocked("creating the termination log", e))?;
+    let log = root.join(&layout.log);
     Ok(log)
 }
 
@@ -633,11 +947,172 @@ mod tests {
         ));
     }
 
+    fn pod(spec: serde_json::Value) -> Pod {
+        serde_json::from_value(json!({
+            "metadata": {"name": "p", "namespace": "default", "uid": "u-1"}, "spec": spec}))
+        .unwrap()
+    }
+
+    fn refused(pod: &Pod) -> String {
+        match check(pod) {
+            Err(Blocked::Config(m)) => m,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn names_and_paths_from_the_pod_are_checked_before_use() {
+        let c = |extra: serde_json::Value| {
+            let mut c = json!({"name": "c", "image": "x"});
+            c.as_object_mut()
+                .unwrap()
+                .extend(extra.as_object().unwrap().clone());
+            c
+        };
+        let ok = pod(json!({"containers": [c(json!({
+            "volumeMounts": [{"name": "v", "mountPath": "/../../data/../d", "subPath": "./a/b"}],
+            "terminationMessagePath": "/../../../log"}))],
+            "volumes": [{"name": "v", "emptyDir": {}}]}));
+        assert_eq!(check(&ok), Ok(()));
+
+        let mut bad_uid = ok.clone();
+        bad_uid.metadata.uid = Some("../..".into());
+        assert!(refused(&bad_uid).starts_with("metadata.uid: "));
+        let cases = [
+            (
+                json!({"containers": [{"name": "../../x", "image": "x"}]}),
+                "spec.containers[0].name: Invalid value: \"../../x\": must not contain '/'",
+            ),
+            (
+                json!({"containers": [c(json!({}))], "initContainers": [{"name": "..", "image": "x"}]}),
+                "spec.initContainers[0].name: Invalid value: \"..\"",
+            ),
+            (
+                json!({"containers": [c(json!({}))], "volumes": [{"name": "a/b", "emptyDir": {}}]}),
+                "spec.volumes[0].name: Invalid value: \"a/b\"",
+            ),
+            (
+                json!({"containers": [c(json!({}))], "volumes": [{"name": "s",
+                    "secret": {"secretName": "s", "items": [{"key": "k", "path": "../x"}]}}]}),
+                "spec.volumes[0].secret.items[0].path: Invalid value: \"../x\": must not contain '..'",
+            ),
+            (
+                json!({"containers": [c(json!({}))], "volumes": [{"name": "s",
+                    "configMap": {"name": "s", "items": [{"key": "k", "path": "/etc/x"}]}}]}),
+                "spec.volumes[0].configMap.items[0].path: Invalid value: \"/etc/x\": must be a relative path",
+            ),
+            (
+                json!({"containers": [c(json!({}))], "volumes": [{"name": "d",
+                    "downwardAPI": {"items": [{"path": "a/../../x",
+                        "fieldRef": {"fieldPath": "metadata.name"}}]}}]}),
+                "spec.volumes[0].downwardAPI.items[0].path: Invalid value: \"a/../../x\"",
+            ),
+            (
+                json!({"containers": [c(json!({"volumeMounts": [
+                    {"name": "v", "mountPath": "/d", "subPath": "../../x"}]}))]}),
+                "spec.containers[0].volumeMounts[0].subPath: Invalid value: \"../../x\"",
+            ),
+            (
+                json!({"containers": [c(json!({"volumeMounts": [
+                    {"name": "v", "mountPath": "/data"},
+                    {"name": "w", "mountPath": "/data/../.."}]}))]}),
+                "spec.containers[0].volumeMounts[1].mountPath: Invalid value: \"/data/../..\": names the container's root",
+            ),
+            (
+                json!({"containers": [c(json!({"volumeMounts": [
+                    {"name": "v", "mountPath": "/data/x"}, {"name": "w", "mountPath": "/data/"}]}))]}),
+                "spec.containers[0].volumeMounts[0].mountPath: Invalid value: \"/data/x\": lies inside spec.containers[0].volumeMounts[1].mountPath \"/data/\"",
+            ),
+            (
+                json!({"containers": [c(json!({"volumeMounts": [{"name": "v", "mountPath": "/dev/x"}],
+                    "volumeDevices": [{"name": "w", "devicePath": "/dev/x"}]}))]}),
+                "spec.containers[0].volumeDevices[0].devicePath: Invalid value: \"/dev/x\": must be unique",
+            ),
+            (
+                json!({"containers": [c(json!({"volumeMounts": [{"name": "v", "mountPath": "/dev"}]}))]}),
+                "spec.containers[0].terminationMessagePath: Invalid value: \"/dev/termination-log\": lies inside",
+            ),
+            (
+                json!({"containers": [c(json!({"terminationMessagePath": "/.."}))]}),
+                "spec.containers[0].terminationMessagePath: Invalid value: \"/..\": names the container's root",
+            ),
+        ];
+        for (spec, want) in cases {
+            let m = refused(&pod(spec));
+            assert!(m.starts_with(want), "{m}\nwanted {want}");
+        }
+    }
+
+    #[test]
+    fn nothing_is_made_through_a_link_in_the_root() {
+        let tmp = tempfile::tempdir().unwrap();
+        let outside = tmp.path().join("outside");
+        std::fs::create_dir_all(&outside).unwrap();
+        let pv = tmp.path().join("pv");
+        std::fs::create_dir_all(&pv).unwrap();
+        let dir = PodDir(tmp.path().join("pod"));
+        let volumes: HashMap<String, HostVolume> = [(
+            "data".to_string(),
+            HostVolume {
+                path: pv.clone(),
+                block: false,
+                capacity: None,
+            },
+        )]
+        .into();
+        let c: Container = serde_json::from_value(json!({
+            "name": "c", "image": "x",
+            "volumeMounts": [{"name": "data", "mountPath": "/var/lib/data"},
+                {"name": "data", "mountPath": "/sub", "subPath": "a/b"}],
+        }))
+        .unwrap();
+        // The process replaced /var and /dev by links out, and a directory of its volume too.
+        let r = dir.root("c");
+        std::fs::create_dir_all(&r).unwrap();
+        for (link, name) in [
+            (pv.join("a"), "pv/a"),
+            (r.join("var"), "root/var"),
+            (r.join("dev"), "root/dev"),
+        ] {
+            std::os::unix::fs::symlink(&outside, &link).unwrap();
+            let err = root(&dir, &c, &volumes).unwrap_err();
+            let refused = format!("{name} is a symbolic link");
+            assert!(
+                matches!(&err, Blocked::Config(m) if m.contains(&refused)),
+                "{err:?}"
+            );
+            std::fs::remove_file(&link).unwrap();
+        }
+        // A termination log replaced by a link: the link goes, its target is not touched.
+        std::fs::create_dir_all(r.join("dev")).unwrap();
+        std::fs::write(outside.join("f"), b"keep").unwrap();
+        std::os::unix::fs::symlink(outside.join("f"), r.join("dev/termination-log")).unwrap();
+        let log = root(&dir, &c, &volumes).unwrap();
+        assert!(std::fs::symlink_metadata(&log).unwrap().is_file());
+        std::fs::remove_file(&log).unwrap();
+        std::os::unix::fs::symlink(outside.join("f"), &log).unwrap();
+        assert!(empty_termination_log(&log).is_err());
+        assert!(read_termination_log(&log).is_empty());
+        assert_eq!(std::fs::read(outside.join("f")).unwrap(), b"keep");
+        assert_eq!(
+            std::fs::read_dir(&outside).unwrap().count(),
+            1,
+            "only the file the test made"
+        );
+        assert_eq!(std::fs::read_link(r.join("var/lib/data")).unwrap(), pv);
+        assert_eq!(std::fs::read_link(r.join("sub")).unwrap(), pv.join("a/b"));
+    }
+
     #[test]
     fn files_stay_inside_their_volume() {
         let tmp = tempfile::tempdir().unwrap();
-        let files: BTreeMap<String, Vec<u8>> = [("../x".to_string(), b"x".to_vec())].into();
-        assert!(write_files(&tmp.path().join("v"), &files, None).is_err());
+        for bad in ["../x", "/x", ".", ""] {
+            let files: BTreeMap<String, Vec<u8>> = [(bad.to_string(), b"x".to_vec())].into();
+            assert!(
+                write_files(&tmp.path().join("v"), &files, None).is_err(),
+                "{bad}"
+            );
+        }
         let files: BTreeMap<String, Vec<u8>> = [("a/b".to_string(), b"x".to_vec())].into();
         write_files(&tmp.path().join("v"), &files, Some(0o600)).unwrap();
         assert_eq!(std::fs::read(tmp.path().join("v/a/b")).unwrap(), b"x");

@@ -113,7 +113,9 @@ pub async fn event(client: &Client, pod: &Pod, type_: &str, reason: &str, messag
     let now = Timestamp::now().to_string();
     let e = json!({
         "apiVersion": "v1", "kind": "Event",
-        "metadata": {"generateName": format!("{name}."), "namespace": ns},
+        // Named as kube's recorder names events (a generateName ending in '.' is invalid).
+        "metadata": {"name": crate::agents::event_name(&name, &crate::agents::unique_suffix()),
+            "namespace": ns},
         "involvedObject": {"apiVersion": "v1", "kind": "Pod", "namespace": ns, "name": name,
             "uid": pod.metadata.uid},
         "type": type_, "reason": reason, "message": message,
@@ -132,6 +134,8 @@ pub async fn event(client: &Client, pod: &Pod, type_: &str, reason: &str, messag
 }
 
 async fn prepare(ctx: &Ctx, pod: &Pod, dir: &PodDir, ip: Ipv4Addr) -> Result<Vec<Launch>, Blocked> {
+    // Before anything is made from the pod's names and paths.
+    setup::check(pod)?;
     let volumes = setup::volumes(&ctx.client, pod, dir, ip, ctx.host_ip).await?;
     let spec = pod.spec.clone().unwrap_or_default();
     let (_, name) = full_name(pod);
@@ -242,7 +246,7 @@ fn exit_of(
         },
         Err(_) => (255, None),
     };
-    let file = std::fs::read(&launch.termination_log).unwrap_or_default();
+    let file = setup::read_termination_log(&launch.termination_log);
     let mut message = status::termination_message(
         &file,
         spec.termination_message_policy.as_deref(),
@@ -355,7 +359,7 @@ async fn run_container(
         if is_stopping(&stop) {
             return Ended::Stopped;
         }
-        let _ = std::fs::write(&launch.termination_log, b"");
+        let _ = setup::empty_termination_log(&launch.termination_log);
         let started_at = Timestamp::now();
         let exit = match spawn(launch) {
             Err(e) => {
