@@ -332,3 +332,223 @@ async fn the_csi_driver_makes_block_files_clones_by_copy_and_leaves_populator_cl
         .unwrap();
     wait_for("file removed", async || (!raw_copy.exists()).then_some(())).await;
 }
+
+/// A valid 253-character claim name (DNS labels of at most 63), starting with `head`.
+fn long_name(head: &str) -> String {
+    let mut name = head.to_string();
+    while name.len() < 253 {
+        let label = name.rsplit('.').next().unwrap().len();
+        name.push(if label == 60 { '.' } else { 'x' });
+    }
+    assert!(name.ends_with('x'), "{name}");
+    name
+}
+
+fn path_of(v: &PersistentVolume) -> std::path::PathBuf {
+    let spec = v.spec.as_ref().unwrap();
+    match (&spec.host_path, &spec.csi) {
+        (Some(h), _) => h.path.clone().into(),
+        (None, Some(c)) => c.volume_attributes.as_ref().unwrap()["path"].clone().into(),
+        _ => panic!("{v:?}"),
+    }
+}
+
+#[tokio::test]
+async fn claims_with_253_character_names_get_directories_that_go_with_them() {
+    let c = cluster().await;
+    let classes = Api::<StorageClass>::all(c.client.clone());
+    for (name, provisioner) in [
+        ("local-now", "rancher.io/local-path"),
+        ("csi-now", "csi.cdi-rs.dev"),
+    ] {
+        create(
+            classes.clone(),
+            json!({"metadata": {"name": name}, "provisioner": provisioner,
+                "volumeBindingMode": "Immediate", "reclaimPolicy": "Delete"}),
+        )
+        .await;
+    }
+    // Two local-path claims alike for their first 200 characters, and one of the CSI driver.
+    let alike = long_name("a-disk");
+    let names = [
+        (alike.clone(), "local-now"),
+        (format!("{}zzz", &alike[..250]), "local-now"),
+        (long_name("csi-disk"), "csi-now"),
+    ];
+    assert_eq!(names[0].0[..200], names[1].0[..200]);
+    let claims: Api<PersistentVolumeClaim> = Api::default_namespaced(c.client.clone());
+    for (name, class) in &names {
+        create(claims.clone(), claim(name, class)).await;
+    }
+    let volumes: Api<PersistentVolume> = Api::all(c.client.clone());
+    let mut dirs = Vec::new();
+    for (name, _) in &names {
+        let pv = wait_for("a long claim bound", async || {
+            bound_volume(&claims, name).await
+        })
+        .await;
+        let pv = volumes.get(&pv).await.unwrap();
+        let dir = path_of(&pv);
+        assert!(dir.is_dir(), "{dir:?}");
+        let below = dir.strip_prefix(c.root.path().join(node_of(&pv))).unwrap();
+        assert!(
+            below.components().all(|p| p.as_os_str().len() <= 255),
+            "{below:?}"
+        );
+        dirs.push((name.clone(), pv.metadata.name.unwrap(), dir));
+    }
+    // The default pattern's readable start stays: the volume, namespace and claim's beginning.
+    let local = dirs[0]
+        .2
+        .file_name()
+        .unwrap()
+        .to_string_lossy()
+        .into_owned();
+    assert!(
+        local.starts_with(&format!("{}_default_a-disk", dirs[0].1)),
+        "{local}"
+    );
+    assert_ne!(dirs[0].2, dirs[1].2);
+
+    for (name, pv, dir) in &dirs {
+        claims.delete(name, &DeleteParams::default()).await.unwrap();
+        wait_for("the volume deleted", async || {
+            volumes.get_opt(pv).await.unwrap().is_none().then_some(())
+        })
+        .await;
+        assert!(!dir.exists(), "{dir:?} left behind");
+    }
+}
+
+fn provisioning_failures(events: &[Event], claim: &str) -> Vec<Event> {
+    events
+        .iter()
+        .filter(|e| {
+            e.involved_object.name.as_deref() == Some(claim)
+                && e.reason.as_deref() == Some("ProvisioningFailed")
+        })
+        .cloned()
+        .collect()
+}
+
+#[tokio::test]
+async fn a_failing_claim_is_told_once_and_retried_with_back_off() {
+    let c = cluster().await;
+    // nodePath's parent is a regular file on the node: no directory can be made there.
+    let node = c.root.path().join("node-1");
+    std::fs::create_dir_all(&node).unwrap();
+    std::fs::write(node.join("blocked"), b"").unwrap();
+    let classes = Api::<StorageClass>::all(c.client.clone());
+    create(
+        classes.clone(),
+        json!({"metadata": {"name": "broken"}, "provisioner": "rancher.io/local-path",
+            "volumeBindingMode": "WaitForFirstConsumer",
+            "parameters": {"nodePath": "/blocked/volumes"}}),
+    )
+    .await;
+    create(
+        classes,
+        json!({"metadata": {"name": "fine"}, "provisioner": "rancher.io/local-path",
+            "volumeBindingMode": "Immediate"}),
+    )
+    .await;
+    let claims: Api<PersistentVolumeClaim> = Api::default_namespaced(c.client.clone());
+    // On node-1, as the scheduler would have chosen: every attempt fails the same way.
+    let mut stuck = claim("stuck", "broken");
+    stuck["metadata"]["annotations"] = json!({"volume.kubernetes.io/selected-node": "node-1"});
+    create(claims.clone(), stuck).await;
+    let events: Api<Event> = Api::default_namespaced(c.client.clone());
+    let list = async || events.list(&ListParams::default()).await.unwrap().items;
+    let first = wait_for("a ProvisioningFailed event", async || {
+        provisioning_failures(&list().await, "stuck").pop()
+    })
+    .await;
+    let message = first.message.clone().unwrap();
+    assert!(
+        message.starts_with("failed to provision volume with StorageClass \"broken\": making ")
+            && message.contains("Not a directory"),
+        "{message}"
+    );
+    assert_eq!(first.type_.as_deref(), Some("Warning"));
+
+    // Other claims are not held up meanwhile.
+    create(claims.clone(), claim("other", "fine")).await;
+    wait_for("the other claim bound", async || {
+        bound_volume(&claims, "other").await
+    })
+    .await;
+
+    // Each retry raises the one event's count; three attempts span the back-off (1 s, then
+    // 2 s), where a retry every pass (30 ms) would have made them within a second.
+    // Polled for longer than `wait_for`'s 5 s: the attempts alone take 3 s.
+    let mut third = None;
+    for _ in 0..300 {
+        let mut told = provisioning_failures(&list().await, "stuck");
+        assert_eq!(told.len(), 1, "one event for one error: {told:?}");
+        third = told.pop().filter(|e| e.count >= Some(3));
+        if third.is_some() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let third = third.expect("a third attempt within 15 s");
+    assert_eq!(third.count, Some(3), "{third:?}");
+    let (from, to) = (
+        third.first_timestamp.unwrap().0,
+        third.last_timestamp.unwrap().0,
+    );
+    assert!(
+        to.duration_since(from).as_secs() >= 2,
+        "attempts from {from} to {to}"
+    );
+    assert_eq!(third.message.as_deref(), Some(message.as_str()));
+    assert_eq!(
+        claims
+            .get("stuck")
+            .await
+            .unwrap()
+            .status
+            .unwrap()
+            .phase
+            .as_deref(),
+        Some("Pending")
+    );
+}
+
+#[tokio::test]
+async fn failure_events_are_one_per_distinct_error_and_count_repeats() {
+    let (_server, client) = common::with_nodes().await;
+    let involved = json!({"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+        "namespace": "default", "name": long_name("claim"), "uid": "u-1"});
+    let warn = async |message: &str| {
+        cdi_devcluster::agents::retry::warn(
+            &client,
+            "rancher.io/local-path",
+            &involved,
+            "ProvisioningFailed",
+            message,
+        )
+        .await
+        .unwrap()
+    };
+    warn("disk full").await;
+    warn("disk full").await;
+    warn("permission denied").await;
+    let events: Api<Event> = Api::default_namespaced(client.clone());
+    let mut told: Vec<(String, i32)> = events
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .map(|e| {
+            assert!(e.metadata.name.as_ref().unwrap().len() <= 253);
+            (e.message.unwrap(), e.count.unwrap())
+        })
+        .collect();
+    told.sort();
+    assert_eq!(
+        told,
+        [("disk full".into(), 2), ("permission denied".into(), 1)]
+    );
+}

@@ -192,8 +192,16 @@ fn volume_dir(
         ),
     };
     let inside = node_path.strip_prefix("/").unwrap_or(node_path);
+    // A claim's name alone may be 253 bytes: each component is made to fit the filesystem's.
+    let folder: PathBuf = Path::new(&folder)
+        .components()
+        .map(|c| super::fit(&c.as_os_str().to_string_lossy(), NAME_MAX))
+        .collect();
     Ok(dirs.node(node).join(inside).join(folder))
 }
+
+/// The longest file name Linux filesystems take, in bytes.
+const NAME_MAX: usize = 255;
 
 fn selected_node(claim: &PersistentVolumeClaim) -> Option<&str> {
     claim
@@ -659,7 +667,8 @@ pub fn plan(driver: Driver, dirs: &NodeDirs, cluster: &Snapshot) -> Vec<Action> 
 
 /// The provisioner as a loop over the API server.
 pub mod agent {
-    use std::time::Duration;
+    use std::collections::HashSet;
+    use std::time::{Duration, Instant};
 
     use k8s_openapi::api::core::v1::{Event, PersistentVolume};
     use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
@@ -667,6 +676,7 @@ pub mod agent {
     use serde_json::json;
 
     use super::{Action, Content, Driver, NodeDirs, Snapshot, plan};
+    use crate::agents::retry::{Backoff, Retries, warn};
 
     /// Copy a volume's directory tree (or its file) for a clone.
     pub(crate) fn copy_tree(from: &std::path::Path, to: &std::path::Path) -> std::io::Result<()> {
@@ -744,12 +754,12 @@ pub mod agent {
         }
     }
 
-    /// Apply one action; `false` when it had been done already (the event exists).
+    /// Apply one action; a refusal is an error with its message.
     pub async fn apply(
         client: &Client,
         driver: Driver,
         action: &Action,
-    ) -> Result<bool, Box<dyn std::error::Error + Send + Sync>> {
+    ) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
         let volumes: Api<PersistentVolume> = Api::all(client.clone());
         match action {
             Action::Provision {
@@ -757,7 +767,17 @@ pub mod agent {
                 content,
                 volume,
             } => {
-                make(path, content)?;
+                let class = volume
+                    .spec
+                    .as_ref()
+                    .and_then(|s| s.storage_class_name.as_deref());
+                make(path, content).map_err(|e| {
+                    format!(
+                        "failed to provision volume with StorageClass {:?}: making {}: {e}",
+                        class.unwrap_or(""),
+                        path.display()
+                    )
+                })?;
                 volumes.create(&PostParams::default(), volume).await?;
             }
             Action::Reclaim { volume, path } => {
@@ -785,81 +805,176 @@ pub mod agent {
                     .patch(volume, &PatchParams::default(), &Patch::Merge(&patch))
                     .await?;
                 let events: Api<Event> = Api::namespaced(client.clone(), namespace);
-                let event = json!({"metadata": {"generateName": format!("{claim}.")},
+                let name = crate::agents::event_name(claim, &crate::agents::unique_suffix());
+                let event = json!({"metadata": {"name": name},
                     "involvedObject": {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "namespace": namespace, "name": claim},
                     "reason": "VolumeResizeSuccessful", "message": format!("resize volume {volume} to {capacity} succeeded"),
                     "type": "Normal", "source": {"component": driver.name()}, "count": 1});
                 let event: Event = serde_json::from_value(event)?;
                 events.create(&PostParams::default(), &event).await?;
             }
-            Action::Refuse {
-                namespace,
-                claim,
-                message,
-            } => {
-                let events: Api<Event> = Api::namespaced(client.clone(), namespace);
-                let now = jiff::Timestamp::now()
-                    .round(jiff::Unit::Second)
-                    .map(|t| t.to_string())
-                    .unwrap_or_default();
-                // One event per claim and reason: a fixed name makes repeats a harmless conflict.
-                let event = json!({"metadata": {"name": format!("{claim}.provisioning-failed")},
-                    "involvedObject": {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "namespace": namespace, "name": claim},
-                    "reason": "ProvisioningFailed", "message": message, "type": "Warning",
-                    "source": {"component": driver.name()}, "firstTimestamp": now, "lastTimestamp": now, "count": 1});
-                let event: Event = serde_json::from_value(event)?;
-                match events.create(&PostParams::default(), &event).await {
-                    Err(kube::Error::Api(e)) if e.code == 409 => return Ok(false),
-                    other => {
-                        other?;
-                    }
-                }
-            }
-        }
-        Ok(true)
-    }
-
-    /// One pass: read everything, apply what [`plan`] decides.
-    pub async fn pass(client: &Client, driver: Driver, dirs: &NodeDirs) -> Result<(), kube::Error> {
-        for action in plan(driver, dirs, &Snapshot::read(client).await?) {
-            match apply(client, driver, &action).await {
-                Ok(true) => match &action {
-                    Action::Provision {
-                        path,
-                        content,
-                        volume,
-                    } => {
-                        let name = volume.metadata.name.as_deref().unwrap_or("");
-                        tracing::info!(driver = driver.name(), volume = name, path = %path.display(), ?content, "provisioned");
-                    }
-                    Action::Reclaim { volume, path } => {
-                        tracing::info!(driver = driver.name(), volume, ?path, "deleted");
-                    }
-                    Action::Expand {
-                        volume, capacity, ..
-                    } => {
-                        tracing::info!(driver = driver.name(), volume, capacity, "expanded");
-                    }
-                    Action::Refuse {
-                        namespace,
-                        claim,
-                        message,
-                    } => {
-                        tracing::warn!(claim = %format!("{namespace}/{claim}"), message, "refused");
-                    }
-                },
-                Ok(false) => {}
-                Err(e) => {
-                    tracing::warn!(error = %e, driver = driver.name(), ?action, "action failed")
-                }
-            }
+            // Said by the event the failure brings.
+            Action::Refuse { message, .. } => return Err(message.clone().into()),
         }
         Ok(())
     }
 
+    /// What a failing action is about: the object it is held back for, and how to tell.
+    struct Subject {
+        /// The object's uid (or kind and name): what the back-off is kept by.
+        key: String,
+        /// What changes when the object does: a change ends its back-off.
+        fingerprint: String,
+        involved: serde_json::Value,
+        reason: &'static str,
+    }
+
+    fn claim_subject(
+        cluster: &Snapshot,
+        namespace: &str,
+        claim: &str,
+        reason: &'static str,
+    ) -> Option<Subject> {
+        let c = cluster.claims.iter().find(|c| {
+            c.metadata.namespace.as_deref() == Some(namespace) && super::name(*c) == claim
+        })?;
+        let uid = c.metadata.uid.clone().unwrap_or_default();
+        Some(Subject {
+            key: uid.clone(),
+            // The spec (its generation), or the node the scheduler picked.
+            fingerprint: format!("{:?}/{:?}", c.metadata.generation, super::selected_node(c)),
+            involved: json!({"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+                "namespace": namespace, "name": claim, "uid": uid}),
+            reason,
+        })
+    }
+
+    fn subject(cluster: &Snapshot, action: &Action) -> Option<Subject> {
+        match action {
+            Action::Provision { volume, .. } => {
+                let r = volume.spec.as_ref()?.claim_ref.as_ref()?;
+                let (ns, claim) = (r.namespace.as_deref()?, r.name.as_deref()?);
+                claim_subject(cluster, ns, claim, "ProvisioningFailed")
+            }
+            Action::Refuse {
+                namespace, claim, ..
+            } => claim_subject(cluster, namespace, claim, "ProvisioningFailed"),
+            Action::Expand {
+                namespace, claim, ..
+            } => claim_subject(cluster, namespace, claim, "VolumeResizeFailed"),
+            Action::Reclaim { volume, .. } => {
+                let v = cluster.volumes.iter().find(|v| super::name(*v) == volume)?;
+                Some(Subject {
+                    key: format!("PersistentVolume/{volume}"),
+                    fingerprint: String::new(),
+                    involved: json!({"apiVersion": "v1", "kind": "PersistentVolume",
+                        "name": volume, "uid": v.metadata.uid}),
+                    reason: "VolumeFailedDelete",
+                })
+            }
+        }
+    }
+
+    /// A provisioner: the loop's state is what failed, and when to try it again.
+    pub struct Provisioner {
+        client: Client,
+        driver: Driver,
+        dirs: NodeDirs,
+        retries: Retries,
+    }
+
+    impl Provisioner {
+        pub fn new(client: Client, driver: Driver, dirs: NodeDirs) -> Provisioner {
+            Provisioner {
+                client,
+                driver,
+                dirs,
+                retries: Retries::new(Backoff::default()),
+            }
+        }
+
+        /// One pass: read everything, apply what [`plan`] decides, except what failed and
+        /// waits out its back-off.
+        pub async fn pass(&mut self) -> Result<(), kube::Error> {
+            let (client, driver) = (&self.client, self.driver);
+            let cluster = Snapshot::read(client).await?;
+            let actions = plan(driver, &self.dirs, &cluster);
+            let subjects: Vec<Option<Subject>> =
+                actions.iter().map(|a| subject(&cluster, a)).collect();
+            let live: HashSet<&str> = subjects.iter().flatten().map(|s| s.key.as_str()).collect();
+            self.retries.retain(|k| live.contains(k));
+            let now = Instant::now();
+            for (action, subject) in actions.iter().zip(&subjects) {
+                if let Some(s) = subject
+                    && !self.retries.due(&s.key, &s.fingerprint, now)
+                {
+                    continue;
+                }
+                match apply(client, driver, action).await {
+                    Ok(()) => {
+                        if let Some(s) = subject {
+                            self.retries.succeeded(&s.key);
+                        }
+                        log_done(driver, action);
+                    }
+                    Err(e) => {
+                        let message = e.to_string();
+                        let Some(s) = subject else {
+                            tracing::warn!(
+                                error = message,
+                                driver = driver.name(),
+                                ?action,
+                                "action failed"
+                            );
+                            continue;
+                        };
+                        let (failures, retry_in) = self.retries.failed(&s.key, &s.fingerprint, now);
+                        tracing::warn!(
+                            error = message,
+                            driver = driver.name(),
+                            failures,
+                            ?retry_in,
+                            ?action,
+                            "action failed"
+                        );
+                        if let Err(e) =
+                            warn(client, driver.name(), &s.involved, s.reason, &message).await
+                        {
+                            tracing::warn!(error = %e, "posting an event");
+                        }
+                    }
+                }
+            }
+            Ok(())
+        }
+    }
+
+    fn log_done(driver: Driver, action: &Action) {
+        match action {
+            Action::Provision {
+                path,
+                content,
+                volume,
+            } => {
+                let name = volume.metadata.name.as_deref().unwrap_or("");
+                tracing::info!(driver = driver.name(), volume = name, path = %path.display(), ?content, "provisioned");
+            }
+            Action::Reclaim { volume, path } => {
+                tracing::info!(driver = driver.name(), volume, ?path, "deleted");
+            }
+            Action::Expand {
+                volume, capacity, ..
+            } => {
+                tracing::info!(driver = driver.name(), volume, capacity, "expanded");
+            }
+            Action::Refuse { .. } => {}
+        }
+    }
+
     /// Run passes until the task is dropped.
     pub async fn run(client: Client, driver: Driver, dirs: NodeDirs, every: Duration) {
-        run_every!(every, pass(&client, driver, &dirs))
+        let mut provisioner = Provisioner::new(client, driver, dirs);
+        run_every!(every, provisioner.pass())
     }
 }
 

@@ -19,6 +19,7 @@ pub mod kubelet;
 pub mod localpath;
 pub mod nodes;
 pub mod pvcontroller;
+pub mod retry;
 pub mod scheduler;
 pub mod snapshots;
 pub mod vmconsumer;
@@ -28,6 +29,20 @@ use k8s_openapi::api::storage::v1::StorageClass;
 use kube::api::ListParams;
 use kube::{Api, Client};
 
+/// The first 16 hex digits of the SHA-256 of `text`: names derived from longer ones stay
+/// distinct. (SHA-256 through rustls' provider, which the API server's TLS already links.)
+pub(crate) fn short_hash(text: &str) -> String {
+    let suite = rustls::crypto::aws_lc_rs::cipher_suite::TLS13_AES_128_GCM_SHA256;
+    let Some(tls13) = suite.tls13() else {
+        unreachable!("a TLS 1.3 suite")
+    };
+    let digest = tls13.common.hash_provider.hash(text.as_bytes());
+    digest.as_ref()[..8]
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
 /// The longest prefix of `text` of at most `max` bytes, cut at a character boundary.
 fn prefix(text: &str, max: usize) -> &str {
     let mut end = max.min(text.len());
@@ -35,6 +50,16 @@ fn prefix(text: &str, max: usize) -> &str {
         end -= 1;
     }
     &text[..end]
+}
+
+/// `text` made to fit `max` bytes: unchanged when it does, else a readable prefix and the
+/// hash of the whole, so two long names that share the prefix still differ.
+pub(crate) fn fit(text: &str, max: usize) -> String {
+    if text.len() <= max {
+        return text.to_string();
+    }
+    let hash = short_hash(text);
+    format!("{}-{hash}", prefix(text, max - hash.len() - 1))
 }
 
 /// An Event's name: `<object>.<suffix>`, as kube's recorder names them, with the object's
@@ -141,7 +166,19 @@ mod tests {
     use super::*;
 
     #[test]
-    fn event_names_fit() {
+    fn long_names_fit_and_stay_distinct() {
+        assert_eq!(fit("short", 255), "short");
+        let a = format!("{}a", "x".repeat(300));
+        let b = format!("{}b", "x".repeat(300));
+        let (fa, fb) = (fit(&a, 255), fit(&b, 255));
+        assert!(fa.len() <= 255 && fb.len() <= 255, "{fa}");
+        assert!(fa.starts_with(&"x".repeat(200)));
+        assert_ne!(fa, fb);
+        assert_eq!(fa, fit(&a, 255), "the same name gives the same result");
+        // Multi-byte characters are not split.
+        assert!(fit(&"é".repeat(200), 255).len() <= 255);
+        assert_eq!(short_hash("abc"), "ba7816bf8f01cfea", "SHA-256 of \"abc\"");
+
         let long = format!("{}-{}", "d".repeat(233), "e".repeat(30));
         let name = event_name(&long, "provisioningfailed");
         assert!(name.len() <= 253, "{name}");

@@ -301,7 +301,8 @@ pub fn plan(dirs: &NodeDirs, cluster: &Snapshot, now: k8s_openapi::jiff::Timesta
 
 /// The snapshotter as a loop over the API server.
 pub mod agent {
-    use std::time::Duration;
+    use std::collections::HashSet;
+    use std::time::{Duration, Instant};
 
     use kube::api::{ApiResource, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
     use kube::{Api, Client};
@@ -311,6 +312,7 @@ pub mod agent {
     use crate::agents::Snapshot;
     use crate::agents::localpath::NodeDirs;
     use crate::agents::localpath::agent::{copy_tree, remove};
+    use crate::agents::retry::{Backoff, Retries, warn};
 
     pub fn resource(kind: &str, plural: &str) -> ApiResource {
         ApiResource {
@@ -387,26 +389,101 @@ pub mod agent {
         Ok(())
     }
 
-    pub async fn pass(client: &Client, dirs: &NodeDirs) -> Result<(), kube::Error> {
-        let cluster = Snapshot::read(client).await?;
-        for action in plan(dirs, &cluster, k8s_openapi::jiff::Timestamp::now()) {
-            let what = match &action {
-                Action::Take { to, .. } => format!("snapshot copied to {}", to.display()),
-                Action::Status {
-                    namespace, name, ..
-                } => format!("status of volumesnapshot {namespace}/{name}"),
-                Action::Delete { content, .. } => format!("deleted {content}"),
-            };
-            match apply(client, &action).await {
-                Ok(()) => tracing::info!("{what}"),
-                Err(e) => tracing::warn!(error = %e, "failed: {what}"),
+    /// What a failing action is about: the back-off's key and the event's object and reason.
+    fn subject(action: &Action) -> Option<(String, serde_json::Value, &'static str)> {
+        match action {
+            Action::Take { content, .. } => {
+                let r = &content["spec"]["volumeSnapshotRef"];
+                let uid = r["uid"].as_str()?;
+                let involved = json!({"apiVersion": API_VERSION, "kind": "VolumeSnapshot",
+                    "namespace": r["namespace"], "name": r["name"], "uid": uid});
+                Some((uid.to_string(), involved, "SnapshotCreationFailed"))
+            }
+            Action::Delete { content, .. } => {
+                let involved = json!({"apiVersion": API_VERSION,
+                    "kind": "VolumeSnapshotContent", "name": content});
+                Some((
+                    format!("VolumeSnapshotContent/{content}"),
+                    involved,
+                    "SnapshotDeleteError",
+                ))
+            }
+            Action::Status { .. } => None,
+        }
+    }
+
+    /// The snapshotter: its state is what failed, and when to try it again (a failing copy
+    /// is not redone every pass).
+    pub struct Snapshotter {
+        client: Client,
+        dirs: NodeDirs,
+        retries: Retries,
+    }
+
+    impl Snapshotter {
+        pub fn new(client: Client, dirs: NodeDirs) -> Snapshotter {
+            Snapshotter {
+                client,
+                dirs,
+                retries: Retries::new(Backoff::default()),
             }
         }
-        Ok(())
+
+        pub async fn pass(&mut self) -> Result<(), kube::Error> {
+            let client = &self.client;
+            let cluster = Snapshot::read(client).await?;
+            let actions = plan(&self.dirs, &cluster, k8s_openapi::jiff::Timestamp::now());
+            let subjects: Vec<_> = actions.iter().map(subject).collect();
+            let live: HashSet<&str> = subjects.iter().flatten().map(|s| s.0.as_str()).collect();
+            self.retries.retain(|k| live.contains(k));
+            let now = Instant::now();
+            for (action, subject) in actions.iter().zip(&subjects) {
+                if let Some((key, ..)) = subject
+                    && !self.retries.due(key, "", now)
+                {
+                    continue;
+                }
+                let what = match action {
+                    Action::Take { to, .. } => format!("snapshot copied to {}", to.display()),
+                    Action::Status {
+                        namespace, name, ..
+                    } => format!("status of volumesnapshot {namespace}/{name}"),
+                    Action::Delete { content, .. } => format!("deleted {content}"),
+                };
+                match (apply(client, action).await, subject) {
+                    (Ok(()), subject) => {
+                        if let Some((key, ..)) = subject {
+                            self.retries.succeeded(key);
+                        }
+                        tracing::info!("{what}")
+                    }
+                    (Err(e), None) => tracing::warn!(error = %e, "failed: {what}"),
+                    (Err(e), Some((key, involved, reason))) => {
+                        let (failures, retry_in) = self.retries.failed(key, "", now);
+                        tracing::warn!(error = %e, failures, ?retry_in, "failed: {what}");
+                        let message = match action {
+                            Action::Take { from, to, .. } => format!(
+                                "failed to take snapshot: copying {} to {}: {e}",
+                                from.display(),
+                                to.display()
+                            ),
+                            _ => format!("failed to delete snapshot content: {e}"),
+                        };
+                        if let Err(e) =
+                            warn(client, "csi-snapshotter", involved, reason, &message).await
+                        {
+                            tracing::warn!(error = %e, "posting an event");
+                        }
+                    }
+                }
+            }
+            Ok(())
+        }
     }
 
     pub async fn run(client: Client, dirs: NodeDirs, every: Duration) {
-        run_every!(every, pass(&client, &dirs))
+        let mut snapshotter = Snapshotter::new(client, dirs);
+        run_every!(every, snapshotter.pass())
     }
 }
 
