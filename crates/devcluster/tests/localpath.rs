@@ -480,7 +480,7 @@ async fn a_failing_claim_is_told_once_and_retried_with_back_off() {
 
     // Each retry raises the one event's count; three attempts span the back-off (1 s, then
     // 2 s), where a retry every pass (30 ms) would have made them within a second.
-    // Polled for longer than `wait_for`'s 5 s: the attempts alone take 3 s.
+    // Polled by hand: every poll also checks that the error has one event.
     let mut third = None;
     for _ in 0..300 {
         let mut told = provisioning_failures(&list().await, "stuck");

@@ -281,12 +281,17 @@ async fn with_the_scheduler_a_wffc_claim_binds_the_local_volume_of_the_pods_node
     })
     .await;
     assert_eq!(node, "node-2");
-    let bound = claims.get("disk").await.unwrap();
+    // The scheduler binds the pod once the claim names its volume; the claim's phase is the PV
+    // controller's next write.
+    let bound = wait_for("the claim bound", async || {
+        let c = claims.get("disk").await.unwrap();
+        (c.status.as_ref()?.phase.as_deref() == Some("Bound")).then_some(c)
+    })
+    .await;
     assert_eq!(
         bound.spec.unwrap().volume_name.as_deref(),
         Some("local-node-2")
     );
-    assert_eq!(bound.status.unwrap().phase.as_deref(), Some("Bound"));
     scheduler.abort();
     task.abort();
 }
