@@ -28,6 +28,12 @@ impl Default for Backoff {
 }
 
 impl Backoff {
+    /// Kubelet's figures for restarting a failed container.
+    pub const KUBELET: Backoff = Backoff {
+        initial: Duration::from_secs(10),
+        max: Duration::from_secs(300),
+    };
+
     /// The delay after `failures` failures in a row (1: the first).
     pub fn delay(&self, failures: u32) -> Duration {
         let doublings = failures.saturating_sub(1).min(31);

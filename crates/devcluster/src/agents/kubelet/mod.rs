@@ -26,10 +26,19 @@ pub use status::Backoff;
 use setup::PodDir;
 
 /// What the kubelets are told: which images run which programs, and the restart back-off.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct KubeletConfig {
     pub images: ImageMap,
     pub backoff: Backoff,
+}
+
+impl Default for KubeletConfig {
+    fn default() -> Self {
+        KubeletConfig {
+            images: ImageMap::default(),
+            backoff: Backoff::KUBELET,
+        }
+    }
 }
 
 /// The lowest free address of `cidr` (`a.b.c.d/n`), skipping the network and the node's own

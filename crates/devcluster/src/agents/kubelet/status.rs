@@ -3,7 +3,6 @@
 //! the worker keeps the states, this turns them into what the API shows.
 
 use std::net::Ipv4Addr;
-use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{
     ContainerState, ContainerStateRunning, ContainerStateTerminated, ContainerStateWaiting,
@@ -339,33 +338,8 @@ pub fn pod_status(run: &PodRun, previous: Option<&PodStatus>, now: Timestamp) ->
     }
 }
 
-/// Kubelet's restart back-off: `initial`, doubling per restart up to `max`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Backoff {
-    pub initial: Duration,
-    pub max: Duration,
-}
-
-impl Default for Backoff {
-    /// Kubelet's own figures.
-    fn default() -> Self {
-        Backoff {
-            initial: Duration::from_secs(10),
-            max: Duration::from_secs(300),
-        }
-    }
-}
-
-impl Backoff {
-    /// The wait before restart number `restarts` (1 for the first).
-    pub fn delay(&self, restarts: i32) -> Duration {
-        let doublings = restarts.saturating_sub(1).clamp(0, 30) as u32;
-        self.initial
-            .checked_mul(1 << doublings)
-            .unwrap_or(self.max)
-            .min(self.max)
-    }
-}
+/// Kubelet's restart back-off: the shared back-off with kubelet's own figures.
+pub use crate::agents::retry::Backoff;
 
 /// Whether a container that ended this way starts again.
 pub fn restarts(policy: &str, exit_code: i32) -> bool {
@@ -559,7 +533,7 @@ mod tests {
 
     #[test]
     fn backoff_doubles_to_the_cap() {
-        let b = Backoff::default();
+        let b = Backoff::KUBELET;
         let secs: Vec<u64> = (1..=7).map(|n| b.delay(n).as_secs()).collect();
         assert_eq!(secs, [10, 20, 40, 80, 160, 300, 300]);
         assert_eq!(b.delay(1000).as_secs(), 300);

@@ -436,7 +436,7 @@ async fn run_container(
             };
         }
         restarts += 1;
-        let delay = ctx.backoff.delay(restarts);
+        let delay = ctx.backoff.delay(u32::try_from(restarts).unwrap_or(0));
         let message = format!(
             "back-off {delay:?} restarting failed container={} pod={name}_{ns}({uid})",
             spec.name
