@@ -712,3 +712,72 @@ async fn an_interrupted_import_leaves_dest_as_it_was() {
     );
     assert_eq!(listing(dir.path()), ["pre.img"]);
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn sources_that_are_not_files_or_block_devices_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let fifo = dir.path().join("pipe");
+    let made = Command::new("mkfifo").arg(&fifo).status().unwrap();
+    assert!(made.success());
+    let dest = dir.path().join("pre.img");
+    std::fs::write(&dest, b"precious\n").unwrap();
+    let before = listing(dir.path());
+    // /dev/zero first: before the fix, opening the FIFO blocked for want of a writer.
+    for source in [PathBuf::from("/dev/zero"), dir.path().into(), fifo.clone()] {
+        let run = cdi_import(args(&[
+            "--source",
+            source.to_str().unwrap(),
+            dest.to_str().unwrap(),
+        ]))
+        .await;
+        assert!(!run.ok, "{}: the import succeeded", source.display());
+        assert!(
+            run.stderr.contains(&format!(
+                "{} is not a regular file or block device",
+                source.display()
+            )),
+            "{}",
+            run.stderr
+        );
+        assert_eq!(std::fs::read(&dest).unwrap(), b"precious\n");
+        assert_eq!(
+            listing(dir.path()),
+            before,
+            "{}: leftovers",
+            source.display()
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_block_device_source_is_read_to_its_end() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = pattern(3 * MIB);
+    let backing = dir.path().join("backing.raw");
+    std::fs::write(&backing, &data).unwrap();
+    let attach = Command::new("losetup")
+        .args(["--find", "--show"])
+        .arg(&backing)
+        .output();
+    let device = match attach {
+        Ok(out) if out.status.success() => {
+            String::from_utf8(out.stdout).unwrap().trim().to_string()
+        }
+        Ok(out) => {
+            eprintln!(
+                "skipped: losetup cannot attach a loop device here: {}",
+                String::from_utf8_lossy(&out.stderr).trim()
+            );
+            return;
+        }
+        Err(e) => {
+            eprintln!("skipped: losetup cannot run here: {e}");
+            return;
+        }
+    };
+    let dest = dir.path().join("disk.img");
+    let run = cdi_import(args(&["--source", &device, dest.to_str().unwrap()])).await;
+    let _ = Command::new("losetup").args(["-d", &device]).status();
+    assert!(run.ok, "{}", run.stderr);
+    assert_same(&std::fs::read(&dest).unwrap(), &data, "the device's image");
+}

@@ -107,6 +107,7 @@ pub async fn import(
     progress: Arc<Progress>,
 ) -> Result<ImportReport, ImportError> {
     let started = Instant::now();
+    check_source(source)?;
     refuse_same_file(source, &opts.target)?;
     let mut report = match &opts.target {
         TargetSpec::File(dest) => import_replacing(source, opts, dest, &progress).await?,
@@ -133,6 +134,19 @@ pub async fn import_file(
     progress: Arc<Progress>,
 ) -> Result<ImportReport, ImportError> {
     import(&Source::File(src.to_path_buf()), opts, progress).await
+}
+
+/// Refuse a local source that is neither a regular file nor a block device before anything is
+/// created. A missing source is reported when it is opened.
+fn check_source(source: &Source) -> Result<(), ImportError> {
+    use std::os::unix::fs::FileTypeExt;
+    if let Source::File(path) = source
+        && let Ok(m) = std::fs::metadata(path)
+        && !(m.is_file() || m.file_type().is_block_device())
+    {
+        return Err(crate::reader::not_a_source(path, &m));
+    }
+    Ok(())
 }
 
 /// Refuse a target that is the source file itself (by a link, a hard link or another name):

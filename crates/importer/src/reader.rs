@@ -32,17 +32,50 @@ pub struct FileReader {
 
 impl FileReader {
     pub fn open(path: &Path) -> Result<Self, ImportError> {
+        use std::io::Seek;
+        use std::os::unix::fs::FileTypeExt;
         let file = File::open(path)
             .map_err(|e| ImportError::io(format!("opening {}", path.display()), e))?;
-        let len = file
+        let kind = file
             .metadata()
-            .map_err(|e| ImportError::io(format!("reading {}", path.display()), e))?
-            .len();
+            .map_err(|e| ImportError::io(format!("reading {}", path.display()), e))?;
+        let len = if kind.is_file() {
+            kind.len()
+        } else if kind.file_type().is_block_device() {
+            // A device's metadata says 0 bytes; its end is its size.
+            (&file).seek(std::io::SeekFrom::End(0)).map_err(|e| {
+                ImportError::io(format!("finding the size of {}", path.display()), e)
+            })?
+        } else {
+            return Err(not_a_source(path, &kind));
+        };
         Ok(FileReader {
             file: Arc::new(file),
             len,
         })
     }
+}
+
+/// Refuse what cannot be read at random or has no size: read as a file it would be an empty
+/// image (a FIFO, a character device such as /dev/zero, a socket, a directory).
+pub(crate) fn not_a_source(path: &Path, meta: &std::fs::Metadata) -> ImportError {
+    use std::os::unix::fs::FileTypeExt;
+    let t = meta.file_type();
+    let what = if t.is_fifo() {
+        "a FIFO (pipe)"
+    } else if t.is_char_device() {
+        "a character device"
+    } else if t.is_socket() {
+        "a socket"
+    } else if t.is_dir() {
+        "a directory"
+    } else {
+        "not a file"
+    };
+    ImportError::Unsupported(format!(
+        "{} is not a regular file or block device ({what}): the source must be an image file, a block device or an http(s):// URL",
+        path.display()
+    ))
 }
 
 /// Read up to `len` bytes at `offset`, stopping early only at end of file.
