@@ -781,3 +781,46 @@ async fn a_block_device_source_is_read_to_its_end() {
     assert!(run.ok, "{}", run.stderr);
     assert_same(&std::fs::read(&dest).unwrap(), &data, "the device's image");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_scratch_file_never_follows_a_planted_link() {
+    use std::io::Write;
+    let dir = tempfile::tempdir().unwrap();
+    let (qcow2, expected) = qcow2_of(dir.path(), &pattern(2 * MIB));
+    // Compressed qcow2 is spooled to scratch before conversion.
+    let source = dir.path().join("src.qcow2.gz");
+    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+    gz.write_all(&qcow2).unwrap();
+    std::fs::write(&source, gz.finish().unwrap()).unwrap();
+    let victim = dir.path().join("victim");
+    std::fs::write(&victim, b"victim\n").unwrap();
+    // A link at each name the pid-based scheme would give the next few thousand processes.
+    let scratch = dir.path().join("scratch");
+    std::fs::create_dir(&scratch).unwrap();
+    let last: u32 = std::fs::read_to_string("/proc/sys/kernel/ns_last_pid")
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    for pid in last + 1..last + 5000 {
+        std::os::unix::fs::symlink(&victim, scratch.join(format!("cdi-scratch-{pid}.img")))
+            .unwrap();
+    }
+    let planted = listing(&scratch);
+    let dest = dir.path().join("disk.img");
+    let run = cdi_import(args(&[
+        "--source",
+        source.to_str().unwrap(),
+        "--scratch-dir",
+        scratch.to_str().unwrap(),
+        dest.to_str().unwrap(),
+    ]))
+    .await;
+    assert!(run.ok, "{}", run.stderr);
+    assert!(
+        std::fs::read(&victim).unwrap() == b"victim\n",
+        "a planted link was followed: its target was overwritten"
+    );
+    assert_same(&std::fs::read(&dest).unwrap(), &expected, "the image");
+    assert_eq!(listing(&scratch), planted, "the scratch file is removed");
+}

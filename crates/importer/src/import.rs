@@ -272,15 +272,6 @@ impl Drop for Staged {
     }
 }
 
-/// A file removed when this is dropped.
-struct RemoveOnDrop(PathBuf);
-
-impl Drop for RemoveOnDrop {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.0);
-    }
-}
-
 /// Import into a file that may exist already (see [`TargetSpec::File`]).
 async fn import_replacing(
     source: &Source,
@@ -686,19 +677,29 @@ async fn convert_stream(
         // Spool to scratch, bounded: a bomb cannot fill more than the target could hold.
         std::fs::create_dir_all(&opts.scratch_dir)
             .map_err(|e| ImportError::io(format!("creating {}", opts.scratch_dir.display()), e))?;
-        let scratch = opts
-            .scratch_dir
-            .join(format!("cdi-scratch-{}.img", std::process::id()));
-        // Removed however the import ends, cancelled included.
-        let _remove = RemoveOnDrop(scratch.clone());
+        // A new file under a random name (O_CREAT|O_EXCL, so never through a link planted in
+        // a shared directory such as /tmp), removed when dropped however the import ends.
+        let scratch_file = tempfile::Builder::new()
+            .prefix("cdi-scratch-")
+            .suffix(".img")
+            .tempfile_in(&opts.scratch_dir)
+            .map_err(|e| {
+                ImportError::io(
+                    format!("creating a scratch file in {}", opts.scratch_dir.display()),
+                    e,
+                )
+            })?;
+        let scratch = scratch_file.path().to_path_buf();
         let bound = limit
             .map(|l| l.saturating_add(l / 8).saturating_add(64 << 20))
             .unwrap_or(u64::MAX);
         let dst = scratch.clone();
+        let mut out = scratch_file
+            .as_file()
+            .try_clone()
+            .map_err(|e| ImportError::io(format!("opening {}", dst.display()), e))?;
         let mut stream = stream;
         let spooled = blocking(move || {
-            let mut out = std::fs::File::create(&dst)
-                .map_err(|e| ImportError::io(format!("creating {}", dst.display()), e))?;
             let mut total = 0u64;
             let mut buf = vec![0u8; 1 << 20];
             loop {
