@@ -890,3 +890,187 @@ async fn the_python_client_watches() {
     assert_eq!(seen, ["ADDED py", "MODIFIED py", "DELETED py", "END"]);
     assert!(child.wait().unwrap().success());
 }
+
+// --- bodies decoded into their kinds' types, as kube-apiserver decodes them ---------------------
+
+const PVCS: &str = "/api/v1/namespaces/default/persistentvolumeclaims";
+
+fn claim(name: &str, requests: Value) -> Value {
+    json!({"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": name},
+        "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": requests}}})
+}
+
+/// One object with a `null` where a typed client expects a value (or bytes that are not base64)
+/// must not break every typed list of its kind: nulls in maps become Go's zero values, what does
+/// not decode is a 400, and a claim's storage request is validated as kube validates it.
+#[tokio::test]
+async fn nulls_and_undecodable_values_never_reach_typed_lists() {
+    use k8s_openapi::api::core::v1::{Node, PersistentVolumeClaim, Secret};
+    use k8s_openapi::api::storage::v1::StorageClass;
+    let server = ApiServer::new();
+    let http = Http::start(server.clone()).await;
+
+    // `storage:` with no value in YAML, as `kubectl create -f` sends it: a zero quantity.
+    let yaml = "apiVersion: v1\nkind: PersistentVolumeClaim\nmetadata:\n  name: nul\nspec:\n  accessModes: [ReadWriteOnce]\n  resources:\n    requests:\n      storage:\n";
+    let (code, body) = http
+        .send(
+            "POST",
+            PVCS,
+            Some(("application/yaml", yaml.as_bytes().to_vec())),
+        )
+        .await;
+    assert_eq!(code, 422, "{body}");
+    assert_eq!(
+        body["message"],
+        "PersistentVolumeClaim \"nul\" is invalid: spec.resources[storage]: Invalid value: \"0\": must be greater than zero"
+    );
+    for (name, storage, value) in [("zero", json!("0"), "0"), ("neg", json!("-1Gi"), "-1Gi")] {
+        let (code, body) = http
+            .json("POST", PVCS, &claim(name, json!({"storage": storage})))
+            .await;
+        assert_eq!(code, 422, "{body}");
+        assert_eq!(
+            body["message"],
+            format!(
+                "PersistentVolumeClaim \"{name}\" is invalid: spec.resources[storage]: Invalid value: \"{value}\": must be greater than zero"
+            )
+        );
+    }
+    let (code, body) = http.json("POST", PVCS, &claim("none", json!({}))).await;
+    assert_eq!(code, 422, "{body}");
+    assert_eq!(
+        body["message"],
+        "PersistentVolumeClaim \"none\" is invalid: spec.resources[storage]: Required value"
+    );
+    let (code, body) = http
+        .json("POST", PVCS, &claim("abc", json!({"storage": "abc"})))
+        .await;
+    assert_eq!(
+        (code, body),
+        (
+            400,
+            status(
+                400,
+                "BadRequest",
+                "PersistentVolumeClaim in version \"v1\" cannot be handled as a PersistentVolumeClaim: quantities must match the regular expression '^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$'"
+            )
+        )
+    );
+    // A bare number is a quantity to Go; stored as the string typed clients expect.
+    let (code, body) = http
+        .json(
+            "POST",
+            PVCS,
+            &claim("ok", json!({"storage": 1024, "cpu": null})),
+        )
+        .await;
+    assert_eq!(code, 201, "{body}");
+    assert_eq!(
+        body["spec"]["resources"]["requests"],
+        json!({"storage": "1024", "cpu": "0"})
+    );
+    // A patch cannot bring the null back.
+    let (code, _) = http
+        .send(
+            "PATCH",
+            &format!("{PVCS}/ok"),
+            Some((
+                "application/json-patch+json",
+                br#"[{"op":"add","path":"/spec/resources/requests/storage","value":null}]"#
+                    .to_vec(),
+            )),
+        )
+        .await;
+    assert_eq!(code, 422);
+
+    // Maps of strings: null is "".
+    let (code, body) = http
+        .json(
+            "POST",
+            "/apis/storage.k8s.io/v1/storageclasses",
+            &json!({"metadata": {"name": "sc", "labels": {"l": null}}, "provisioner": "p",
+                "parameters": {"a": null}}),
+        )
+        .await;
+    assert_eq!(code, 201, "{body}");
+    assert_eq!(body["parameters"], json!({"a": ""}));
+    assert_eq!(body["metadata"]["labels"], json!({"l": ""}));
+    let (code, body) = http
+        .json(
+            "POST",
+            CMS,
+            &json!({"metadata": {"name": "c", "annotations": {"a": null}}, "data": {"k": null}}),
+        )
+        .await;
+    assert_eq!(code, 201, "{body}");
+    assert_eq!(body["data"], json!({"k": ""}));
+    let (code, body) = http
+        .json(
+            "POST",
+            "/api/v1/nodes",
+            &json!({"metadata": {"name": "n"}, "status": {"capacity": {"cpu": null}}}),
+        )
+        .await;
+    assert_eq!(code, 201, "{body}");
+    let (code, body) = http
+        .json(
+            "POST",
+            "/api/v1/namespaces/default/pods",
+            &json!({"metadata": {"name": "p"}, "spec": {"nodeSelector": {"a": null},
+                "containers": [{"name": "c", "image": "i", "resources": {"limits": {"cpu": null}}}]}}),
+        )
+        .await;
+    assert_eq!(code, 201, "{body}");
+
+    // Bytes that are not base64, and a value of the wrong type.
+    let (code, body) = http
+        .json(
+            "POST",
+            "/api/v1/namespaces/default/secrets",
+            &json!({"metadata": {"name": "s"}, "data": {"k": "!!!"}}),
+        )
+        .await;
+    assert_eq!(
+        (code, body),
+        (
+            400,
+            status(
+                400,
+                "BadRequest",
+                "Secret in version \"v1\" cannot be handled as a Secret: illegal base64 data at input byte 0"
+            )
+        )
+    );
+    let (code, body) = http
+        .json(
+            "POST",
+            "/api/v1/persistentvolumes",
+            &json!({"metadata": {"name": "pv"}, "spec": {"accessModes": "ReadWriteOnce"}}),
+        )
+        .await;
+    assert_eq!(code, 400, "{body}");
+    assert!(
+        body["message"].as_str().unwrap().starts_with(
+            "PersistentVolume in version \"v1\" cannot be handled as a PersistentVolume: "
+        ),
+        "{body}"
+    );
+
+    // Every typed list still decodes.
+    let client = client(&server);
+    let lp = kube::api::ListParams::default();
+    let claims: Api<PersistentVolumeClaim> = Api::default_namespaced(client.clone());
+    assert_eq!(claims.list(&lp).await.unwrap().items.len(), 1);
+    let classes: Api<StorageClass> = Api::all(client.clone());
+    assert_eq!(classes.list(&lp).await.unwrap().items.len(), 1);
+    let cms: Api<ConfigMap> = Api::default_namespaced(client.clone());
+    assert_eq!(cms.list(&lp).await.unwrap().items.len(), 1);
+    let secrets: Api<Secret> = Api::default_namespaced(client.clone());
+    assert!(secrets.list(&lp).await.unwrap().items.is_empty());
+    let nodes: Api<Node> = Api::all(client.clone());
+    assert_eq!(nodes.list(&lp).await.unwrap().items.len(), 1);
+    let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::default_namespaced(client.clone());
+    assert_eq!(pods.list(&lp).await.unwrap().items.len(), 1);
+    let pvs: Api<PersistentVolume> = Api::all(client);
+    assert!(pvs.list(&lp).await.unwrap().items.is_empty());
+}

@@ -993,6 +993,7 @@ fn admit(
     write: Write,
     url_name: Option<&str>,
 ) -> ApiResult<Vec<String>> {
+    super::decode::decode(def, obj)?;
     if def.group.is_empty() && def.plural == "secrets" {
         fold_string_data(obj);
     }

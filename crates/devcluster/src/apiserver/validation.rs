@@ -841,6 +841,26 @@ pub fn secret(obj: &Value) -> Vec<FieldError> {
     out
 }
 
+/// ValidatePersistentVolumeClaimSpec's storage request: present and greater than zero (decoding
+/// made sure it is a quantity). kube's path keys `resources`, not `resources.requests`.
+pub fn claim_spec(spec: &Value, path: &str) -> Vec<FieldError> {
+    let at = format!("{path}.resources[storage]");
+    let Some(storage) = spec["resources"]["requests"].get("storage") else {
+        return vec![FieldError::required(&at, "")];
+    };
+    let text = storage.as_str().unwrap_or_default();
+    match text.trim().parse::<cdi_core::Quantity>() {
+        Ok(q) if q.nanos() > 0 => Vec::new(),
+        Ok(q) => vec![FieldError::invalid(
+            &at,
+            &q.to_string(),
+            "must be greater than zero",
+        )],
+        // Not reached after decoding; refused all the same.
+        Err(e) => vec![FieldError::invalid(&at, text, &e.to_string())],
+    }
+}
+
 /// Everything checked on a create (after name generation) or an update of `obj`.
 pub fn validate(def: &ResourceDef, obj: &Value, create: bool) -> Vec<FieldError> {
     if def.create_only {
@@ -849,6 +869,7 @@ pub fn validate(def: &ResourceDef, obj: &Value, create: bool) -> Vec<FieldError>
     let mut errs = object_meta(def, obj, create);
     match (def.group.as_str(), def.plural.as_str()) {
         ("", "pods") => errs.extend(pod_spec(&obj["spec"], "spec")),
+        ("", "persistentvolumeclaims") => errs.extend(claim_spec(&obj["spec"], "spec")),
         ("", "configmaps") => errs.extend(config_map(obj)),
         ("", "secrets") => errs.extend(secret(obj)),
         _ => {}
