@@ -107,5 +107,12 @@ mod tests {
         let text = chain(&qcow2);
         assert_eq!(text.matches("encrypted").count(), 1, "{text}");
         assert!(text.starts_with("invalid qcow2 image: "), "{text}");
+
+        let l1 = ImportError::from(Qcow2Error::Invalid(
+            "the L1 table of 99 bytes is larger than qemu allows".into(),
+        ));
+        let text = chain(&l1);
+        assert_eq!(text.matches("invalid").count(), 1, "{text}");
+        assert_eq!(text.matches("qcow2").count(), 1, "{text}");
     }
 }

@@ -106,7 +106,9 @@ pub enum Qcow2Error {
     ClusterBits(u32),
     #[error("unknown cluster compression type {0}")]
     CompressionType(u8),
-    #[error("invalid qcow2 header: {0}")]
+    /// A header field out of range, said in full (ImportError already says "invalid qcow2
+    /// image").
+    #[error("{0}")]
     Invalid(String),
     #[error("the {what} at offset {offset} lies outside the {file_len}-byte image")]
     OutOfFile {
@@ -225,7 +227,9 @@ pub fn parse_header(head: &[u8], file_len: u64) -> Result<Header, Qcow2Error> {
             || header_len as u64 > cluster_size
             || header_len > head.len()
         {
-            return Err(Qcow2Error::Invalid(format!("header length {header_len}")));
+            return Err(Qcow2Error::Invalid(format!(
+                "the header length {header_len} is out of range"
+            )));
         }
         let compression_type = if header_len > V3_MIN_HEADER_LEN {
             head[104]
@@ -239,7 +243,7 @@ pub fn parse_header(head: &[u8], file_len: u64) -> Result<Header, Qcow2Error> {
         };
         if compression_type != 0 && incompatible & INCOMPAT_COMPRESSION == 0 {
             return Err(Qcow2Error::Invalid(
-                "compression type set without its feature bit".into(),
+                "the header sets a compression type without its feature bit".into(),
             ));
         }
         header_len
@@ -271,7 +275,7 @@ pub fn parse_header(head: &[u8], file_len: u64) -> Result<Header, Qcow2Error> {
     let l1_bytes = l1_size as u64 * 8;
     if l1_bytes > MAX_L1_BYTES {
         return Err(Qcow2Error::Invalid(format!(
-            "L1 table of {l1_bytes} bytes is larger than qemu allows"
+            "the L1 table of {l1_bytes} bytes is larger than qemu allows"
         )));
     }
     if l1_size > 0 {
@@ -311,7 +315,7 @@ fn check_extensions(head: &[u8], start: usize) -> Result<(), Qcow2Error> {
         let next = at + 8 + len.div_ceil(8) * 8;
         if next > head.len() {
             return Err(Qcow2Error::Invalid(format!(
-                "header extension {kind:#x} runs past the first cluster"
+                "the header extension {kind:#x} runs past the first cluster"
             )));
         }
         at = next;
