@@ -140,7 +140,7 @@ pub fn run(args: &ImportArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Resolves on Ctrl-C or SIGTERM, naming the signal; never, for a signal that cannot be caught.
+/// Resolves on Ctrl-C, SIGTERM or SIGHUP (the terminal closed), naming the signal; never, for a signal that cannot be caught.
 async fn interrupted() -> &'static str {
     use tokio::signal::unix::{SignalKind, signal};
     let int = async {
@@ -148,8 +148,8 @@ async fn interrupted() -> &'static str {
             std::future::pending::<()>().await;
         }
     };
-    let term = async {
-        let received = match signal(SignalKind::terminate()) {
+    let caught = |kind: SignalKind| async move {
+        let received = match signal(kind) {
             Ok(mut s) => s.recv().await.is_some(),
             Err(_) => false,
         };
@@ -159,7 +159,8 @@ async fn interrupted() -> &'static str {
     };
     tokio::select! {
         _ = int => "SIGINT",
-        _ = term => "SIGTERM",
+        _ = caught(SignalKind::terminate()) => "SIGTERM",
+        _ = caught(SignalKind::hangup()) => "SIGHUP",
     }
 }
 

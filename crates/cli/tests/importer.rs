@@ -659,6 +659,14 @@ async fn qcow2_images_past_64_pib_meet_the_size_check() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn an_interrupted_import_leaves_dest_as_it_was() {
+    use rustix::process::Signal;
+    // SIGHUP: the terminal closed.
+    for (signal, name) in [(Signal::INT, "SIGINT"), (Signal::HUP, "SIGHUP")] {
+        interrupt_an_import(signal, name).await;
+    }
+}
+
+async fn interrupt_an_import(signal: rustix::process::Signal, name: &str) {
     let dir = tempfile::tempdir().unwrap();
     let dest = dir.path().join("pre.img");
     std::fs::write(&dest, b"precious\n").unwrap();
@@ -698,13 +706,16 @@ async fn an_interrupted_import_leaves_dest_as_it_was() {
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     };
     let pid = rustix::process::Pid::from_raw(child.id() as i32).unwrap();
-    rustix::process::kill_process(pid, rustix::process::Signal::INT).unwrap();
+    rustix::process::kill_process(pid, signal).unwrap();
     let out = tokio::task::spawn_blocking(move || child.wait_with_output().unwrap())
         .await
         .unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success());
-    assert!(stderr.contains("interrupted by SIGINT"), "{stderr}");
+    assert!(
+        stderr.contains(&format!("interrupted by {name}")),
+        "{stderr}"
+    );
     assert_eq!(std::fs::read(&dest).unwrap(), b"precious\n");
     assert!(
         temp.is_some_and(|t| t.starts_with(".pre.img.cdi-import-")),
@@ -823,4 +834,109 @@ async fn the_scratch_file_never_follows_a_planted_link() {
     );
     assert_same(&std::fs::read(&dest).unwrap(), &expected, "the image");
     assert_eq!(listing(&scratch), planted, "the scratch file is removed");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_replaced_dest_keeps_its_owner_and_mode() {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    if !rustix::process::geteuid().is_root() {
+        eprintln!("skipped: only root can give DEST to another owner");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let data = pattern(MIB);
+    let raw = dir.path().join("src.raw");
+    std::fs::write(&raw, &data).unwrap();
+    let dest = dir.path().join("disk.img");
+    std::fs::write(&dest, b"old").unwrap();
+    std::os::unix::fs::chown(&dest, Some(65534), Some(65534)).unwrap();
+    std::fs::set_permissions(&dest, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let run = cdi_import(args(&[
+        "--source",
+        raw.to_str().unwrap(),
+        dest.to_str().unwrap(),
+    ]))
+    .await;
+    assert!(run.ok, "{}", run.stderr);
+    let m = std::fs::metadata(&dest).unwrap();
+    assert_eq!((m.uid(), m.gid()), (65534, 65534), "the owner is kept");
+    assert_eq!(m.permissions().mode() & 0o7777, 0o600, "the mode is kept");
+    assert_same(&std::fs::read(&dest).unwrap(), &data, "the image");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_dangling_link_is_written_through_and_stays_a_link() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = pattern(MIB);
+    let raw = dir.path().join("src.raw");
+    std::fs::write(&raw, &data).unwrap();
+    std::fs::create_dir(dir.path().join("sub")).unwrap();
+    // A chain: the second link is relative to its own directory.
+    let link = dir.path().join("link.img");
+    std::os::unix::fs::symlink("sub/next", &link).unwrap();
+    std::os::unix::fs::symlink("new.img", dir.path().join("sub/next")).unwrap();
+    let run = cdi_import(args(&[
+        "--source",
+        raw.to_str().unwrap(),
+        link.to_str().unwrap(),
+    ]))
+    .await;
+    assert!(run.ok, "{}", run.stderr);
+    assert!(std::fs::symlink_metadata(&link).unwrap().is_symlink());
+    assert!(
+        std::fs::symlink_metadata(dir.path().join("sub/next"))
+            .unwrap()
+            .is_symlink()
+    );
+    let image = std::fs::read(dir.path().join("sub/new.img")).unwrap();
+    assert_same(&image, &data, "the image at the link's end");
+    assert_eq!(listing(&dir.path().join("sub")), ["new.img", "next"]);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_dest_name_of_250_bytes_is_written() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = pattern(MIB);
+    let raw = dir.path().join("src.raw");
+    std::fs::write(&raw, &data).unwrap();
+    let name = format!("{}.img", "d".repeat(246));
+    assert_eq!(name.len(), 250);
+    let dest = dir.path().join(&name);
+    std::fs::write(&dest, b"old").unwrap();
+    let run = cdi_import(args(&[
+        "--source",
+        raw.to_str().unwrap(),
+        dest.to_str().unwrap(),
+    ]))
+    .await;
+    assert!(run.ok, "{}", run.stderr);
+    assert_same(&std::fs::read(&dest).unwrap(), &data, "the image");
+    assert_eq!(listing(dir.path()), [name, "src.raw".to_string()]);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_dest_that_cannot_be_a_file_is_refused_before_importing() {
+    let dir = tempfile::tempdir().unwrap();
+    let raw = dir.path().join("src.raw");
+    std::fs::write(&raw, pattern(MIB)).unwrap();
+    let file = dir.path().join("file");
+    std::fs::write(&file, b"precious\n").unwrap();
+    let before = listing(dir.path());
+    let path = |p: &str| format!("{}/{p}", dir.path().display());
+    let cases = [
+        (path("newf/"), "ends in '/'".to_string()),
+        (path("file/"), "ends in '/'".to_string()),
+        (
+            path("file/x"),
+            format!("{} is not a directory", file.display()),
+        ),
+    ];
+    for (dest, cause) in cases {
+        let run = cdi_import(args(&["--source", raw.to_str().unwrap(), &dest])).await;
+        assert!(!run.ok, "{dest}: the import succeeded");
+        assert!(run.stderr.contains(&cause), "{dest}: {}", run.stderr);
+        assert!(!run.stderr.contains("renaming"), "{dest}: {}", run.stderr);
+        assert_eq!(std::fs::read(&file).unwrap(), b"precious\n");
+        assert_eq!(listing(dir.path()), before, "{dest}: leftovers");
+    }
 }

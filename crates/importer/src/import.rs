@@ -212,11 +212,14 @@ impl Staged {
         }
         let mut attempt = 0u32;
         loop {
-            let path = dir.join(format!(
-                ".{}.cdi-import-{}-{attempt}",
-                name.to_string_lossy(),
-                std::process::id()
-            ));
+            use std::os::unix::ffi::OsStrExt;
+            // NAME cut short so the whole stays within the 255-byte limit of a file name.
+            let suffix = format!(".cdi-import-{}-{attempt}", std::process::id());
+            let keep = name.len().min(255 - 1 - suffix.len());
+            let mut temp = std::ffi::OsString::from(".");
+            temp.push(std::ffi::OsStr::from_bytes(&name.as_bytes()[..keep]));
+            temp.push(&suffix);
+            let path = dir.join(temp);
             // create_new: never take over a file that is there, whoever made it.
             match std::fs::OpenOptions::new()
                 .read(true)
@@ -244,9 +247,21 @@ impl Staged {
         }
     }
 
-    /// Put the complete image in place of `dest`, with the permissions `dest` had.
+    /// Put the complete image in place of `dest`, with the owner and permissions `dest` had.
     fn commit(mut self, dest: &Path) -> Result<(), ImportError> {
         if let Ok(old) = std::fs::metadata(dest) {
+            use std::os::unix::fs::MetadataExt;
+            // Before the mode: a chown clears set-id bits. lchown: never through a link put in
+            // the file's place. Only root may give a file away; others keep the mode alone.
+            match std::os::unix::fs::lchown(&self.path, Some(old.uid()), Some(old.gid())) {
+                Err(e) if e.kind() != std::io::ErrorKind::PermissionDenied => {
+                    return Err(ImportError::io(
+                        format!("copying the owner of {}", dest.display()),
+                        e,
+                    ));
+                }
+                _ => {}
+            }
             std::fs::set_permissions(&self.path, old.permissions()).map_err(|e| {
                 ImportError::io(format!("copying the permissions of {}", dest.display()), e)
             })?;
@@ -272,6 +287,30 @@ impl Drop for Staged {
     }
 }
 
+/// The path `dest` names through any chain of links, relative ones read from the link's
+/// directory; the last may name nothing yet. Bounded as the kernel bounds it (40).
+fn resolve_links(dest: &Path) -> Result<PathBuf, ImportError> {
+    let mut path = dest.to_path_buf();
+    for _ in 0..40 {
+        match std::fs::symlink_metadata(&path) {
+            Ok(m) if m.is_symlink() => {
+                let target = std::fs::read_link(&path).map_err(|e| {
+                    ImportError::io(format!("reading the link {}", path.display()), e)
+                })?;
+                path = match path.parent() {
+                    Some(dir) => dir.join(target),
+                    None => target,
+                };
+            }
+            _ => return Ok(path),
+        }
+    }
+    Err(ImportError::Unsupported(format!(
+        "{}: too many levels of links",
+        dest.display()
+    )))
+}
+
 /// Import into a file that may exist already (see [`TargetSpec::File`]).
 async fn import_replacing(
     source: &Source,
@@ -279,12 +318,17 @@ async fn import_replacing(
     dest: &Path,
     progress: &Arc<Progress>,
 ) -> Result<ImportReport, ImportError> {
+    use std::os::unix::ffi::OsStrExt;
     use std::os::unix::fs::FileTypeExt;
-    // Through a link to the file it names, so the link stays a link.
-    let dest = match std::fs::symlink_metadata(dest) {
-        Ok(m) if m.is_symlink() => std::fs::canonicalize(dest).unwrap_or_else(|_| dest.into()),
-        _ => dest.to_path_buf(),
-    };
+    // Checked before anything runs: otherwise only the final rename would fail.
+    if dest.as_os_str().as_bytes().ends_with(b"/") {
+        return Err(ImportError::Unsupported(format!(
+            "{} ends in '/': DEST is the image file to write, not a directory",
+            dest.display()
+        )));
+    }
+    // Through a link (a dangling one too) to the file it names, so the link stays a link.
+    let dest = resolve_links(dest)?;
     match std::fs::metadata(&dest) {
         // A device is not replaced by a file: it is written in place, as with --block.
         Ok(m) if m.file_type().is_block_device() => {
@@ -296,7 +340,19 @@ async fn import_replacing(
                 dest.display()
             )));
         }
-        _ => {}
+        Ok(_) => {}
+        // Staged::create says which directory is missing or not one.
+        Err(e)
+            if matches!(
+                e.kind(),
+                std::io::ErrorKind::NotFound | std::io::ErrorKind::NotADirectory
+            ) => {}
+        Err(e) => {
+            return Err(ImportError::io(
+                format!("cannot write {}", dest.display()),
+                e,
+            ));
+        }
     }
     let (staged, file) = Staged::create(&dest)?;
     let target = Target::new_file(file, &staged.path, &dest);
