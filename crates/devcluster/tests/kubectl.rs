@@ -212,3 +212,47 @@ async fn kubectl_over_tls_trusts_the_written_ca() {
         ]
     );
 }
+
+/// kubectl's generators (`create namespace`, `create configmap`) send protobuf, which this server
+/// does not decode: it answers kube's 415 (client-go does not fall back to JSON), not a 400 about
+/// the body's characters.
+#[tokio::test(flavor = "multi_thread")]
+async fn kubectl_protobuf_bodies_get_kubes_415() {
+    let server = ApiServer::new();
+    let (addr, _task) = server.serve("127.0.0.1:0".parse().unwrap()).await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = dir.path().join("kubeconfig");
+    std::fs::write(
+        &kubeconfig,
+        apiserver::kubeconfig(&format!("http://{addr}")),
+    )
+    .unwrap();
+    let k = Kubectl { kubeconfig };
+    for args in [
+        &["create", "namespace", "x"][..],
+        &["create", "configmap", "c", "--from-literal=a=b"],
+    ] {
+        let (ok, _, err) = k.run(args, None).await;
+        assert!(!ok);
+        assert!(
+            err.contains("the body of the request was in an unknown format - accepted media types include: application/json, application/yaml"),
+            "{args:?}: {err}"
+        );
+    }
+    // The same objects from a manifest go as JSON.
+    let out = k
+        .ok(&[
+            "create",
+            "configmap",
+            "c",
+            "--from-literal=a=b",
+            "--dry-run=client",
+            "-o",
+            "json",
+        ])
+        .await;
+    let manifest = dir.path().join("cm.json");
+    std::fs::write(&manifest, out).unwrap();
+    let out = k.ok(&["create", "-f", manifest.to_str().unwrap()]).await;
+    assert!(out.contains("configmap/c created"), "{out}");
+}

@@ -580,6 +580,28 @@ async fn body_bytes(req: Request) -> ApiResult<Bytes> {
     Ok(Bytes::from(out))
 }
 
+/// A create's or update's body, in a media type the server decodes. kube-apiserver also takes
+/// protobuf and CBOR; this server answers those with kube's 415, on which client-go falls back
+/// to JSON.
+async fn read_object(req: Request) -> ApiResult<Value> {
+    let media = req
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .split(';')
+        .next()
+        .unwrap_or("")
+        .trim()
+        .to_ascii_lowercase();
+    if !matches!(media.as_str(), "" | "application/json" | "application/yaml") {
+        return Err(ApiError::unsupported_media_type(
+            "the body of the request was in an unknown format - accepted media types include: application/json, application/yaml",
+        ));
+    }
+    parse_object(&body_bytes(req).await?)
+}
+
 fn parse_object(bytes: &[u8]) -> ApiResult<Value> {
     let v: Value = serde_json::from_slice(bytes)
         .or_else(|_| serde_saphyr::from_slice::<Value>(bytes).map_err(|e| e.to_string()))
@@ -693,7 +715,7 @@ async fn dispatch(server: &ApiServer, req: Request) -> ApiResult<Response> {
                     )));
                 }
                 q.write_options("CreateOptions")?;
-                let obj = parse_object(&body_bytes(req).await?)?;
+                let obj = read_object(req).await?;
                 if def.create_only {
                     let mut review = obj;
                     review["status"] =
@@ -771,7 +793,7 @@ async fn dispatch(server: &ApiServer, req: Request) -> ApiResult<Response> {
                         return Err(ApiError::path_not_found());
                     }
                     q.write_options("UpdateOptions")?;
-                    let mut obj = parse_object(&body_bytes(req).await?)?;
+                    let mut obj = read_object(req).await?;
                     let how = if status { Write::Status } else { Write::Update };
                     let warnings = admit(&def, &mut obj, &validation, how, Some(&name))?;
                     if !status && let Ok(current) = store.get(&def, &ns, &name) {
@@ -903,7 +925,7 @@ async fn dispatch(server: &ApiServer, req: Request) -> ApiResult<Response> {
                 (Some("binding"), &Method::POST)
                     if def.group.is_empty() && def.plural == "pods" =>
                 {
-                    let binding = parse_object(&body_bytes(req).await?)?;
+                    let binding = read_object(req).await?;
                     let node = binding["target"]["name"].as_str().unwrap_or("").to_string();
                     if node.is_empty() {
                         return Err(ApiError::invalid(
