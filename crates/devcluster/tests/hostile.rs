@@ -1074,3 +1074,51 @@ async fn nulls_and_undecodable_values_never_reach_typed_lists() {
     let pvs: Api<PersistentVolume> = Api::all(client);
     assert!(pvs.list(&lp).await.unwrap().items.is_empty());
 }
+
+/// A field selector on a field the kind cannot select by is refused, as kube refuses it, rather
+/// than matching nothing (a typo would otherwise read as "no such objects").
+#[tokio::test]
+async fn field_selectors_on_unsupported_fields_are_refused() {
+    let http = Http::start(ApiServer::new()).await;
+    for (path, field) in [
+        (
+            "/api/v1/namespaces/default/pods?fieldSelector=spec.bogus%3Dx",
+            "spec.bogus",
+        ),
+        (
+            &format!("{CMS}?fieldSelector=metadata.nam%3Dx") as &str,
+            "metadata.nam",
+        ),
+        (
+            &format!("{CMS}?fieldSelector=data.k%3Dv&watch=true") as &str,
+            "data.k",
+        ),
+        (
+            "/api/v1/namespaces/default/secrets?fieldSelector=type%3Dx,spec.x%3Dy",
+            "spec.x",
+        ),
+    ] {
+        let (code, body) = http.get(path).await;
+        assert_eq!(
+            (code, body),
+            (
+                400,
+                status(
+                    400,
+                    "BadRequest",
+                    &format!("field label not supported: {field}")
+                )
+            ),
+            "{path}"
+        );
+    }
+    for path in [
+        "/api/v1/namespaces/default/pods?fieldSelector=spec.nodeName%3Dn,status.phase!%3DRunning",
+        "/api/v1/namespaces/default/events?fieldSelector=involvedObject.name%3Dx",
+        "/api/v1/namespaces/default/configmaps?fieldSelector=metadata.name%3Dx",
+        "/api/v1/namespaces/default/secrets?fieldSelector=type%3Dopaque",
+    ] {
+        let (code, body) = http.get(path).await;
+        assert_eq!(code, 200, "{path}: {body}");
+    }
+}

@@ -445,21 +445,76 @@ async fn handle(State(server): State<ApiServer>, req: Request) -> Response {
     }
 }
 
-/// The selectors of a list or watch.
-fn selectors(q: &Query) -> ApiResult<ListOptions> {
+/// The fields a kind's field selectors may name besides `metadata.name` and
+/// `metadata.namespace` (kube's field label conversion functions), or None where this server
+/// does not know the kind's set and takes any field outside `metadata`.
+fn selectable_fields(def: &ResourceDef) -> Option<&'static [&'static str]> {
+    Some(match (def.group.as_str(), def.plural.as_str()) {
+        ("", "pods") => &[
+            "spec.nodeName",
+            "spec.restartPolicy",
+            "spec.schedulerName",
+            "spec.serviceAccountName",
+            "spec.hostNetwork",
+            "status.phase",
+            "status.podIP",
+            "status.podIPs",
+            "status.nominatedNodeName",
+        ],
+        ("", "events") => &[
+            "involvedObject.kind",
+            "involvedObject.namespace",
+            "involvedObject.name",
+            "involvedObject.uid",
+            "involvedObject.apiVersion",
+            "involvedObject.resourceVersion",
+            "involvedObject.fieldPath",
+            "reason",
+            "reportingComponent",
+            "source",
+            "type",
+        ],
+        ("", "namespaces") => &["status.phase"],
+        ("", "secrets") => &["type"],
+        ("", "nodes") => &["spec.unschedulable"],
+        ("", "configmaps" | "serviceaccounts" | "persistentvolumeclaims" | "persistentvolumes")
+        | ("storage.k8s.io", _)
+        | ("coordination.k8s.io", _)
+        | ("apps", "deployments") => &[],
+        _ => return None,
+    })
+}
+
+/// The selectors of a list or watch; a field selector on a field the kind does not support is
+/// a 400, as kube answers it.
+fn selectors(def: &ResourceDef, q: &Query) -> ApiResult<ListOptions> {
+    let fields = FieldSelector::parse(q.get("fieldSelector").map(String::as_str).unwrap_or(""))
+        .map_err(ApiError::bad_request)?;
+    let known = selectable_fields(def);
+    for (field, _, _) in &fields.0 {
+        let supported = matches!(field.as_str(), "metadata.name" | "metadata.namespace")
+            || match known {
+                Some(list) => list.contains(&field.as_str()),
+                None => !field.starts_with("metadata."),
+            };
+        if !supported {
+            return Err(ApiError::bad_request(format!(
+                "field label not supported: {field}"
+            )));
+        }
+    }
     Ok(ListOptions {
         labels: LabelSelector::parse(q.get("labelSelector").map(String::as_str).unwrap_or(""))
             .map_err(|e| ApiError::bad_request(format!("unable to parse requirement: {e}")))?,
-        fields: FieldSelector::parse(q.get("fieldSelector").map(String::as_str).unwrap_or(""))
-            .map_err(ApiError::bad_request)?,
+        fields,
         ..Default::default()
     })
 }
 
 /// The options of a list: selectors, `limit`, and where a `continue` token resumes.
-fn list_options(store: &Store, q: &Query) -> ApiResult<ListOptions> {
+fn list_options(store: &Store, def: &ResourceDef, q: &Query) -> ApiResult<ListOptions> {
     let rv = q.resource_version()?;
-    let mut opts = selectors(q)?;
+    let mut opts = selectors(def, q)?;
     opts.limit = q.int("limit")?.filter(|l| *l > 0).map(|l| l as usize);
     if let Some(token) = q.get("continue").filter(|c| !c.is_empty()) {
         if rv.is_some() {
@@ -686,7 +741,7 @@ async fn dispatch(server: &ApiServer, req: Request) -> ApiResult<Response> {
                 watch(store, def, ns, q, super::table::wants_table(&accept))
             }
             Method::GET => {
-                let opts = list_options(&store, &q)?;
+                let opts = list_options(&store, &def, &q)?;
                 let (items, rv, next) = store.list(&def, ns.as_deref(), &opts);
                 let next = next.map(|position| encode_continue(rv, &position));
                 if super::table::wants_table(&accept) {
@@ -732,7 +787,7 @@ async fn dispatch(server: &ApiServer, req: Request) -> ApiResult<Response> {
             }
             Method::DELETE => {
                 q.write_options("DeleteOptions")?;
-                let opts = list_options(&store, &q)?;
+                let opts = list_options(&store, &def, &q)?;
                 let (items, _, _) = store.list(&def, ns.as_deref(), &opts);
                 let mut deleted = Vec::new();
                 for item in items {
@@ -1437,7 +1492,7 @@ fn watch(
     q: Query,
     as_table: bool,
 ) -> ApiResult<Response> {
-    let opts = selectors(&q)?;
+    let opts = selectors(&def, &q)?;
     let rv = q.resource_version()?;
     let send_initial = q.opt_flag("sendInitialEvents");
     // Without sendInitialEvents, a watch from no version (or "0") starts with the current
