@@ -1088,9 +1088,35 @@ spec:
     resources: {{requests: {{storage: 1Gi}}}}
 "#
     );
+    let bad_url = r#"
+apiVersion: cdi.kubevirt.io/v1beta1
+kind: DataVolume
+metadata: {name: bad-url}
+spec:
+  source: {http: {url: "ftp://127.0.0.1/disk.qcow2"}}
+  pvc:
+    storageClassName: local-path-wffc
+    accessModes: [ReadWriteOnce]
+    resources: {requests: {storage: 1Gi}}
+"#;
+    // spec.storage on a class whose profile has no claimPropertySets: no claim until it has.
+    let no_modes = format!(
+        r#"
+apiVersion: cdi.kubevirt.io/v1beta1
+kind: DataVolume
+metadata: {{name: no-modes}}
+spec:
+  source: {{http: {{url: "{url}"}}}}
+  storage:
+    storageClassName: local-path
+    resources: {{requests: {{storage: 64Mi}}}}
+"#
+    );
     let docs = [
         no_source.to_string(),
         two_sources,
+        bad_url.to_string(),
+        no_modes,
         data_volume(&long, &url, "1Gi", ""),
         data_volume("killed", &url, "1Gi", ""),
     ]
@@ -1105,6 +1131,7 @@ spec:
             "Data volume should have either Source or SourceRef",
         ),
         ("two-sources", "Multiple Data volume sources"),
+        ("bad-url", "Invalid source URL scheme: ftp://"),
     ] {
         let dv = wait_for(&format!("{name} refused"), 30, || {
             get(&s.dir, &format!("dv/{name}")).filter(|d| phase(d) == "Failed")
@@ -1168,6 +1195,45 @@ spec:
             .iter()
             .any(|(r, m)| r == "ErrImportFailed" && m == killed)
             .then_some(())
+    });
+
+    // A claim that cannot be rendered yet says why, and is made once the profile is fixed.
+    let dv = wait_for("no-modes explained", 30, || {
+        get(&s.dir, "dv/no-modes")
+            .filter(|d| condition(d, "Running")["reason"] == "ErrClaimNotRendered")
+    });
+    assert_eq!(phase(&dv), "Pending");
+    kubectl(
+        &s.dir,
+        &[
+            "patch",
+            "storageprofile",
+            "local-path",
+            "--type=merge",
+            "-p",
+            r#"{"spec":{"claimPropertySets":[{"accessModes":["ReadWriteOnce"],"volumeMode":"Filesystem"}]}}"#,
+        ],
+        None,
+    );
+    wait_for("no-modes imported once its profile is fixed", 120, || {
+        get(&s.dir, "dv/no-modes").filter(|d| phase(d) == "Succeeded")
+    });
+
+    // A proxy removed from CDIConfig's spec leaves its status too.
+    let proxy = |p: &str| {
+        kubectl(
+            &s.dir,
+            &["patch", "cdiconfig", "config", "--type=merge", "-p", p],
+            None,
+        )
+    };
+    proxy(r#"{"spec":{"importProxy":{"HTTPProxy":"http://127.0.0.1:9"}}}"#);
+    wait_for("the proxy in status", 30, || {
+        get(&s.dir, "cdiconfig/config").filter(|c| !c["status"]["importProxy"].is_null())
+    });
+    proxy(r#"{"spec":{"importProxy":null}}"#);
+    wait_for("the proxy gone from status", 30, || {
+        get(&s.dir, "cdiconfig/config").filter(|c| c["status"]["importProxy"].is_null())
     });
 
     // A 250-character name imports; its importer pod has upstream's shortened name.

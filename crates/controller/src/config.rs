@@ -9,7 +9,6 @@ use k8s_openapi::api::storage::v1::StorageClass;
 use kube::Api;
 use kube::api::{ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::{WatchStreamExt, watcher};
-use serde_json::json;
 
 use crate::Context;
 
@@ -41,7 +40,8 @@ pub async fn reconcile(ctx: &Context) -> Result<bool, kube::Error> {
         return Ok(false);
     }
     // CDIConfig has no status subresource upstream: status is written with the object.
-    let patch = json!({"status": status});
+    let patch = crate::status_patch(config.status.as_ref(), &status)
+        .map_err(|e| kube::Error::Service(e.to_string().into()))?;
     api.patch(
         cdi_api::name::CDI_CONFIG,
         &PatchParams::default(),

@@ -14,6 +14,7 @@ use cdi_api::storageprofile::StorageProfile;
 use cdi_api::{ann, gate};
 use cdi_core::dvstatus::{self, Observed};
 use cdi_core::render::{self, RenderContext};
+use cdi_core::source::Refusal;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
 use k8s_openapi::api::storage::v1::{CSIDriver, StorageClass};
@@ -80,11 +81,12 @@ async fn config(ctx: &Context) -> Result<Option<CDIConfig>, kube::Error> {
         .await
 }
 
+/// Create the DataVolume's claim; the reason when it cannot be rendered (yet).
 async fn create_claim(
     ctx: &Context,
     dv: &DataVolume,
     cfg: Option<&CDIConfig>,
-) -> Result<(), Error> {
+) -> Result<Option<Refusal>, Error> {
     let ns = dv.namespace().unwrap_or_default();
     let classes = Api::<StorageClass>::all(ctx.client.clone())
         .list(&ListParams::default())
@@ -110,8 +112,10 @@ async fn create_claim(
     let rendered = match render::render_claim(dv, &render_ctx) {
         Ok(r) => r,
         Err(e) => {
-            events::record(&ctx.client, dv, true, "ErrClaimNotRendered", &e.to_string()).await;
-            return Ok(());
+            return Ok(Some(Refusal {
+                reason: "ErrClaimNotRendered",
+                message: format!("DataVolume {ns}/{}: {e}", dv.name_any()),
+            }));
         }
     };
     for w in &rendered.warnings {
@@ -138,7 +142,7 @@ async fn create_claim(
         )
         .await?;
     }
-    Ok(())
+    Ok(None)
 }
 
 fn import_source_name(dv: &DataVolume) -> String {
@@ -259,7 +263,7 @@ async fn write_status(
             .patch_status(
                 &dv.name_any(),
                 &PatchParams::default(),
-                &Patch::Merge(&json!({"status": computed.status})),
+                &Patch::Merge(&crate::status_patch(dv.status.as_ref(), &computed.status)?),
             )
             .await
         {
@@ -282,7 +286,8 @@ async fn reconcile(dv: Arc<DataVolume>, ctx: Arc<Context>) -> Result<Action, Err
         return Ok(Action::await_change());
     }
     if let Err(refusal) = cdi_core::source::check(&dv) {
-        let computed = dvstatus::refused_status(&dv, &refusal, k8s_openapi::jiff::Timestamp::now());
+        let now = k8s_openapi::jiff::Timestamp::now();
+        let computed = dvstatus::refused_status(&dv, &refusal, DataVolumePhase::Failed, now);
         write_status(&ctx, &dv, &computed).await?;
         return Ok(Action::await_change());
     }
@@ -295,7 +300,12 @@ async fn reconcile(dv: Arc<DataVolume>, ctx: Arc<Context>) -> Result<Action, Err
         if !crate::still_current(&ctx.client, dv.as_ref()).await? {
             return Ok(Action::await_change());
         }
-        create_claim(&ctx, &dv, cfg.as_ref()).await?;
+        if let Some(refusal) = create_claim(&ctx, &dv, cfg.as_ref()).await? {
+            let now = k8s_openapi::jiff::Timestamp::now();
+            let computed = dvstatus::refused_status(&dv, &refusal, DataVolumePhase::Pending, now);
+            write_status(&ctx, &dv, &computed).await?;
+            return Ok(Action::await_change());
+        }
         claim = claims.get_opt(&name).await?;
     }
     if let Some(c) = &claim
@@ -432,6 +442,37 @@ fn count_pending(dvs: &[Arc<DataVolume>]) -> i64 {
         .count() as i64
 }
 
+type Store = kube::runtime::reflector::Store<DataVolume>;
+type Refs = Vec<kube::runtime::reflector::ObjectRef<DataVolume>>;
+
+/// Every DataVolume, whatever changed.
+fn every<T>(store: Store) -> impl Fn(T) -> Refs {
+    move |_| {
+        store
+            .state()
+            .iter()
+            .map(|d| kube::runtime::reflector::ObjectRef::from_obj(d.as_ref()))
+            .collect()
+    }
+}
+
+/// The DataVolumes still without a phase or Pending: those whose claim may not exist yet.
+fn unrendered<T>(store: Store) -> impl Fn(T) -> Refs {
+    move |_| {
+        store
+            .state()
+            .iter()
+            .filter(|d| {
+                matches!(
+                    d.status.as_ref().and_then(|s| s.phase.clone()),
+                    None | Some(DataVolumePhase::Pending)
+                )
+            })
+            .map(|d| kube::runtime::reflector::ObjectRef::from_obj(d.as_ref()))
+            .collect()
+    }
+}
+
 /// Run the controller: DataVolumes, their claims, and the config (a gate change re-evaluates
 /// every DataVolume).
 pub async fn run(ctx: Context) -> anyhow::Result<()> {
@@ -462,13 +503,19 @@ pub async fn run(ctx: Context) -> anyhow::Result<()> {
         .watches(
             Api::<CDIConfig>::all(client.clone()),
             watcher::Config::default(),
-            move |_| {
-                store
-                    .state()
-                    .iter()
-                    .map(|d| kube::runtime::reflector::ObjectRef::from_obj(d.as_ref()))
-                    .collect::<Vec<_>>()
-            },
+            every(store.clone()),
+        )
+        // A claim that could not be rendered (no access modes, no such class) can be once its
+        // profile or class is fixed.
+        .watches(
+            Api::<StorageProfile>::all(client.clone()),
+            watcher::Config::default(),
+            unrendered(store.clone()),
+        )
+        .watches(
+            Api::<StorageClass>::all(client.clone()),
+            watcher::Config::default(),
+            unrendered(store),
         )
         .run(|o, c| crate::guarded(reconcile(o, c)), error_policy, shared)
         .for_each(|r| async move {

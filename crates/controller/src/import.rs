@@ -144,20 +144,31 @@ async fn reconcile(claim: Arc<PersistentVolumeClaim>, ctx: Arc<Context>) -> Resu
         .iter()
         .any(|o| o.controller == Some(true) && Some(&o.uid) == claim.metadata.uid.as_ref());
     if !ours {
-        let message = format!(
-            "pod {pod_name} named by {} on claim {ns}/{name} is not this claim's importer; remove \
-             the annotation to let the controller name its own",
-            ann::IMPORT_POD_NAME
-        );
+        // The controller writes the name it derives onto the claim too; only another name was
+        // put there by someone else.
+        let derived = cdi_core::naming::resource_name(cdi_api::name::IMPORTER_POD_PREFIX, &name);
+        let message = if pod_name != derived {
+            format!(
+                "pod {pod_name} named by {} on claim {ns}/{name} is not this claim's importer; \
+                 remove the annotation to let the controller name its own",
+                ann::IMPORT_POD_NAME
+            )
+        } else {
+            format!(
+                "pod {pod_name} is not the importer of claim {ns}/{name}; the import starts once \
+                 that pod is gone"
+            )
+        };
         events::record(
             &ctx.client,
             claim.as_ref(),
             true,
-            "ErrImportFailed",
+            "ImportTargetInUse",
             &message,
         )
         .await;
-        return Ok(Action::await_change());
+        // The other pod's end sends this claim no event: look again later.
+        return Ok(Action::requeue(ctx.options.resync * 5));
     }
     if claim.metadata.deletion_timestamp.is_some() {
         delete_pod(&pods, &pod_name).await?;

@@ -114,6 +114,47 @@ where
     }))
 }
 
+/// A merge patch that turns `old` into `new` exactly: what `new` leaves out is set to null, so a
+/// field the new status no longer has (a proxy removed from the spec, a deleted class's overhead,
+/// something a user wrote) goes instead of staying for ever.
+pub fn merge_patch(old: &serde_json::Value, new: &serde_json::Value) -> serde_json::Value {
+    use serde_json::Value;
+    match (old, new) {
+        (Value::Object(o), Value::Object(n)) => {
+            let mut patch = serde_json::Map::new();
+            for (k, nv) in n {
+                match o.get(k) {
+                    Some(ov) if ov == nv => {}
+                    Some(ov) => {
+                        patch.insert(k.clone(), merge_patch(ov, nv));
+                    }
+                    None => {
+                        patch.insert(k.clone(), nv.clone());
+                    }
+                }
+            }
+            for k in o.keys().filter(|k| !n.contains_key(*k)) {
+                patch.insert(k.clone(), Value::Null);
+            }
+            Value::Object(patch)
+        }
+        _ => new.clone(),
+    }
+}
+
+/// The merge patch replacing an object's whole `status` with `new`.
+pub fn status_patch<S: serde::Serialize>(
+    old: Option<&S>,
+    new: &S,
+) -> Result<serde_json::Value, Error> {
+    let json = |v| serde_json::to_value(v).map_err(|e| Error::Other(e.to_string()));
+    let old = match old {
+        Some(o) => json(o)?,
+        None => serde_json::Value::Null,
+    };
+    Ok(serde_json::json!({"status": merge_patch(&old, &json(new)?)}))
+}
+
 /// Run every controller until one of them stops (they do not, unless the client fails).
 pub async fn run_controllers(ctx: Context) -> anyhow::Result<()> {
     config::ensure(&ctx).await?;
@@ -157,6 +198,46 @@ pub async fn run_as_leader(ctx: Context) -> anyhow::Result<()> {
             } => {
                 tracing::warn!("lost the lease; stopping the controllers");
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    #[test]
+    fn merge_patches_remove_what_the_new_value_leaves_out() {
+        let old = json!({"importProxy": {"HTTPProxy": "http://x"}, "overhead": {"a": "0.1", "b": "0.2"},
+            "list": [1, 2], "same": 1});
+        let new = json!({"overhead": {"a": "0.1"}, "list": [1], "same": 1, "added": true});
+        let patch = super::merge_patch(&old, &new);
+        assert_eq!(
+            patch,
+            json!({"importProxy": null, "overhead": {"b": null}, "list": [1], "added": true})
+        );
+        // Applying it (RFC 7386) gives `new`.
+        let mut applied = old.clone();
+        merge(&mut applied, &patch);
+        assert_eq!(applied, new);
+    }
+
+    fn merge(target: &mut serde_json::Value, patch: &serde_json::Value) {
+        match patch {
+            serde_json::Value::Object(p) => {
+                if !target.is_object() {
+                    *target = json!({});
+                }
+                let t = target.as_object_mut().unwrap();
+                for (k, v) in p {
+                    if v.is_null() {
+                        t.remove(k);
+                    } else {
+                        merge(t.entry(k.clone()).or_insert(serde_json::Value::Null), v);
+                    }
+                }
+            }
+            _ => *target = patch.clone(),
         }
     }
 }

@@ -189,12 +189,10 @@ pub async fn reconcile(ctx: &Context) -> Result<(), kube::Error> {
                     a == b && first(&s.conditions) == first(&status.conditions)
                 });
                 if !unchanged {
+                    let status_patch = crate::status_patch(profile.status.as_ref(), &status)
+                        .map_err(|e| kube::Error::Service(e.to_string().into()))?;
                     profiles_api
-                        .patch_status(
-                            &name,
-                            &PatchParams::default(),
-                            &Patch::Merge(&json!({"status": status})),
-                        )
+                        .patch_status(&name, &PatchParams::default(), &Patch::Merge(&status_patch))
                         .await?;
                 }
             }

@@ -337,12 +337,14 @@ fn find(conditions: &[DataVolumeCondition], t: Type) -> Option<&DataVolumeCondit
     conditions.iter().find(|c| c.type_ == t)
 }
 
-/// The status of a DataVolume the controller refuses (cdi-core `source::check`): Failed, with the
-/// refusal on the Ready and Running conditions, so `kubectl get dv` and `describe` say what is
+/// The status of a DataVolume the controller refuses (cdi-core `source::check`: Failed) or cannot
+/// render a claim for yet (Pending, until its profile or class is fixed), with the reason on the
+/// Ready and Running conditions, so `kubectl get dv` and `describe` say what is
 /// wrong instead of an empty phase; the event is recorded once, when the status first says so.
 pub fn refused_status(
     dv: &DataVolume,
     refusal: &crate::source::Refusal,
+    phase: Phase,
     now: Timestamp,
 ) -> Computed {
     let current = dv.status.clone().unwrap_or_default();
@@ -375,7 +377,7 @@ pub fn refused_status(
         &now,
     );
     status.conditions = Some(conditions);
-    status.phase = Some(Phase::Failed);
+    status.phase = Some(phase);
     status.progress = Some("N/A".into());
     let said = find(current.conditions.as_deref().unwrap_or(&[]), Type::Running)
         .is_some_and(|c| c.message.as_deref() == Some(message));
@@ -585,7 +587,7 @@ mod tests {
         d.spec.source = None;
         let refusal = crate::source::check(&d).unwrap_err();
         let now = "2026-11-30T12:00:00Z".parse().unwrap();
-        let first = refused_status(&d, &refusal, now);
+        let first = refused_status(&d, &refusal, Phase::Failed, now);
         assert_eq!(phase_of(&first), "Failed");
         for t in [Type::Ready, Type::Running] {
             let c = cond(&first, t);
@@ -597,7 +599,8 @@ mod tests {
         assert!(first.events[0].warning);
         // Once the status says it, the next pass changes nothing and records nothing.
         d.status = Some(first.status.clone());
-        let again = refused_status(&d, &refusal, "2026-11-30T12:05:00Z".parse().unwrap());
+        let later = "2026-11-30T12:05:00Z".parse().unwrap();
+        let again = refused_status(&d, &refusal, Phase::Failed, later);
         assert_eq!(again.status, first.status);
         assert!(again.events.is_empty());
     }

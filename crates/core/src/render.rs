@@ -43,9 +43,9 @@ pub enum RenderError {
     #[error("DataVolume {dv}: spec.source needs exactly one source kind, found {found}")]
     SourceKinds { dv: String, found: String },
     #[error(
-        "DataVolume {dv}: spec.storage.resources.requests.storage is missing; set the disk size, such as 10Gi"
+        "DataVolume {dv}: {api}.resources.requests.storage is missing; set the disk size, such as 10Gi"
     )]
-    MissingSize { dv: String },
+    MissingSize { dv: String, api: &'static str },
     #[error("DataVolume {dv}: requested storage {size} is smaller than 1Mi; ask for at least 1Mi")]
     TooSmall { dv: String, size: String },
     #[error("DataVolume {dv}: requested storage: {source}")]
@@ -277,6 +277,30 @@ fn complete_storage(
     Ok(spec)
 }
 
+/// `spec.pvc` is taken as written, but its size must be there and at least 1 MiB, as upstream's
+/// webhook requires (even for clones): a claim of 0 bytes would "succeed" with no disk.
+fn check_pvc_size(dv: &str, spec: &PersistentVolumeClaimSpec) -> Result<(), RenderError> {
+    let requested = spec
+        .resources
+        .as_ref()
+        .and_then(|r| r.requests.as_ref()?.get("storage"))
+        .ok_or_else(|| RenderError::MissingSize {
+            dv: dv.into(),
+            api: "spec.pvc",
+        })?;
+    let quantity = Quantity::try_from(requested).map_err(|source| RenderError::BadSize {
+        dv: dv.into(),
+        source,
+    })?;
+    if quantity.value() < MIB {
+        return Err(RenderError::TooSmall {
+            dv: dv.into(),
+            size: requested.0.clone(),
+        });
+    }
+    Ok(())
+}
+
 /// Inflate `spec.storage`'s size for a Filesystem volume and raise it to the profile's minimum.
 fn size_storage(
     dv: &str,
@@ -295,7 +319,10 @@ fn size_storage(
             requests.insert("storage".into(), Quantity::from_bytes(0).into());
             return Ok(());
         }
-        return Err(RenderError::MissingSize { dv: dv.into() });
+        return Err(RenderError::MissingSize {
+            dv: dv.into(),
+            api: "spec.storage",
+        });
     };
     let quantity = Quantity::try_from(requested).map_err(|source| RenderError::BadSize {
         dv: dv.into(),
@@ -464,6 +491,7 @@ pub fn render_claim(
         (None, None) => return Err(RenderError::NoClaimSpec { dv: id }),
         (Some(pvc), None) => {
             let spec = pvc.clone();
+            check_pvc_size(&id, &spec)?;
             if let Some(w) = pvc_size_warning(&id, &spec, ctx) {
                 warnings.push(w);
             }

@@ -34,6 +34,68 @@ fn external(dv: &DataVolume) -> bool {
         || storage.is_some_and(|s| s.data_source.is_some() || s.data_source_ref.is_some())
 }
 
+/// An import URL as upstream's webhook accepts it (`validateSourceURL`): absolute, http or https.
+fn check_url(url: &str) -> Result<(), String> {
+    if url.is_empty() {
+        return Err("source URL is empty".into());
+    }
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return Err(format!("Invalid source URL: {url}"));
+    };
+    let host = rest.split(['/', '?', '#']).next().unwrap_or("");
+    let bad_char = url.chars().any(|c| c.is_whitespace() || c.is_control());
+    let valid_scheme = !scheme.is_empty()
+        && scheme.starts_with(|c: char| c.is_ascii_alphabetic())
+        && scheme
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "+-.".contains(c));
+    if !valid_scheme || bad_char || host.is_empty() {
+        return Err(format!("Invalid source URL: {url}"));
+    }
+    if !matches!(scheme.to_ascii_lowercase().as_str(), "http" | "https") {
+        return Err(format!("Invalid source URL scheme: {url}"));
+    }
+    Ok(())
+}
+
+/// A checksum as upstream parses it (`checksum.ParseAndValidate`): `algorithm:hex`, optional.
+fn check_checksum(checksum: &str) -> Result<(), String> {
+    if checksum.is_empty() {
+        return Ok(());
+    }
+    let Some((algorithm, hash)) = checksum.split_once(':') else {
+        return Err(format!(
+            "invalid checksum format: expected 'algorithm:hash', got '{checksum}'"
+        ));
+    };
+    let algorithm = algorithm.trim().to_ascii_lowercase();
+    let hash = hash.trim();
+    if hash.is_empty() {
+        return Err("checksum hash value cannot be empty".into());
+    }
+    let expected = match algorithm.as_str() {
+        "md5" => 32,
+        "sha1" => 40,
+        "sha256" => 64,
+        "sha512" => 128,
+        _ => {
+            return Err(format!(
+                "unsupported hash algorithm '{algorithm}': supported algorithms are: md5, sha1, sha256, sha512"
+            ));
+        }
+    };
+    if hash.len() != expected {
+        return Err(format!(
+            "invalid {algorithm} hash length: expected {expected} hex characters, got {}",
+            hash.len()
+        ));
+    }
+    if !hash.chars().all(|c| c.is_ascii_hexdigit()) {
+        return Err("checksum hash is not valid hexadecimal".into());
+    }
+    Ok(())
+}
+
 /// The DataVolume's source, or why it is refused.
 pub fn check(dv: &DataVolume) -> Result<Filled, Refusal> {
     let ns = dv.metadata.namespace.as_deref().unwrap_or("");
@@ -82,7 +144,25 @@ pub fn check(dv: &DataVolume) -> Result<Filled, Refusal> {
             "Missing Data volume source",
             "spec.source names no source: set one of http, blank, ...",
         )),
-        [kind @ (SourceKind::Http | SourceKind::Blank)] => Ok(Filled::Import(*kind)),
+        [SourceKind::Http] => {
+            let http = source.http.as_ref();
+            let url = http.map(|h| h.url.as_str()).unwrap_or("");
+            if let Err(e) = check_url(url) {
+                return Err(invalid(
+                    &format!("spec.source {e}"),
+                    "use an http:// or https:// URL",
+                ));
+            }
+            let checksum = http.and_then(|h| h.checksum.as_deref()).unwrap_or("");
+            if let Err(e) = check_checksum(checksum) {
+                return Err(invalid(
+                    &format!("Invalid checksum format: {e}"),
+                    "write it as algorithm:hex with md5, sha1, sha256 or sha512",
+                ));
+            }
+            Ok(Filled::Import(SourceKind::Http))
+        }
+        [SourceKind::Blank] => Ok(Filled::Import(SourceKind::Blank)),
         [kind] => Err(Refusal {
             reason: UNSUPPORTED_SOURCE,
             message: format!(
@@ -193,6 +273,85 @@ mod tests {
                 message: message.into(),
             });
             assert_eq!(got, want, "{spec}");
+        }
+    }
+
+    #[test]
+    fn urls_and_checksums_as_upstreams_webhook_checks_them() {
+        let http = |url: &str, checksum: Option<&str>| {
+            dv(
+                json!({"source": {"http": {"url": url, "checksum": checksum}},
+                "pvc": {"resources": {"requests": {"storage": "1Gi"}}}}),
+            )
+        };
+        let good = format!("SHA256:{}", "A".repeat(64));
+        assert_eq!(
+            check(&http("HTTPS://x/disk.qcow2", Some(&good))),
+            Ok(Filled::Import(SourceKind::Http))
+        );
+        let url_fix = "use an http:// or https:// URL";
+        let sum_fix = "write it as algorithm:hex with md5, sha1, sha256 or sha512";
+        let bad_hex = format!("md5:{}", "g".repeat(32));
+        let cases = [
+            ("", None, "spec.source source URL is empty", url_fix),
+            (
+                "small.qcow2",
+                None,
+                "spec.source Invalid source URL: small.qcow2",
+                url_fix,
+            ),
+            (
+                "http:///x",
+                None,
+                "spec.source Invalid source URL: http:///x",
+                url_fix,
+            ),
+            (
+                "ftp://x/y",
+                None,
+                "spec.source Invalid source URL scheme: ftp://x/y",
+                url_fix,
+            ),
+            (
+                "file:///etc/passwd",
+                None,
+                "spec.source Invalid source URL: file:///etc/passwd",
+                url_fix,
+            ),
+            (
+                "http://x/y",
+                Some("garbage"),
+                "Invalid checksum format: invalid checksum format: expected 'algorithm:hash', got 'garbage'",
+                sum_fix,
+            ),
+            (
+                "http://x/y",
+                Some("sha256:zz"),
+                "Invalid checksum format: invalid sha256 hash length: expected 64 hex characters, got 2",
+                sum_fix,
+            ),
+            (
+                "http://x/y",
+                Some("crc32:00"),
+                "Invalid checksum format: unsupported hash algorithm 'crc32': supported algorithms are: md5, sha1, sha256, sha512",
+                sum_fix,
+            ),
+            (
+                "http://x/y",
+                Some(bad_hex.as_str()),
+                "Invalid checksum format: checksum hash is not valid hexadecimal",
+                sum_fix,
+            ),
+        ];
+        for (url, checksum, what, fix) in cases {
+            assert_eq!(
+                check(&http(url, checksum)),
+                Err(Refusal {
+                    reason: INVALID_SOURCE,
+                    message: format!("DataVolume vms/disk: {what}; {fix}"),
+                }),
+                "{url} {checksum:?}"
+            );
         }
     }
 }

@@ -501,6 +501,18 @@ fn errors_name_the_object_and_the_fix() {
             "unknown unit \"GB\"",
         ),
         (
+            "metadata: {name: e}\nspec:\n  source: {blank: {}}\n  pvc: {accessModes: [ReadWriteOnce]}\n",
+            "DataVolume default/e: spec.pvc.resources.requests.storage is missing",
+        ),
+        (
+            "metadata: {name: e}\nspec:\n  source: {blank: {}}\n  pvc: {resources: {requests: {storage: \"0\"}}}\n",
+            "requested storage 0 is smaller than 1Mi",
+        ),
+        (
+            "metadata: {name: e}\nspec:\n  source: {blank: {}}\n  pvc: {resources: {requests: {storage: -1Gi}}}\n",
+            "requested storage -1Gi is smaller than 1Mi",
+        ),
+        (
             "metadata: {name: e}\nspec:\n  source: {upload: {}}\n  contentType: archive\n  storage: {storageClassName: local-path-wffc, volumeMode: Block, resources: {requests: {storage: 1Gi}}}\n",
             "contentType archive needs a Filesystem volume",
         ),
