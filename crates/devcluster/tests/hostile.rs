@@ -1122,3 +1122,133 @@ async fn field_selectors_on_unsupported_fields_are_refused() {
         assert_eq!(code, 200, "{path}: {body}");
     }
 }
+
+/// Pods kube refuses (422) rather than letting them fail later in the kubelet: projected file
+/// paths that leave the volume or collide with the atomic writer's `..` entries, device paths
+/// with backsteps, bad node selector keys, unknown toleration operators and effects, and
+/// requests above limits.
+#[tokio::test]
+async fn pods_kube_refuses_are_refused() {
+    let http = Http::start(ApiServer::new()).await;
+    const PODS: &str = "/api/v1/namespaces/default/pods";
+    let pod = |spec: Value| json!({"metadata": {"name": "p"}, "spec": spec});
+    let container = json!({"name": "c", "image": "i"});
+    let cases: Vec<(Value, Vec<(&str, &str)>)> = vec![
+        (
+            pod(json!({"containers": [container],
+            "volumes": [
+                {"name": "s", "secret": {"secretName": "x", "items": [{"key": "k", "path": "/etc/passwd"}]}},
+                {"name": "m", "configMap": {"name": "x", "items": [{"key": "k", "path": "a/../../b"}]}},
+                {"name": "d", "downwardAPI": {"items": [{"path": "..data", "fieldRef": {"fieldPath": "metadata.name"}}]}},
+                {"name": "j", "projected": {"sources": [{"secret": {"name": "x", "items": [{"key": "", "path": "ok"}]}}]}},
+            ]})),
+            vec![
+                (
+                    "spec.volumes[0].secret.items[0].path",
+                    "Invalid value: \"/etc/passwd\": must be a relative path",
+                ),
+                (
+                    "spec.volumes[1].configMap.items[0].path",
+                    "Invalid value: \"a/../../b\": must not contain '..'",
+                ),
+                (
+                    "spec.volumes[2].downwardAPI.items[0].path",
+                    "Invalid value: \"..data\": must not start with '..'",
+                ),
+                (
+                    "spec.volumes[3].projected.sources[0].secret.items[0].key",
+                    "Required value",
+                ),
+            ],
+        ),
+        (
+            pod(json!({"containers": [{"name": "c", "image": "i",
+                "volumeDevices": [{"name": "v", "devicePath": "/dev/../etc/x"}],
+                "resources": {"requests": {"cpu": "2", "hugepages-2Mi": "2Mi"},
+                    "limits": {"cpu": "1", "memory": "-1", "hugepages-2Mi": "4Mi"}}}]})),
+            vec![
+                (
+                    "spec.containers[0].volumeDevices[0].devicePath",
+                    "Invalid value: \"/dev/../etc/x\": can not contain backsteps ('..')",
+                ),
+                (
+                    "spec.containers[0].resources.limits[memory]",
+                    "Invalid value: \"-1\": must be greater than or equal to 0",
+                ),
+                (
+                    "spec.containers[0].resources.requests",
+                    "Invalid value: \"2\": must be less than or equal to cpu limit of 1",
+                ),
+                (
+                    "spec.containers[0].resources.requests",
+                    "Invalid value: \"2Mi\": must be equal to hugepages-2Mi limit of 4Mi",
+                ),
+            ],
+        ),
+        (
+            pod(
+                json!({"containers": [container], "nodeSelector": {"bad key": "v"},
+                "tolerations": [
+                    {"key": "k", "operator": "Like", "effect": "Sometimes"},
+                    {"operator": "Equal", "value": "v"},
+                    {"key": "k", "operator": "Exists", "effect": "NoSchedule", "tolerationSeconds": 5},
+                ]}),
+            ),
+            vec![
+                (
+                    "spec.nodeSelector",
+                    "Invalid value: \"bad key\": name part must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character (e.g. 'MyName',  or 'my.name',  or '123-abc', regex used for validation is '([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]')",
+                ),
+                (
+                    "spec.tolerations[0].operator",
+                    "Unsupported value: \"Like\": supported values: \"Equal\", \"Exists\"",
+                ),
+                (
+                    "spec.tolerations[0].effect",
+                    "Unsupported value: \"Sometimes\": supported values: \"NoSchedule\", \"PreferNoSchedule\", \"NoExecute\"",
+                ),
+                (
+                    "spec.tolerations[1].operator",
+                    "Invalid value: \"Equal\": operator must be Exists when `key` is empty, which means \"match all values and all keys\"",
+                ),
+                (
+                    "spec.tolerations[2].effect",
+                    "Invalid value: \"NoSchedule\": effect must be 'NoExecute' when `tolerationSeconds` is set",
+                ),
+            ],
+        ),
+    ];
+    for (body, want) in cases {
+        let (code, got) = http.json("POST", PODS, &body).await;
+        assert_eq!(code, 422, "{got}");
+        let causes: Vec<(String, String)> = got["details"]["causes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| {
+                (
+                    c["field"].as_str().unwrap().to_string(),
+                    c["message"].as_str().unwrap().to_string(),
+                )
+            })
+            .collect();
+        for (field, message) in want {
+            assert!(
+                causes.contains(&(field.to_string(), message.to_string())),
+                "{field}: {message} not in {causes:#?}"
+            );
+        }
+    }
+    // What kube takes: requests at or below limits, Exists with no key, relative paths.
+    let (code, body) = http
+        .json(
+            "POST",
+            PODS,
+            &pod(json!({"containers": [{"name": "c", "image": "i",
+                "resources": {"requests": {"cpu": "500m"}, "limits": {"cpu": "1"}}}],
+                "tolerations": [{"operator": "Exists"}],
+                "volumes": [{"name": "s", "secret": {"secretName": "x", "items": [{"key": "k", "path": "a/b..c"}]}}]})),
+        )
+        .await;
+    assert_eq!(code, 201, "{body}");
+}

@@ -692,6 +692,225 @@ fn volume_mounts(
     }
 }
 
+/// validateLocalNonReservedPath: a projected file's path stays inside the volume and clear of
+/// the `..data` links the kubelet's atomic writer keeps there.
+fn local_non_reserved_path(value: &str, field: &str, out: &mut Vec<FieldError>) {
+    mount_path_local_descending(value, field, out);
+    // Not reported twice when `..` was already caught.
+    if value.starts_with("..") && !value.starts_with("../") {
+        out.push(FieldError::invalid(
+            field,
+            value,
+            "must not start with '..'",
+        ));
+    }
+}
+
+/// validateKeyToPath over a source's `items`.
+fn key_to_paths(items: &Value, path: &str, out: &mut Vec<FieldError>) {
+    for (i, kp) in items.as_array().into_iter().flatten().enumerate() {
+        let at = format!("{path}[{i}]");
+        if kp["key"].as_str().unwrap_or("").is_empty() {
+            out.push(FieldError::required(&format!("{at}.key"), ""));
+        }
+        let p = kp["path"].as_str().unwrap_or("");
+        if p.is_empty() {
+            out.push(FieldError::required(&format!("{at}.path"), ""));
+        }
+        local_non_reserved_path(p, &format!("{at}.path"), out);
+    }
+}
+
+/// validateDownwardAPIVolumeFile's path checks.
+fn downward_api_items(items: &Value, path: &str, out: &mut Vec<FieldError>) {
+    for (i, f) in items.as_array().into_iter().flatten().enumerate() {
+        let at = format!("{path}[{i}].path");
+        let p = f["path"].as_str().unwrap_or("");
+        if p.is_empty() {
+            out.push(FieldError::required(&at, ""));
+        }
+        local_non_reserved_path(p, &at, out);
+    }
+}
+
+/// The file paths of a volume's secret, configMap, downwardAPI and projected sources.
+fn volume_item_paths(v: &Value, path: &str, out: &mut Vec<FieldError>) {
+    key_to_paths(&v["secret"]["items"], &format!("{path}.secret.items"), out);
+    key_to_paths(
+        &v["configMap"]["items"],
+        &format!("{path}.configMap.items"),
+        out,
+    );
+    downward_api_items(
+        &v["downwardAPI"]["items"],
+        &format!("{path}.downwardAPI.items"),
+        out,
+    );
+    for (i, src) in v["projected"]["sources"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .enumerate()
+    {
+        let at = format!("{path}.projected.sources[{i}]");
+        key_to_paths(&src["secret"]["items"], &format!("{at}.secret.items"), out);
+        key_to_paths(
+            &src["configMap"]["items"],
+            &format!("{at}.configMap.items"),
+            out,
+        );
+        downward_api_items(
+            &src["downwardAPI"]["items"],
+            &format!("{at}.downwardAPI.items"),
+            out,
+        );
+    }
+}
+
+/// validateVolumeDevices' path check: a device path may not step out with `..`.
+fn volume_devices(devices: &Value, path: &str, out: &mut Vec<FieldError>) {
+    for (i, d) in devices.as_array().into_iter().flatten().enumerate() {
+        let at = format!("{path}[{i}]");
+        if d["name"].as_str().unwrap_or("").is_empty() {
+            out.push(FieldError::required(&format!("{at}.name"), ""));
+        }
+        let p = d["devicePath"].as_str().unwrap_or("");
+        if p.is_empty() {
+            out.push(FieldError::required(&format!("{at}.devicePath"), ""));
+        }
+        if p.replace('\\', "/").split('/').any(|x| x == "..") {
+            out.push(FieldError::invalid(
+                &format!("{at}.devicePath"),
+                p,
+                "can not contain backsteps ('..')",
+            ));
+        }
+    }
+}
+
+/// IsOvercommitAllowed: native resources other than huge pages may have requests below limits;
+/// the rest must have them equal.
+fn overcommit_allowed(name: &str) -> bool {
+    let native = !name.contains('/') || name.contains("kubernetes.io/");
+    native && !name.starts_with("hugepages-")
+}
+
+/// ValidateResourceRequirements: quantities not negative, requests at most their limits.
+fn resource_requirements(r: &Value, path: &str, out: &mut Vec<FieldError>) {
+    let parse = |v: &Value| {
+        v.as_str()
+            .and_then(|s| s.trim().parse::<cdi_core::Quantity>().ok())
+    };
+    let limits: Vec<(String, cdi_core::Quantity)> = r["limits"]
+        .as_object()
+        .into_iter()
+        .flatten()
+        .filter_map(|(k, v)| parse(v).map(|q| (k.clone(), q)))
+        .collect();
+    for (k, q) in &limits {
+        if q.nanos() < 0 {
+            out.push(FieldError::invalid(
+                &format!("{path}.limits[{k}]"),
+                &q.to_string(),
+                "must be greater than or equal to 0",
+            ));
+        }
+    }
+    let req_path = format!("{path}.requests");
+    for (k, v) in r["requests"].as_object().into_iter().flatten() {
+        let Some(q) = parse(v) else { continue };
+        if q.nanos() < 0 {
+            out.push(FieldError::invalid(
+                &format!("{req_path}[{k}]"),
+                &q.to_string(),
+                "must be greater than or equal to 0",
+            ));
+        }
+        let Some((_, limit)) = limits.iter().find(|(l, _)| l == k) else {
+            continue;
+        };
+        if q.nanos() != limit.nanos() && !overcommit_allowed(k) {
+            out.push(FieldError::invalid(
+                &req_path,
+                &q.to_string(),
+                &format!("must be equal to {k} limit of {limit}"),
+            ));
+        } else if q.nanos() > limit.nanos() {
+            out.push(FieldError::invalid(
+                &req_path,
+                &q.to_string(),
+                &format!("must be less than or equal to {k} limit of {limit}"),
+            ));
+        }
+    }
+}
+
+const TAINT_EFFECTS: &[&str] = &["NoSchedule", "PreferNoSchedule", "NoExecute"];
+
+/// ValidateTolerations.
+fn tolerations(list: &Value, path: &str, out: &mut Vec<FieldError>) {
+    for (i, t) in list.as_array().into_iter().flatten().enumerate() {
+        let at = format!("{path}[{i}]");
+        let key = t["key"].as_str().unwrap_or("");
+        let op = t["operator"].as_str().unwrap_or("");
+        let effect = t["effect"].as_str().unwrap_or("");
+        let value = t["value"].as_str().unwrap_or("");
+        if !key.is_empty() {
+            for m in is_qualified_name(key) {
+                out.push(FieldError::invalid(&format!("{at}.key"), key, &m));
+            }
+        }
+        if key.is_empty() && op != "Exists" {
+            out.push(FieldError::invalid(
+                &format!("{at}.operator"),
+                op,
+                "operator must be Exists when `key` is empty, which means \"match all values and all keys\"",
+            ));
+        }
+        if !t["tolerationSeconds"].is_null() && effect != "NoExecute" {
+            out.push(FieldError::invalid(
+                &format!("{at}.effect"),
+                effect,
+                "effect must be 'NoExecute' when `tolerationSeconds` is set",
+            ));
+        }
+        match op {
+            "Equal" | "" => {
+                let errs = is_label_value(value);
+                if !errs.is_empty() {
+                    out.push(FieldError::invalid(
+                        &format!("{at}.operator"),
+                        value,
+                        &errs.join(";"),
+                    ));
+                }
+            }
+            "Exists" => {
+                if !value.is_empty() {
+                    // kube prints the whole toleration as the value; the value says enough.
+                    out.push(FieldError::invalid(
+                        &format!("{at}.operator"),
+                        value,
+                        "value must be empty when `operator` is 'Exists'",
+                    ));
+                }
+            }
+            other => out.push(FieldError::not_supported(
+                &format!("{at}.operator"),
+                BadValue::Str(other.into()),
+                &["Equal", "Exists"],
+            )),
+        }
+        if !effect.is_empty() && !TAINT_EFFECTS.contains(&effect) {
+            out.push(FieldError::not_supported(
+                &format!("{at}.effect"),
+                BadValue::Str(effect.into()),
+                TAINT_EFFECTS,
+            ));
+        }
+    }
+}
+
 /// validateContainerCommon (the parts the development cluster's kubelet relies on).
 fn container(c: &Value, volumes: &BTreeSet<String>, path: &str, out: &mut Vec<FieldError>) {
     let name = c["name"].as_str().unwrap_or("");
@@ -727,6 +946,8 @@ fn container(c: &Value, volumes: &BTreeSet<String>, path: &str, out: &mut Vec<Fi
         &format!("{path}.volumeMounts"),
         out,
     );
+    volume_devices(&c["volumeDevices"], &format!("{path}.volumeDevices"), out);
+    resource_requirements(&c["resources"], &format!("{path}.resources"), out);
 }
 
 /// ValidatePodSpec: volumes, containers, init containers.
@@ -745,6 +966,7 @@ pub fn pod_spec(spec: &Value, path: &str) -> Vec<FieldError> {
         if volumes.contains(name) {
             errs.push(FieldError::duplicate(&at, name));
         }
+        volume_item_paths(v, &format!("{path}.volumes[{i}]"), &mut errs);
         // A volume with errors is not one that mounts can name.
         if errs.is_empty() {
             volumes.insert(name.to_string());
@@ -779,6 +1001,20 @@ pub fn pod_spec(spec: &Value, path: &str) -> Vec<FieldError> {
             names.insert(name.to_string());
         }
     }
+    // ValidateLabels on the node selector.
+    for (k, v) in str_map(&spec["nodeSelector"]) {
+        for m in is_qualified_name(&k) {
+            out.push(FieldError::invalid(&format!("{path}.nodeSelector"), &k, &m));
+        }
+        for m in is_label_value(&v) {
+            out.push(FieldError::invalid(&format!("{path}.nodeSelector"), &v, &m));
+        }
+    }
+    tolerations(
+        &spec["tolerations"],
+        &format!("{path}.tolerations"),
+        &mut out,
+    );
     out
 }
 
