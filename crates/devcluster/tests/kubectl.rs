@@ -213,11 +213,11 @@ async fn kubectl_over_tls_trusts_the_written_ca() {
     );
 }
 
-/// kubectl's generators (`create namespace`, `create configmap`) send protobuf, which this server
-/// does not decode: it answers kube's 415 (client-go does not fall back to JSON), not a 400 about
-/// the body's characters.
+/// kubectl's generators send protobuf: `create namespace|configmap|secret|serviceaccount` are
+/// read; a kind this server cannot read as protobuf gets kube's 415 (client-go does not fall back
+/// to JSON on it) rather than a 400 about the body's bytes.
 #[tokio::test(flavor = "multi_thread")]
-async fn kubectl_protobuf_bodies_get_kubes_415() {
+async fn kubectl_create_generators_send_protobuf() {
     let server = ApiServer::new();
     let (addr, _task) = server.serve("127.0.0.1:0".parse().unwrap()).await.unwrap();
     let dir = tempfile::tempdir().unwrap();
@@ -228,31 +228,58 @@ async fn kubectl_protobuf_bodies_get_kubes_415() {
     )
     .unwrap();
     let k = Kubectl { kubeconfig };
-    for args in [
-        &["create", "namespace", "x"][..],
-        &["create", "configmap", "c", "--from-literal=a=b"],
-    ] {
-        let (ok, _, err) = k.run(args, None).await;
-        assert!(!ok);
-        assert!(
-            err.contains("the body of the request was in an unknown format - accepted media types include: application/json, application/yaml"),
-            "{args:?}: {err}"
-        );
-    }
-    // The same objects from a manifest go as JSON.
+    let out = k.ok(&["create", "namespace", "x"]).await;
+    assert!(out.contains("namespace/x created"), "{out}");
     let out = k
         .ok(&[
             "create",
             "configmap",
             "c",
             "--from-literal=a=b",
-            "--dry-run=client",
-            "-o",
-            "json",
+            "--from-literal=e=",
         ])
         .await;
-    let manifest = dir.path().join("cm.json");
-    std::fs::write(&manifest, out).unwrap();
-    let out = k.ok(&["create", "-f", manifest.to_str().unwrap()]).await;
     assert!(out.contains("configmap/c created"), "{out}");
+    let out = k
+        .ok(&["get", "configmap", "c", "-o", "jsonpath={.data}"])
+        .await;
+    assert_eq!(
+        serde_json::from_str::<serde_json::Value>(&out).unwrap(),
+        serde_json::json!({"a": "b", "e": ""})
+    );
+    let out = k
+        .ok(&[
+            "create",
+            "secret",
+            "generic",
+            "s",
+            "-n",
+            "x",
+            "--from-literal=p=secret",
+        ])
+        .await;
+    assert!(out.contains("secret/s created"), "{out}");
+    let out = k
+        .ok(&[
+            "get",
+            "secret",
+            "s",
+            "-n",
+            "x",
+            "-o",
+            "jsonpath={.type} {.data.p}",
+        ])
+        .await;
+    assert_eq!(out, "Opaque c2VjcmV0");
+    let out = k.ok(&["create", "serviceaccount", "sa"]).await;
+    assert!(out.contains("serviceaccount/sa created"), "{out}");
+
+    let (ok, _, err) = k
+        .run(&["create", "deployment", "d", "--image=i"], None)
+        .await;
+    assert!(!ok);
+    assert!(
+        err.contains("the body of the request was in an unknown format - accepted media types include: application/json, application/yaml"),
+        "{err}"
+    );
 }

@@ -5,6 +5,7 @@ pub mod decode;
 pub mod errors;
 pub mod openapi;
 pub mod patch;
+pub mod protobuf;
 pub mod registry;
 pub mod schema;
 pub mod selector;

@@ -635,9 +635,9 @@ async fn body_bytes(req: Request) -> ApiResult<Bytes> {
     Ok(Bytes::from(out))
 }
 
-/// A create's or update's body, in a media type the server decodes. kube-apiserver also takes
-/// protobuf and CBOR; this server answers those with kube's 415, on which client-go falls back
-/// to JSON.
+/// A create's or update's body, in a media type the server decodes: JSON, YAML, and protobuf for
+/// the kinds kubectl's generators send. Other media types get kube's 415 (client-go does not
+/// fall back to JSON on it).
 async fn read_object(req: Request) -> ApiResult<Value> {
     let media = req
         .headers()
@@ -649,6 +649,9 @@ async fn read_object(req: Request) -> ApiResult<Value> {
         .unwrap_or("")
         .trim()
         .to_ascii_lowercase();
+    if media == "application/vnd.kubernetes.protobuf" {
+        return super::protobuf::decode(&body_bytes(req).await?);
+    }
     if !matches!(media.as_str(), "" | "application/json" | "application/yaml") {
         return Err(ApiError::unsupported_media_type(
             "the body of the request was in an unknown format - accepted media types include: application/json, application/yaml",
@@ -1073,6 +1076,10 @@ fn admit(
     super::decode::decode(def, obj)?;
     if def.group.is_empty() && def.plural == "secrets" {
         fold_string_data(obj);
+        // SetDefaults_Secret.
+        if obj["type"].as_str().is_none_or(str::is_empty) {
+            obj["type"] = json!("Opaque");
+        }
     }
     if write == Write::Create {
         generate_name(obj);
