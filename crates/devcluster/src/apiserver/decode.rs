@@ -159,6 +159,21 @@ fn builtin(def: &ResourceDef) -> bool {
 /// Normalise `obj` as Go's decoding would and refuse it (400) where it does not decode into its
 /// kind's type.
 pub fn decode(def: &ResourceDef, obj: &mut Value) -> ApiResult<()> {
+    // Every kind's metadata is an ObjectMeta, custom resources' too (their schema leaves it to
+    // the server): a null label must not reach, nor a number break, a typed list of DataVolumes.
+    if let Some(Value::Object(meta)) = obj.get_mut("metadata") {
+        for key in ["labels", "annotations"] {
+            if let Some(Value::Object(map)) = meta.get_mut(key) {
+                fill_nulls(map, "");
+            }
+        }
+    }
+    if let Some(meta) = obj.get("metadata") {
+        serde_json::from_value::<k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta>(
+            meta.clone(),
+        )
+        .map_err(|e| decode_error(def, e))?;
+    }
     if !builtin(def) {
         return Ok(());
     }
