@@ -1263,6 +1263,46 @@ spec:
             .is_some_and(|p| p.len() == 17 && p.starts_with("importer-")),
         "{pod}"
     );
+
+    // Worker pod settings the API server refuses: the DataVolume says so, and imports once they
+    // are fixed.
+    let resources = |r: &str| {
+        kubectl(
+            &s.dir,
+            &[
+                "patch",
+                "cdiconfig",
+                "config",
+                "--type=merge",
+                "-p",
+                &format!(r#"{{"spec":{{"podResourceRequirements":{r}}}}}"#),
+            ],
+            None,
+        )
+    };
+    resources(r#"{"requests":{"cpu":"2"},"limits":{"cpu":"100m"}}"#);
+    wait_for("the refusing settings in status", 30, || {
+        get(&s.dir, "cdiconfig/config")
+            .filter(|c| c["status"]["defaultPodResourceRequirements"]["limits"]["cpu"] == "100m")
+    });
+    kubectl(
+        &s.dir,
+        &["apply", "-f", "-"],
+        Some(&data_volume("refused-pod", &url, "1Gi", "")),
+    );
+    let dv = wait_for("the refused pod explained", 60, || {
+        get(&s.dir, "dv/refused-pod")
+            .filter(|d| condition(d, "Running")["reason"] == "ErrCreatingPod")
+    });
+    let message = condition(&dv, "Running")["message"].to_string();
+    assert!(
+        message.contains("importer-refused-pod") && message.contains("cpu"),
+        "{message}"
+    );
+    resources("null");
+    wait_for("the import once the settings are fixed", 120, || {
+        get(&s.dir, "dv/refused-pod").filter(|d| phase(d) == "Succeeded")
+    });
     assert!(s.controller.alive(), "the controller died");
 }
 

@@ -132,6 +132,22 @@ async fn reconcile(claim: Arc<PersistentVolumeClaim>, ctx: Arc<Context>) -> Resu
                 tracing::info!(claim = %format!("{ns}/{name}"), pod = %pod_name, "created importer pod")
             }
             Err(kube::Error::Api(e)) if e.code == 409 => {}
+            Err(kube::Error::Api(e)) => {
+                // Refused (a bad CDIConfig resource setting, the CDI resource's placement): say so
+                // on the claim, whence it reaches the DataVolume's Running condition.
+                let message = format!(
+                    "the importer pod {pod_name} for claim {ns}/{name} was refused: {}; check \
+                     CDIConfig spec.podResourceRequirements and the CDI resource's spec.workload",
+                    e.message
+                );
+                let mut anns = BTreeMap::new();
+                anns.insert(ann::RUNNING_CONDITION.to_string(), "false".to_string());
+                anns.insert(ann::RUNNING_CONDITION_MESSAGE.to_string(), message.clone());
+                anns.insert(ann::RUNNING_CONDITION_REASON.to_string(), "ErrCreatingPod".into());
+                patch_annotations(&claims, &claim, &anns, &BTreeMap::new()).await?;
+                events::record(&ctx.client, claim.as_ref(), true, "ErrCreatingPod", &message).await;
+                return Err(kube::Error::Api(e).into());
+            }
             Err(e) => return Err(e.into()),
         }
         return Ok(Action::requeue(ctx.options.resync));
