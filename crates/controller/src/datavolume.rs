@@ -114,7 +114,8 @@ async fn create_claim(
         Err(e) => {
             return Ok(Some(Refusal {
                 reason: "ErrClaimNotRendered",
-                message: format!("DataVolume {ns}/{}: {e}", dv.name_any()),
+                // Render errors name the DataVolume themselves.
+                message: e.to_string(),
             }));
         }
     };
