@@ -594,6 +594,69 @@ async fn custom_resource_names_are_subdomains() {
     assert_eq!(body["details"]["group"], "cdi.kubevirt.io");
 }
 
+/// A custom resource's metadata is decoded as an ObjectMeta too: a null label becomes "", a
+/// number or a string where a map belongs is a 400, and typed lists of the kind keep working.
+#[tokio::test]
+async fn custom_resource_metadata_decodes_as_object_meta() {
+    use cdi_api::datavolume::DataVolume;
+    let server = ApiServer::new();
+    let crds: Api<CustomResourceDefinition> = Api::all(client(&server));
+    for crd in cdi_api::crd::crds() {
+        crds.create(&PostParams::default(), &crd).await.unwrap();
+    }
+    let http = Http::start(server.clone()).await;
+    let path = "/apis/cdi.kubevirt.io/v1beta1/namespaces/default/datavolumes";
+    let dv = |name: &str, meta: Value| {
+        let mut m = meta;
+        m["name"] = json!(name);
+        json!({"apiVersion": "cdi.kubevirt.io/v1beta1", "kind": "DataVolume", "metadata": m,
+            "spec": {"source": {"blank": {}}, "storage": {"resources": {"requests": {"storage": "1Gi"}}}}})
+    };
+    let (code, body) = http
+        .json(
+            "POST",
+            path,
+            &dv(
+                "nul",
+                json!({"labels": {"x": null}, "annotations": {"y": null}}),
+            ),
+        )
+        .await;
+    assert_eq!(code, 201, "{body}");
+    assert_eq!(body["metadata"]["labels"]["x"], "");
+    assert_eq!(body["metadata"]["annotations"]["y"], "");
+    for (name, meta) in [
+        ("num", json!({"labels": {"x": 5}})),
+        ("str", json!({"annotations": "str"})),
+    ] {
+        let (code, body) = http.json("POST", path, &dv(name, meta)).await;
+        assert_eq!(code, 400, "{body}");
+        assert!(
+            body["message"].as_str().unwrap().starts_with(
+                "DataVolume in version \"v1beta1\" cannot be handled as a DataVolume: "
+            ),
+            "{body}"
+        );
+    }
+    // A JSON patch bringing a null back is normalised the same way.
+    let (code, body) = http
+        .send(
+            "PATCH",
+            &format!("{path}/nul"),
+            Some((
+                "application/json-patch+json",
+                br#"[{"op":"add","path":"/metadata/labels","value":{"n":null}}]"#.to_vec(),
+            )),
+        )
+        .await;
+    assert_eq!(code, 200, "{body}");
+    let list = Api::<DataVolume>::namespaced(client(&server), "default")
+        .list(&Default::default())
+        .await
+        .unwrap();
+    assert_eq!(list.items.len(), 1);
+}
+
 #[tokio::test]
 async fn query_parameters_are_parsed_as_kube_parses_them() {
     let server = ApiServer::new();
@@ -1251,4 +1314,213 @@ async fn pods_kube_refuses_are_refused() {
         )
         .await;
     assert_eq!(code, 201, "{body}");
+}
+
+// --- storage classes, volumes and claims validated as kube validates them ----------------------
+
+const CLASSES: &str = "/apis/storage.k8s.io/v1/storageclasses";
+
+/// StorageClass: unsupported reclaim policies and binding modes are refused with kube's supported
+/// lists, absent ones default to Delete and Immediate, and provisioner, parameters and
+/// reclaimPolicy cannot change (volumeBindingMode is immutable).
+#[tokio::test]
+async fn storage_classes_kube_refuses_are_refused() {
+    let server = ApiServer::new();
+    let http = Http::start(server.clone()).await;
+    let class = |name: &str, extra: Value| {
+        let mut c = json!({"apiVersion": "storage.k8s.io/v1", "kind": "StorageClass",
+            "metadata": {"name": name}, "provisioner": "example.com/disk"});
+        c.as_object_mut()
+            .unwrap()
+            .extend(extra.as_object().unwrap().clone());
+        c
+    };
+    let (code, body) = http
+        .json(
+            "POST",
+            CLASSES,
+            &class(
+                "bogus",
+                json!({"reclaimPolicy": "Bogus", "volumeBindingMode": "Bogus"}),
+            ),
+        )
+        .await;
+    assert_eq!(code, 422, "{body}");
+    assert_eq!(
+        body["message"],
+        "StorageClass.storage.k8s.io \"bogus\" is invalid: [reclaimPolicy: Unsupported value: \"Bogus\": supported values: \"Delete\", \"Retain\", volumeBindingMode: Unsupported value: \"Bogus\": supported values: \"Immediate\", \"WaitForFirstConsumer\"]"
+    );
+    let (code, body) = http
+        .json(
+            "POST",
+            CLASSES,
+            &class("plain", json!({"parameters": {"a": "1"}})),
+        )
+        .await;
+    assert_eq!(code, 201, "{body}");
+    assert_eq!(body["reclaimPolicy"], "Delete");
+    assert_eq!(body["volumeBindingMode"], "Immediate");
+    // A re-apply that omits the defaulted fields changes nothing.
+    let (code, body) = http
+        .json(
+            "PUT",
+            &format!("{CLASSES}/plain"),
+            &class("plain", json!({"parameters": {"a": "1"}})),
+        )
+        .await;
+    assert_eq!(code, 200, "{body}");
+    let (code, body) = http
+        .json(
+            "PATCH",
+            &format!("{CLASSES}/plain"),
+            &json!({"provisioner": "other.io/x", "parameters": {"a": "2"},
+                "reclaimPolicy": "Retain", "volumeBindingMode": "WaitForFirstConsumer"}),
+        )
+        .await;
+    assert_eq!(code, 422, "{body}");
+    assert_eq!(
+        body["message"],
+        "StorageClass.storage.k8s.io \"plain\" is invalid: [parameters: Forbidden: updates to parameters are forbidden., provisioner: Forbidden: updates to provisioner are forbidden., reclaimPolicy: Forbidden: updates to reclaimPolicy are forbidden., volumeBindingMode: Invalid value: \"WaitForFirstConsumer\": field is immutable]"
+    );
+    // Metadata still changes (the default-class annotation).
+    let (code, body) = http
+        .json(
+            "PATCH",
+            &format!("{CLASSES}/plain"),
+            &json!({"metadata": {"annotations": {"storageclass.kubernetes.io/is-default-class": "true"}}}),
+        )
+        .await;
+    assert_eq!(code, 200, "{body}");
+}
+
+/// PersistentVolume: reclaim policy, access modes and capacity as ValidatePersistentVolumeSpec.
+#[tokio::test]
+async fn volumes_kube_refuses_are_refused() {
+    let server = ApiServer::new();
+    let http = Http::start(server.clone()).await;
+    let (code, body) = http
+        .json(
+            "POST",
+            "/api/v1/persistentvolumes",
+            &json!({"apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": "pv"},
+                "spec": {"persistentVolumeReclaimPolicy": "Bogus", "accessModes": ["ReadWriteAll"],
+                    "local": {"path": "/x"}}}),
+        )
+        .await;
+    assert_eq!(code, 422, "{body}");
+    assert_eq!(
+        body["message"],
+        "PersistentVolume \"pv\" is invalid: [spec.accessModes: Unsupported value: \"ReadWriteAll\": supported values: \"ReadOnlyMany\", \"ReadWriteMany\", \"ReadWriteOnce\", \"ReadWriteOncePod\", spec.capacity: Required value, spec.capacity: Unsupported value: core.ResourceList(nil): supported values: \"storage\", spec.persistentVolumeReclaimPolicy: Unsupported value: \"Bogus\": supported values: \"Delete\", \"Recycle\", \"Retain\"]"
+    );
+    let (code, body) = http
+        .json(
+            "POST",
+            "/api/v1/persistentvolumes",
+            &json!({"apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": "pv"},
+                "spec": {"capacity": {"storage": "1Gi"}, "local": {"path": "/x"}}}),
+        )
+        .await;
+    assert_eq!(code, 422, "{body}");
+    assert_eq!(
+        body["message"],
+        "PersistentVolume \"pv\" is invalid: spec.accessModes: Required value"
+    );
+}
+
+/// PersistentVolumeClaim: access modes required and supported, volume modes supported, data
+/// sources consistent; after creation the spec is immutable except what the PV controller
+/// (volumeName, once) and expansion (a bound claim's request) change.
+#[tokio::test]
+async fn claims_kube_refuses_are_refused() {
+    let server = ApiServer::new();
+    let http = Http::start(server.clone()).await;
+    let (code, body) = http
+        .json(
+            "POST",
+            PVCS,
+            &json!({"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": "c"},
+                "spec": {"volumeMode": "Raw", "resources": {"requests": {"storage": "1Gi"}},
+                    "dataSource": {"kind": "PersistentVolumeClaim", "name": "a"},
+                    "dataSourceRef": {"kind": "PersistentVolumeClaim", "name": "b"}}}),
+        )
+        .await;
+    assert_eq!(code, 422, "{body}");
+    assert_eq!(
+        body["message"],
+        "PersistentVolumeClaim \"c\" is invalid: [spec.accessModes: Required value: at least 1 access mode is required, spec.volumeMode: Unsupported value: \"Raw\": supported values: \"Block\", \"Filesystem\", spec: Invalid value: \"spec.dataSource\": must match dataSourceRef]"
+    );
+    let (code, body) = http
+        .json("POST", PVCS, &claim("c", json!({"storage": "1Gi"})))
+        .await;
+    assert_eq!(code, 201, "{body}");
+    assert_eq!(body["spec"]["volumeMode"], "Filesystem");
+    let at = format!("{PVCS}/c");
+    // Any spec change of an unbound claim, the storage request included.
+    for change in [
+        json!({"spec": {"accessModes": ["ReadWriteMany"]}}),
+        json!({"spec": {"resources": {"requests": {"storage": "2Gi"}}}}),
+    ] {
+        let (code, body) = http.json("PATCH", &at, &change).await;
+        assert_eq!(code, 422, "{body}");
+        assert_eq!(
+            body["message"],
+            "PersistentVolumeClaim \"c\" is invalid: spec: Forbidden: spec is immutable after creation except resources.requests and volumeAttributesClassName for bound claims"
+        );
+    }
+    let (code, body) = http
+        .json("PATCH", &at, &json!({"spec": {"volumeMode": "Block"}}))
+        .await;
+    assert_eq!(code, 422, "{body}");
+    assert_eq!(
+        body["message"],
+        "PersistentVolumeClaim \"c\" is invalid: [spec: Forbidden: spec is immutable after creation except resources.requests and volumeAttributesClassName for bound claims, volumeMode: Invalid value: \"Block\": field is immutable]"
+    );
+    // The same request written differently is no change; metadata changes freely.
+    let (code, body) = http
+        .json(
+            "PATCH",
+            &at,
+            &json!({"metadata": {"labels": {"a": "b"}, "finalizers": ["x/y"]},
+                "spec": {"resources": {"requests": {"storage": "1024Mi"}}}}),
+        )
+        .await;
+    assert_eq!(code, 200, "{body}");
+    // The PV controller binds: volumeName once, then never again.
+    let (code, body) = http
+        .json("PATCH", &at, &json!({"spec": {"volumeName": "pv-1"}}))
+        .await;
+    assert_eq!(code, 200, "{body}");
+    let (code, body) = http
+        .json("PATCH", &at, &json!({"spec": {"volumeName": "pv-2"}}))
+        .await;
+    assert_eq!(code, 422, "{body}");
+    // A bound claim's request may change; below status.capacity it may not.
+    let (code, body) = http
+        .json(
+            "PATCH",
+            &format!("{at}/status"),
+            &json!({"status": {"phase": "Bound", "capacity": {"storage": "1Gi"}}}),
+        )
+        .await;
+    assert_eq!(code, 200, "{body}");
+    let (code, body) = http
+        .json(
+            "PATCH",
+            &at,
+            &json!({"spec": {"resources": {"requests": {"storage": "512Mi"}}}}),
+        )
+        .await;
+    assert_eq!(code, 422, "{body}");
+    assert_eq!(
+        body["message"],
+        "PersistentVolumeClaim \"c\" is invalid: spec.resources.requests.storage: Forbidden: field can not be less than status.capacity"
+    );
+    let (code, body) = http
+        .json(
+            "PATCH",
+            &at,
+            &json!({"metadata": {"finalizers": null}, "spec": {"resources": {"requests": {"storage": "1Gi"}}}}),
+        )
+        .await;
+    assert_eq!(code, 200, "{body}");
 }

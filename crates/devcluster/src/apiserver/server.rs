@@ -1081,6 +1081,22 @@ fn admit(
             obj["type"] = json!("Opaque");
         }
     }
+    if write != Write::Status {
+        match (def.group.as_str(), def.plural.as_str()) {
+            ("storage.k8s.io", "storageclasses") => {
+                super::validation::default_storage_class(obj);
+            }
+            // SetDefaults_PersistentVolumeClaimSpec.
+            ("", "persistentvolumeclaims") => {
+                if let Some(spec) = obj["spec"].as_object_mut()
+                    && spec.get("volumeMode").is_none_or(Value::is_null)
+                {
+                    spec.insert("volumeMode".into(), json!("Filesystem"));
+                }
+            }
+            _ => {}
+        }
+    }
     if write == Write::Create {
         generate_name(obj);
     }
@@ -1182,17 +1198,31 @@ fn expandable_classes(store: &Store, def: &ResourceDef) -> BTreeSet<String> {
         .collect()
 }
 
-/// Rules kube-apiserver applies to changes of existing objects. Claims: the requested size of a
-/// bound claim may grow only when its class has `allowVolumeExpansion` (the
-/// PersistentVolumeClaimResize admission plugin) and may shrink, but not below `status.capacity`
-/// (RecoverVolumeExpansionFailure, on by default in 1.33); an unbound claim's request is fixed.
+/// Rules kube-apiserver applies to changes of existing objects, all failures in one 422
+/// (ValidateStorageClassUpdate, ValidatePersistentVolumeClaimUpdate). Then, for claims, the
+/// PersistentVolumeClaimResize admission plugin: a bound claim's request may grow only when its
+/// class has `allowVolumeExpansion`.
 fn validate_update(
     def: &ResourceDef,
     expandable: &BTreeSet<String>,
     current: &Value,
     next: &Value,
 ) -> ApiResult<()> {
-    if !is_claims(def) {
+    use super::validation::{FieldError, claim_update, storage_class_update};
+    let errors = match (def.group.as_str(), def.plural.as_str()) {
+        ("storage.k8s.io", "storageclasses") => storage_class_update(current, next),
+        ("", "persistentvolumeclaims") => claim_update(current, next),
+        _ => return Ok(()),
+    };
+    let name = current["metadata"]["name"].as_str().unwrap_or("");
+    if !errors.is_empty() {
+        return Err(ApiError::invalid(
+            &qualified_kind(def),
+            name,
+            errors.iter().map(FieldError::cause).collect(),
+        ));
+    }
+    if !is_claims(def) || current["status"]["phase"] != "Bound" {
         return Ok(());
     }
     let size = |v: &Value| {
@@ -1201,42 +1231,11 @@ fn validate_update(
             .map(|q| q.milli_value())
     };
     let path = |o: &Value| o["spec"]["resources"]["requests"]["storage"].clone();
-    let (old, new) = (size(&path(current)), size(&path(next)));
-    let (Some(old), Some(new)) = (old, new) else {
+    let (Some(old), Some(new)) = (size(&path(current)), size(&path(next))) else {
         return Ok(());
     };
-    if old == new {
-        return Ok(());
-    }
-    let name = current["metadata"]["name"].as_str().unwrap_or("");
-    if current["status"]["phase"] != "Bound" {
-        return Err(ApiError::invalid(
-            "PersistentVolumeClaim",
-            name,
-            vec![(
-                "spec".into(),
-                "Forbidden: spec is immutable after creation except resources.requests and \
-                 volumeAttributesClassName for bound claims"
-                    .into(),
-            )],
-        ));
-    }
-    if new < old {
-        let capacity = size(&current["status"]["capacity"]["storage"]).unwrap_or(0);
-        if new < capacity {
-            return Err(ApiError::invalid(
-                "PersistentVolumeClaim",
-                name,
-                vec![(
-                    "spec.resources.requests.storage".into(),
-                    "Forbidden: field can not be less than status.capacity".into(),
-                )],
-            ));
-        }
-        return Ok(());
-    }
     let class = current["spec"]["storageClassName"].as_str().unwrap_or("");
-    if !expandable.contains(class) {
+    if new > old && !expandable.contains(class) {
         return Err(ApiError::forbidden(format!(
             "persistentvolumeclaims \"{name}\" is forbidden: only dynamically provisioned pvc \
              can be resized and the storageclass that provisions the pvc must support resize"

@@ -93,6 +93,10 @@ impl FieldError {
         )
     }
 
+    pub fn forbidden(field: &str, detail: &str) -> Self {
+        Self::new(ErrorType::Forbidden, field, BadValue::Omitted, detail)
+    }
+
     pub fn required(field: &str, detail: &str) -> Self {
         Self::new(ErrorType::Required, field, BadValue::Omitted, detail)
     }
@@ -1077,24 +1081,452 @@ pub fn secret(obj: &Value) -> Vec<FieldError> {
     out
 }
 
-/// ValidatePersistentVolumeClaimSpec's storage request: present and greater than zero (decoding
-/// made sure it is a quantity). kube's path keys `resources`, not `resources.requests`.
-pub fn claim_spec(spec: &Value, path: &str) -> Vec<FieldError> {
-    let at = format!("{path}.resources[storage]");
-    let Some(storage) = spec["resources"]["requests"].get("storage") else {
-        return vec![FieldError::required(&at, "")];
-    };
-    let text = storage.as_str().unwrap_or_default();
-    match text.trim().parse::<cdi_core::Quantity>() {
-        Ok(q) if q.nanos() > 0 => Vec::new(),
-        Ok(q) => vec![FieldError::invalid(
-            &at,
-            &q.to_string(),
-            "must be greater than zero",
-        )],
-        // Not reached after decoding; refused all the same.
-        Err(e) => vec![FieldError::invalid(&at, text, &e.to_string())],
+/// kube's supported access modes, volume modes and reclaim policies (`sets.List`, sorted).
+pub const ACCESS_MODES: &[&str] = &[
+    "ReadOnlyMany",
+    "ReadWriteMany",
+    "ReadWriteOnce",
+    "ReadWriteOncePod",
+];
+const VOLUME_MODES: &[&str] = &["Block", "Filesystem"];
+const PV_RECLAIM_POLICIES: &[&str] = &["Delete", "Recycle", "Retain"];
+const CLASS_RECLAIM_POLICIES: &[&str] = &["Delete", "Retain"];
+const BINDING_MODES: &[&str] = &["Immediate", "WaitForFirstConsumer"];
+
+/// The access modes of a claim or volume spec: required, each supported, ReadWriteOncePod alone.
+fn access_modes(spec: &Value, path: &str, required: &str, out: &mut Vec<FieldError>) {
+    let at = format!("{path}.accessModes");
+    let modes: Vec<&str> = spec["accessModes"]
+        .as_array()
+        .map(|a| a.iter().map(|m| m.as_str().unwrap_or("")).collect())
+        .unwrap_or_default();
+    if modes.is_empty() {
+        out.push(FieldError::required(&at, required));
     }
+    let (mut rwop, mut other) = (false, false);
+    for mode in modes {
+        if !ACCESS_MODES.contains(&mode) {
+            out.push(FieldError::not_supported(
+                &at,
+                BadValue::Str(mode.into()),
+                ACCESS_MODES,
+            ));
+        } else if mode == "ReadWriteOncePod" {
+            rwop = true;
+        } else {
+            other = true;
+        }
+    }
+    if rwop && other {
+        out.push(FieldError::forbidden(
+            &at,
+            "may not use ReadWriteOncePod with other access modes",
+        ));
+    }
+}
+
+fn volume_mode(spec: &Value, path: &str, out: &mut Vec<FieldError>) {
+    if let Some(mode) = spec["volumeMode"].as_str()
+        && !VOLUME_MODES.contains(&mode)
+    {
+        out.push(FieldError::not_supported(
+            &format!("{path}.volumeMode"),
+            BadValue::Str(mode.into()),
+            VOLUME_MODES,
+        ));
+    }
+}
+
+/// validateDataSource / validateDataSourceRef.
+fn data_source(source: &Value, path: &str, out: &mut Vec<FieldError>) {
+    let name = source["name"].as_str().unwrap_or("");
+    let kind = source["kind"].as_str().unwrap_or("");
+    if name.is_empty() {
+        out.push(FieldError::required(&format!("{path}.name"), ""));
+    }
+    if kind.is_empty() {
+        out.push(FieldError::required(&format!("{path}.kind"), ""));
+    }
+    let group = source["apiGroup"].as_str().unwrap_or("");
+    if group.is_empty() && kind != "PersistentVolumeClaim" {
+        out.push(FieldError::invalid(
+            path,
+            kind,
+            "must be 'PersistentVolumeClaim' when referencing the default apiGroup",
+        ));
+    }
+    if !group.is_empty() {
+        for msg in is_dns1123_subdomain(group) {
+            out.push(FieldError::invalid(
+                &format!("{path}.apiGroup"),
+                group,
+                &msg,
+            ));
+        }
+    }
+}
+
+/// ValidatePersistentVolumeClaimSpec: access modes, the storage request (present and greater
+/// than zero; decoding made sure it is a quantity; kube's path keys `resources`, not
+/// `resources.requests`), volume mode, and the data sources.
+pub fn claim_spec(spec: &Value, path: &str) -> Vec<FieldError> {
+    let mut out = Vec::new();
+    access_modes(spec, path, "at least 1 access mode is required", &mut out);
+    let at = format!("{path}.resources[storage]");
+    match spec["resources"]["requests"].get("storage") {
+        None => out.push(FieldError::required(&at, "")),
+        Some(storage) => {
+            let text = storage.as_str().unwrap_or_default();
+            match text.trim().parse::<cdi_core::Quantity>() {
+                Ok(q) if q.nanos() > 0 => {}
+                Ok(q) => out.push(FieldError::invalid(
+                    &at,
+                    &q.to_string(),
+                    "must be greater than zero",
+                )),
+                // Not reached after decoding; refused all the same.
+                Err(e) => out.push(FieldError::invalid(&at, text, &e.to_string())),
+            }
+        }
+    }
+    volume_mode(spec, path, &mut out);
+    let (source, reference) = (&spec["dataSource"], &spec["dataSourceRef"]);
+    if source.is_object() {
+        data_source(source, &format!("{path}.dataSource"), &mut out);
+    }
+    if reference.is_object() {
+        data_source(reference, &format!("{path}.dataSourceRef"), &mut out);
+    }
+    let namespaced_ref = reference["namespace"]
+        .as_str()
+        .is_some_and(|n| !n.is_empty());
+    if reference.is_object() && namespaced_ref {
+        if source.is_object() {
+            out.push(FieldError::invalid(
+                path,
+                &format!("{path}.dataSource"),
+                "may not be specified when dataSourceRef.namespace is specified",
+            ));
+        }
+    } else if source.is_object() && reference.is_object() {
+        let same = source["apiGroup"].as_str() == reference["apiGroup"].as_str()
+            && source["kind"].as_str().unwrap_or("") == reference["kind"].as_str().unwrap_or("")
+            && source["name"].as_str().unwrap_or("") == reference["name"].as_str().unwrap_or("");
+        if !same {
+            out.push(FieldError::invalid(
+                path,
+                &format!("{path}.dataSource"),
+                "must match dataSourceRef",
+            ));
+        }
+    }
+    out
+}
+
+/// ValidatePersistentVolumeSpec's access modes, capacity, reclaim policy and volume mode.
+pub fn persistent_volume(obj: &Value) -> Vec<FieldError> {
+    let spec = &obj["spec"];
+    let mut out = Vec::new();
+    access_modes(spec, "spec", "", &mut out);
+    let capacity = spec["capacity"].as_object();
+    let keys: Vec<&String> = capacity.map(|c| c.keys().collect()).unwrap_or_default();
+    if keys.is_empty() {
+        out.push(FieldError::required("spec.capacity", ""));
+    }
+    if !keys.iter().any(|k| *k == "storage") || keys.len() > 1 {
+        // Go's `%#v` of the ResourceList (quantities elided).
+        let shown = if keys.is_empty() {
+            "core.ResourceList(nil)".to_string()
+        } else {
+            let entries: Vec<String> = keys
+                .iter()
+                .map(|k| format!("{}:resource.Quantity{{...}}", go_quote(k)))
+                .collect();
+            format!("core.ResourceList{{{}}}", entries.join(", "))
+        };
+        out.push(FieldError::not_supported(
+            "spec.capacity",
+            BadValue::Raw(shown),
+            &["storage"],
+        ));
+    }
+    for (key, value) in capacity.into_iter().flatten() {
+        let at = format!("spec.capacity[{key}]");
+        if let Some(q) = value
+            .as_str()
+            .and_then(|t| t.trim().parse::<cdi_core::Quantity>().ok())
+            && q.nanos() <= 0
+        {
+            out.push(FieldError::invalid(
+                &at,
+                &q.to_string(),
+                "must be greater than zero",
+            ));
+        }
+    }
+    if let Some(policy) = spec["persistentVolumeReclaimPolicy"].as_str()
+        && !policy.is_empty()
+        && !PV_RECLAIM_POLICIES.contains(&policy)
+    {
+        out.push(FieldError::not_supported(
+            "spec.persistentVolumeReclaimPolicy",
+            BadValue::Str(policy.into()),
+            PV_RECLAIM_POLICIES,
+        ));
+    }
+    volume_mode(spec, "spec", &mut out);
+    out
+}
+
+const MAX_PARAMETERS: usize = 512;
+const MAX_PARAMETERS_SIZE: usize = 256 * (1 << 10);
+
+/// ValidateStorageClass: provisioner, parameters, reclaim policy and binding mode (after
+/// SetDefaults_StorageClass, so an absent policy or mode is Delete or Immediate).
+pub fn storage_class(obj: &Value) -> Vec<FieldError> {
+    let mut out = Vec::new();
+    let provisioner = obj["provisioner"].as_str().unwrap_or("");
+    if provisioner.is_empty() {
+        out.push(FieldError::required("provisioner", ""));
+    } else {
+        let lower = provisioner.to_lowercase();
+        for msg in is_qualified_name(&lower) {
+            out.push(FieldError::invalid("provisioner", &lower, &msg));
+        }
+    }
+    if let Some(params) = obj["parameters"].as_object() {
+        if params.len() > MAX_PARAMETERS {
+            out.push(FieldError::too_long("parameters", MAX_PARAMETERS));
+        } else {
+            let mut total = 0;
+            for (k, v) in params {
+                if k.is_empty() {
+                    out.push(FieldError::invalid(
+                        "parameters",
+                        k,
+                        "field can not be empty.",
+                    ));
+                }
+                total += k.len() + v.as_str().map_or(0, str::len);
+            }
+            if total > MAX_PARAMETERS_SIZE {
+                out.push(FieldError::too_long("parameters", MAX_PARAMETERS_SIZE));
+            }
+        }
+    }
+    if let Some(policy) = obj["reclaimPolicy"].as_str()
+        && !policy.is_empty()
+        && !CLASS_RECLAIM_POLICIES.contains(&policy)
+    {
+        out.push(FieldError::not_supported(
+            "reclaimPolicy",
+            BadValue::Str(policy.into()),
+            CLASS_RECLAIM_POLICIES,
+        ));
+    }
+    match obj["volumeBindingMode"].as_str() {
+        None => out.push(FieldError::required("volumeBindingMode", "")),
+        Some(mode) if !BINDING_MODES.contains(&mode) => out.push(FieldError::not_supported(
+            "volumeBindingMode",
+            BadValue::Str(mode.into()),
+            BINDING_MODES,
+        )),
+        Some(_) => {}
+    }
+    out
+}
+
+/// SetDefaults_StorageClass: reclaimPolicy Delete, volumeBindingMode Immediate.
+pub fn default_storage_class(obj: &mut Value) {
+    let Some(map) = obj.as_object_mut() else {
+        return;
+    };
+    for (key, value) in [
+        ("reclaimPolicy", "Delete"),
+        ("volumeBindingMode", "Immediate"),
+    ] {
+        if map.get(key).is_none_or(Value::is_null) {
+            map.insert(key.into(), Value::String(value.into()));
+        }
+    }
+}
+
+/// ValidateStorageClassUpdate: provisioner, parameters and reclaimPolicy may not change;
+/// volumeBindingMode is immutable.
+pub fn storage_class_update(old: &Value, new: &Value) -> Vec<FieldError> {
+    let mut out = Vec::new();
+    let params = |v: &Value| match &v["parameters"] {
+        Value::Object(m) if !m.is_empty() => Some(m.clone()),
+        _ => None,
+    };
+    if params(old) != params(new) {
+        out.push(FieldError::forbidden(
+            "parameters",
+            "updates to parameters are forbidden.",
+        ));
+    }
+    if old["provisioner"].as_str().unwrap_or("") != new["provisioner"].as_str().unwrap_or("") {
+        out.push(FieldError::forbidden(
+            "provisioner",
+            "updates to provisioner are forbidden.",
+        ));
+    }
+    if old["reclaimPolicy"].as_str().unwrap_or("") != new["reclaimPolicy"].as_str().unwrap_or("") {
+        out.push(FieldError::forbidden(
+            "reclaimPolicy",
+            "updates to reclaimPolicy are forbidden.",
+        ));
+    }
+    if old["volumeBindingMode"].as_str() != new["volumeBindingMode"].as_str() {
+        out.push(FieldError::invalid(
+            "volumeBindingMode",
+            new["volumeBindingMode"].as_str().unwrap_or("null"),
+            "field is immutable",
+        ));
+    }
+    out
+}
+
+/// A spec as apiequality.Semantic compares it: nulls, empty lists and empty maps dropped,
+/// quantities under `resources` reduced to their values.
+fn semantic(v: &Value) -> Value {
+    match v {
+        Value::Object(m) => Value::Object(
+            m.iter()
+                .filter(|(_, v)| !is_empty_value(v))
+                .map(|(k, v)| (k.clone(), semantic(v)))
+                .collect(),
+        ),
+        Value::Array(a) => Value::Array(a.iter().map(semantic).collect()),
+        other => other.clone(),
+    }
+}
+
+fn is_empty_value(v: &Value) -> bool {
+    match v {
+        Value::Null => true,
+        Value::Array(a) => a.is_empty(),
+        Value::Object(m) => m.is_empty(),
+        _ => false,
+    }
+}
+
+fn quantities(resources: &mut Value) {
+    for part in ["requests", "limits"] {
+        if let Some(map) = resources[part].as_object_mut() {
+            for q in map.values_mut() {
+                if let Some(parsed) = q
+                    .as_str()
+                    .and_then(|t| t.trim().parse::<cdi_core::Quantity>().ok())
+                {
+                    *q = Value::String(parsed.nanos().to_string());
+                }
+            }
+        }
+    }
+}
+
+const BETA_CLASS: &str = "volume.beta.kubernetes.io/storage-class";
+
+/// ValidatePersistentVolumeClaimUpdate's immutability rules (the spec's own rules are checked by
+/// `claim_spec` on every write): volumeName may be set once, storageClassName may be set from
+/// nil (or from the beta annotation), a bound claim's storage request may change (not below
+/// status.capacity), volumeAttributesClassName may change; nothing else in the spec may.
+pub fn claim_update(old: &Value, new: &Value) -> Vec<FieldError> {
+    let mut out = Vec::new();
+    let (mut old_spec, mut new_spec) = (old["spec"].clone(), new["spec"].clone());
+    if !old_spec.is_object() {
+        old_spec = Value::Object(Default::default());
+    }
+    if !new_spec.is_object() {
+        new_spec = Value::Object(Default::default());
+    }
+    let set = |spec: &mut Value, key: &str, value: Value| {
+        if let Some(map) = spec.as_object_mut() {
+            map.insert(key.into(), value);
+        }
+    };
+    if old["spec"]["volumeName"].as_str().unwrap_or("").is_empty() {
+        set(
+            &mut old_spec,
+            "volumeName",
+            new["spec"]["volumeName"].clone(),
+        );
+    }
+    let old_annotation = old["metadata"]["annotations"][BETA_CLASS].as_str();
+    let new_annotation = new["metadata"]["annotations"][BETA_CLASS].as_str();
+    let old_class = old["spec"]["storageClassName"].as_str();
+    let new_class = new["spec"]["storageClassName"].as_str();
+    let from_annotation = old_annotation.is_some()
+        && old_class.is_none()
+        && new_class.is_some()
+        && new_class == old_annotation
+        && (new_annotation.is_none() || new_annotation == old_annotation);
+    if from_annotation {
+        set(&mut new_spec, "storageClassName", Value::Null);
+    } else {
+        if new_annotation != old_annotation {
+            out.push(FieldError::invalid(
+                &format!("metadata.annotations.{BETA_CLASS}"),
+                new_annotation.unwrap_or(""),
+                "field is immutable",
+            ));
+        }
+        if new_class.is_some()
+            && old_class.is_none()
+            && (old_annotation.is_none() || new_class == old_annotation)
+        {
+            set(&mut new_spec, "storageClassName", Value::Null);
+        }
+    }
+    let bound = old["status"]["phase"] == "Bound";
+    if bound && new_spec["resources"]["requests"].is_object() {
+        new_spec["resources"]["requests"]["storage"] =
+            old["spec"]["resources"]["requests"]["storage"].clone();
+    }
+    set(
+        &mut new_spec,
+        "volumeAttributesClassName",
+        old_spec["volumeAttributesClassName"].clone(),
+    );
+    for spec in [&mut old_spec, &mut new_spec] {
+        if spec["resources"].is_object() {
+            quantities(&mut spec["resources"]);
+        }
+    }
+    if semantic(&old_spec) != semantic(&new_spec) {
+        out.push(FieldError::forbidden(
+            "spec",
+            "spec is immutable after creation except resources.requests and \
+             volumeAttributesClassName for bound claims",
+        ));
+    }
+    let size = |v: &Value| {
+        v.as_str()
+            .and_then(|s| s.trim().parse::<cdi_core::Quantity>().ok())
+            .map_or(0, |q| q.nanos())
+    };
+    let old_size = size(&old["spec"]["resources"]["requests"]["storage"]);
+    let new_size = size(&new["spec"]["resources"]["requests"]["storage"]);
+    let capacity = size(&old["status"]["capacity"]["storage"]);
+    if new_size < old_size && new_size <= capacity {
+        out.push(FieldError::forbidden(
+            "spec.resources.requests.storage",
+            "field can not be less than status.capacity",
+        ));
+    }
+    let (old_mode, new_mode) = (
+        old["spec"]["volumeMode"].as_str(),
+        new["spec"]["volumeMode"].as_str(),
+    );
+    if old_mode != new_mode {
+        out.push(FieldError::invalid(
+            "volumeMode",
+            new_mode.unwrap_or("null"),
+            "field is immutable",
+        ));
+    }
+    out
 }
 
 /// Everything checked on a create (after name generation) or an update of `obj`.
@@ -1106,6 +1538,8 @@ pub fn validate(def: &ResourceDef, obj: &Value, create: bool) -> Vec<FieldError>
     match (def.group.as_str(), def.plural.as_str()) {
         ("", "pods") => errs.extend(pod_spec(&obj["spec"], "spec")),
         ("", "persistentvolumeclaims") => errs.extend(claim_spec(&obj["spec"], "spec")),
+        ("", "persistentvolumes") => errs.extend(persistent_volume(obj)),
+        ("storage.k8s.io", "storageclasses") => errs.extend(storage_class(obj)),
         ("", "configmaps") => errs.extend(config_map(obj)),
         ("", "secrets") => errs.extend(secret(obj)),
         _ => {}
