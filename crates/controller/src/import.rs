@@ -143,9 +143,19 @@ async fn reconcile(claim: Arc<PersistentVolumeClaim>, ctx: Arc<Context>) -> Resu
                 let mut anns = BTreeMap::new();
                 anns.insert(ann::RUNNING_CONDITION.to_string(), "false".to_string());
                 anns.insert(ann::RUNNING_CONDITION_MESSAGE.to_string(), message.clone());
-                anns.insert(ann::RUNNING_CONDITION_REASON.to_string(), "ErrCreatingPod".into());
+                anns.insert(
+                    ann::RUNNING_CONDITION_REASON.to_string(),
+                    "ErrCreatingPod".into(),
+                );
                 patch_annotations(&claims, &claim, &anns, &BTreeMap::new()).await?;
-                events::record(&ctx.client, claim.as_ref(), true, "ErrCreatingPod", &message).await;
+                events::record(
+                    &ctx.client,
+                    claim.as_ref(),
+                    true,
+                    "ErrCreatingPod",
+                    &message,
+                )
+                .await;
                 return Err(kube::Error::Api(e).into());
             }
             Err(e) => return Err(e.into()),
