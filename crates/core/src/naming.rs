@@ -64,6 +64,16 @@ pub fn label_name(resource_name: &str) -> String {
     name_with_max(&base, "cdi", MAX_LABEL)
 }
 
+/// An Event's name: `<object>.<suffix>`, as kube's recorder names them (the suffix is the time in
+/// hex, or a reason), with the object's name cut so that the whole stays a valid object name: a
+/// generateName ending in "." is not one, and a 253-character object would get no events at all.
+pub fn event_name(object: &str, suffix: &str) -> String {
+    let head = prefix(object, MAX_NAME.saturating_sub(suffix.len() + 1));
+    let head = head.trim_end_matches(['-', '.']);
+    let head = if head.is_empty() { "event" } else { head };
+    format!("{head}.{suffix}")
+}
+
 /// Whether `name` is a valid object name (a lowercase RFC 1123 subdomain), so a name read from an
 /// annotation anyone can write is used only when the API server could hold such an object.
 pub fn is_object_name(name: &str) -> bool {
@@ -131,6 +141,19 @@ mod tests {
             &"x".repeat(254),
         ] {
             assert!(!is_object_name(bad), "{bad}");
+        }
+    }
+
+    #[test]
+    fn event_names_are_valid_names() {
+        let long = format!("{}-{}", "d".repeat(233), "e".repeat(30));
+        let name = event_name(&long, "provisioningfailed");
+        assert!(name.len() <= MAX_NAME, "{name}");
+        assert!(name.ends_with("d.provisioningfailed"), "{name}");
+        assert_eq!(event_name("disk", "abc"), "disk.abc");
+        for object in ["disk", &"a".repeat(253), &format!("{}-b", "a".repeat(234))] {
+            let name = event_name(object, "18ed1541b3abac4f");
+            assert!(is_object_name(&name), "{name}");
         }
     }
 

@@ -43,15 +43,6 @@ pub(crate) fn short_hash(text: &str) -> String {
         .collect()
 }
 
-/// The longest prefix of `text` of at most `max` bytes, cut at a character boundary.
-fn prefix(text: &str, max: usize) -> &str {
-    let mut end = max.min(text.len());
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    &text[..end]
-}
-
 /// `text` made to fit `max` bytes: unchanged when it does, else a readable prefix and the
 /// hash of the whole, so two long names that share the prefix still differ.
 pub(crate) fn fit(text: &str, max: usize) -> String {
@@ -59,18 +50,13 @@ pub(crate) fn fit(text: &str, max: usize) -> String {
         return text.to_string();
     }
     let hash = short_hash(text);
-    format!("{}-{hash}", prefix(text, max - hash.len() - 1))
+    format!(
+        "{}-{hash}",
+        cdi_core::naming::prefix(text, max - hash.len() - 1)
+    )
 }
 
-/// An Event's name: `<object>.<suffix>`, as kube's recorder names them, with the object's
-/// name cut so that the whole stays a valid object name (a DNS subdomain: 253 characters, no
-/// `-` or `.` before the dot).
-pub(crate) fn event_name(object: &str, suffix: &str) -> String {
-    let head = prefix(object, 253usize.saturating_sub(suffix.len() + 1));
-    let head = head.trim_end_matches(['-', '.']);
-    let head = if head.is_empty() { "event" } else { head };
-    format!("{head}.{suffix}")
-}
+pub(crate) use cdi_core::naming::event_name;
 
 /// A suffix for an event that is new each time: the time in nanoseconds, in hex, as kube's
 /// recorder uses, and never the same twice in this process.
@@ -179,11 +165,6 @@ mod tests {
         assert!(fit(&"é".repeat(200), 255).len() <= 255);
         assert_eq!(short_hash("abc"), "ba7816bf8f01cfea", "SHA-256 of \"abc\"");
 
-        let long = format!("{}-{}", "d".repeat(233), "e".repeat(30));
-        let name = event_name(&long, "provisioningfailed");
-        assert!(name.len() <= 253, "{name}");
-        assert!(name.ends_with("d.provisioningfailed"), "{name}");
-        assert_eq!(event_name("disk", "abc"), "disk.abc");
         assert_ne!(unique_suffix(), unique_suffix());
     }
 }
