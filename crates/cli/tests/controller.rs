@@ -84,6 +84,28 @@ volumeBindingMode: WaitForFirstConsumer
 reclaimPolicy: Delete
 "#;
 
+/// A DataVolume of 1Gi on the seed's class with `source` as written (a YAML flow mapping, or
+/// nothing for none).
+fn data_volume_from(name: &str, source: &str) -> String {
+    let source = if source.is_empty() {
+        String::new()
+    } else {
+        format!("\n  source: {source}")
+    };
+    format!(
+        r#"
+apiVersion: cdi.kubevirt.io/v1beta1
+kind: DataVolume
+metadata: {{name: {name}}}
+spec:{source}
+  pvc:
+    storageClassName: local-path-wffc
+    accessModes: [ReadWriteOnce]
+    resources: {{requests: {{storage: 1Gi}}}}
+"#
+    )
+}
+
 fn data_volume(name: &str, url: &str, size: &str, extra_annotations: &str) -> String {
     format!(
         r#"
@@ -473,19 +495,12 @@ async fn failures_say_why_and_fatal_ones_stop() {
     let (server, _) = serve_image(s._tmp.path(), 64 * MIB, false).await;
     let good = server.url("/disk.qcow2");
     let missing = server.url("/missing.qcow2");
-    let checksum = format!(
-        r#"
-apiVersion: cdi.kubevirt.io/v1beta1
-kind: DataVolume
-metadata: {{name: bad-sum}}
-spec:
-  source: {{http: {{url: "{good}", checksum: "sha256:{}"}}}}
-  pvc:
-    storageClassName: local-path-wffc
-    accessModes: [ReadWriteOnce]
-    resources: {{requests: {{storage: 1Gi}}}}
-"#,
-        "0".repeat(64)
+    let checksum = data_volume_from(
+        "bad-sum",
+        &format!(
+            r#"{{http: {{url: "{good}", checksum: "sha256:{}"}}}}"#,
+            "0".repeat(64)
+        ),
     );
     let docs = [
         data_volume("not-there", &missing, "1Gi", ""),
@@ -1064,40 +1079,12 @@ async fn refusals_hostile_status_long_names_and_killed_importers_are_explained()
     let (server, expected) = serve_image(s._tmp.path(), 8 * MIB, true).await;
     let url = server.url("/disk.qcow2");
     let long = "l".repeat(250);
-    let no_source = r#"
-apiVersion: cdi.kubevirt.io/v1beta1
-kind: DataVolume
-metadata: {name: no-source}
-spec:
-  pvc:
-    storageClassName: local-path-wffc
-    accessModes: [ReadWriteOnce]
-    resources: {requests: {storage: 1Gi}}
-"#;
-    let two_sources = format!(
-        r#"
-apiVersion: cdi.kubevirt.io/v1beta1
-kind: DataVolume
-metadata: {{name: two-sources}}
-spec:
-  source: {{http: {{url: "{url}"}}, blank: {{}}}}
-  pvc:
-    storageClassName: local-path-wffc
-    accessModes: [ReadWriteOnce]
-    resources: {{requests: {{storage: 1Gi}}}}
-"#
+    let no_source = data_volume_from("no-source", "");
+    let two_sources = data_volume_from(
+        "two-sources",
+        &format!(r#"{{http: {{url: "{url}"}}, blank: {{}}}}"#),
     );
-    let bad_url = r#"
-apiVersion: cdi.kubevirt.io/v1beta1
-kind: DataVolume
-metadata: {name: bad-url}
-spec:
-  source: {http: {url: "ftp://127.0.0.1/disk.qcow2"}}
-  pvc:
-    storageClassName: local-path-wffc
-    accessModes: [ReadWriteOnce]
-    resources: {requests: {storage: 1Gi}}
-"#;
+    let bad_url = data_volume_from("bad-url", r#"{http: {url: "ftp://127.0.0.1/disk.qcow2"}}"#);
     // spec.storage on a class whose profile has no claimPropertySets: no claim until it has.
     let no_modes = format!(
         r#"
@@ -1112,9 +1099,9 @@ spec:
 "#
     );
     let docs = [
-        no_source.to_string(),
+        no_source,
         two_sources,
-        bad_url.to_string(),
+        bad_url,
         no_modes,
         data_volume(&long, &url, "1Gi", ""),
         data_volume("killed", &url, "1Gi", ""),
