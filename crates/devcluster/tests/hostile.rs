@@ -1186,6 +1186,86 @@ async fn field_selectors_on_unsupported_fields_are_refused() {
     }
 }
 
+/// A custom resource is selectable by name, namespace and what its CRD declares in
+/// `selectableFields`, nothing else: a DataVolume by `status.phase` is a 400, as kube answers.
+#[tokio::test]
+async fn field_selectors_on_custom_resources_are_only_the_declared_ones() {
+    let server = ApiServer::new();
+    let crds: Api<CustomResourceDefinition> = Api::all(client(&server));
+    for crd in cdi_api::crd::crds() {
+        crds.create(&PostParams::default(), &crd).await.unwrap();
+    }
+    let widget: CustomResourceDefinition = serde_json::from_value(json!({
+        "metadata": {"name": "widgets.example.com"},
+        "spec": {"group": "example.com", "scope": "Namespaced",
+            "names": {"kind": "Widget", "plural": "widgets"},
+            "versions": [{"name": "v1", "served": true, "storage": true,
+                "selectableFields": [{"jsonPath": ".spec.color"}],
+                "schema": {"openAPIV3Schema": {"type": "object", "properties": {
+                    "spec": {"type": "object", "properties": {
+                        "color": {"type": "string"}, "size": {"type": "string"}}}}}}}]}
+    }))
+    .unwrap();
+    crds.create(&PostParams::default(), &widget).await.unwrap();
+    let http = Http::start(server).await;
+    for (color, name) in [("red", "a"), ("blue", "b")] {
+        let (code, body) = http
+            .json(
+                "POST",
+                "/apis/example.com/v1/namespaces/default/widgets",
+                &json!({"apiVersion": "example.com/v1", "kind": "Widget",
+                    "metadata": {"name": name}, "spec": {"color": color, "size": "s"}}),
+            )
+            .await;
+        assert_eq!(code, 201, "{body}");
+    }
+    let dvs = "/apis/cdi.kubevirt.io/v1beta1/namespaces/default/datavolumes";
+    let widgets = "/apis/example.com/v1/namespaces/default/widgets";
+    for (path, field) in [
+        (
+            format!("{dvs}?fieldSelector=status.phase%3DSucceeded"),
+            "status.phase",
+        ),
+        (
+            format!("{dvs}?fieldSelector=spec.source.http.url%3Dx&watch=true"),
+            "spec.source.http.url",
+        ),
+        (
+            format!("{widgets}?fieldSelector=spec.size%3Ds"),
+            "spec.size",
+        ),
+    ] {
+        let (code, body) = http.get(&path).await;
+        assert_eq!(
+            (code, body),
+            (
+                400,
+                status(
+                    400,
+                    "BadRequest",
+                    &format!("field label not supported: {field}")
+                )
+            ),
+            "{path}"
+        );
+    }
+    let (code, body) = http
+        .get(&format!("{widgets}?fieldSelector=spec.color%3Dblue"))
+        .await;
+    assert_eq!(code, 200, "{body}");
+    let names: Vec<&Value> = body["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|w| &w["metadata"]["name"])
+        .collect();
+    assert_eq!(names, [&json!("b")]);
+    let (code, body) = http
+        .get(&format!("{dvs}?fieldSelector=metadata.name%3Dx"))
+        .await;
+    assert_eq!(code, 200, "{body}");
+}
+
 /// Pods kube refuses (422) rather than letting them fail later in the kubelet: projected file
 /// paths that leave the volume or collide with the atomic writer's `..` entries, device paths
 /// with backsteps, bad node selector keys, unknown toleration operators and effects, and

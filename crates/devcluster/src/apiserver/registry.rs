@@ -25,6 +25,9 @@ pub struct ResourceDef {
     pub schema: Option<Value>,
     /// The CRD's printer columns, for custom resources.
     pub printer_columns: Vec<Value>,
+    /// The fields a custom resource's CRD declares selectable (`spec.selectableFields`, paths
+    /// without their leading dot), beside `metadata.name` and `metadata.namespace`.
+    pub selectable_fields: Vec<String>,
 }
 
 impl ResourceDef {
@@ -348,6 +351,7 @@ impl Registry {
                 create_only: false,
                 schema: None,
                 printer_columns: builtin_columns(group, plural),
+                selectable_fields: vec![],
             });
         }
         r.add(ResourceDef {
@@ -363,6 +367,7 @@ impl Registry {
             create_only: true,
             schema: None,
             printer_columns: vec![],
+            selectable_fields: vec![],
         });
         r
     }

@@ -492,10 +492,15 @@ fn selectors(def: &ResourceDef, q: &Query) -> ApiResult<ListOptions> {
         .map_err(ApiError::bad_request)?;
     let known = selectable_fields(def);
     for (field, _, _) in &fields.0 {
+        // A custom resource: only what its CRD declares selectable.
         let supported = matches!(field.as_str(), "metadata.name" | "metadata.namespace")
-            || match known {
-                Some(list) => list.contains(&field.as_str()),
-                None => !field.starts_with("metadata."),
+            || if def.schema.is_some() {
+                def.selectable_fields.contains(field)
+            } else {
+                match known {
+                    Some(list) => list.contains(&field.as_str()),
+                    None => !field.starts_with("metadata."),
+                }
             };
         if !supported {
             return Err(ApiError::bad_request(format!(
@@ -1461,6 +1466,13 @@ fn crd_resource(crd: &Value) -> ApiResult<ResourceDef> {
             .as_array()
             .cloned()
             .unwrap_or_default(),
+        selectable_fields: storage["selectableFields"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|f| f["jsonPath"].as_str())
+            .map(|p| p.trim_start_matches('.').to_string())
+            .collect(),
     })
 }
 
