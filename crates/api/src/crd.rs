@@ -29,6 +29,7 @@ pub fn crds() -> Vec<CustomResourceDefinition> {
         VolumeImportSource::crd(),
         VolumeUploadSource::crd(),
     ];
+    let quantity = quantity_schema_as_derived();
     for crd in &mut all {
         let kind = crd.spec.names.kind.clone();
         for version in &mut crd.spec.versions {
@@ -42,6 +43,7 @@ pub fn crds() -> Vec<CustomResourceDefinition> {
             {
                 let mut value = serde_json::to_value(&*schema).expect("a schema is JSON");
                 drop_nullable(&mut value);
+                with_quantity_pattern(&mut value, &quantity);
                 *schema = serde_json::from_value(value).expect("still a schema");
             }
         }
@@ -73,6 +75,45 @@ fn drop_nullable(node: &mut serde_json::Value) {
             map.values_mut().for_each(drop_nullable);
         }
         serde_json::Value::Array(items) => items.iter_mut().for_each(drop_nullable),
+        _ => {}
+    }
+}
+
+/// The pattern kube's `resource.Quantity` carries in every generated schema (its
+/// `OpenAPISchemaPattern`): a string quantity must be a signed decimal number with an optional
+/// binary-SI, decimal-SI or exponent suffix.
+pub const QUANTITY_PATTERN: &str = r"^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$";
+
+/// The schema k8s-openapi derives for a `Quantity`: its long description and
+/// `x-kubernetes-int-or-string`, nothing that validates the string.
+fn quantity_schema_as_derived() -> serde_json::Value {
+    use schemars::JsonSchema;
+    let schema = k8s_openapi::apimachinery::pkg::api::resource::Quantity::json_schema(
+        &mut schemars::SchemaGenerator::default(),
+    );
+    serde_json::to_value(schema).expect("a schema is JSON")
+}
+
+/// Upstream's schemas (controller-gen) give every `resource.Quantity` field
+/// `anyOf: [{type: integer}, {type: string}]`, the quantity `pattern` and
+/// `x-kubernetes-int-or-string`, so "10 Gi" is refused at admission rather than by a controller
+/// later. Every node that is exactly the derived Quantity schema becomes upstream's.
+fn with_quantity_pattern(node: &mut serde_json::Value, quantity: &serde_json::Value) {
+    if node == quantity {
+        *node = serde_json::json!({
+            "anyOf": [{"type": "integer"}, {"type": "string"}],
+            "pattern": QUANTITY_PATTERN,
+            "x-kubernetes-int-or-string": true,
+        });
+        return;
+    }
+    match node {
+        serde_json::Value::Object(map) => map
+            .values_mut()
+            .for_each(|v| with_quantity_pattern(v, quantity)),
+        serde_json::Value::Array(items) => items
+            .iter_mut()
+            .for_each(|v| with_quantity_pattern(v, quantity)),
         _ => {}
     }
 }

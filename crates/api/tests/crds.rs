@@ -195,7 +195,14 @@ fn check_structural(node: &Value, path: &str, errors: &mut Vec<String>) {
             "{path}: properties and additionalProperties together"
         ));
     }
+    // apiextensions' one exception: an int-or-string node may say
+    // `anyOf: [{type: integer}, {type: string}]` (what controller-gen writes for a Quantity).
+    let int_or_string_any_of = obj.get("x-kubernetes-int-or-string") == Some(&Value::Bool(true))
+        && obj.get("anyOf") == Some(&serde_json::json!([{"type": "integer"}, {"type": "string"}]));
     for junctor in ["anyOf", "oneOf", "allOf"] {
+        if junctor == "anyOf" && int_or_string_any_of {
+            continue;
+        }
         for (i, branch) in obj
             .get(junctor)
             .and_then(Value::as_array)
@@ -283,4 +290,65 @@ fn upstream_validations_are_in_the_schema() {
         sets["items"]["required"],
         serde_json::json!(["accessModes", "volumeMode"])
     );
+}
+
+/// Every node of `schema` (paths as in `check_structural`) that is int-or-string.
+fn int_or_string_nodes(node: &Value, path: &str, out: &mut Vec<(String, Value)>) {
+    if node.get("x-kubernetes-int-or-string") == Some(&Value::Bool(true)) {
+        out.push((path.to_string(), node.clone()));
+    }
+    if let Some(props) = node.get("properties").and_then(Value::as_object) {
+        for (name, sub) in props {
+            int_or_string_nodes(sub, &format!("{path}.{name}"), out);
+        }
+    }
+    if let Some(items) = node.get("items") {
+        int_or_string_nodes(items, &format!("{path}[]"), out);
+    }
+    if let Some(extra) = node.get("additionalProperties").filter(|a| a.is_object()) {
+        int_or_string_nodes(extra, &format!("{path}{{}}"), out);
+    }
+}
+
+/// Every `resource.Quantity` carries controller-gen's schema, as upstream's CRDs do: integer or
+/// string, the string matching kube's quantity pattern ("10 Gi" and "abc" are refused at
+/// admission, before any controller sees them).
+#[test]
+fn quantities_carry_upstreams_pattern() {
+    let want = serde_json::json!({
+        "anyOf": [{"type": "integer"}, {"type": "string"}],
+        "pattern": r"^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$",
+        "x-kubernetes-int-or-string": true,
+    });
+    assert_eq!(want["pattern"], crd::QUANTITY_PATTERN);
+    let mut found = Vec::new();
+    for c in crd::crds() {
+        let schema = serde_json::to_value(
+            c.spec.versions[0]
+                .schema
+                .as_ref()
+                .unwrap()
+                .open_api_v3_schema
+                .as_ref()
+                .unwrap(),
+        )
+        .unwrap();
+        int_or_string_nodes(&schema, &c.spec.names.kind, &mut found);
+    }
+    for (path, node) in &found {
+        assert_eq!(node, &want, "{path}");
+    }
+    let paths: Vec<&str> = found.iter().map(|(p, _)| p.as_str()).collect();
+    for expected in [
+        "DataVolume.spec.pvc.resources.requests{}",
+        "DataVolume.spec.pvc.resources.limits{}",
+        "DataVolume.spec.storage.resources.requests{}",
+        "DataVolume.spec.storage.resources.limits{}",
+        "CDIConfig.spec.podResourceRequirements.requests{}",
+        "CDIConfig.status.defaultPodResourceRequirements.limits{}",
+        "CDI.spec.config.podResourceRequirements.requests{}",
+        "DataImportCron.spec.template.spec.storage.resources.requests{}",
+    ] {
+        assert!(paths.contains(&expected), "{expected} not in {paths:?}");
+    }
 }
