@@ -359,4 +359,52 @@ mod tests {
             [("spec.size".to_string(), "Required value".to_string())]
         );
     }
+
+    /// controller-gen's schema of a `resource.Quantity`: integer or string, the pattern applying
+    /// to strings only (as kube-openapi's validator does).
+    #[test]
+    fn quantities_are_integers_or_strings_of_the_pattern() {
+        let pattern = r"^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$";
+        let schema = json!({"type": "object", "properties": {"spec": {"type": "object", "properties": {
+            "requests": {"type": "object", "additionalProperties": {
+                "anyOf": [{"type": "integer"}, {"type": "string"}],
+                "pattern": pattern,
+                "x-kubernetes-int-or-string": true,
+            }},
+        }}}});
+        for good in [
+            json!("10Gi"),
+            json!(10737418240u64),
+            json!("1.5e3"),
+            json!("500m"),
+            json!(0),
+        ] {
+            let mut obj = json!({"spec": {"requests": {"storage": good.clone()}}});
+            let a = admit(&schema, &mut obj);
+            assert!(a.invalid.is_empty(), "{good}: {:?}", a.invalid);
+            assert_eq!(obj["spec"]["requests"]["storage"], good, "kept as sent");
+        }
+        for bad in ["10 Gi", "abc", "10GB", ""] {
+            let mut obj = json!({"spec": {"requests": {"storage": bad}}});
+            assert_eq!(
+                admit(&schema, &mut obj).invalid,
+                [(
+                    "spec.requests.storage".to_string(),
+                    format!(
+                        "Invalid value: \"{bad}\": spec.requests.storage in body should match '{pattern}'"
+                    )
+                )],
+                "{bad}"
+            );
+        }
+        let mut obj = json!({"spec": {"requests": {"storage": 1.5}}});
+        assert_eq!(
+            admit(&schema, &mut obj).invalid,
+            [(
+                "spec.requests.storage".to_string(),
+                "Invalid value: 1.5: spec.requests.storage in body must be of type integer or string"
+                    .to_string()
+            )]
+        );
+    }
 }
