@@ -7,7 +7,7 @@
 //! .../api/validation/{objectmeta,generic}.go, .../apis/meta/v1/validation and
 //! k8s.io/kubernetes/pkg/apis/core/validation/validation.go (Kubernetes 1.33).
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 use serde_json::Value;
 
@@ -1166,12 +1166,174 @@ fn data_source(source: &Value, path: &str, out: &mut Vec<FieldError>) {
     }
 }
 
+/// ValidateLabelName: a label key (or selector key) is a qualified name.
+fn label_name(key: &str, path: &str, out: &mut Vec<FieldError>) {
+    for msg in is_qualified_name(key) {
+        out.push(FieldError::invalid(path, key, &msg));
+    }
+}
+
+fn strings(v: &Value) -> Vec<&str> {
+    v.as_array()
+        .map(|a| a.iter().map(|s| s.as_str().unwrap_or("")).collect())
+        .unwrap_or_default()
+}
+
+/// metav1 validation's ValidateLabelSelector: matchLabels as labels (errors at `matchLabels`
+/// itself, as ValidateLabels reports them), each matchExpressions requirement with an operator
+/// that fits its values, a qualified-name key and label values.
+fn label_selector(selector: &Value, path: &str, out: &mut Vec<FieldError>) {
+    let labels = format!("{path}.matchLabels");
+    for (k, v) in str_map(&selector["matchLabels"]) {
+        label_name(&k, &labels, out);
+        for msg in is_label_value(&v) {
+            out.push(FieldError::invalid(&labels, &v, &msg));
+        }
+    }
+    let expressions = selector["matchExpressions"].as_array();
+    for (i, req) in expressions.into_iter().flatten().enumerate() {
+        let at = format!("{path}.matchExpressions[{i}]");
+        let values = strings(&req["values"]);
+        let operator = req["operator"].as_str().unwrap_or("");
+        match operator {
+            "In" | "NotIn" if values.is_empty() => out.push(FieldError::required(
+                &format!("{at}.values"),
+                "must be specified when `operator` is 'In' or 'NotIn'",
+            )),
+            "Exists" | "DoesNotExist" if !values.is_empty() => out.push(FieldError::forbidden(
+                &format!("{at}.values"),
+                "may not be specified when `operator` is 'Exists' or 'DoesNotExist'",
+            )),
+            "In" | "NotIn" | "Exists" | "DoesNotExist" => {}
+            other => out.push(FieldError::invalid(
+                &format!("{at}.operator"),
+                other,
+                "not a valid selector operator",
+            )),
+        }
+        label_name(req["key"].as_str().unwrap_or(""), &format!("{at}.key"), out);
+        for (j, value) in values.iter().enumerate() {
+            for msg in is_label_value(value) {
+                out.push(FieldError::invalid(
+                    &format!("{at}.values[{j}]"),
+                    value,
+                    &msg,
+                ));
+            }
+        }
+    }
+}
+
+/// ValidateNodeSelector (a PersistentVolume's `nodeAffinity.required`): at least one term; each
+/// term's matchExpressions as ValidateNodeSelectorRequirement (Gt/Lt take one value), its
+/// matchFields only `metadata.name` In/NotIn one node name.
+fn node_selector(selector: &Value, path: &str, out: &mut Vec<FieldError>) {
+    let terms_at = format!("{path}.nodeSelectorTerms");
+    let terms = selector["nodeSelectorTerms"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    if terms.is_empty() {
+        out.push(FieldError::required(
+            &terms_at,
+            "must have at least one node selector term",
+        ));
+        return;
+    }
+    for (i, term) in terms.iter().enumerate() {
+        let term_at = format!("{terms_at}[{i}]");
+        let expressions = term["matchExpressions"].as_array();
+        for (j, req) in expressions.into_iter().flatten().enumerate() {
+            let at = format!("{term_at}.matchExpressions[{j}]");
+            let values = strings(&req["values"]);
+            match req["operator"].as_str().unwrap_or("") {
+                "In" | "NotIn" if values.is_empty() => out.push(FieldError::required(
+                    &format!("{at}.values"),
+                    "must be specified when `operator` is 'In' or 'NotIn'",
+                )),
+                "Exists" | "DoesNotExist" if !values.is_empty() => out.push(FieldError::forbidden(
+                    &format!("{at}.values"),
+                    "may not be specified when `operator` is 'Exists' or 'DoesNotExist'",
+                )),
+                "Gt" | "Lt" if values.len() != 1 => out.push(FieldError::required(
+                    &format!("{at}.values"),
+                    "must be specified single value when `operator` is 'Lt' or 'Gt'",
+                )),
+                "In" | "NotIn" | "Exists" | "DoesNotExist" | "Gt" | "Lt" => {}
+                other => out.push(FieldError::invalid(
+                    &format!("{at}.operator"),
+                    other,
+                    "not a valid selector operator",
+                )),
+            }
+            label_name(req["key"].as_str().unwrap_or(""), &format!("{at}.key"), out);
+            for (k, value) in values.iter().enumerate() {
+                for msg in is_label_value(value) {
+                    out.push(FieldError::invalid(
+                        &format!("{at}.values[{k}]"),
+                        value,
+                        &msg,
+                    ));
+                }
+            }
+        }
+        let fields = term["matchFields"].as_array();
+        for (j, req) in fields.into_iter().flatten().enumerate() {
+            let at = format!("{term_at}.matchFields[{j}]");
+            let values = strings(&req["values"]);
+            match req["operator"].as_str().unwrap_or("") {
+                "In" | "NotIn" => {
+                    if values.len() != 1 {
+                        out.push(FieldError::required(
+                            &format!("{at}.values"),
+                            "must be only one value when `operator` is 'In' or 'NotIn' for node field selector",
+                        ));
+                    }
+                }
+                other => out.push(FieldError::invalid(
+                    &format!("{at}.operator"),
+                    other,
+                    "not a valid selector operator",
+                )),
+            }
+            let key = req["key"].as_str().unwrap_or("");
+            if key != "metadata.name" {
+                out.push(FieldError::invalid(
+                    &format!("{at}.key"),
+                    key,
+                    "not a valid field selector key",
+                ));
+            } else {
+                for (k, value) in values.iter().enumerate() {
+                    for msg in is_dns1123_subdomain(value) {
+                        out.push(FieldError::invalid(
+                            &format!("{at}.values[{k}]"),
+                            value,
+                            &msg,
+                        ));
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// ValidateClassName (a storage or volume attributes class name): a DNS subdomain.
+fn class_name(name: &str, path: &str, out: &mut Vec<FieldError>) {
+    for msg in is_dns1123_subdomain(name) {
+        out.push(FieldError::invalid(path, name, &msg));
+    }
+}
+
 /// ValidatePersistentVolumeClaimSpec: access modes, the storage request (present and greater
 /// than zero; decoding made sure it is a quantity; kube's path keys `resources`, not
 /// `resources.requests`), volume mode, and the data sources.
 pub fn claim_spec(spec: &Value, path: &str) -> Vec<FieldError> {
     let mut out = Vec::new();
     access_modes(spec, path, "at least 1 access mode is required", &mut out);
+    if spec["selector"].is_object() {
+        label_selector(&spec["selector"], &format!("{path}.selector"), &mut out);
+    }
     let at = format!("{path}.resources[storage]");
     match spec["resources"]["requests"].get("storage") {
         None => out.push(FieldError::required(&at, "")),
@@ -1188,6 +1350,9 @@ pub fn claim_spec(spec: &Value, path: &str) -> Vec<FieldError> {
                 Err(e) => out.push(FieldError::invalid(&at, text, &e.to_string())),
             }
         }
+    }
+    if let Some(class) = spec["storageClassName"].as_str().filter(|c| !c.is_empty()) {
+        class_name(class, &format!("{path}.storageClassName"), &mut out);
     }
     volume_mode(spec, path, &mut out);
     let (source, reference) = (&spec["dataSource"], &spec["dataSourceRef"]);
@@ -1219,6 +1384,17 @@ pub fn claim_spec(spec: &Value, path: &str) -> Vec<FieldError> {
                 "must match dataSourceRef",
             ));
         }
+    }
+    // An empty name is allowed on a claim (it means "no class"); a PersistentVolume's is not.
+    if let Some(class) = spec["volumeAttributesClassName"]
+        .as_str()
+        .filter(|c| !c.is_empty())
+    {
+        class_name(
+            class,
+            &format!("{path}.volumeAttributesClassName"),
+            &mut out,
+        );
     }
     out
 }
@@ -1274,7 +1450,221 @@ pub fn persistent_volume(obj: &Value) -> Vec<FieldError> {
             PV_RECLAIM_POLICIES,
         ));
     }
+    // validateVolumeNodeAffinity.
+    if spec["nodeAffinity"].is_object() {
+        let required = &spec["nodeAffinity"]["required"];
+        if required.is_object() {
+            node_selector(required, "spec.nodeAffinity.required", &mut out);
+        } else {
+            out.push(FieldError::required(
+                "spec.nodeAffinity.required",
+                "must specify required node constraints",
+            ));
+        }
+    }
+    if let Some(class) = spec["storageClassName"].as_str().filter(|c| !c.is_empty()) {
+        class_name(class, "spec.storageClassName", &mut out);
+    }
     volume_mode(spec, "spec", &mut out);
+    if let Some(class) = spec["volumeAttributesClassName"].as_str() {
+        let at = "spec.volumeAttributesClassName";
+        if class.is_empty() {
+            out.push(FieldError::required(at, "an empty string is disallowed"));
+        } else {
+            class_name(class, at, &mut out);
+        }
+        if !spec["csi"].is_object() {
+            out.push(FieldError::required(
+                "spec.csi",
+                "has to be specified when using volumeAttributesClassName",
+            ));
+        }
+    }
+    out
+}
+
+/// SetDefaults_PersistentVolume: reclaim policy Retain, volume mode Filesystem, phase Pending.
+pub fn default_persistent_volume(obj: &mut Value) {
+    let Some(map) = obj.as_object_mut() else {
+        return;
+    };
+    let spec = map
+        .entry("spec")
+        .or_insert_with(|| Value::Object(Default::default()));
+    if let Some(spec) = spec.as_object_mut() {
+        if spec
+            .get("persistentVolumeReclaimPolicy")
+            .and_then(Value::as_str)
+            .is_none_or(str::is_empty)
+        {
+            spec.insert("persistentVolumeReclaimPolicy".into(), "Retain".into());
+        }
+        if spec.get("volumeMode").is_none_or(Value::is_null) {
+            spec.insert("volumeMode".into(), "Filesystem".into());
+        }
+    }
+    let status = map
+        .entry("status")
+        .or_insert_with(|| Value::Object(Default::default()));
+    if status.is_null() {
+        *status = Value::Object(Default::default());
+    }
+    if let Some(status) = status.as_object_mut()
+        && status
+            .get("phase")
+            .and_then(Value::as_str)
+            .is_none_or(str::is_empty)
+    {
+        status.insert("phase".into(), "Pending".into());
+    }
+}
+
+/// The members of PersistentVolumeSpec's inlined PersistentVolumeSource: one volume type each.
+const PV_SOURCES: &[&str] = &[
+    "awsElasticBlockStore",
+    "azureDisk",
+    "azureFile",
+    "cephfs",
+    "cinder",
+    "csi",
+    "fc",
+    "flexVolume",
+    "flocker",
+    "gcePersistentDisk",
+    "glusterfs",
+    "hostPath",
+    "iscsi",
+    "local",
+    "nfs",
+    "photonPersistentDisk",
+    "portworxVolume",
+    "quobyte",
+    "rbd",
+    "scaleIO",
+    "storageos",
+    "vsphereVolume",
+];
+
+/// kube's betaToGALabel: a PersistentVolume's node affinity may move a key from the beta label
+/// to its GA one.
+const BETA_TO_GA_LABELS: &[(&str, &str)] = &[
+    (
+        "failure-domain.beta.kubernetes.io/zone",
+        "topology.kubernetes.io/zone",
+    ),
+    (
+        "failure-domain.beta.kubernetes.io/region",
+        "topology.kubernetes.io/region",
+    ),
+    ("beta.kubernetes.io/os", "kubernetes.io/os"),
+    ("beta.kubernetes.io/arch", "kubernetes.io/arch"),
+    (
+        "beta.kubernetes.io/instance-type",
+        "node.kubernetes.io/instance-type",
+    ),
+];
+
+/// `old`'s node affinity with every requirement key that `new` moved from a beta label to its
+/// GA label rewritten to the GA key (getMaskNodeSelectorLabelChangeEqualities).
+fn mask_beta_to_ga(old: &Value, new: &Value) -> Value {
+    let mut masked = old.clone();
+    let terms = |v: &Value| v["required"]["nodeSelectorTerms"].as_array().cloned();
+    let (Some(new_terms), Some(old_terms)) = (terms(new), terms(old)) else {
+        return masked;
+    };
+    for (i, (o, n)) in old_terms.iter().zip(&new_terms).enumerate() {
+        let exprs = |t: &Value| {
+            t["matchExpressions"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default()
+        };
+        for (j, (oe, ne)) in exprs(o).iter().zip(exprs(n).iter()).enumerate() {
+            let (ok, nk) = (oe["key"].as_str(), ne["key"].as_str());
+            if let (Some(ok), Some(nk)) = (ok, nk)
+                && BETA_TO_GA_LABELS.contains(&(ok, nk))
+            {
+                masked["required"]["nodeSelectorTerms"][i]["matchExpressions"][j]["key"] =
+                    Value::String(nk.into());
+            }
+        }
+    }
+    masked
+}
+
+/// ValidatePersistentVolumeUpdate's immutability rules (the spec's own rules are checked by
+/// `persistent_volume` on every write): the volume source may not change (except setting a CSI
+/// volume's controllerExpandSecretRef the first time), nor the volume mode, nor a node affinity
+/// once set (except beta to GA label keys), and a volumeAttributesClassName may not be unset.
+/// kube appends a cmp.Diff of the two sources to the first message; that diff is not rendered.
+pub fn persistent_volume_update(old: &Value, new: &Value) -> Vec<FieldError> {
+    let mut out = Vec::new();
+    let source = |spec: &Value| -> Value {
+        Value::Object(
+            PV_SOURCES
+                .iter()
+                .filter_map(|k| spec.get(*k).map(|v| (k.to_string(), v.clone())))
+                .collect(),
+        )
+    };
+    let (old_source, mut new_source) = (source(&old["spec"]), source(&new["spec"]));
+    let no_expand_ref =
+        |s: &Value| s["csi"].is_object() && s["csi"]["controllerExpandSecretRef"].is_null();
+    if no_expand_ref(&old_source)
+        && new_source["csi"].is_object()
+        && let Some(csi) = new_source["csi"].as_object_mut()
+    {
+        csi.remove("controllerExpandSecretRef");
+    }
+    if semantic(&old_source) != semantic(&new_source) {
+        out.push(FieldError::forbidden(
+            "spec.persistentvolumesource",
+            "spec.persistentvolumesource is immutable after creation",
+        ));
+    }
+    let (old_mode, new_mode) = (
+        old["spec"]["volumeMode"].as_str(),
+        new["spec"]["volumeMode"].as_str(),
+    );
+    if old_mode != new_mode {
+        out.push(FieldError::invalid(
+            "volumeMode",
+            new_mode.unwrap_or("null"),
+            "field is immutable",
+        ));
+    }
+    let (old_affinity, new_affinity) = (&old["spec"]["nodeAffinity"], &new["spec"]["nodeAffinity"]);
+    if !old_affinity.is_null()
+        && semantic(&mask_beta_to_ga(old_affinity, new_affinity)) != semantic(new_affinity)
+    {
+        // Go prints the new *VolumeNodeAffinity with %#v; its pointer's address is elided.
+        let shown = if new_affinity.is_object() {
+            let required = if new_affinity["required"].is_object() {
+                "..."
+            } else {
+                "nil"
+            };
+            BadValue::Raw(format!(
+                "core.VolumeNodeAffinity{{Required:(*core.NodeSelector)({required})}}"
+            ))
+        } else {
+            BadValue::Str("null".into())
+        };
+        out.push(FieldError::new(
+            ErrorType::Invalid,
+            "nodeAffinity",
+            shown,
+            "field is immutable, except for updating from beta label to GA",
+        ));
+    }
+    if !old["spec"]["volumeAttributesClassName"].is_null()
+        && new["spec"]["volumeAttributesClassName"].is_null()
+    {
+        out.push(FieldError::forbidden(
+            "spec.volumeAttributesClassName",
+            "update from non-nil value to nil is forbidden",
+        ));
+    }
     out
 }
 
@@ -1333,7 +1723,48 @@ pub fn storage_class(obj: &Value) -> Vec<FieldError> {
         )),
         Some(_) => {}
     }
+    allowed_topologies(&obj["allowedTopologies"], "allowedTopologies", &mut out);
     out
+}
+
+/// validateAllowedTopologies: each term's matchLabelExpressions need a qualified-name key, at
+/// least one value and no value twice; no key twice in a term, and no term twice (compared as
+/// key → set of values).
+fn allowed_topologies(terms: &Value, path: &str, out: &mut Vec<FieldError>) {
+    let Some(terms) = terms.as_array().filter(|t| !t.is_empty()) else {
+        return;
+    };
+    // kube's list starts with one empty entry per term (a `make` with a length), so a term with
+    // no expressions is reported as a duplicate too.
+    let mut seen: Vec<BTreeMap<String, BTreeSet<String>>> = vec![BTreeMap::new(); terms.len()];
+    for (i, term) in terms.iter().enumerate() {
+        let exprs_at = format!("{path}[{i}].matchLabelExpressions");
+        let mut map: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+        let exprs = term["matchLabelExpressions"].as_array();
+        for (j, req) in exprs.into_iter().flatten().enumerate() {
+            let at = format!("{exprs_at}[{j}]");
+            let values = strings(&req["values"]);
+            if values.is_empty() {
+                out.push(FieldError::required(&format!("{at}.values"), ""));
+            }
+            let mut set = BTreeSet::new();
+            for (k, value) in values.iter().enumerate() {
+                if !set.insert(value.to_string()) {
+                    out.push(FieldError::duplicate(&format!("{at}.values[{k}]"), value));
+                }
+            }
+            let key = req["key"].as_str().unwrap_or("");
+            label_name(key, &format!("{at}.key"), out);
+            if map.contains_key(key) {
+                out.push(FieldError::duplicate(&format!("{at}.key"), key));
+            }
+            map.insert(key.to_string(), set);
+        }
+        if seen.contains(&map) {
+            out.push(FieldError::duplicate(&exprs_at, ""));
+        }
+        seen.push(map);
+    }
 }
 
 /// SetDefaults_StorageClass: reclaimPolicy Delete, volumeBindingMode Immediate.
@@ -1431,7 +1862,8 @@ const BETA_CLASS: &str = "volume.beta.kubernetes.io/storage-class";
 /// ValidatePersistentVolumeClaimUpdate's immutability rules (the spec's own rules are checked by
 /// `claim_spec` on every write): volumeName may be set once, storageClassName may be set from
 /// nil (or from the beta annotation), a bound claim's storage request may change (not below
-/// status.capacity), volumeAttributesClassName may change; nothing else in the spec may.
+/// status.capacity), a bound claim's volumeAttributesClassName may change (not back to nil or
+/// to ""); nothing else in the spec may.
 pub fn claim_update(old: &Value, new: &Value) -> Vec<FieldError> {
     let mut out = Vec::new();
     let (mut old_spec, mut new_spec) = (old["spec"].clone(), new["spec"].clone());
@@ -1484,11 +1916,13 @@ pub fn claim_update(old: &Value, new: &Value) -> Vec<FieldError> {
         new_spec["resources"]["requests"]["storage"] =
             old["spec"]["resources"]["requests"]["storage"].clone();
     }
-    set(
-        &mut new_spec,
-        "volumeAttributesClassName",
-        old_spec["volumeAttributesClassName"].clone(),
-    );
+    if bound && !new_spec["volumeAttributesClassName"].is_null() {
+        set(
+            &mut new_spec,
+            "volumeAttributesClassName",
+            old_spec["volumeAttributesClassName"].clone(),
+        );
+    }
     for spec in [&mut old_spec, &mut new_spec] {
         if spec["resources"].is_object() {
             quantities(&mut spec["resources"]);
@@ -1525,6 +1959,22 @@ pub fn claim_update(old: &Value, new: &Value) -> Vec<FieldError> {
             new_mode.unwrap_or("null"),
             "field is immutable",
         ));
+    }
+    let old_class = &old["spec"]["volumeAttributesClassName"];
+    let new_class = &new["spec"]["volumeAttributesClassName"];
+    if !old_class.is_null() && old_class != new_class {
+        let at = "spec.volumeAttributesClassName";
+        if new_class.is_null() {
+            out.push(FieldError::forbidden(
+                at,
+                "update from non-nil value to nil is forbidden",
+            ));
+        } else if new_class.as_str() == Some("") {
+            out.push(FieldError::forbidden(
+                at,
+                "update from non-nil value to an empty string is forbidden",
+            ));
+        }
     }
     out
 }
@@ -1756,5 +2206,283 @@ mod tests {
         assert!(is_path_segment_name("UPPER_case").is_empty());
         assert_eq!(go_quote("a\"b\\c\n\u{1}é"), "\"a\\\"b\\\\c\\n\\x01é\"");
         assert_eq!(mask_trailing_dash("abc-"), "aba");
+    }
+
+    fn pv(spec: Value) -> Value {
+        json!({"metadata": {"name": "pv"}, "spec": spec})
+    }
+
+    fn local_pv() -> Value {
+        pv(
+            json!({"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"],
+            "local": {"path": "/x"}, "volumeMode": "Filesystem",
+            "nodeAffinity": {"required": {"nodeSelectorTerms": [{"matchExpressions": [
+                {"key": "failure-domain.beta.kubernetes.io/zone", "operator": "In", "values": ["a"]}]}]}}}),
+        )
+    }
+
+    /// `obj` with the field at `pointer` set (its parent exists).
+    fn with(mut obj: Value, pointer: &str, value: Value) -> Value {
+        let (parent, key) = pointer.rsplit_once('/').unwrap();
+        match obj.pointer_mut(parent).unwrap() {
+            Value::Array(items) => items[key.parse::<usize>().unwrap()] = value,
+            other => other[key] = value,
+        }
+        obj
+    }
+
+    #[test]
+    fn volumes_source_mode_and_node_affinity_are_immutable() {
+        let old = local_pv();
+        assert!(persistent_volume_update(&old, &old).is_empty());
+        let moved = with(old.clone(), "/spec/local/path", json!("/y"));
+        assert_eq!(
+            bodies(&persistent_volume_update(&old, &moved)),
+            [
+                "spec.persistentvolumesource: Forbidden: spec.persistentvolumesource is immutable after creation"
+            ]
+        );
+        let block = with(old.clone(), "/spec/volumeMode", json!("Block"));
+        assert_eq!(
+            bodies(&persistent_volume_update(&old, &block)),
+            ["volumeMode: Invalid value: \"Block\": field is immutable"]
+        );
+        let elsewhere = with(
+            old.clone(),
+            "/spec/nodeAffinity/required/nodeSelectorTerms/0/matchExpressions/0/values",
+            json!(["b"]),
+        );
+        assert_eq!(
+            bodies(&persistent_volume_update(&old, &elsewhere)),
+            [
+                "nodeAffinity: Invalid value: core.VolumeNodeAffinity{Required:(*core.NodeSelector)(...)}: field is immutable, except for updating from beta label to GA"
+            ]
+        );
+        let dropped = with(old.clone(), "/spec/nodeAffinity", Value::Null);
+        assert_eq!(
+            bodies(&persistent_volume_update(&old, &dropped)),
+            [
+                "nodeAffinity: Invalid value: \"null\": field is immutable, except for updating from beta label to GA"
+            ]
+        );
+        // Beta to GA keys is the one change allowed; setting an affinity where none was is too.
+        let ga = with(
+            old.clone(),
+            "/spec/nodeAffinity/required/nodeSelectorTerms/0/matchExpressions/0/key",
+            json!("topology.kubernetes.io/zone"),
+        );
+        assert!(persistent_volume_update(&old, &ga).is_empty());
+        assert!(persistent_volume_update(&dropped, &old).is_empty());
+        // A CSI volume may get its controllerExpandSecretRef once; the reclaim policy may change.
+        let csi = pv(json!({"csi": {"driver": "d", "volumeHandle": "h"}}));
+        let expand = with(
+            csi.clone(),
+            "/spec/csi",
+            json!({"driver": "d", "volumeHandle": "h", "controllerExpandSecretRef": {"name": "s"}}),
+        );
+        assert!(persistent_volume_update(&csi, &expand).is_empty());
+        assert_eq!(persistent_volume_update(&expand, &csi).len(), 1);
+        let retained = with(
+            old.clone(),
+            "/spec/persistentVolumeReclaimPolicy",
+            json!("Retain"),
+        );
+        assert!(persistent_volume_update(&old, &retained).is_empty());
+        let classed = with(
+            csi.clone(),
+            "/spec/volumeAttributesClassName",
+            json!("gold"),
+        );
+        assert_eq!(
+            bodies(&persistent_volume_update(&classed, &csi)),
+            [
+                "spec.volumeAttributesClassName: Forbidden: update from non-nil value to nil is forbidden"
+            ]
+        );
+    }
+
+    #[test]
+    fn volumes_are_defaulted_as_kube_defaults_them() {
+        let mut v = pv(json!({"capacity": {"storage": "1Gi"}}));
+        default_persistent_volume(&mut v);
+        assert_eq!(v["spec"]["persistentVolumeReclaimPolicy"], "Retain");
+        assert_eq!(v["spec"]["volumeMode"], "Filesystem");
+        assert_eq!(v["status"]["phase"], "Pending");
+        let mut kept =
+            pv(json!({"persistentVolumeReclaimPolicy": "Delete", "volumeMode": "Block"}));
+        kept["status"] = json!({"phase": "Bound"});
+        let before = kept.clone();
+        default_persistent_volume(&mut kept);
+        assert_eq!(kept, before);
+    }
+
+    #[test]
+    fn volume_node_affinity_class_names_and_attributes_class() {
+        let pvs = def("", "persistentvolumes");
+        let base = local_pv();
+        assert!(validate(&pvs, &base, true).is_empty());
+        let no_required = with(base.clone(), "/spec/nodeAffinity", json!({}));
+        assert_eq!(
+            bodies(&validate(&pvs, &no_required, true)),
+            ["spec.nodeAffinity.required: Required value: must specify required node constraints"]
+        );
+        let no_terms = with(
+            base.clone(),
+            "/spec/nodeAffinity/required",
+            json!({"nodeSelectorTerms": []}),
+        );
+        assert_eq!(
+            bodies(&validate(&pvs, &no_terms, true)),
+            [
+                "spec.nodeAffinity.required.nodeSelectorTerms: Required value: must have at least one node selector term"
+            ]
+        );
+        let bad_terms = with(
+            base.clone(),
+            "/spec/nodeAffinity/required/nodeSelectorTerms",
+            json!([{"matchExpressions": [
+                {"key": "zone", "operator": "In"},
+                {"key": "zone", "operator": "Exists", "values": ["a"]},
+                {"key": "size", "operator": "Gt", "values": ["1", "2"]},
+                {"key": "-bad", "operator": "Near", "values": ["a b"]}],
+              "matchFields": [{"key": "metadata.uid", "operator": "In", "values": ["a", "b"]}]}]),
+        );
+        assert_eq!(
+            bodies(&validate(&pvs, &bad_terms, true)),
+            [
+                "spec.nodeAffinity.required.nodeSelectorTerms[0].matchExpressions[0].values: Required value: must be specified when `operator` is 'In' or 'NotIn'",
+                "spec.nodeAffinity.required.nodeSelectorTerms[0].matchExpressions[1].values: Forbidden: may not be specified when `operator` is 'Exists' or 'DoesNotExist'",
+                "spec.nodeAffinity.required.nodeSelectorTerms[0].matchExpressions[2].values: Required value: must be specified single value when `operator` is 'Lt' or 'Gt'",
+                "spec.nodeAffinity.required.nodeSelectorTerms[0].matchExpressions[3].operator: Invalid value: \"Near\": not a valid selector operator",
+                "spec.nodeAffinity.required.nodeSelectorTerms[0].matchExpressions[3].key: Invalid value: \"-bad\": name part must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character (e.g. 'MyName',  or 'my.name',  or '123-abc', regex used for validation is '([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]')",
+                "spec.nodeAffinity.required.nodeSelectorTerms[0].matchExpressions[3].values[0]: Invalid value: \"a b\": a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character (e.g. 'MyValue',  or 'my_value',  or '12345', regex used for validation is '(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?')",
+                "spec.nodeAffinity.required.nodeSelectorTerms[0].matchFields[0].values: Required value: must be only one value when `operator` is 'In' or 'NotIn' for node field selector",
+                "spec.nodeAffinity.required.nodeSelectorTerms[0].matchFields[0].key: Invalid value: \"metadata.uid\": not a valid field selector key",
+            ]
+        );
+        let classes = with(
+            with(base.clone(), "/spec/storageClassName", json!("Gold")),
+            "/spec/volumeAttributesClassName",
+            json!(""),
+        );
+        assert_eq!(
+            bodies(&validate(&pvs, &classes, true)),
+            [
+                format!("spec.storageClassName: Invalid value: \"Gold\": {SUBDOMAIN}"),
+                "spec.volumeAttributesClassName: Required value: an empty string is disallowed".to_string(),
+                "spec.csi: Required value: has to be specified when using volumeAttributesClassName".to_string(),
+            ]
+        );
+    }
+
+    const SUBDOMAIN: &str = "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')";
+
+    #[test]
+    fn class_topologies_are_validated_as_kube_validates_them() {
+        let classes = def("storage.k8s.io", "storageclasses");
+        let class = |topologies: Value| {
+            json!({"metadata": {"name": "c"}, "provisioner": "p", "reclaimPolicy": "Delete",
+                "volumeBindingMode": "WaitForFirstConsumer", "allowedTopologies": topologies})
+        };
+        let good = class(json!([
+            {"matchLabelExpressions": [{"key": "topology.kubernetes.io/zone", "values": ["a", "b"]}]},
+            {"matchLabelExpressions": [{"key": "topology.kubernetes.io/zone", "values": ["c"]}]},
+        ]));
+        assert!(validate(&classes, &good, true).is_empty());
+        let bad = class(json!([
+            {"matchLabelExpressions": [
+                {"key": "zone", "values": []},
+                {"key": "zone", "values": ["a", "a"]},
+                {"key": "bad key", "values": ["x"]}]},
+            {"matchLabelExpressions": [{"key": "rack", "values": ["1"]}]},
+            {"matchLabelExpressions": [{"key": "rack", "values": ["1"]}]},
+        ]));
+        assert_eq!(
+            bodies(&validate(&classes, &bad, true)),
+            [
+                "allowedTopologies[0].matchLabelExpressions[0].values: Required value",
+                "allowedTopologies[0].matchLabelExpressions[1].values[1]: Duplicate value: \"a\"",
+                "allowedTopologies[0].matchLabelExpressions[1].key: Duplicate value: \"zone\"",
+                "allowedTopologies[0].matchLabelExpressions[2].key: Invalid value: \"bad key\": name part must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character (e.g. 'MyName',  or 'my.name',  or '123-abc', regex used for validation is '([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]')",
+                "allowedTopologies[2].matchLabelExpressions: Duplicate value: \"\"",
+            ]
+        );
+    }
+
+    fn claim(spec: Value) -> Value {
+        let mut c = json!({"metadata": {"name": "c", "namespace": "default"}, "spec": {
+            "accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}},
+            "volumeMode": "Filesystem"}});
+        for (k, v) in spec.as_object().unwrap() {
+            c["spec"][k] = v.clone();
+        }
+        c
+    }
+
+    #[test]
+    fn claim_selectors_and_class_names() {
+        let claims = def("", "persistentvolumeclaims");
+        let good = claim(
+            json!({"selector": {"matchLabels": {"app": "db"}, "matchExpressions": [
+            {"key": "tier", "operator": "In", "values": ["a"]}, {"key": "x", "operator": "Exists"}]},
+            "storageClassName": "local", "volumeAttributesClassName": ""}),
+        );
+        assert!(validate(&claims, &good, true).is_empty());
+        let bad = claim(
+            json!({"selector": {"matchLabels": {"a b": "c d"}, "matchExpressions": [
+            {"key": "tier", "operator": "NotIn"},
+            {"key": "x", "operator": "DoesNotExist", "values": ["a"]},
+            {"key": "y", "operator": "Gt", "values": ["1"]}]},
+            "storageClassName": "Local", "volumeAttributesClassName": "Gold"}),
+        );
+        assert_eq!(
+            bodies(&validate(&claims, &bad, true)),
+            [
+                "spec.selector.matchLabels: Invalid value: \"a b\": name part must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character (e.g. 'MyName',  or 'my.name',  or '123-abc', regex used for validation is '([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]')".to_string(),
+                "spec.selector.matchLabels: Invalid value: \"c d\": a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character (e.g. 'MyValue',  or 'my_value',  or '12345', regex used for validation is '(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?')".to_string(),
+                "spec.selector.matchExpressions[0].values: Required value: must be specified when `operator` is 'In' or 'NotIn'".to_string(),
+                "spec.selector.matchExpressions[1].values: Forbidden: may not be specified when `operator` is 'Exists' or 'DoesNotExist'".to_string(),
+                "spec.selector.matchExpressions[2].operator: Invalid value: \"Gt\": not a valid selector operator".to_string(),
+                format!("spec.storageClassName: Invalid value: \"Local\": {SUBDOMAIN}"),
+                format!("spec.volumeAttributesClassName: Invalid value: \"Gold\": {SUBDOMAIN}"),
+            ]
+        );
+    }
+
+    #[test]
+    fn claim_attributes_class_changes_only_when_bound_and_never_back() {
+        let bound = |class: Value| {
+            let mut c = claim(json!({"volumeName": "pv"}));
+            if !class.is_null() {
+                c["spec"]["volumeAttributesClassName"] = class;
+            }
+            c["status"] = json!({"phase": "Bound"});
+            c
+        };
+        assert!(claim_update(&bound(json!("gold")), &bound(json!("silver"))).is_empty());
+        assert!(claim_update(&bound(Value::Null), &bound(json!("gold"))).is_empty());
+        assert_eq!(
+            bodies(&claim_update(&bound(json!("gold")), &bound(json!("")))),
+            [
+                "spec.volumeAttributesClassName: Forbidden: update from non-nil value to an empty string is forbidden"
+            ]
+        );
+        let to_nil = bodies(&claim_update(&bound(json!("gold")), &bound(Value::Null)));
+        assert_eq!(to_nil.len(), 2, "{to_nil:?}");
+        assert_eq!(
+            to_nil[1],
+            "spec.volumeAttributesClassName: Forbidden: update from non-nil value to nil is forbidden"
+        );
+        let pending = |class: &str| {
+            let mut c = claim(json!({"volumeAttributesClassName": class}));
+            c["status"] = json!({"phase": "Pending"});
+            c
+        };
+        assert_eq!(
+            bodies(&claim_update(&pending("gold"), &pending("silver"))),
+            [
+                "spec: Forbidden: spec is immutable after creation except resources.requests and volumeAttributesClassName for bound claims"
+            ]
+        );
     }
 }
