@@ -15,7 +15,7 @@ use serde_json::{Value, json};
 use crate::agents::kubelet::{self, KubeletConfig};
 use crate::agents::localpath::{self, Driver, NodeDirs};
 use crate::agents::nodes::{NodeConfig, default_nodes};
-use crate::agents::{pvcontroller, scheduler, snapshots, vmconsumer};
+use crate::agents::{protection, pvcontroller, scheduler, snapshots, vmconsumer};
 use crate::apiserver::{self, ApiServer};
 
 /// What to start.
@@ -165,7 +165,8 @@ fn snapshot_class() -> DynamicObject {
     .expect("a VolumeSnapshotClass")
 }
 
-/// Start the agents against `client`: scheduler, PV controller, snapshotter, both provisioners (volumes under
+/// Start the agents against `client`: scheduler, PV controller, in-use protection, snapshotter,
+/// both provisioners (volumes under
 /// `dirs`) and a kubelet for each of `nodes` (pods under the node's directory), each looking
 /// every `every`.
 pub fn spawn_agents(
@@ -180,6 +181,7 @@ pub fn spawn_agents(
         tokio::spawn(pvcontroller::agent::run(client.clone(), every)),
         tokio::spawn(snapshots::agent::run(client.clone(), dirs.clone(), every)),
         tokio::spawn(vmconsumer::agent::run(client.clone(), every)),
+        tokio::spawn(protection::agent::run(client.clone(), every)),
     ];
     for driver in [Driver::LocalPath, Driver::Csi] {
         tasks.push(tokio::spawn(localpath::agent::run(
@@ -206,7 +208,8 @@ pub async fn start(config: &Config) -> anyhow::Result<Running> {
     use anyhow::Context;
     std::fs::create_dir_all(&config.dir)
         .with_context(|| format!("creating {}", config.dir.display()))?;
-    let server = ApiServer::new();
+    // The protection agent runs with the others: claims in use are kept.
+    let server = ApiServer::new().protecting_storage();
     let (bound, server_task) = server
         .serve(config.addr)
         .await

@@ -569,3 +569,148 @@ async fn hostile_names_and_paths_make_nothing_outside_the_cluster_directory() {
     assert_eq!(std::fs::read_dir(&host).unwrap().count(), 0, "{host:?}");
     running.stop().await;
 }
+
+fn claim_volume_name(c: &PersistentVolumeClaim) -> Option<String> {
+    c.spec.as_ref()?.volume_name.clone()
+}
+
+/// kube's in-use protection: a claim deleted while a running pod mounts it, and its volume
+/// deleted by hand while bound, both stay (Terminating) with their data until the pod is gone;
+/// a new pod cannot start on the claim meanwhile. Then claim, volume and directory all go.
+#[tokio::test]
+async fn claims_and_volumes_in_use_are_kept_until_the_pod_is_gone() {
+    let (dir, running) = start().await;
+    let client = running.client.clone();
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), "default");
+    let volumes: Api<PersistentVolume> = Api::all(client.clone());
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    for name in ["disk", "spare"] {
+        create::<PersistentVolumeClaim>(
+            &client,
+            json!({"metadata": {"name": name}, "spec": {"accessModes": ["ReadWriteOnce"],
+                "resources": {"requests": {"storage": "1Mi"}}}}),
+        )
+        .await;
+        let c = claims.get(name).await.unwrap();
+        assert_eq!(
+            c.metadata.finalizers.as_deref(),
+            Some(&["kubernetes.io/pvc-protection".to_string()][..])
+        );
+    }
+    let mut user = shell_pod("user", "Always", "echo kept > data/file; sleep 300");
+    user["spec"]["containers"][0]["volumeMounts"] = json!([{"name": "d", "mountPath": "/data"}]);
+    user["spec"]["volumes"] =
+        json!([{"name": "d", "persistentVolumeClaim": {"claimName": "disk"}}]);
+    create::<Pod>(&client, user).await;
+    // The spare claim is bound too (a short-lived pod), so that both take the same path.
+    let mut binder = shell_pod("binder", "Never", "true");
+    binder["spec"]["volumes"] =
+        json!([{"name": "d", "persistentVolumeClaim": {"claimName": "spare"}}]);
+    create::<Pod>(&client, binder).await;
+    pod_where(&client, "binder", "the binder pod to finish", |p| {
+        phase(p) == "Succeeded"
+    })
+    .await;
+    pod_where(&client, "user", "the user pod to run", |p| {
+        phase(p) == "Running"
+    })
+    .await;
+    let volume = wait_for("the claim to be bound", async || {
+        claim_volume_name(&claims.get("disk").await.unwrap())
+    })
+    .await;
+    let pv = volumes.get(&volume).await.unwrap();
+    let path = std::path::PathBuf::from(pv.spec.unwrap().host_path.unwrap().path);
+    wait_for("the pod's file in the volume", async || {
+        (std::fs::read_to_string(path.join("file")).ok()? == "kept\n").then_some(())
+    })
+    .await;
+    let mut finalizers = pv.metadata.finalizers.unwrap();
+    finalizers.sort();
+    assert_eq!(
+        finalizers,
+        [
+            "external-provisioner.volume.kubernetes.io/finalizer",
+            "kubernetes.io/pv-protection"
+        ]
+    );
+    let spare_volume = claim_volume_name(&claims.get("spare").await.unwrap()).unwrap();
+    let spare_path = std::path::PathBuf::from(
+        volumes
+            .get(&spare_volume)
+            .await
+            .unwrap()
+            .spec
+            .unwrap()
+            .host_path
+            .unwrap()
+            .path,
+    );
+
+    // Delete the volume by hand, then both claims: the spare one (no pod holds it) goes with
+    // its volume and directory, and a pass that released it also saw the one in use.
+    volumes
+        .delete(&volume, &DeleteParams::default())
+        .await
+        .unwrap();
+    for name in ["disk", "spare"] {
+        claims.delete(name, &DeleteParams::default()).await.unwrap();
+    }
+    wait_for(
+        "the unused claim, its volume and directory to go",
+        async || {
+            let gone = claims.get_opt("spare").await.unwrap().is_none()
+                && volumes.get_opt(&spare_volume).await.unwrap().is_none()
+                && !spare_path.exists();
+            gone.then_some(())
+        },
+    )
+    .await;
+    let kept = claims.get("disk").await.unwrap();
+    assert!(kept.metadata.deletion_timestamp.is_some());
+    let pv = volumes.get(&volume).await.unwrap();
+    assert!(pv.metadata.deletion_timestamp.is_some());
+    assert_eq!(pv.status.unwrap().phase.as_deref(), Some("Bound"));
+    assert_eq!(
+        std::fs::read_to_string(path.join("file")).unwrap(),
+        "kept\n"
+    );
+    assert_eq!(phase(&pods.get("user").await.unwrap()), "Running");
+
+    // A new pod cannot have the claim any more.
+    let mut late = shell_pod("late", "Never", "true");
+    late["spec"]["volumes"] =
+        json!([{"name": "d", "persistentVolumeClaim": {"claimName": "disk"}}]);
+    create::<Pod>(&client, late).await;
+    let late = pod_where(&client, "late", "the late pod to be unschedulable", |p| {
+        p.status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .into_iter()
+            .flatten()
+            .any(|c| c.type_ == "PodScheduled" && c.status == "False")
+    })
+    .await;
+    let message = late.status.unwrap().conditions.unwrap()[0]
+        .message
+        .clone()
+        .unwrap();
+    assert!(
+        message.contains("persistentvolumeclaim \"disk\" is being deleted"),
+        "{message}"
+    );
+
+    // The pod goes: so do the claim, the volume and its directory.
+    for name in ["user", "late"] {
+        pods.delete(name, &DeleteParams::default()).await.unwrap();
+    }
+    wait_for("the claim, its volume and directory to go", async || {
+        let gone = claims.get_opt("disk").await.unwrap().is_none()
+            && volumes.get_opt(&volume).await.unwrap().is_none()
+            && !path.exists();
+        gone.then_some(())
+    })
+    .await;
+    assert!(path.starts_with(dir.path()));
+    running.stop().await;
+}

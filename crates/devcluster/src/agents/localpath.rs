@@ -33,6 +33,9 @@ use super::{Snapshot, name, snapshots};
 pub const PROVISIONER: &str = "rancher.io/local-path";
 /// The CSI-like driver's name (its classes' provisioner, and its CSIDriver object).
 pub const CSI_DRIVER: &str = "csi.cdi-rs.dev";
+/// Held on the volumes a provisioner made until it has removed their storage, as
+/// external-provisioner does: a volume deleted by hand still gets its directory removed.
+pub const PROVISIONER_FINALIZER: &str = "external-provisioner.volume.kubernetes.io/finalizer";
 
 /// Which provisioner.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -84,7 +87,8 @@ pub enum Action {
         content: Content,
         volume: Box<PersistentVolume>,
     },
-    /// Remove `path` (directory or file, if it is there), then delete the volume object.
+    /// Remove `path` (directory or file, if it is there), then delete the volume object and
+    /// drop the provisioner's finalizer from it.
     Reclaim {
         volume: String,
         path: Option<PathBuf>,
@@ -304,7 +308,8 @@ fn volume_for(
     };
     let value = json!({
         "apiVersion": "v1", "kind": "PersistentVolume",
-        "metadata": {"name": pv_name, "annotations": {PROVISIONED_BY: driver.name()}},
+        "metadata": {"name": pv_name, "annotations": {PROVISIONED_BY: driver.name()},
+            "finalizers": [PROVISIONER_FINALIZER]},
         "spec": {
             source_key: source,
             "capacity": {"storage": size},
@@ -653,13 +658,28 @@ pub fn plan(driver: Driver, dirs: &NodeDirs, cluster: &Snapshot) -> Vec<Action> 
             .spec
             .as_ref()
             .and_then(|s| s.persistent_volume_reclaim_policy.as_deref());
-        if released && policy == Some("Delete") && v.metadata.deletion_timestamp.is_none() {
+        let deleting = v.metadata.deletion_timestamp.is_some();
+        let bound = v.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Bound");
+        let held = v
+            .metadata
+            .finalizers
+            .iter()
+            .flatten()
+            .any(|f| f == PROVISIONER_FINALIZER);
+        // Released under Delete, or deleted by hand while no claim holds it: the storage goes
+        // with it (kube's HonorPVReclaimPolicy), unless the policy keeps it.
+        let reclaim = (released && !deleting) || (deleting && held && !bound);
+        if reclaim {
             // Never remove anything outside the node data directories.
-            let path = volume_path(v).filter(|d| d.starts_with(&dirs.root));
-            out.push(Action::Reclaim {
-                volume: name(v).into(),
-                path,
-            });
+            let path = volume_path(v)
+                .filter(|d| d.starts_with(&dirs.root))
+                .filter(|_| policy == Some("Delete"));
+            if policy == Some("Delete") || deleting {
+                out.push(Action::Reclaim {
+                    volume: name(v).into(),
+                    path,
+                });
+            }
         }
     }
     out
@@ -784,7 +804,18 @@ pub mod agent {
                 if let Some(path) = path {
                     remove(path)?;
                 }
-                volumes.delete(volume, &DeleteParams::default()).await?;
+                match volumes.delete(volume, &DeleteParams::default()).await {
+                    Err(kube::Error::Api(e)) if e.code == 404 => return Ok(()),
+                    other => {
+                        other?;
+                    }
+                }
+                crate::agents::protection::drop_finalizer(
+                    &volumes,
+                    volume,
+                    super::PROVISIONER_FINALIZER,
+                )
+                .await?;
             }
             Action::Expand {
                 volume,

@@ -18,6 +18,7 @@ macro_rules! run_every {
 pub mod kubelet;
 pub mod localpath;
 pub mod nodes;
+pub mod protection;
 pub mod pvcontroller;
 pub mod retry;
 pub mod scheduler;

@@ -254,10 +254,9 @@ pub fn reconcile(cluster: &Snapshot) -> Vec<Action> {
     // Volumes given to a claim in this pass, so two claims never get the same one.
     let mut taken: BTreeSet<&str> = BTreeSet::new();
 
+    // Volumes being deleted too: one kept by a finalizer still moves to Released when its claim
+    // goes, which is what lets the protection and the provisioner finish with it.
     for v in volumes {
-        if v.metadata.deletion_timestamp.is_some() {
-            continue;
-        }
         let Some((ns, claim_name, ref_uid)) = claim_ref_of(v) else {
             volume_status(&mut out, v, "Available", "");
             continue;

@@ -174,6 +174,11 @@ pub fn schedule(pod: &Pod, view: &ClusterView<'_>) -> Decision {
                 "0/{total} nodes are available: persistentvolumeclaim \"{name}\" not found."
             ));
         };
+        if claim.metadata.deletion_timestamp.is_some() {
+            return unschedulable(format!(
+                "0/{total} nodes are available: persistentvolumeclaim \"{name}\" is being deleted."
+            ));
+        }
         let volume_name = claim
             .spec
             .as_ref()

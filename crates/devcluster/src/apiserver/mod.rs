@@ -14,7 +14,7 @@ pub mod store;
 pub mod table;
 pub mod validation;
 
-pub use server::ApiServer;
+pub use server::{ApiServer, PV_PROTECTION, PVC_PROTECTION};
 
 /// A kubeconfig for clients of a server at `url`. The server trusts loopback; the token is there
 /// only so that kubectl does not prompt for credentials over https.

@@ -296,7 +296,7 @@ fn builtin_columns(group: &str, plural: &str) -> Vec<Value> {
             col("Node", ".spec.nodeName", 1),
         ],
         ("", "persistentvolumeclaims") => vec![
-            col("Status", ".status.phase", 0),
+            col("Status", "#storage.status", 0),
             col("Volume", ".spec.volumeName", 0),
             col("Capacity", ".status.capacity.storage", 0),
             col("StorageClass", ".spec.storageClassName", 0),
@@ -311,7 +311,7 @@ fn builtin_columns(group: &str, plural: &str) -> Vec<Value> {
         ("", "persistentvolumes") => vec![
             col("Capacity", ".spec.capacity.storage", 0),
             col("Reclaim Policy", ".spec.persistentVolumeReclaimPolicy", 0),
-            col("Status", ".status.phase", 0),
+            col("Status", "#storage.status", 0),
             col("Claim", ".spec.claimRef.name", 0),
             col("StorageClass", ".spec.storageClassName", 0),
             age(),

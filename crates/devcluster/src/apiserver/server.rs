@@ -23,6 +23,9 @@ use super::store::{
 #[derive(Clone)]
 pub struct ApiServer {
     store: Arc<Store>,
+    /// Whether created claims and volumes get kube's in-use protection finalizers (the
+    /// StorageObjectInUseProtection admission plugin); only where something removes them.
+    protect_storage: bool,
 }
 
 impl Default for ApiServer {
@@ -63,6 +66,11 @@ fn json_response(status: StatusCode, v: &Value) -> Response {
 
 /// Request bodies over this are refused (kube-apiserver's MaxRequestBodyBytes, 3 MiB).
 pub const MAX_BODY: usize = 3 << 20;
+
+/// The finalizers of kube's in-use protection: a claim stays until no running pod mounts it, a
+/// volume until no claim is bound to it.
+pub const PVC_PROTECTION: &str = "kubernetes.io/pvc-protection";
+pub const PV_PROTECTION: &str = "kubernetes.io/pv-protection";
 
 /// The query parameters: the first value of each (as kube decodes options), and every value.
 #[derive(Debug, Clone, Default)]
@@ -236,6 +244,7 @@ impl ApiServer {
     pub fn new() -> ApiServer {
         ApiServer {
             store: Arc::new(Store::new(Registry::with_builtins())),
+            protect_storage: false,
         }
     }
 
@@ -243,7 +252,16 @@ impl ApiServer {
     pub fn with_history(history: usize) -> ApiServer {
         ApiServer {
             store: Arc::new(Store::with_history(Registry::with_builtins(), history)),
+            protect_storage: false,
         }
+    }
+
+    /// Claims and volumes created from now on carry `kubernetes.io/pvc-protection` and
+    /// `kubernetes.io/pv-protection`, as kube's StorageObjectInUseProtection admission plugin
+    /// adds them: run the protection agent beside a server made so, or deletions never end.
+    pub fn protecting_storage(mut self) -> ApiServer {
+        self.protect_storage = true;
+        self
     }
 
     pub fn store(&self) -> &Arc<Store> {
@@ -787,6 +805,9 @@ async fn dispatch(server: &ApiServer, req: Request) -> ApiResult<Response> {
                 }
                 let mut obj = obj;
                 let warnings = admit(&def, &mut obj, &validation, Write::Create, None)?;
+                if server.protect_storage {
+                    protect(&def, &mut obj);
+                }
                 let created = create(&store, &def, &ns, obj, dry_run, writer.as_ref())?;
                 Ok(with_warnings(
                     json_response(StatusCode::CREATED, &created),
@@ -922,6 +943,9 @@ async fn dispatch(server: &ApiServer, req: Request) -> ApiResult<Response> {
                             let mut obj = parse_object(&body)?;
                             obj["metadata"]["name"] = json!(name);
                             warnings = admit(&def, &mut obj, &validation, Write::Create, None)?;
+                            if server.protect_storage {
+                                protect(&def, &mut obj);
+                            }
                             create(&store, &def, &ns, obj, dry_run, apply_owner.as_ref())?
                         }
                         other => other?,
@@ -1142,6 +1166,27 @@ fn admit(
         return Ok(Vec::new());
     }
     Ok(unknown)
+}
+
+/// Add the in-use protection finalizer of a created claim or volume (once).
+fn protect(def: &ResourceDef, obj: &mut Value) {
+    let finalizer = match (def.group.as_str(), def.plural.as_str()) {
+        ("", "persistentvolumeclaims") => PVC_PROTECTION,
+        ("", "persistentvolumes") => PV_PROTECTION,
+        _ => return,
+    };
+    let Some(meta) = obj["metadata"].as_object_mut() else {
+        return;
+    };
+    let list = meta.entry("finalizers").or_insert_with(|| json!([]));
+    if !list.is_array() {
+        *list = json!([]);
+    }
+    if let Some(list) = list.as_array_mut()
+        && !list.iter().any(|f| f == finalizer)
+    {
+        list.push(json!(finalizer));
+    }
 }
 
 /// A name from `generateName` as kube makes one: the prefix (cut to 58 bytes, so that the name

@@ -263,6 +263,13 @@ pub fn table(
                 .map(|(_, ty, _, path, _)| {
                     let v = if path.starts_with("#pod.") {
                         pod_cell(obj, path)
+                    } else if path == "#storage.status" {
+                        // kubectl's printer: a claim or volume being deleted is Terminating.
+                        if obj["metadata"]["deletionTimestamp"].is_null() {
+                            obj["status"]["phase"].clone()
+                        } else {
+                            json!("Terminating")
+                        }
                     } else {
                         json_path(obj, path)
                     };
@@ -327,6 +334,25 @@ mod tests {
         let deleting = json!({"metadata": {"deletionTimestamp": "2026-01-01T00:00:00Z"},
             "spec": spec, "status": {"phase": "Running"}});
         assert_eq!(cells(deleting)[1], json!("Terminating"));
+    }
+
+    #[test]
+    fn claims_and_volumes_being_deleted_are_terminating() {
+        let def = crate::apiserver::registry::Registry::with_builtins()
+            .get("", "v1", "persistentvolumeclaims")
+            .cloned()
+            .unwrap();
+        let bound = json!({"metadata": {"name": "a"}, "status": {"phase": "Bound"}});
+        let deleting = json!({"metadata": {"name": "b", "deletionTimestamp": "2026-01-01T00:00:00Z"},
+            "status": {"phase": "Bound"}});
+        let table = table(&def, &[bound, deleting], "1", false);
+        let status: Vec<&Value> = table["rows"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| &r["cells"][1])
+            .collect();
+        assert_eq!(status, [&json!("Bound"), &json!("Terminating")]);
     }
 
     #[test]

@@ -292,6 +292,12 @@ async fn claim_volume(client: &Client, ns: &str, claim: &str) -> Result<HostVolu
         .await
         .map_err(|e| Blocked::Waiting(format!("reading claim {ns}/{claim}: {e}")))?
         .ok_or_else(|| Blocked::Waiting(format!("persistentvolumeclaim \"{claim}\" not found")))?;
+    // A claim being deleted is kept only for the pods already running with it.
+    if pvc.metadata.deletion_timestamp.is_some() {
+        return Err(Blocked::Waiting(format!(
+            "can't start pod because PVC {ns}/{claim} is being deleted"
+        )));
+    }
     let bound = pvc.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Bound");
     let name = pvc.spec.as_ref().and_then(|s| s.volume_name.clone());
     let (true, Some(name)) = (bound, name) else {
