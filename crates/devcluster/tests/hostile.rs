@@ -1473,7 +1473,8 @@ async fn storage_classes_kube_refuses_are_refused() {
     assert_eq!(code, 200, "{body}");
 }
 
-/// PersistentVolume: reclaim policy, access modes and capacity as ValidatePersistentVolumeSpec.
+/// PersistentVolume: reclaim policy, access modes, capacity and a local volume's node affinity as
+/// ValidatePersistentVolumeSpec.
 #[tokio::test]
 async fn volumes_kube_refuses_are_refused() {
     let server = ApiServer::new();
@@ -1490,7 +1491,7 @@ async fn volumes_kube_refuses_are_refused() {
     assert_eq!(code, 422, "{body}");
     assert_eq!(
         body["message"],
-        "PersistentVolume \"pv\" is invalid: [spec.accessModes: Unsupported value: \"ReadWriteAll\": supported values: \"ReadOnlyMany\", \"ReadWriteMany\", \"ReadWriteOnce\", \"ReadWriteOncePod\", spec.capacity: Required value, spec.capacity: Unsupported value: core.ResourceList(nil): supported values: \"storage\", spec.persistentVolumeReclaimPolicy: Unsupported value: \"Bogus\": supported values: \"Delete\", \"Recycle\", \"Retain\"]"
+        "PersistentVolume \"pv\" is invalid: [spec.accessModes: Unsupported value: \"ReadWriteAll\": supported values: \"ReadOnlyMany\", \"ReadWriteMany\", \"ReadWriteOnce\", \"ReadWriteOncePod\", spec.capacity: Required value, spec.capacity: Unsupported value: core.ResourceList(nil): supported values: \"storage\", spec.persistentVolumeReclaimPolicy: Unsupported value: \"Bogus\": supported values: \"Delete\", \"Recycle\", \"Retain\", spec.nodeAffinity: Required value: Local volume requires node affinity]"
     );
     let (code, body) = http
         .json(
@@ -1503,7 +1504,7 @@ async fn volumes_kube_refuses_are_refused() {
     assert_eq!(code, 422, "{body}");
     assert_eq!(
         body["message"],
-        "PersistentVolume \"pv\" is invalid: spec.accessModes: Required value"
+        "PersistentVolume \"pv\" is invalid: [spec.accessModes: Required value, spec.nodeAffinity: Required value: Local volume requires node affinity]"
     );
 }
 

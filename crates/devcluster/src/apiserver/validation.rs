@@ -1450,7 +1450,13 @@ pub fn persistent_volume(obj: &Value) -> Vec<FieldError> {
             PV_RECLAIM_POLICIES,
         ));
     }
-    // validateVolumeNodeAffinity.
+    // validateVolumeNodeAffinity; a local volume needs one.
+    if spec["local"].is_object() && !spec["nodeAffinity"].is_object() {
+        out.push(FieldError::required(
+            "spec.nodeAffinity",
+            "Local volume requires node affinity",
+        ));
+    }
     if spec["nodeAffinity"].is_object() {
         let required = &spec["nodeAffinity"]["required"];
         if required.is_object() {
@@ -2321,6 +2327,11 @@ mod tests {
         let pvs = def("", "persistentvolumes");
         let base = local_pv();
         assert!(validate(&pvs, &base, true).is_empty());
+        let unplaced = with(base.clone(), "/spec/nodeAffinity", Value::Null);
+        assert_eq!(
+            bodies(&validate(&pvs, &unplaced, true)),
+            ["spec.nodeAffinity: Required value: Local volume requires node affinity"]
+        );
         let no_required = with(base.clone(), "/spec/nodeAffinity", json!({}));
         assert_eq!(
             bodies(&validate(&pvs, &no_required, true)),
