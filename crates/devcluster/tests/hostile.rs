@@ -1506,6 +1506,37 @@ async fn volumes_kube_refuses_are_refused() {
         body["message"],
         "PersistentVolume \"pv\" is invalid: [spec.accessModes: Required value, spec.nodeAffinity: Required value: Local volume requires node affinity]"
     );
+    // Defaults as SetDefaults_PersistentVolume; the source stays what it was made with.
+    let (code, body) = http
+        .json(
+            "POST",
+            "/api/v1/persistentvolumes",
+            &json!({"apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": "pv"},
+                "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"],
+                    "hostPath": {"path": "/tmp/pv"}}}),
+        )
+        .await;
+    assert_eq!(code, 201, "{body}");
+    assert_eq!(
+        (
+            &body["spec"]["persistentVolumeReclaimPolicy"],
+            &body["spec"]["volumeMode"],
+            &body["status"]["phase"]
+        ),
+        (&json!("Retain"), &json!("Filesystem"), &json!("Pending"))
+    );
+    let (code, body) = http
+        .json(
+            "PATCH",
+            "/api/v1/persistentvolumes/pv",
+            &json!({"spec": {"hostPath": {"path": "/etc"}}}),
+        )
+        .await;
+    assert_eq!(code, 422, "{body}");
+    assert_eq!(
+        body["message"],
+        "PersistentVolume \"pv\" is invalid: spec.persistentvolumesource: Forbidden: spec.persistentvolumesource is immutable after creation"
+    );
 }
 
 /// PersistentVolumeClaim: access modes required and supported, volume modes supported, data

@@ -1115,6 +1115,7 @@ fn admit(
             ("storage.k8s.io", "storageclasses") => {
                 super::validation::default_storage_class(obj);
             }
+            ("", "persistentvolumes") => super::validation::default_persistent_volume(obj),
             // SetDefaults_PersistentVolumeClaimSpec.
             ("", "persistentvolumeclaims") => {
                 if let Some(spec) = obj["spec"].as_object_mut()
@@ -1258,9 +1259,12 @@ fn validate_update(
     current: &Value,
     next: &Value,
 ) -> ApiResult<()> {
-    use super::validation::{FieldError, claim_update, storage_class_update};
+    use super::validation::{
+        FieldError, claim_update, persistent_volume_update, storage_class_update,
+    };
     let errors = match (def.group.as_str(), def.plural.as_str()) {
         ("storage.k8s.io", "storageclasses") => storage_class_update(current, next),
+        ("", "persistentvolumes") => persistent_volume_update(current, next),
         ("", "persistentvolumeclaims") => claim_update(current, next),
         _ => return Ok(()),
     };
