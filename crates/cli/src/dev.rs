@@ -168,15 +168,22 @@ pub fn run(command: &DevCommand) -> anyhow::Result<()> {
     }
 }
 
-/// The log file of each component, by the tracing target its code logs under.
-const COMPONENT_LOGS: &[(&str, &str)] = &[
-    ("apiserver.log", "cdi_devcluster::apiserver"),
-    ("scheduler.log", "cdi_devcluster::agents::scheduler"),
-    ("pv-controller.log", "cdi_devcluster::agents::pvcontroller"),
-    ("provisioners.log", "cdi_devcluster::agents::localpath"),
-    ("kubelet.log", "cdi_devcluster::agents::kubelet"),
-    ("snapshotter.log", "cdi_devcluster::agents::snapshots"),
-    ("vm-consumer.log", "cdi_devcluster::agents::vmconsumer"),
+/// The log file of each component, by the tracing targets its code logs under (the protection
+/// agent beside the PV controller, as both run in kube-controller-manager).
+const COMPONENT_LOGS: &[(&str, &[&str])] = &[
+    ("apiserver.log", &["cdi_devcluster::apiserver"]),
+    ("scheduler.log", &["cdi_devcluster::agents::scheduler"]),
+    (
+        "pv-controller.log",
+        &[
+            "cdi_devcluster::agents::pvcontroller",
+            "cdi_devcluster::agents::protection",
+        ],
+    ),
+    ("provisioners.log", &["cdi_devcluster::agents::localpath"]),
+    ("kubelet.log", &["cdi_devcluster::agents::kubelet"]),
+    ("snapshotter.log", &["cdi_devcluster::agents::snapshots"]),
+    ("vm-consumer.log", &["cdi_devcluster::agents::vmconsumer"]),
 ];
 
 fn pid_file(dir: &Path) -> PathBuf {
@@ -222,7 +229,7 @@ fn up_here(
 
     let logs = prepare(dir)?;
     let mut layers = Vec::new();
-    for (file, target) in COMPONENT_LOGS {
+    for (file, targets) in COMPONENT_LOGS {
         let path = logs.join(file);
         let f = std::fs::File::options()
             .create(true)
@@ -233,7 +240,9 @@ fn up_here(
             tracing_subscriber::fmt::layer()
                 .with_ansi(false)
                 .with_writer(std::sync::Mutex::new(f))
-                .with_filter(Targets::new().with_target(*target, tracing::Level::INFO))
+                .with_filter(
+                    Targets::new().with_targets(targets.iter().map(|t| (*t, tracing::Level::INFO))),
+                )
                 .boxed(),
         );
     }
