@@ -277,6 +277,43 @@ async fn archives_unpack_onto_the_volume() {
         content
     );
     assert!(!pod.data().join("disk.img").exists());
+
+    // A member that would land outside the volume: the archive is refused (it used to be
+    // skipped silently, the import "complete" without it), and nothing of it stays.
+    let hostile = Pod::new();
+    let mut builder = tar::Builder::new(Vec::new());
+    let mut header = tar::Header::new_gnu();
+    header.set_size(content.len() as u64);
+    header.set_mode(0o644);
+    builder
+        .append_data(&mut header.clone(), "kept.txt", &content[..])
+        .unwrap();
+    let name = b"../escaped.txt";
+    header.as_old_mut().name[..name.len()].copy_from_slice(name);
+    header.set_cksum();
+    builder.append(&header, &content[..]).unwrap();
+    server.add(
+        "/hostile.tar",
+        builder.into_inner().unwrap(),
+        Behaviour::default(),
+    );
+    let url = server.url("/hostile.tar");
+    let out = hostile
+        .run(&[
+            ("IMPORTER_SOURCE", "http"),
+            ("IMPORTER_ENDPOINT", &url),
+            ("IMPORTER_CONTENTTYPE", "archive"),
+        ])
+        .await;
+    assert!(
+        out.termination.contains(
+            "the archive's member \"../escaped.txt\" would be written outside the volume"
+        ),
+        "{}",
+        out.termination
+    );
+    assert!(!hostile.data().join("kept.txt").exists());
+    assert!(!hostile.data().join("../escaped.txt").exists());
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -47,8 +47,45 @@ fn clear(dir: &Path) {
     }
 }
 
-/// Unpack `source` into `dir`. Entries cannot escape `dir` (the tar crate refuses `..` and
-/// absolute paths). On any failure, what was unpacked is removed.
+/// Unpack every member under `dest`, as `tar::Archive::unpack` does (directories last, so that
+/// their permissions do not stop what goes inside them), but refusing the archive when a member
+/// would land outside `dest` (a `..` component, a path through a link), where the tar crate skips
+/// it without a word: a volume missing files it should have is worse than a clear refusal.
+fn unpack_entries<R: Read>(archive: &mut tar::Archive<R>, dest: &Path) -> Result<(), ImportError> {
+    let damaged = |e: std::io::Error| ImportError::from_read("unpacking the archive", e);
+    let mut directories = Vec::new();
+    let place = |entry: &mut tar::Entry<'_, R>| -> Result<(), ImportError> {
+        let name = entry
+            .path()
+            .map(|p| p.display().to_string())
+            .unwrap_or_default();
+        let placed = entry.unpack_in(dest).map_err(damaged)?;
+        if placed {
+            Ok(())
+        } else {
+            Err(ImportError::Unsupported(format!(
+                "the archive's member {name:?} would be written outside the volume; refusing the \
+                 archive"
+            )))
+        }
+    };
+    for entry in archive.entries().map_err(damaged)? {
+        let mut entry = entry.map_err(damaged)?;
+        if entry.header().entry_type() == tar::EntryType::Directory {
+            directories.push(entry);
+        } else {
+            place(&mut entry)?;
+        }
+    }
+    for mut dir in directories {
+        place(&mut dir)?;
+    }
+    Ok(())
+}
+
+/// Unpack `source` into `dir`. Members cannot escape `dir`: absolute paths are taken as relative
+/// to it (as GNU tar does), and an archive with a member that would leave it is refused. On any
+/// failure, what was unpacked is removed.
 pub async fn unpack(
     source: &Source,
     dir: &Path,
@@ -97,9 +134,7 @@ pub async fn unpack(
         archive.set_preserve_permissions(true);
         archive.set_unpack_xattrs(false);
         archive.set_overwrite(true);
-        archive
-            .unpack(&dest)
-            .map_err(|e| ImportError::Damaged(format!("unpacking the archive: {e}")))?;
+        unpack_entries(&mut archive, &dest)?;
         // Hash whatever follows the tar end marker too: the checksum covers the whole download.
         let mut rest = archive.into_inner();
         std::io::copy(&mut rest, &mut std::io::sink())

@@ -21,8 +21,17 @@ pub enum ImportError {
     Qcow2(Qcow2Error),
     #[error("a larger PVC is required: image virtual size {virtual_size} > usable {usable}")]
     TooLarge { virtual_size: u64, usable: u64 },
+    /// A stream (raw, or compressed) that went on past what the target can hold; how long it
+    /// is in all is not known.
+    #[error("a larger PVC is required: the image is larger than the usable {usable} bytes")]
+    StreamTooLarge { usable: u64 },
+    /// A transfer failed: `status` is the HTTP status the server answered, if it answered.
     #[error("{url}: {message}")]
-    Http { url: String, message: String },
+    Http {
+        url: String,
+        status: Option<u16>,
+        message: String,
+    },
     #[error("checksum mismatch: expected {expected}, the download has {actual}")]
     ChecksumMismatch { expected: String, actual: String },
     #[error("the image is damaged: {0}")]
@@ -46,6 +55,12 @@ impl From<Qcow2Error> for ImportError {
     }
 }
 
+/// Statuses worth another attempt: 408, 429 and server errors. Other 4xx (and anything odd the
+/// server sends) are its answer.
+pub fn retryable_status(status: u16) -> bool {
+    matches!(status, 408 | 429 | 500..=599)
+}
+
 impl ImportError {
     pub fn io(context: impl Into<String>, error: std::io::Error) -> Self {
         ImportError::Io {
@@ -57,13 +72,28 @@ impl ImportError {
     /// Transfer errors worth another attempt: a dropped connection, a stall, a 5xx, 408, 429.
     pub fn is_retryable(&self) -> bool {
         match self {
-            ImportError::Http { message, .. } => {
-                !message.starts_with("HTTP 4")
-                    || message.starts_with("HTTP 408")
-                    || message.starts_with("HTTP 429")
-            }
+            ImportError::Http { status, .. } => status.is_none_or(retryable_status),
             ImportError::Io { .. } => true,
             _ => false,
+        }
+    }
+
+    /// What a failed read of the image stream means: the transfer's own error when the stream's
+    /// source put one there (see `http::StreamReader`), else damage found while `context` (a
+    /// decompressor, the source) was read.
+    pub fn from_read(context: &str, error: std::io::Error) -> ImportError {
+        if !error
+            .get_ref()
+            .is_some_and(|inner| inner.is::<ImportError>())
+        {
+            return ImportError::Damaged(format!("{context}: {error}"));
+        }
+        match error
+            .into_inner()
+            .map(|inner| inner.downcast::<ImportError>())
+        {
+            Some(Ok(transfer)) => *transfer,
+            _ => ImportError::Internal(format!("{context}: a read error went missing")),
         }
     }
 
@@ -73,6 +103,7 @@ impl ImportError {
             self,
             ImportError::Qcow2(_)
                 | ImportError::TooLarge { .. }
+                | ImportError::StreamTooLarge { .. }
                 | ImportError::Unsupported(_)
                 | ImportError::ChecksumMismatch { .. }
                 | ImportError::SameFile { .. }

@@ -104,7 +104,17 @@ pub struct HttpClient {
 fn http_error(url: &str, status: StatusCode) -> ImportError {
     ImportError::Http {
         url: redact(url),
+        status: Some(status.as_u16()),
         message: format!("HTTP {status}"),
+    }
+}
+
+/// A transfer that broke without an HTTP status.
+fn broken(url: &str, message: String) -> ImportError {
+    ImportError::Http {
+        url: redact(url),
+        status: None,
+        message,
     }
 }
 
@@ -118,10 +128,7 @@ fn transport_error(url: &str, err: reqwest::Error) -> ImportError {
         message.push_str(&s.to_string());
         source = s.source();
     }
-    ImportError::Http {
-        url: redact(url),
-        message,
-    }
+    broken(url, message)
 }
 
 impl HttpClient {
@@ -175,11 +182,38 @@ impl HttpClient {
         req
     }
 
+    /// Send a request; again, on a fresh connection, when it could not be sent or answered (a
+    /// kept-alive connection the server has just closed, a refused connection, a timeout) or was
+    /// answered 408, 429 or 5xx, within the transfer's retry budget. Other answers are returned.
+    async fn send(
+        &self,
+        method: reqwest::Method,
+        range: Option<String>,
+    ) -> Result<reqwest::Response, ImportError> {
+        let mut attempt = 0;
+        loop {
+            let err = match self.request(method.clone(), range.clone()).send().await {
+                Ok(resp) if !crate::error::retryable_status(resp.status().as_u16()) => {
+                    return Ok(resp);
+                }
+                Ok(resp) => http_error(self.url(), resp.status()),
+                Err(e) => transport_error(self.url(), e),
+            };
+            if attempt >= self.source.retry.retries {
+                return Err(err);
+            }
+            attempt += 1;
+            tracing::warn!(%method, attempt, error = %err, "request failed; trying again");
+            self.backoff(attempt).await;
+        }
+    }
+
     /// Probe size and range support: HEAD, then a one-byte range GET (the only reliable test of
     /// range support).
     pub async fn info(&self) -> Result<HttpInfo, ImportError> {
         let url = self.url();
         let mut len = None;
+        // Only a hint (many servers answer HEAD badly): one attempt.
         if let Ok(resp) = self.request(reqwest::Method::HEAD, None).send().await
             && resp.status().is_success()
         {
@@ -190,10 +224,8 @@ impl HttpClient {
                 .and_then(|v| v.parse().ok());
         }
         let resp = self
-            .request(reqwest::Method::GET, Some("bytes=0-0".into()))
-            .send()
-            .await
-            .map_err(|e| transport_error(url, e))?;
+            .send(reqwest::Method::GET, Some("bytes=0-0".into()))
+            .await?;
         let status = resp.status();
         if status == StatusCode::PARTIAL_CONTENT {
             let total = resp
@@ -226,11 +258,7 @@ impl HttpClient {
             Some(e) => format!("bytes={start}-{}", e - 1),
             None => format!("bytes={start}-"),
         });
-        let resp = self
-            .request(reqwest::Method::GET, range)
-            .send()
-            .await
-            .map_err(|e| transport_error(url, e))?;
+        let resp = self.send(reqwest::Method::GET, range).await?;
         let status = resp.status();
         if !status.is_success() {
             return Err(http_error(url, status));
@@ -244,12 +272,12 @@ impl HttpClient {
                 .and_then(|v| v.split_once('-'))
                 .and_then(|(a, _)| a.parse::<u64>().ok());
             if status != StatusCode::PARTIAL_CONTENT || begins != Some(start) {
-                return Err(ImportError::Http {
-                    url: redact(url),
-                    message: format!(
+                return Err(broken(
+                    url,
+                    format!(
                         "asked for bytes from {start}, the server answered {status} without that range"
                     ),
-                });
+                ));
             }
         }
         Ok(resp)
@@ -307,10 +335,7 @@ impl RangeReader for HttpReader {
             }
             let err = match result {
                 Err(e) => e,
-                Ok(()) => ImportError::Http {
-                    url: redact(self.client.url()),
-                    message: "the response ended early".into(),
-                },
+                Ok(()) => broken(self.client.url(), "the response ended early".into()),
             };
             if attempt >= self.client.source.retry.retries || !err.is_retryable() {
                 return Err(err);
@@ -348,13 +373,13 @@ pub fn stream(client: HttpClient, info: HttpInfo, depth: usize) -> StreamReader 
             .await;
             let err = match result {
                 Ok(()) if info.len.is_none_or(|l| pos >= l) => return,
-                Ok(()) => ImportError::Http {
-                    url: redact(client.url()),
-                    message: format!(
+                Ok(()) => broken(
+                    client.url(),
+                    format!(
                         "the response ended at {pos} of {} bytes",
                         info.len.unwrap_or(0)
                     ),
-                },
+                ),
                 Err(e) => e,
             };
             if !info.ranges || attempt >= client.source.retry.retries || !err.is_retryable() {
@@ -369,22 +394,15 @@ pub fn stream(client: HttpClient, info: HttpInfo, depth: usize) -> StreamReader 
     StreamReader {
         rx,
         current: Bytes::new(),
-        error: None,
     }
 }
 
-/// A blocking `Read` over the chunks a download task sends.
+/// A blocking `Read` over the chunks a download task sends. A transfer error reaches the reader
+/// as the io::Error's inner error, an [`ImportError`], so that it is reported as what it is
+/// (see [`ImportError::from_read`]) rather than as damage to the image.
 pub struct StreamReader {
     rx: mpsc::Receiver<Result<Bytes, ImportError>>,
     current: Bytes,
-    error: Option<ImportError>,
-}
-
-impl StreamReader {
-    /// The transfer error behind a failed read, if any (`Read` can only carry an io::Error).
-    pub fn take_error(&mut self) -> Option<ImportError> {
-        self.error.take()
-    }
 }
 
 impl Read for StreamReader {
@@ -392,11 +410,7 @@ impl Read for StreamReader {
         while self.current.is_empty() {
             match self.rx.blocking_recv() {
                 Some(Ok(chunk)) => self.current = chunk,
-                Some(Err(e)) => {
-                    let msg = e.to_string();
-                    self.error = Some(e);
-                    return Err(std::io::Error::other(msg));
-                }
+                Some(Err(e)) => return Err(std::io::Error::other(e)),
                 None => return Ok(0),
             }
         }

@@ -643,8 +643,7 @@ pub(crate) fn peek(
     what: &str,
 ) -> Result<(Detected, Box<dyn Read + Send>), ImportError> {
     let mut head = vec![0u8; PROBE_LEN];
-    let n = read_full(&mut input, &mut head)
-        .map_err(|e| ImportError::Damaged(format!("{what}: {e}")))?;
+    let n = read_full(&mut input, &mut head).map_err(|e| ImportError::from_read(what, e))?;
     head.truncate(n);
     let detected = probe::probe(&head);
     Ok((detected, Box::new(Cursor::new(head).chain(input))))
@@ -698,7 +697,7 @@ async fn convert_stream(
             loop {
                 let mut buf = vec![0u8; chunk];
                 let n = read_full(&mut stream, &mut buf)
-                    .map_err(|e| ImportError::Damaged(format!("{context}: {e}")))?;
+                    .map_err(|e| ImportError::from_read(context, e))?;
                 if n == 0 {
                     return Ok(offset);
                 }
@@ -706,10 +705,7 @@ async fn convert_stream(
                 if let Some(usable) = limit
                     && offset + n as u64 > usable
                 {
-                    return Err(ImportError::TooLarge {
-                        virtual_size: offset + n as u64,
-                        usable,
-                    });
+                    return Err(ImportError::StreamTooLarge { usable });
                 }
                 tx.blocking_send(Op::Data {
                     offset,
@@ -760,7 +756,7 @@ async fn convert_stream(
             let mut buf = vec![0u8; 1 << 20];
             loop {
                 let n = read_full(&mut stream, &mut buf)
-                    .map_err(|e| ImportError::Damaged(format!("{context}: {e}")))?;
+                    .map_err(|e| ImportError::from_read(context, e))?;
                 if n == 0 {
                     return Ok(());
                 }

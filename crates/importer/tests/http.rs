@@ -231,6 +231,54 @@ async fn a_dropped_connection_resumes_with_a_range_request() {
     );
 }
 
+/// A server that keeps no connection alive but does not say so: the next request on the reused
+/// connection fails before any answer, and is sent again on a new one.
+#[tokio::test]
+async fn a_kept_alive_connection_the_server_drops_is_tried_again() {
+    let f = Fixture::new();
+    let server = FileServer::start(None).await;
+    server.add(
+        "/disk.qcow2",
+        f.qcow2.clone(),
+        Behaviour {
+            ranges: true,
+            close_silently: true,
+            ..Default::default()
+        },
+    );
+    f.import(source(server.url("/disk.qcow2"))).await.unwrap();
+    assert_same(
+        &f.output(),
+        &f.expected,
+        "through dropped keep-alive connections",
+    );
+}
+
+/// A raw stream longer than the target holds is stopped at the limit; the message says the image
+/// is larger, not how far it was read.
+#[tokio::test]
+async fn a_raw_stream_past_the_target_is_too_large() {
+    let f = Fixture::new();
+    let server = FileServer::start(None).await;
+    server.add("/disk.raw", f.raw.clone(), Behaviour::default());
+    let mut opts = f.options();
+    opts.size = Some(cdi_importer::import::SizeSpec {
+        requested: 4 * MIB,
+        capacity: 4 * MIB,
+    });
+    let err = f
+        .import_with(source(server.url("/disk.raw")), opts)
+        .await
+        .unwrap_err();
+    assert!(err.is_fatal());
+    assert!(
+        err.to_string()
+            .starts_with("a larger PVC is required: the image is larger than the usable"),
+        "{err}"
+    );
+    assert!(!f.target().exists());
+}
+
 #[tokio::test]
 async fn a_stream_resumes_too_and_a_stall_counts_as_a_break() {
     let f = Fixture::new();
@@ -293,6 +341,11 @@ async fn failures_leave_nothing_behind() {
         .await
         .unwrap_err();
     assert!(!f.target().exists(), "{err}");
+    // A transfer that broke is said as such, not as damage to the image.
+    assert!(
+        matches!(err, ImportError::Http { status: None, .. }),
+        "{err:?}"
+    );
 
     let err = f
         .import(source(server.url("/missing.qcow2")))

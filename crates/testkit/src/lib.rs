@@ -30,6 +30,9 @@ pub struct Behaviour {
     pub no_head: bool,
     /// Wait this long before every response body: a slow server.
     pub delay_body: Option<Duration>,
+    /// Leave out `Connection: close` yet serve one request per connection, closing it a moment
+    /// after the response: a keep-alive connection the client reuses just as the server drops it.
+    pub close_silently: bool,
 }
 
 /// What the server saw, for assertions.
@@ -426,13 +429,23 @@ async fn serve<S: AsyncRead + AsyncWrite + Unpin>(
     } else {
         "OK"
     };
+    let connection = if behaviour.close_silently {
+        ""
+    } else {
+        "Connection: close\r\n"
+    };
     let head = format!(
-        "HTTP/1.1 {status} {reason}\r\nConnection: close\r\nContent-Type: application/octet-stream\r\n{extra}Content-Length: {length}\r\n\r\n"
+        "HTTP/1.1 {status} {reason}\r\n{connection}Content-Type: application/octet-stream\r\n{extra}Content-Length: {length}\r\n\r\n"
     );
     stream.write_all(head.as_bytes()).await?;
     log.status = status;
     if method == "HEAD" {
         finish(log);
+        if behaviour.close_silently {
+            stream.flush().await?;
+            // The client takes the connection back into its pool meanwhile.
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
         return Ok(());
     }
     let body_len = end - start;
