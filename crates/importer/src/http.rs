@@ -133,6 +133,19 @@ fn transport_error(url: &str, err: reqwest::Error) -> ImportError {
 
 impl HttpClient {
     pub fn new(source: HttpSource) -> Result<HttpClient, ImportError> {
+        // Both would be sent, and which one the server believes is up to it.
+        if source.basic_auth.is_some()
+            && source
+                .headers
+                .iter()
+                .any(|(name, _)| name.eq_ignore_ascii_case("authorization"))
+        {
+            return Err(ImportError::Unsupported(
+                "both a user name and password (basic auth) and an Authorization header are \
+                 given; keep one of them"
+                    .into(),
+            ));
+        }
         let mut builder = reqwest::Client::builder()
             .connect_timeout(source.retry.connect)
             .read_timeout(source.retry.stall)

@@ -347,6 +347,15 @@ async fn failures_leave_nothing_behind() {
         "{err:?}"
     );
 
+    let both = HttpSource {
+        basic_auth: Some(("user".into(), "pass".into())),
+        headers: vec![("authorization".into(), "Bearer t".into())],
+        ..source(server.url("/short.raw"))
+    };
+    let err = f.import(both).await.unwrap_err();
+    assert!(err.is_fatal(), "{err}");
+    assert!(err.to_string().contains("keep one of them"), "{err}");
+
     let err = f
         .import(source(server.url("/missing.qcow2")))
         .await
