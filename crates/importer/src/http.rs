@@ -252,6 +252,18 @@ impl HttpClient {
                 ranges: total.is_some(),
             });
         }
+        // The one-byte probe of an empty file is not satisfiable: that is its answer.
+        let empty = resp
+            .headers()
+            .get(CONTENT_RANGE)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.trim() == "bytes */0");
+        if status == StatusCode::RANGE_NOT_SATISFIABLE && empty {
+            return Ok(HttpInfo {
+                len: Some(0),
+                ranges: false,
+            });
+        }
         if !status.is_success() {
             return Err(http_error(url, status));
         }

@@ -414,7 +414,8 @@ async fn import_inner(
     // Resize: only ever grow.
     let final_size = match (target.kind(), limit) {
         (TargetKind::File, Some(l)) => converted.virtual_size.max(l),
-        (TargetKind::File, None) => converted.virtual_size,
+        // A disk is whole sectors: qemu-img rounds a raw image up to 512 bytes too.
+        (TargetKind::File, None) => converted.virtual_size.next_multiple_of(512),
         (TargetKind::Block, _) => target.size()?,
     };
     target.set_len(final_size)?;

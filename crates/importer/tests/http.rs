@@ -254,6 +254,17 @@ async fn a_kept_alive_connection_the_server_drops_is_tried_again() {
     );
 }
 
+/// An empty file answers the one-byte probe with 416 `bytes */0`: an empty image, as the same
+/// file imported locally.
+#[tokio::test]
+async fn an_empty_file_is_an_empty_image() {
+    let f = Fixture::new();
+    let server = FileServer::start(None).await;
+    server.add("/empty.raw", Vec::new(), ranged());
+    f.import(source(server.url("/empty.raw"))).await.unwrap();
+    assert!(f.output().is_empty());
+}
+
 /// A raw stream longer than the target holds is stopped at the limit; the message says the image
 /// is larger, not how far it was read.
 #[tokio::test]

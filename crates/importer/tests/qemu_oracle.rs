@@ -152,6 +152,11 @@ async fn raw_and_compressed_streams() {
     assert_eq!((report.format, report.compression), (Format::Raw, None));
     same(&s.read("copy.raw"), &raw, "raw");
     assert!(report.holes > 0, "zero runs are left as holes");
+    // Not whole sectors: grown to the next 512 bytes, as qemu-img does.
+    std::fs::write(s.path("odd.raw"), &raw[..1000]).unwrap();
+    s.import("odd.raw", "odd.out").await.unwrap();
+    same(&s.read("odd.out"), &s.oracle("odd.raw", "raw"), "1000-byte raw");
+    assert_eq!(s.read("odd.out").len(), 1024);
 
     let gz = {
         let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
