@@ -18,6 +18,7 @@ pub mod keys;
 pub mod kubevirt;
 pub mod populators;
 pub mod storageprofile;
+pub mod termination;
 pub mod transfer;
 pub mod upload;
 
@@ -33,6 +34,7 @@ pub use populators::{VolumeCloneSource, VolumeImportSource, VolumeUploadSource};
 pub use storageprofile::{
     ClaimPropertySet, StorageProfile, StorageProfileSpec, StorageProfileStatus,
 };
+pub use termination::{FailureReason, TerminationMessage};
 pub use transfer::ObjectTransfer;
 pub use upload::UploadTokenRequest;
 

@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use cdi_core::devpod::DevPod;
 use cdi_importer::convert::Progress;
-use cdi_importer::pod::{self, PodConfig, PodPaths};
+use cdi_importer::pod::{self, PodConfig, PodPaths, TerminationMessage};
 
 #[derive(clap::Args)]
 pub struct ImporterArgs {
@@ -60,21 +60,36 @@ pub fn run(args: &ImporterArgs) -> ExitCode {
         data_capacity: devpod.capacity(&args.data_dir),
     }
     .in_root(devpod.root.clone());
-    let fail = |message: String| {
-        eprintln!("error: {message}");
+    // Every end is said in the termination message, with its reason. A failure that running
+    // again cannot mend (a refused image, a checksum mismatch) exits 0, as upstream does for
+    // checksums: kubelet does not restart the pod, and the controller fails the DataVolume.
+    let end = |message: TerminationMessage| {
+        if let Some(text) = message
+            .message
+            .as_deref()
+            .filter(|_| message.reason.is_some())
+        {
+            eprintln!("error: {text}");
+        }
         if let Err(e) = pod::write_termination_message(&paths.termination_log, &message) {
             eprintln!("error: writing {}: {e}", paths.termination_log.display());
+            return ExitCode::FAILURE;
         }
-        ExitCode::FAILURE
+        match message.reason {
+            Some(reason) if !reason.is_fatal() => ExitCode::FAILURE,
+            _ => ExitCode::SUCCESS,
+        }
     };
+    let fail =
+        |e: cdi_importer::ImportError| end(TerminationMessage::failed(e.reason(), &e.to_string()));
     let env: HashMap<String, String> = std::env::vars().collect();
     let config = match PodConfig::from_env(&env, &paths) {
         Ok(c) => c,
-        Err(e) => return fail(e.to_string()),
+        Err(e) => return fail(e),
     };
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(r) => r,
-        Err(e) => return fail(format!("starting the runtime: {e}")),
+        Err(e) => return fail(cdi_importer::ImportError::io("starting the runtime", e)),
     };
     let progress = Arc::new(Progress::default());
     let result = runtime.block_on(async {
@@ -95,31 +110,7 @@ pub fn run(args: &ImporterArgs) -> ExitCode {
         result
     });
     match result {
-        Ok(message) => {
-            if let Err(e) =
-                pod::write_termination_message(&paths.termination_log, &message.to_json())
-            {
-                eprintln!("error: writing {}: {e}", paths.termination_log.display());
-                return ExitCode::FAILURE;
-            }
-            ExitCode::SUCCESS
-        }
-        Err(e @ cdi_importer::ImportError::ChecksumMismatch { .. }) => {
-            // Upstream's contract: exit 0 so kubelet does not restart the pod, and a JSON message
-            // the controller recognises as fatal by "checksum mismatch". The image is removed.
-            let message = pod::TerminationMessage {
-                message: Some(format!("Unable to process data: {e}")),
-                ..Default::default()
-            };
-            eprintln!("error: {e}");
-            match pod::write_termination_message(&paths.termination_log, &message.to_json()) {
-                Ok(()) => ExitCode::SUCCESS,
-                Err(err) => {
-                    eprintln!("error: writing {}: {err}", paths.termination_log.display());
-                    ExitCode::FAILURE
-                }
-            }
-        }
-        Err(e) => fail(format!("Unable to process data: {e}")),
+        Ok(message) => end(message),
+        Err(e) => fail(e),
     }
 }

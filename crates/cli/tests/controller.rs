@@ -6,7 +6,7 @@ mod devcluster;
 use std::path::Path;
 use std::time::Duration;
 
-use cdi_testkit::images::{assert_same, convert, oracle, pattern};
+use cdi_testkit::images::{assert_same, convert, oracle, pattern, qemu_img};
 use cdi_testkit::{Behaviour, FileServer};
 use devcluster::{Controller, Down, cdi, kubectl, wait_for};
 use serde_json::Value;
@@ -502,10 +502,32 @@ async fn failures_say_why_and_fatal_ones_stop() {
             "0".repeat(64)
         ),
     );
+    // A qcow2 that reads its data from a file on the node: refused, never followed.
+    let hostile = s._tmp.path().join("backing.qcow2");
+    qemu_img(&[
+        "create",
+        "-f",
+        "qcow2",
+        "-b",
+        "/etc/hostname",
+        "-F",
+        "raw",
+        hostile.to_str().unwrap(),
+        "64M",
+    ]);
+    server.add(
+        "/backing.qcow2",
+        std::fs::read(&hostile).unwrap(),
+        Behaviour {
+            ranges: true,
+            ..Default::default()
+        },
+    );
     let docs = [
         data_volume("not-there", &missing, "1Gi", ""),
         checksum,
         data_volume("too-small", &good, "16Mi", ""),
+        data_volume("backing", &server.url("/backing.qcow2"), "1Gi", ""),
     ]
     .join("---");
     kubectl(&s.dir, &["apply", "-f", "-"], Some(&docs));
@@ -541,15 +563,31 @@ async fn failures_say_why_and_fatal_ones_stop() {
         "true"
     );
 
-    // An image larger than the claim.
-    let dv = wait_for("the size failure", 60, || {
-        get(&s.dir, "dv/too-small").filter(|d| {
-            condition(d, "Running")["message"]
-                .as_str()
-                .is_some_and(|m| m.contains("a larger PVC is required"))
-        })
-    });
-    assert_ne!(phase(&dv), "Succeeded");
+    // Images no retry can make fit or safe fail at once, with the importer's reason, and the
+    // pod is not restarted.
+    for (name, reason, says) in [
+        (
+            "too-small",
+            "ImageTooLarge",
+            "DataVolume too small to contain image: ",
+        ),
+        ("backing", "ImageRefused", "backing file"),
+    ] {
+        let dv = wait_for(&format!("the {name} failure"), 60, || {
+            get(&s.dir, &format!("dv/{name}")).filter(|d| phase(d) == "Failed")
+        });
+        let running = condition(&dv, "Running");
+        assert_eq!(running["reason"], reason, "{name}: {running}");
+        assert!(
+            running["message"].as_str().unwrap_or("").contains(says),
+            "{name}: {running}"
+        );
+        assert_eq!(
+            dv["status"]["restartCount"].as_i64().unwrap_or(0),
+            0,
+            "{name}"
+        );
+    }
     drop(s.controller);
 }
 

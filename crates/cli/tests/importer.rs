@@ -113,7 +113,7 @@ async fn http_qcow2_into_a_filesystem_volume() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn failures_write_a_one_line_cause() {
+async fn failures_write_their_cause_and_reason() {
     let pod = Pod::new();
     let server = FileServer::start(None).await;
     let url = server.url("/missing.img");
@@ -124,16 +124,16 @@ async fn failures_write_a_one_line_cause() {
             ("IMPORTER_IMAGE_SIZE", "1Gi"),
         ])
         .await;
+    // Retried (a 404 may be a file not yet published): the pod exits 1 and is restarted.
     assert!(!out.ok);
+    let said = cdi_api::TerminationMessage::parse(&out.termination);
+    assert_eq!(said.reason, Some(cdi_api::FailureReason::SourceRefused));
+    let message = said.message.unwrap();
     assert!(
-        out.termination.starts_with("Unable to process data: "),
-        "{}",
-        out.termination
-    );
-    assert!(
-        out.termination.contains("HTTP 404") && out.termination.contains("/missing.img"),
-        "{}",
-        out.termination
+        message.starts_with("Unable to process data: ")
+            && message.contains("HTTP 404")
+            && message.contains("/missing.img"),
+        "{message}"
     );
     assert!(!out.termination.contains('\n'));
     assert!(!pod.data().join("disk.img").exists());
@@ -144,9 +144,13 @@ async fn failures_write_a_one_line_cause() {
             ("IMPORTER_ENDPOINT", "http://127.0.0.1:1/b/k"),
         ])
         .await;
-    assert!(!out.ok);
+    // A pod that cannot run as configured fails for good: no restart, the reason says why.
+    assert!(out.ok, "{}", out.stderr);
+    let said = cdi_api::TerminationMessage::parse(&out.termination);
+    assert_eq!(said.reason, Some(cdi_api::FailureReason::Misconfigured));
     assert!(
-        out.termination
+        said.message
+            .unwrap_or_default()
             .contains("Unable to connect to s3 data source"),
         "{}",
         out.termination
@@ -159,8 +163,11 @@ async fn failures_write_a_one_line_cause() {
             ("PREALLOCATION", "maybe"),
         ])
         .await;
+    let said = cdi_api::TerminationMessage::parse(&out.termination);
+    assert_eq!(said.reason, Some(cdi_api::FailureReason::Misconfigured));
     assert!(
-        out.termination
+        said.message
+            .unwrap_or_default()
             .contains("PREALLOCATION=\"maybe\" is not a boolean"),
         "{}",
         out.termination
@@ -190,8 +197,9 @@ async fn checksum_mismatch_is_fatal_and_removes_the_image() {
         .await;
     // As upstream: exit 0 (no restart loop) with a JSON message the controller marks fatal.
     assert!(out.ok, "{}", out.stderr);
-    let message: serde_json::Value = serde_json::from_str(&out.termination).unwrap();
-    let text = message["message"].as_str().unwrap();
+    let said = cdi_api::TerminationMessage::parse(&out.termination);
+    assert_eq!(said.reason, Some(cdi_api::FailureReason::ChecksumMismatch));
+    let text = said.message.unwrap();
     assert!(
         text.starts_with("Unable to process data: checksum mismatch: expected md5:0123456789abcdef0123456789abcdef"),
         "{text}"
@@ -305,8 +313,12 @@ async fn archives_unpack_onto_the_volume() {
             ("IMPORTER_CONTENTTYPE", "archive"),
         ])
         .await;
+    // Refused for good: exit 0 (kubelet does not restart it), the reason says it is fatal.
+    assert!(out.ok, "{}", out.stderr);
+    let said = cdi_api::TerminationMessage::parse(&out.termination);
+    assert!(said.is_fatal(), "{}", out.termination);
     assert!(
-        out.termination.contains(
+        said.message.unwrap_or_default().contains(
             "the archive's member \"../escaped.txt\" would be written outside the volume"
         ),
         "{}",

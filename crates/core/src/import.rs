@@ -5,14 +5,13 @@
 use std::collections::BTreeMap;
 
 use cdi_api::config::{ImportProxy, NodePlacement};
-use cdi_api::{ann, env, label};
+use cdi_api::{FailureReason, TerminationMessage, ann, env, label};
 use k8s_openapi::api::core::v1::{
     Capabilities, Container, ContainerPort, ContainerStateTerminated, EnvVar, EnvVarSource,
     PersistentVolumeClaim, Pod, PodSecurityContext, PodSpec, ResourceRequirements, SeccompProfile,
     SecretKeySelector, SecurityContext, Volume, VolumeDevice, VolumeMount,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
-use serde::Deserialize;
 
 /// Where the importer finds its volume.
 pub const DATA_MOUNT: &str = "/data";
@@ -479,35 +478,28 @@ pub fn scratch_claim(
     }
 }
 
-/// The importer's JSON termination message.
-#[derive(Debug, Clone, Default, Deserialize, PartialEq, Eq)]
-#[serde(rename_all = "camelCase")]
-pub struct TerminationMessage {
-    pub scratch_space_required: Option<bool>,
-    pub preallocation_applied: Option<bool>,
-    pub message: Option<String>,
-    pub labels: Option<BTreeMap<String, String>>,
-}
+/// Upstream's short message for a claim too small for its image (the importer's own detail
+/// follows it).
+const TOO_SMALL: &str = "DataVolume too small to contain image";
 
-/// Messages that mean "the claim is too small", said plainly.
-fn simplify(message: &str) -> String {
-    const SMALL: [&str; 4] = [
-        "is larger than the reported available",
-        "no space left on device",
-        "file largest block is bigger than maxblock",
-        "disk quota exceeded",
-    ];
-    if SMALL.iter().any(|s| message.contains(s)) {
-        "DataVolume too small to contain image".into()
-    } else {
-        message.to_string()
+/// What the importer said, as the condition message shows it.
+fn said(m: &TerminationMessage) -> String {
+    let text = m.message.as_deref().unwrap_or("");
+    match m.reason {
+        Some(FailureReason::ImageTooLarge | FailureReason::NoSpace) => {
+            format!("{TOO_SMALL}: {text}")
+        }
+        _ => text.to_string(),
     }
 }
 
 /// What a terminated importer said, or, when it could not say anything (killed by a signal, out
 /// of memory), what happened to it: an empty message explains nothing.
 fn exit_message(t: &ContainerStateTerminated, restarts: bool) -> String {
-    let said = t.message.as_deref().unwrap_or("").trim_end();
+    let said = said(&TerminationMessage::parse(
+        t.message.as_deref().unwrap_or(""),
+    ));
+    let said = said.trim_end();
     let then = if restarts {
         "; it restarts and resumes"
     } else {
@@ -570,7 +562,8 @@ pub fn update_from_pod(anns: &mut BTreeMap<String, String>, pod: &Pod) -> Outcom
     let term_msg: Option<TerminationMessage> = term_state
         .as_ref()
         .filter(|t| t.exit_code == 0)
-        .and_then(|t| serde_json::from_str(t.message.as_deref()?).ok());
+        .and_then(|t| t.message.as_deref())
+        .map(TerminationMessage::parse);
 
     if let Some(c) = first {
         let restarts: i32 = anns
@@ -607,7 +600,7 @@ pub fn update_from_pod(anns: &mut BTreeMap<String, String>, pod: &Pod) -> Outcom
             );
         } else if waiting.is_some() && waiting_reason != "CrashLoopBackOff" {
             let message = waiting.and_then(|w| w.message.as_deref()).unwrap_or("");
-            set(anns, "false", &simplify(message), waiting_reason);
+            set(anns, "false", message, waiting_reason);
         } else {
             // Terminated now, or waiting to be restarted after a termination.
             let last = c.last_state.as_ref().and_then(|s| s.terminated.clone());
@@ -628,12 +621,11 @@ pub fn update_from_pod(anns: &mut BTreeMap<String, String>, pod: &Pod) -> Outcom
                         if m.preallocation_applied == Some(true) {
                             anns.insert(ann::PREALLOCATION_APPLIED.into(), "true".into());
                         }
-                        set(anns, "false", m.message.as_deref().unwrap_or(""), &reason);
+                        set(anns, "false", &said(m), &reason);
                         out.labels = m.labels.clone().unwrap_or_default();
                     }
                     None => {
-                        let message = simplify(&exit_message(&t, restarted));
-                        set(anns, "false", &message, &reason);
+                        set(anns, "false", &exit_message(&t, restarted), &reason);
                     }
                 }
                 if t.exit_code != 0 {
@@ -643,23 +635,21 @@ pub fn update_from_pod(anns: &mut BTreeMap<String, String>, pod: &Pod) -> Outcom
         }
     }
 
-    let checksum = term_msg
-        .as_ref()
-        .and_then(|m| m.message.as_deref())
-        .filter(|m| m.contains("checksum mismatch"));
-    if let Some(message) = checksum {
+    // A failure the importer says no retry can mend: the pod is done, the import failed.
+    if let Some(m) = term_msg.as_ref().filter(|m| m.is_fatal()) {
+        let message = said(m);
         anns.insert(ann::POD_PHASE.into(), "Failed".into());
         anns.insert(ann::IMPORT_FATAL_ERROR.into(), "true".into());
         anns.insert(ann::RUNNING_CONDITION.into(), "false".into());
-        if anns
-            .get(ann::RUNNING_CONDITION_MESSAGE)
-            .is_none_or(String::is_empty)
-        {
-            anns.insert(ann::RUNNING_CONDITION_MESSAGE.into(), simplify(message));
-        }
-        anns.insert(ann::RUNNING_CONDITION_REASON.into(), "ChecksumError".into());
+        anns.insert(ann::RUNNING_CONDITION_MESSAGE.into(), message.clone());
+        let reason = match m.reason {
+            Some(FailureReason::ChecksumMismatch) => "ChecksumError".to_string(),
+            Some(r) => format!("{r:?}"),
+            None => String::new(),
+        };
+        anns.insert(ann::RUNNING_CONDITION_REASON.into(), reason);
         out.fatal = true;
-        out.failed = Some(simplify(message));
+        out.failed = Some(message);
     }
     let scratch = term_msg.as_ref().and_then(|m| m.scratch_space_required) == Some(true);
     anns.insert(
@@ -943,11 +933,40 @@ mod tests {
             "state": {"terminated": {"exitCode": 0, "reason": "Completed",
                 "message": "{\"message\":\"Unable to process data: checksum mismatch: expected sha256 0 got 1\"}"}}}]}),
         );
+        // Without a reason (upstream's importer), the text is not read for one.
+        let out = update_from_pod(&mut anns, &mismatch);
+        assert!(!out.fatal);
+        let mismatch = pod(
+            json!({"phase": "Succeeded", "containerStatuses": [{"name": "importer", "image": "i",
+            "imageID": "", "ready": false, "restartCount": 0,
+            "state": {"terminated": {"exitCode": 0, "reason": "Completed",
+                "message": "{\"message\":\"Unable to process data: checksum mismatch\",\"reason\":\"ChecksumMismatch\"}"}}}]}),
+        );
+        let mut anns = BTreeMap::new();
         let out = update_from_pod(&mut anns, &mismatch);
         assert!(out.fatal && !out.complete);
         assert_eq!(anns[ann::POD_PHASE], "Failed");
         assert_eq!(anns[ann::IMPORT_FATAL_ERROR], "true");
         assert_eq!(anns[ann::RUNNING_CONDITION_REASON], "ChecksumError");
+        let refused = pod(
+            json!({"phase": "Succeeded", "containerStatuses": [{"name": "importer", "image": "i",
+            "imageID": "", "ready": false, "restartCount": 0,
+            "state": {"terminated": {"exitCode": 0, "reason": "Completed",
+                "message": "{\"message\":\"Unable to process data: invalid qcow2 image: backing file\",\"reason\":\"ImageRefused\"}"}}}]}),
+        );
+        let mut anns = BTreeMap::new();
+        let out = update_from_pod(&mut anns, &refused);
+        assert!(out.fatal && !out.complete);
+        assert_eq!(
+            (
+                anns[ann::RUNNING_CONDITION_REASON].as_str(),
+                anns[ann::RUNNING_CONDITION_MESSAGE].as_str()
+            ),
+            (
+                "ImageRefused",
+                "Unable to process data: invalid qcow2 image: backing file"
+            )
+        );
 
         let mut anns = BTreeMap::new();
         let unschedulable = pod(
@@ -962,13 +981,14 @@ mod tests {
             json!({"phase": "Running", "containerStatuses": [{"name": "importer", "image": "i",
             "imageID": "", "ready": false, "restartCount": 1, "state": {"waiting": {"reason": "CrashLoopBackOff"}},
             "lastState": {"terminated": {"exitCode": 1, "reason": "Error",
-                "message": "Unable to process data: virtual size 20 GiB is larger than the reported available space"}}}]}),
+                "message": "{\"message\":\"Unable to process data: writing disk.img: No space left on device (os error 28)\",\"reason\":\"NoSpace\"}"}}}]}),
         );
-        update_from_pod(&mut anns, &small);
+        let out = update_from_pod(&mut anns, &small);
         assert_eq!(
             anns[ann::RUNNING_CONDITION_MESSAGE],
-            "DataVolume too small to contain image"
+            "DataVolume too small to contain image: Unable to process data: writing disk.img: No space left on device (os error 28)"
         );
+        assert!(!out.fatal);
     }
 
     #[test]

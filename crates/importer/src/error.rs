@@ -38,6 +38,10 @@ pub enum ImportError {
     Damaged(String),
     #[error("{0}")]
     Unsupported(String),
+    /// The pod's environment or volumes do not describe an import that can run (a setting that
+    /// does not parse, a source kind this importer lacks, an archive for a Block volume).
+    #[error("{0}")]
+    Config(String),
     #[error("internal error: {0}")]
     Internal(String),
     #[error(
@@ -97,17 +101,39 @@ impl ImportError {
         }
     }
 
+    /// Why the import failed, as the termination message says it: by the error's kind (and
+    /// HTTP status, errno), never by its text.
+    pub fn reason(&self) -> cdi_api::FailureReason {
+        use cdi_api::FailureReason as R;
+        match self {
+            ImportError::Qcow2(_) | ImportError::Unsupported(_) | ImportError::SameFile { .. } => {
+                R::ImageRefused
+            }
+            ImportError::TooLarge { .. } | ImportError::StreamTooLarge { .. } => R::ImageTooLarge,
+            ImportError::Config(_) => R::Misconfigured,
+            ImportError::ChecksumMismatch { .. } => R::ChecksumMismatch,
+            ImportError::Http {
+                status: Some(s), ..
+            } if !retryable_status(*s) => R::SourceRefused,
+            ImportError::Io { error, .. }
+                if matches!(
+                    rustix::io::Errno::from_io_error(error),
+                    Some(
+                        rustix::io::Errno::NOSPC
+                            | rustix::io::Errno::DQUOT
+                            | rustix::io::Errno::FBIG
+                    )
+                ) =>
+            {
+                R::NoSpace
+            }
+            _ => R::Transient,
+        }
+    }
+
     /// Errors no retry can fix: the pod should not be restarted for them.
     pub fn is_fatal(&self) -> bool {
-        matches!(
-            self,
-            ImportError::Qcow2(_)
-                | ImportError::TooLarge { .. }
-                | ImportError::StreamTooLarge { .. }
-                | ImportError::Unsupported(_)
-                | ImportError::ChecksumMismatch { .. }
-                | ImportError::SameFile { .. }
-        )
+        self.reason().is_fatal()
     }
 }
 

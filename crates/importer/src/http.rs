@@ -195,9 +195,9 @@ impl HttpClient {
         req
     }
 
-    /// Send a request; again, on a fresh connection, when it could not be sent or answered (a
-    /// kept-alive connection the server has just closed, a refused connection, a timeout) or was
-    /// answered 408, 429 or 5xx, within the transfer's retry budget. Other answers are returned.
+    /// Send a request; again, on a fresh connection, when a connection broke under it (a
+    /// kept-alive connection the server has just closed) or it was answered 408, 429 or 5xx,
+    /// within the transfer's retry budget. Other answers are returned.
     async fn send(
         &self,
         method: reqwest::Method,
@@ -209,7 +209,12 @@ impl HttpClient {
                 Ok(resp) if !crate::error::retryable_status(resp.status().as_u16()) => {
                     return Ok(resp);
                 }
-                Ok(resp) => http_error(self.url(), resp.status()),
+                Ok(resp) => http_error(resp.url().as_str(), resp.status()),
+                // No connection, or no answer in time: said at once (the pod is restarted;
+                // `cdi import` should not take minutes to say a host is wrong).
+                Err(e) if e.is_connect() || e.is_timeout() => {
+                    return Err(transport_error(self.url(), e));
+                }
                 Err(e) => transport_error(self.url(), e),
             };
             if attempt >= self.source.retry.retries {
@@ -224,7 +229,6 @@ impl HttpClient {
     /// Probe size and range support: HEAD, then a one-byte range GET (the only reliable test of
     /// range support).
     pub async fn info(&self) -> Result<HttpInfo, ImportError> {
-        let url = self.url();
         let mut len = None;
         // Only a hint (many servers answer HEAD badly): one attempt.
         if let Ok(resp) = self.request(reqwest::Method::HEAD, None).send().await
@@ -265,7 +269,7 @@ impl HttpClient {
             });
         }
         if !status.is_success() {
-            return Err(http_error(url, status));
+            return Err(http_error(resp.url().as_str(), status));
         }
         let len = len.or_else(|| resp.content_length());
         Ok(HttpInfo { len, ranges: false })
@@ -286,7 +290,7 @@ impl HttpClient {
         let resp = self.send(reqwest::Method::GET, range).await?;
         let status = resp.status();
         if !status.is_success() {
-            return Err(http_error(url, status));
+            return Err(http_error(resp.url().as_str(), status));
         }
         if ranges {
             let begins = resp
@@ -340,6 +344,7 @@ impl RangeReader for HttpReader {
         let mut attempt = 0;
         while got < want {
             let from = offset + got as u64;
+            let before = got;
             let result = async {
                 let mut body = self
                     .client
@@ -362,6 +367,11 @@ impl RangeReader for HttpReader {
                 Err(e) => e,
                 Ok(()) => broken(self.client.url(), "the response ended early".into()),
             };
+            // The budget is for breaks in a row: a server that cuts every answer short but
+            // sends something each time still gets the whole range.
+            if got > before {
+                attempt = 0;
+            }
             if attempt >= self.client.source.retry.retries || !err.is_retryable() {
                 return Err(err);
             }
@@ -381,6 +391,7 @@ pub fn stream(client: HttpClient, info: HttpInfo, depth: usize) -> StreamReader 
         let mut pos = 0u64;
         let mut attempt = 0;
         loop {
+            let before = pos;
             let result = async {
                 let mut body = client
                     .open_at(pos, None, info.ranges && pos > 0)
@@ -407,6 +418,9 @@ pub fn stream(client: HttpClient, info: HttpInfo, depth: usize) -> StreamReader 
                 ),
                 Err(e) => e,
             };
+            if pos > before {
+                attempt = 0;
+            }
             if !info.ranges || attempt >= client.source.retry.retries || !err.is_retryable() {
                 let _ = tx.send(Err(err)).await;
                 return;

@@ -1,13 +1,12 @@
 //! The importer pod's contract with the import controller: upstream's environment variables in,
 //! the image on the volume and a JSON termination message out.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use cdi_core::Quantity;
 use cdi_core::size::{self, Overhead, VolumeMode};
-use serde::Serialize;
 
 use crate::convert::{Progress, Tuning};
 use crate::error::ImportError;
@@ -16,8 +15,6 @@ use crate::import::{self, ImportOptions, SizeSpec, Source, TargetSpec};
 
 /// Upstream's message for a successful import.
 pub const COMPLETE_MESSAGE: &str = "Import Complete";
-/// Kubelet truncates termination messages longer than this.
-pub const MAX_TERMINATION_MESSAGE: usize = 4096;
 
 /// Where things are inside the pod; every path can be moved for running outside one.
 #[derive(Debug, Clone)]
@@ -98,35 +95,11 @@ pub struct PodConfig {
     pub owner_uid: String,
 }
 
-/// The JSON termination message the controller reads.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct TerminationMessage {
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub scratch_space_required: Option<bool>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub preallocation_applied: Option<bool>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub labels: Option<BTreeMap<String, String>>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub message: Option<String>,
-}
+pub use cdi_api::termination::{FailureReason, TerminationMessage};
 
-impl TerminationMessage {
-    pub fn to_json(&self) -> String {
-        serde_json::to_string(self).expect("plain data serialises")
-    }
-}
-
-/// Write the termination message (a JSON object on success, one line of text on failure),
-/// within kubelet's limit.
-pub fn write_termination_message(path: &Path, text: &str) -> std::io::Result<()> {
-    let one_line = text.replace('\n', " ");
-    let mut end = one_line.len().min(MAX_TERMINATION_MESSAGE);
-    while !one_line.is_char_boundary(end) {
-        end -= 1;
-    }
-    std::fs::write(path, &one_line[..end])
+/// Write the termination message (JSON, within kubelet's limit).
+pub fn write_termination_message(path: &Path, message: &TerminationMessage) -> std::io::Result<()> {
+    std::fs::write(path, message.to_json())
 }
 
 fn env_bool(env: &HashMap<String, String>, name: &str) -> Result<bool, ImportError> {
@@ -135,7 +108,7 @@ fn env_bool(env: &HashMap<String, String>, name: &str) -> Result<bool, ImportErr
         Some(v) => match v.to_ascii_lowercase().as_str() {
             "1" | "t" | "true" => Ok(true),
             "0" | "f" | "false" => Ok(false),
-            _ => Err(ImportError::Unsupported(format!(
+            _ => Err(ImportError::Config(format!(
                 "{name}={v:?} is not a boolean; use \"true\" or \"false\""
             ))),
         },
@@ -144,7 +117,7 @@ fn env_bool(env: &HashMap<String, String>, name: &str) -> Result<bool, ImportErr
 
 fn split_header(line: &str, origin: &str) -> Result<(String, String), ImportError> {
     let (name, value) = line.split_once(':').ok_or_else(|| {
-        ImportError::Unsupported(format!("extra header from {origin} is not \"Name: value\""))
+        ImportError::Config(format!("extra header from {origin} is not \"Name: value\""))
     })?;
     Ok((name.trim().to_string(), value.trim().to_string()))
 }
@@ -205,7 +178,7 @@ impl PodConfig {
             "kubevirt" => ContentType::KubeVirt,
             "archive" => ContentType::Archive,
             other => {
-                return Err(ImportError::Unsupported(format!(
+                return Err(ImportError::Config(format!(
                     "{}={other:?}: use kubevirt or archive",
                     e::CONTENT_TYPE
                 )));
@@ -215,21 +188,21 @@ impl PodConfig {
             None => None,
             Some(text) => Some(
                 text.parse::<Quantity>()
-                    .map_err(|err| ImportError::Unsupported(format!("{}: {err}", e::IMAGE_SIZE)))?
+                    .map_err(|err| ImportError::Config(format!("{}: {err}", e::IMAGE_SIZE)))?
                     .value()
                     .max(0) as u64,
             ),
         };
         let overhead = match get(e::FILESYSTEM_OVERHEAD) {
             None => Overhead::ZERO,
-            Some(v) => v.parse().map_err(|err| {
-                ImportError::Unsupported(format!("{}: {err}", e::FILESYSTEM_OVERHEAD))
-            })?,
+            Some(v) => v
+                .parse()
+                .map_err(|err| ImportError::Config(format!("{}: {err}", e::FILESYSTEM_OVERHEAD)))?,
         };
         let checksum = get(e::CHECKSUM)
             .map(|c| {
                 c.parse()
-                    .map_err(|err| ImportError::Unsupported(format!("{}: {err}", e::CHECKSUM)))
+                    .map_err(|err| ImportError::Config(format!("{}: {err}", e::CHECKSUM)))
             })
             .transpose()?;
         let source = match get(e::SOURCE).unwrap_or("http") {
@@ -237,7 +210,7 @@ impl PodConfig {
             "http" => {
                 let url = get(e::ENDPOINT)
                     .ok_or_else(|| {
-                        ImportError::Unsupported(format!(
+                        ImportError::Config(format!(
                             "{} is required for an http source",
                             e::ENDPOINT
                         ))
@@ -274,7 +247,7 @@ impl PodConfig {
                 })
             }
             other => {
-                return Err(ImportError::Unsupported(format!(
+                return Err(ImportError::Config(format!(
                     "Unable to connect to {other} data source: cdi-rs does not import from {other} sources yet"
                 )));
             }
@@ -334,10 +307,11 @@ pub async fn run(
         preallocation_applied: Some(config.preallocation),
         labels: None,
         message: Some(COMPLETE_MESSAGE.to_string()),
+        reason: None,
     };
 
     match (&config.source, config.content_type) {
-        (PodSource::Blank, ContentType::Archive) => Err(ImportError::Unsupported(
+        (PodSource::Blank, ContentType::Archive) => Err(ImportError::Config(
             "Cannot create empty disk with content type archive".into(),
         )),
         (PodSource::Blank, ContentType::KubeVirt) => {
@@ -346,7 +320,7 @@ pub async fn run(
         }
         (PodSource::Http(src), ContentType::Archive) => {
             if block {
-                return Err(ImportError::Unsupported(
+                return Err(ImportError::Config(
                     "contentType archive needs a Filesystem volume, not Block".into(),
                 ));
             }
@@ -398,9 +372,8 @@ fn blank(
     overhead: Overhead,
     preallocate: bool,
 ) -> Result<(), ImportError> {
-    let size = size.ok_or_else(|| {
-        ImportError::Unsupported("a blank image needs IMPORTER_IMAGE_SIZE".into())
-    })?;
+    let size =
+        size.ok_or_else(|| ImportError::Config("a blank image needs IMPORTER_IMAGE_SIZE".into()))?;
     match target {
         TargetSpec::File(path) | TargetSpec::VolumeFile(path) => {
             let len =

@@ -194,13 +194,14 @@ async fn redirects_auth_and_extra_headers() {
 async fn a_dropped_connection_resumes_with_a_range_request() {
     let f = Fixture::new();
     let server = FileServer::start(None).await;
-    // The first two GETs (after the probe) break after 100 KiB.
+    // The first twelve GETs (after the probe) break after 100 KiB: more breaks than the retry
+    // budget, but each one after progress, which renews it.
     server.add(
         "/disk.raw",
         f.raw.clone(),
         Behaviour {
             ranges: true,
-            drop_after: Some((100 * 1024, 3)),
+            drop_after: Some((100 * 1024, 12)),
             ..Default::default()
         },
     );
@@ -357,6 +358,15 @@ async fn failures_leave_nothing_behind() {
         matches!(err, ImportError::Http { status: None, .. }),
         "{err:?}"
     );
+
+    // A redirect to a missing file names the file that is missing.
+    server.redirect("/moved.raw", "/gone.raw");
+    let err = f
+        .import(source(server.url("/moved.raw")))
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("/gone.raw") && err.contains("404"), "{err}");
 
     let both = HttpSource {
         basic_auth: Some(("user".into(), "pass".into())),

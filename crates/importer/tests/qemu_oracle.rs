@@ -155,7 +155,11 @@ async fn raw_and_compressed_streams() {
     // Not whole sectors: grown to the next 512 bytes, as qemu-img does.
     std::fs::write(s.path("odd.raw"), &raw[..1000]).unwrap();
     s.import("odd.raw", "odd.out").await.unwrap();
-    same(&s.read("odd.out"), &s.oracle("odd.raw", "raw"), "1000-byte raw");
+    same(
+        &s.read("odd.out"),
+        &s.oracle("odd.raw", "raw"),
+        "1000-byte raw",
+    );
     assert_eq!(s.read("odd.out").len(), 1024);
 
     let gz = {
