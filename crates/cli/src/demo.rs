@@ -404,7 +404,8 @@ pub fn run(args: &DemoArgs) -> anyhow::Result<()> {
         VolumeMode::Filesystem,
         bytes,
         size::DEFAULT_OVERHEAD,
-    );
+    )
+    .context("a spec.pvc claim is the request itself")?;
     let tmp;
     let dir = match &args.dir {
         Some(d) => {

@@ -81,7 +81,9 @@ pub fn run(args: &ImportArgs) -> anyhow::Result<()> {
             } else {
                 ClaimApi::Storage
             };
-            let plan = size::plan(api, VolumeMode::Filesystem, bytes, overhead);
+            let plan = size::plan(api, VolumeMode::Filesystem, bytes, overhead).with_context(|| {
+                format!("--size {text} with the overhead {overhead} is more than a claim can ask for (2^63-1 bytes)")
+            })?;
             Some(SizeSpec {
                 requested: plan.pvc_request as u64,
                 capacity: plan.pvc_request as u64,

@@ -1,5 +1,6 @@
 //! `cdi size`: the SPEC §3 calculator.
 
+use anyhow::Context as _;
 use cdi_core::Quantity;
 use cdi_core::size::{self, ClaimApi, Overhead, SizePlan, VolumeMode};
 
@@ -31,8 +32,14 @@ fn report(args: &SizeArgs) -> anyhow::Result<String> {
     }
     let overhead: Overhead = args.overhead.parse()?;
     let mode = size::resolve_volume_mode(Some(&args.volume_mode));
-    let storage = size::plan(ClaimApi::Storage, mode, request, overhead);
-    let pvc = size::plan(ClaimApi::Pvc, mode, request, overhead);
+    let storage = size::plan(ClaimApi::Storage, mode, request, overhead).with_context(|| {
+        format!(
+            "{} with the filesystem overhead {overhead} needs a claim larger than 2^63-1 bytes; ask for less",
+            args.size
+        )
+    })?;
+    let pvc = size::plan(ClaimApi::Pvc, mode, request, overhead)
+        .context("a spec.pvc claim is the request itself")?;
 
     let mut out = String::new();
     let shown_overhead = if mode == VolumeMode::Block {

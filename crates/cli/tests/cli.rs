@@ -20,6 +20,13 @@ fn size_prints_the_spec_numbers() {
     assert!(ok);
     assert!(out.contains("spec.storage        11381663335 B"), "{out}");
     assert!(out.contains("10129244160 B"), "{out}");
+    // The largest quantity: a refusal, not an overflow.
+    let (ok, _, err) = cdi(&["size", "9223372036854775807"]);
+    assert!(!ok);
+    assert!(
+        err.contains("needs a claim larger than 2^63-1 bytes"),
+        "{err}"
+    );
 }
 
 #[test]

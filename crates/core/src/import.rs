@@ -434,10 +434,10 @@ pub fn scratch_claim(
         .map(|q| q.value())
         .unwrap_or(0);
     let usable = crate::size::usable_space(request, target_overhead);
-    let size = crate::size::round_up(
-        crate::size::required_space(usable, scratch_overhead),
-        crate::MIB,
-    );
+    // Past what a quantity holds only for a hostile request: then ask for that much.
+    let size = crate::size::required_space(usable, scratch_overhead)
+        .and_then(|s| crate::size::round_up(s, crate::MIB))
+        .unwrap_or(i64::MAX);
     let mut anns: BTreeMap<String, String> = annotations(claim)
         .into_iter()
         .filter(|(k, _)| k.starts_with("kubevirt.io/") || k == ann::SELECTED_NODE)
@@ -851,7 +851,9 @@ mod tests {
         assert_eq!(sc.metadata.name.as_deref(), Some("disk-scratch"));
         // 10Gi claim → 9.43 GiB usable → inflated by 6% again, rounded up to a MiB.
         let usable = crate::size::usable_space(10 << 30, overhead);
-        let want = crate::size::round_up(crate::size::required_space(usable, overhead), crate::MIB);
+        let want = crate::size::required_space(usable, overhead)
+            .and_then(|s| crate::size::round_up(s, crate::MIB))
+            .unwrap();
         assert_eq!(
             sc.spec
                 .as_ref()

@@ -51,6 +51,14 @@ pub enum RenderError {
     #[error("DataVolume {dv}: requested storage: {source}")]
     BadSize { dv: String, source: QuantityError },
     #[error(
+        "DataVolume {dv}: requested storage {size} with the filesystem overhead {overhead} needs a claim larger than 2^63-1 bytes; ask for less"
+    )]
+    Unrepresentable {
+        dv: String,
+        size: String,
+        overhead: String,
+    },
+    #[error(
         "DataVolume {dv}: contentType archive needs a Filesystem volume; remove volumeMode: Block"
     )]
     ArchiveOnBlock { dv: String },
@@ -337,7 +345,13 @@ fn size_storage(
     }
     let mode = resolve_volume_mode(spec.volume_mode.as_deref());
     let overhead = filesystem_overhead(ctx.config, spec.storage_class_name.as_deref(), mode);
-    let plan = size::plan(ClaimApi::Storage, mode, bytes, overhead);
+    let plan = size::plan(ClaimApi::Storage, mode, bytes, overhead).ok_or_else(|| {
+        RenderError::Unrepresentable {
+            dv: dv.into(),
+            size: requested.0.clone(),
+            overhead: overhead.to_string(),
+        }
+    })?;
     let mut result: k8s_openapi::apimachinery::pkg::api::resource::Quantity =
         Quantity::from_bytes(plan.pvc_request).into();
     let minimum = spec
@@ -663,7 +677,7 @@ fn pvc_size_warning(
     let requested = spec.resources.as_ref()?.requests.as_ref()?.get("storage")?;
     let bytes = Quantity::try_from(requested).ok()?.value();
     let overhead = filesystem_overhead(ctx.config, spec.storage_class_name.as_deref(), mode);
-    let plan = size::plan(ClaimApi::Pvc, mode, bytes, overhead);
+    let plan = size::plan(ClaimApi::Pvc, mode, bytes, overhead)?;
     (plan.disk_image < bytes).then(|| {
         format!(
             "DataVolume {dv}: spec.pvc requests {} ({bytes} bytes) but the disk image will be {} bytes after the {overhead} filesystem overhead; use spec.storage to get a disk of the requested size",

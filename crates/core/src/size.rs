@@ -95,16 +95,23 @@ pub fn round_down(n: i64, multiple: i64) -> i64 {
     n / multiple * multiple
 }
 
-/// `n` rounded up to a multiple of `multiple`, computed through `f64` as upstream does.
-pub fn round_up(n: i64, multiple: i64) -> i64 {
-    ((n as f64) / (multiple as f64)).ceil() as i64 * multiple
+/// A byte count computed through `f64`, if it is one an `i64` holds (2^63 itself is not).
+fn whole_bytes(v: f64) -> Option<i64> {
+    (0.0..9_223_372_036_854_775_808.0).contains(&v).then_some(v as i64)
+}
+
+/// `n` rounded up to a multiple of `multiple`, computed through `f64` as upstream does; `None`
+/// past 2^63-1 (a request near the largest quantity).
+pub fn round_up(n: i64, multiple: i64) -> Option<i64> {
+    let units = ((n as f64) / (multiple as f64)).ceil() as i64;
+    units.checked_mul(multiple)
 }
 
 /// The PVC request for a `spec.storage` Filesystem volume of `request` bytes:
-/// `ceil(roundUp(request, MiB) × (1 + overhead))`.
-pub fn required_space(request: i64, overhead: Overhead) -> i64 {
-    let aligned = round_up(request, MIB);
-    ((aligned as f64) * (1.0 + overhead.as_f64())).ceil() as i64
+/// `ceil(roundUp(request, MiB) × (1 + overhead))`; `None` when that is past 2^63-1.
+pub fn required_space(request: i64, overhead: Overhead) -> Option<i64> {
+    let aligned = round_up(request, MIB)?;
+    whole_bytes(((aligned as f64) * (1.0 + overhead.as_f64())).ceil())
 }
 
 /// The disk image size the importer creates on a Filesystem volume of `available` bytes:
@@ -155,24 +162,25 @@ pub struct SizePlan {
 }
 
 /// The claim and disk sizes for `request` bytes through `api` (capacity assumed equal to the
-/// request, as provisioners that honour requests exactly give).
-pub fn plan(api: ClaimApi, mode: VolumeMode, request: i64, overhead: Overhead) -> SizePlan {
+/// request, as provisioners that honour requests exactly give); `None` when the claim would have
+/// to ask for more than a quantity holds (2^63-1 bytes).
+pub fn plan(api: ClaimApi, mode: VolumeMode, request: i64, overhead: Overhead) -> Option<SizePlan> {
     let overhead = if mode == VolumeMode::Block {
         Overhead::ZERO
     } else {
         overhead
     };
     let pvc_request = match (api, mode) {
-        (ClaimApi::Storage, VolumeMode::Filesystem) => required_space(request, overhead),
+        (ClaimApi::Storage, VolumeMode::Filesystem) => required_space(request, overhead)?,
         _ => request,
     };
     let disk_image = resize_target(mode, pvc_request, pvc_request, overhead);
-    SizePlan {
+    Some(SizePlan {
         api,
         mode,
         pvc_request,
         disk_image,
-    }
+    })
 }
 
 #[cfg(test)]
@@ -193,7 +201,8 @@ mod tests {
             VolumeMode::Filesystem,
             10 * GI,
             DEFAULT_OVERHEAD,
-        );
+        )
+        .unwrap();
         assert_eq!(
             (storage.pvc_request, storage.disk_image),
             (11_381_663_335, 10_737_418_240)
@@ -203,23 +212,45 @@ mod tests {
             VolumeMode::Filesystem,
             10 * GI,
             DEFAULT_OVERHEAD,
-        );
+        )
+        .unwrap();
         assert_eq!(
             (pvc.pvc_request, pvc.disk_image),
             (10_737_418_240, 10_129_244_160)
         );
         for api in [ClaimApi::Storage, ClaimApi::Pvc] {
-            let block = plan(api, VolumeMode::Block, 10 * GI, DEFAULT_OVERHEAD);
+            let block = plan(api, VolumeMode::Block, 10 * GI, DEFAULT_OVERHEAD).unwrap();
             assert_eq!((block.pvc_request, block.disk_image), (10 * GI, 10 * GI));
         }
     }
 
     #[test]
     fn upstream_worked_numbers() {
-        assert_eq!(required_space(GI, oh("0.06")), 1_138_166_334);
-        assert_eq!(required_space(GI, oh("0.055")), 1_132_797_625);
-        assert_eq!(required_space(GI, oh("0")), GI);
-        assert_eq!(round_up(1_073_741_825, MIB), 1_074_790_400);
+        assert_eq!(required_space(GI, oh("0.06")), Some(1_138_166_334));
+        assert_eq!(required_space(GI, oh("0.055")), Some(1_132_797_625));
+        assert_eq!(required_space(GI, oh("0")), Some(GI));
+        assert_eq!(round_up(1_073_741_825, MIB), Some(1_074_790_400));
+    }
+
+    /// Requests near the largest quantity: no overflow, `None` where the claim cannot be asked.
+    #[test]
+    fn requests_past_what_a_quantity_holds_are_none() {
+        assert_eq!(round_up(i64::MAX, MIB), None);
+        assert_eq!(required_space(i64::MAX, oh("0")), None);
+        assert_eq!(required_space(i64::MAX / 2, oh("1")), None);
+        assert!(required_space(i64::MAX / 4, oh("0.06")).is_some());
+        assert!(
+            plan(
+                ClaimApi::Storage,
+                VolumeMode::Filesystem,
+                i64::MAX,
+                oh("0.06")
+            )
+            .is_none()
+        );
+        // Without inflation, any quantity is a claim.
+        assert!(plan(ClaimApi::Pvc, VolumeMode::Filesystem, i64::MAX, oh("0.06")).is_some());
+        assert!(plan(ClaimApi::Storage, VolumeMode::Block, i64::MAX, oh("0.06")).is_some());
         assert_eq!(usable_space(11_381_663_335, oh("0.06")), 10 * GI);
     }
 
@@ -341,7 +372,7 @@ mod tests {
 
         #[test]
         fn required_matches_the_float64_model(request in 1i64..MAX, overhead in overheads()) {
-            prop_assert_eq!(required_space(request, overhead), model_required(request, overhead));
+            prop_assert_eq!(required_space(request, overhead), Some(model_required(request, overhead)));
         }
 
         #[test]
@@ -351,13 +382,13 @@ mod tests {
 
         #[test]
         fn float64_and_exact_decimal_differ_by_at_most_a_byte(request in 1i64..MAX, overhead in overheads()) {
-            let diff = required_space(request, overhead) - exact_required(request, overhead);
+            let diff = required_space(request, overhead).unwrap() - exact_required(request, overhead);
             prop_assert!((-1..=1).contains(&diff), "diff {}", diff);
         }
 
         #[test]
         fn storage_api_never_yields_a_smaller_disk(request in MIB..MAX, overhead in overheads()) {
-            let p = plan(ClaimApi::Storage, VolumeMode::Filesystem, request, overhead);
+            let p = plan(ClaimApi::Storage, VolumeMode::Filesystem, request, overhead).unwrap();
             prop_assert!(p.disk_image >= request, "{} < {}", p.disk_image, request);
             prop_assert!(p.pvc_request >= request);
         }
@@ -378,7 +409,7 @@ mod tests {
             let overhead = Overhead::from_thousandths(t).unwrap();
             for mib in 1..4096i64 {
                 let request = mib * MIB;
-                if required_space(request, overhead) != exact_required(request, overhead) {
+                if required_space(request, overhead) != Some(exact_required(request, overhead)) {
                     found = Some((request, overhead));
                     break 'search;
                 }
@@ -387,7 +418,7 @@ mod tests {
         let (request, overhead) = found.expect("some input where float64 and exact decimal differ");
         assert_eq!(
             required_space(request, overhead),
-            model_required(request, overhead)
+            Some(model_required(request, overhead))
         );
     }
 }

@@ -270,7 +270,9 @@ fn per_class_overhead_and_block_volumes() {
     let r = render_claim(&storage("Filesystem"), &world.ctx()).unwrap();
     assert_eq!(
         request(&r.claim),
-        size::required_space(10 << 30, "0.1".parse().unwrap()).to_string()
+        size::required_space(10 << 30, "0.1".parse().unwrap())
+            .unwrap()
+            .to_string()
     );
     let r = render_claim(&storage("Block"), &world.ctx()).unwrap();
     assert_eq!(request(&r.claim), "10737418240", "Block is not inflated");
@@ -499,6 +501,10 @@ fn errors_name_the_object_and_the_fix() {
         (
             "metadata: {name: e}\nspec:\n  source: {blank: {}}\n  storage: {storageClassName: local-path-wffc, resources: {requests: {storage: 10GB}}}\n",
             "unknown unit \"GB\"",
+        ),
+        (
+            "metadata: {name: e}\nspec:\n  source: {blank: {}}\n  storage: {storageClassName: local-path-wffc, resources: {requests: {storage: \"9223372036854775807\"}}}\n",
+            "DataVolume default/e: requested storage 9223372036854775807 with the filesystem overhead 0.06 needs a claim larger than 2^63-1 bytes; ask for less",
         ),
         (
             "metadata: {name: e}\nspec:\n  source: {blank: {}}\n  pvc: {accessModes: [ReadWriteOnce]}\n",
