@@ -736,6 +736,32 @@ spec:
     wait_for("the claim to bind", 30, || {
         get(&s.dir, "pvc/golden").filter(|c| c["status"]["phase"] == "Bound")
     });
+    // Not adopted unless allowed: the DataVolume waits, says why, and leaves the claim alone.
+    kubectl(
+        &s.dir,
+        &["apply", "-f", "-"],
+        Some(&data_volume(
+            "golden",
+            "http://127.0.0.1:9/unused",
+            "1Gi",
+            "",
+        )),
+    );
+    let dv = wait_for("the DataVolume to say the claim is not its own", 30, || {
+        get(&s.dir, "dv/golden").filter(|d| {
+            phase(d) == "Pending" && condition(d, "Ready")["reason"] == "ErrResourceExists"
+        })
+    });
+    assert!(
+        condition(&dv, "Bound")["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("already exists and is not managed by DataVolume")),
+        "{dv}"
+    );
+    assert!(
+        get(&s.dir, "pvc/golden").unwrap()["metadata"]["ownerReferences"].is_null(),
+        "the claim is left alone"
+    );
     let adopt = r#"cdi.kubevirt.io/allowClaimAdoption: "true""#;
     kubectl(
         &s.dir,
@@ -1410,4 +1436,58 @@ async fn deleted_datavolumes_leave_no_claim_volume_pod_or_directory() {
     });
     kubectl(&s.dir, &["delete", "dv", "marker", "--wait=false"], None);
     nothing_left("nothing left after the create-delete loop");
+
+    // A claim a running pod uses outlives its DataVolume (in-use protection); a DataVolume made
+    // again under the name says it waits for that claim, then gets a claim of its own.
+    kubectl(
+        &s.dir,
+        &["apply", "-f", "-"],
+        Some(&data_volume("held", &url, "64Mi", "")),
+    );
+    let first = wait_for("the first held import", 60, || {
+        get(&s.dir, "dv/held").filter(|d| phase(d) == "Succeeded")
+    });
+    let holder = r#"
+apiVersion: v1
+kind: Pod
+metadata: {name: holder}
+spec:
+  containers: [{name: c, image: busybox, command: [/bin/sh, -c, "sleep 300"]}]
+  volumes: [{name: d, persistentVolumeClaim: {claimName: held}}]
+"#;
+    kubectl(&s.dir, &["apply", "-f", "-"], Some(holder));
+    wait_for("the holder to run", 60, || {
+        get(&s.dir, "pod/holder").filter(|p| p["status"]["phase"] == "Running")
+    });
+    kubectl(&s.dir, &["delete", "dv", "held", "--wait=false"], None);
+    wait_for("the held claim to be Terminating", 60, || {
+        get(&s.dir, "pvc/held").filter(|c| !c["metadata"]["deletionTimestamp"].is_null())
+    });
+    kubectl(
+        &s.dir,
+        &["apply", "-f", "-"],
+        Some(&data_volume("held", &url, "64Mi", "")),
+    );
+    let waiting = wait_for("the new DataVolume to wait for the old claim", 60, || {
+        get(&s.dir, "dv/held").filter(|d| {
+            d["metadata"]["uid"] != first["metadata"]["uid"]
+                && phase(d) == "Pending"
+                && condition(d, "Ready")["reason"] == "ErrClaimBeingDeleted"
+        })
+    });
+    assert_eq!(
+        condition(&waiting, "Bound")["reason"],
+        "ErrClaimBeingDeleted"
+    );
+    kubectl(&s.dir, &["delete", "pod", "holder", "--wait=false"], None);
+    let second = wait_for("the new DataVolume's own import", 120, || {
+        get(&s.dir, "dv/held").filter(|d| phase(d) == "Succeeded")
+    });
+    let claim = get(&s.dir, "pvc/held").unwrap();
+    assert_eq!(
+        claim["metadata"]["ownerReferences"][0]["uid"],
+        second["metadata"]["uid"]
+    );
+    kubectl(&s.dir, &["delete", "dv", "held", "--wait=false"], None);
+    nothing_left("nothing left after the held claim");
 }

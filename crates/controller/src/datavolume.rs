@@ -68,6 +68,13 @@ async fn adopt(
     Ok(())
 }
 
+/// Whether the DataVolume's claim exists (its own, or populated for it). The source is judged
+/// until then; an edit after that changes nothing (upstream refuses it at admission) and must not
+/// fail a DataVolume whose claim is fine.
+fn claim_made_for(claim: Option<&PersistentVolumeClaim>, dv: &DataVolume) -> bool {
+    claim.is_some_and(|c| owned_by(c, dv) || populated_for(c, dv))
+}
+
 fn owned_by(claim: &PersistentVolumeClaim, dv: &DataVolume) -> bool {
     claim
         .owner_references()
@@ -286,15 +293,33 @@ async fn reconcile(dv: Arc<DataVolume>, ctx: Arc<Context>) -> Result<Action, Err
     if dv.metadata.deletion_timestamp.is_some() {
         return Ok(Action::await_change());
     }
-    if let Err(refusal) = cdi_core::source::check(&dv) {
-        let now = k8s_openapi::jiff::Timestamp::now();
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(ctx.client.clone(), &ns);
+    let mut claim = claims.get_opt(&name).await?;
+    let now = k8s_openapi::jiff::Timestamp::now();
+    if let Some(c) = &claim
+        && c.metadata.deletion_timestamp.is_some()
+        && !owned_by(c, &dv)
+    {
+        // Left by an earlier DataVolume of this name (or by no DataVolume) and still in use:
+        // neither adopted nor reported as this DataVolume's, and replaced once it is gone.
+        let refusal = Refusal {
+            reason: "ErrClaimBeingDeleted",
+            message: format!(
+                "PVC {name} is being deleted and is not this DataVolume's (a pod may still use \
+                 it); a new claim is made once it is gone"
+            ),
+        };
+        write_status(&ctx, &dv, &dvstatus::claim_taken_status(&dv, &refusal, now)).await?;
+        return Ok(Action::requeue(ctx.options.resync));
+    }
+    if !claim_made_for(claim.as_ref(), &dv)
+        && let Err(refusal) = cdi_core::source::check(&dv)
+    {
         let computed = dvstatus::refused_status(&dv, &refusal, DataVolumePhase::Failed, now);
         write_status(&ctx, &dv, &computed).await?;
         return Ok(Action::await_change());
     }
     let cfg = config(&ctx).await?;
-    let claims: Api<PersistentVolumeClaim> = Api::namespaced(ctx.client.clone(), &ns);
-    let mut claim = claims.get_opt(&name).await?;
     if claim.is_none() {
         // The cache can still hold a DataVolume that was just deleted; a claim made for it would
         // outlive it (and start an import), so ask the API server before creating anything.
@@ -302,7 +327,6 @@ async fn reconcile(dv: Arc<DataVolume>, ctx: Arc<Context>) -> Result<Action, Err
             return Ok(Action::await_change());
         }
         if let Some(refusal) = create_claim(&ctx, &dv, cfg.as_ref()).await? {
-            let now = k8s_openapi::jiff::Timestamp::now();
             let computed = dvstatus::refused_status(&dv, &refusal, DataVolumePhase::Pending, now);
             write_status(&ctx, &dv, &computed).await?;
             return Ok(Action::await_change());
@@ -334,19 +358,16 @@ async fn reconcile(dv: Arc<DataVolume>, ctx: Arc<Context>) -> Result<Action, Err
             .await;
             populated = true;
         } else if !owned_by(c, &dv) && !populated {
-            let message = format!(
-                "Resource \"{name}\" already exists and is not managed by DataVolume; delete the \
-                 claim, or annotate the DataVolume {} to adopt it",
-                ann::PRE_POPULATED
-            );
-            events::record(
-                &ctx.client,
-                dv.as_ref(),
-                true,
-                "ErrResourceExists",
-                &message,
-            )
-            .await;
+            let refusal = Refusal {
+                reason: "ErrResourceExists",
+                message: format!(
+                    "Resource \"{name}\" already exists and is not managed by DataVolume; delete \
+                     the claim, or annotate the DataVolume {} to adopt it",
+                    ann::PRE_POPULATED
+                ),
+            };
+            // The status records the event once, when it first says so.
+            write_status(&ctx, &dv, &dvstatus::claim_taken_status(&dv, &refusal, now)).await?;
             return Ok(Action::await_change());
         }
     }
@@ -529,4 +550,38 @@ pub async fn run(ctx: Context) -> anyhow::Result<()> {
         _ = gauge => {}
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn the_source_is_judged_only_until_the_claim_is_made() {
+        let dv: DataVolume = serde_json::from_value(json!({
+            "apiVersion": "cdi.kubevirt.io/v1beta1", "kind": "DataVolume",
+            "metadata": {"name": "d", "namespace": "n", "uid": "u1"},
+            // Edited after the claim was made: no longer a source cdi-rs takes.
+            "spec": {"source": {"http": {"url": "ftp://x/y"}}}}))
+        .unwrap();
+        assert!(cdi_core::source::check(&dv).is_err());
+        let claim = |meta: serde_json::Value| -> PersistentVolumeClaim {
+            serde_json::from_value(json!({"metadata": meta})).unwrap()
+        };
+        let own = claim(
+            json!({"name": "d", "ownerReferences": [{"apiVersion": "cdi.kubevirt.io/v1beta1",
+            "kind": "DataVolume", "name": "d", "uid": "u1", "controller": true}]}),
+        );
+        let populated = claim(json!({"name": "d",
+            "annotations": {ann::POPULATED_FOR: "d"}}));
+        let other = claim(
+            json!({"name": "d", "ownerReferences": [{"apiVersion": "cdi.kubevirt.io/v1beta1",
+            "kind": "DataVolume", "name": "d", "uid": "u0", "controller": true}]}),
+        );
+        assert!(claim_made_for(Some(&own), &dv));
+        assert!(claim_made_for(Some(&populated), &dv));
+        assert!(!claim_made_for(Some(&other), &dv));
+        assert!(!claim_made_for(None, &dv));
+    }
 }

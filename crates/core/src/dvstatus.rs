@@ -347,6 +347,27 @@ pub fn refused_status(
     phase: Phase,
     now: Timestamp,
 ) -> Computed {
+    stopped_status(dv, refusal, phase, ("No PVC found", "NotFound"), now)
+}
+
+/// The status of a DataVolume whose claim name is taken by a claim that is not its own (an
+/// unrelated claim, or one being deleted): Pending, with why on every condition, Bound too.
+pub fn claim_taken_status(
+    dv: &DataVolume,
+    refusal: &crate::source::Refusal,
+    now: Timestamp,
+) -> Computed {
+    let bound = (refusal.message.as_str(), refusal.reason);
+    stopped_status(dv, refusal, Phase::Pending, bound, now)
+}
+
+fn stopped_status(
+    dv: &DataVolume,
+    refusal: &crate::source::Refusal,
+    phase: Phase,
+    (bound_message, bound_reason): (&str, &str),
+    now: Timestamp,
+) -> Computed {
     let current = dv.status.clone().unwrap_or_default();
     let mut status = current.clone();
     let now = Time(now);
@@ -356,8 +377,8 @@ pub fn refused_status(
         &mut conditions,
         Type::Bound,
         ConditionStatus::False,
-        "No PVC found",
-        "NotFound",
+        bound_message,
+        bound_reason,
         &now,
     );
     set(
@@ -459,6 +480,11 @@ pub fn import_status(o: &Observed<'_>) -> Computed {
                         }
                     }
                 }
+            }
+            // Nothing above decided (a claim and its PVC prime still waiting to be provisioned):
+            // Pending, never no phase at all.
+            if matches!(&phase, Phase::Other(p) if p.is_empty()) {
+                phase = Phase::Pending;
             }
             if let Some(restarts) = anns
                 .get(ann::POD_RESTARTS)
@@ -738,6 +764,42 @@ mod tests {
         let second = import_status(&o);
         assert_eq!(first.status.conditions, second.status.conditions);
         assert!(second.events.is_empty(), "{:?}", second.events);
+    }
+
+    /// The populator path while the claim and its PVC prime wait to be provisioned (a node was
+    /// selected, so not PendingPopulation): Pending, where the phase used to stay empty.
+    #[test]
+    fn a_claim_waiting_on_its_prime_is_pending() {
+        let d = dv(json!({}));
+        let target = claim(
+            "Pending",
+            json!({"volume.kubernetes.io/selected-node": "node-1"}),
+        );
+        let prime = claim("Pending", json!({}));
+        let mut o = observe(&d, Some(&target));
+        o.populator = Some(Some(&prime));
+        assert_eq!(phase_of(&import_status(&o)), "Pending");
+        o.populator = Some(None);
+        assert_eq!(phase_of(&import_status(&o)), "Pending");
+    }
+
+    /// A claim of the DataVolume's name that is not its own: Pending, and every condition (Bound
+    /// too) says why.
+    #[test]
+    fn a_taken_claim_name_is_pending_with_the_reason() {
+        let d = dv(json!({}));
+        let refusal = crate::source::Refusal {
+            reason: "ErrResourceExists",
+            message: "claim disk is someone else's".into(),
+        };
+        let computed = claim_taken_status(&d, &refusal, "2026-11-30T12:00:00Z".parse().unwrap());
+        assert_eq!(phase_of(&computed), "Pending");
+        for t in [Type::Bound, Type::Ready, Type::Running] {
+            assert_eq!(
+                cond(&computed, t).message.as_deref(),
+                Some("claim disk is someone else's")
+            );
+        }
     }
 
     #[test]
