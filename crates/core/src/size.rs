@@ -97,7 +97,9 @@ pub fn round_down(n: i64, multiple: i64) -> i64 {
 
 /// A byte count computed through `f64`, if it is one an `i64` holds (2^63 itself is not).
 fn whole_bytes(v: f64) -> Option<i64> {
-    (0.0..9_223_372_036_854_775_808.0).contains(&v).then_some(v as i64)
+    (0.0..9_223_372_036_854_775_808.0)
+        .contains(&v)
+        .then_some(v as i64)
 }
 
 /// `n` rounded up to a multiple of `multiple`, computed through `f64` as upstream does; `None`
