@@ -1349,7 +1349,19 @@ spec:
         message.contains("importer-refused-pod") && message.contains("cpu"),
         "{message}"
     );
+    // Settings the API server takes but no node fits: the pod is made and cannot be placed,
+    // and the refusal no longer speaks on any condition.
+    resources(r#"{"requests":{"cpu":"100"},"limits":{"cpu":"200"}}"#);
+    let dv = wait_for("the unschedulable pod explained", 60, || {
+        get(&s.dir, "dv/refused-pod")
+            .filter(|d| condition(d, "Running")["reason"] == "Unschedulable")
+    });
+    for c in ["Bound", "Ready", "Running"] {
+        let said = condition(&dv, c)["message"].to_string();
+        assert!(!said.contains("was refused"), "{c}: {said}");
+    }
     resources("null");
+    kubectl(&s.dir, &["delete", "pod", "importer-refused-pod"], None);
     wait_for("the import once the settings are fixed", 120, || {
         get(&s.dir, "dv/refused-pod").filter(|d| phase(d) == "Succeeded")
     });

@@ -218,6 +218,14 @@ async fn bound_condition_from_events(
                 .items
                 .into_iter()
                 .filter(|e| e.involved_object.uid == claim.metadata.uid)
+                // What binding waits for is said by the PV controller and provisioners (copied
+                // from PVC prime by the populator); the controller's own warnings on the claim
+                // (a refused importer pod) are not that, and would outlive their cause there.
+                .filter(|e| {
+                    prime.is_some()
+                        || e.source.as_ref().and_then(|s| s.component.as_deref())
+                            != Some(events::COMPONENT)
+                })
                 .filter(|e| {
                     prime.as_ref().is_none_or(|p| {
                         e.message.as_deref().is_some_and(|m| m.contains(p.as_str()))

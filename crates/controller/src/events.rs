@@ -6,6 +6,9 @@ use kube::api::{ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client, Resource, ResourceExt};
 use serde_json::json;
 
+/// The component the controller's events are reported by.
+pub const COMPONENT: &str = "cdi-controller";
+
 /// Record `reason`/`message` on `obj` (`warning` selects the type).
 pub async fn record<K>(client: &Client, obj: &K, warning: bool, reason: &str, message: &str)
 where
@@ -68,7 +71,7 @@ where
             k8s_openapi::jiff::Timestamp::now(),
         )),
         source: Some(k8s_openapi::api::core::v1::EventSource {
-            component: Some("cdi-controller".into()),
+            component: Some(COMPONENT.into()),
             host: None,
         }),
         ..Default::default()

@@ -129,7 +129,22 @@ async fn reconcile(claim: Arc<PersistentVolumeClaim>, ctx: Arc<Context>) -> Resu
         let spec = import::importer_pod(&claim, &settings(&ctx, cfg.as_ref(), &claim, placement));
         match pods.create(&PostParams::default(), &spec).await {
             Ok(_) => {
-                tracing::info!(claim = %format!("{ns}/{name}"), pod = %pod_name, "created importer pod")
+                tracing::info!(claim = %format!("{ns}/{name}"), pod = %pod_name, "created importer pod");
+                // An earlier refusal is over: the pod's own state speaks from now on.
+                if claim
+                    .annotations()
+                    .get(ann::RUNNING_CONDITION_REASON)
+                    .map(String::as_str)
+                    == Some("ErrCreatingPod")
+                {
+                    let patch = json!({"metadata": {"annotations": {
+                        ann::RUNNING_CONDITION: null,
+                        ann::RUNNING_CONDITION_MESSAGE: null,
+                        ann::RUNNING_CONDITION_REASON: null}}});
+                    claims
+                        .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+                        .await?;
+                }
             }
             Err(kube::Error::Api(e)) if e.code == 409 => {}
             Err(kube::Error::Api(e)) => {
