@@ -63,13 +63,15 @@ pub enum Action {
         message: Option<String>,
     },
     /// Tell the claim's owner what it waits for, as kube's PV controller does
-    /// (`WaitForFirstConsumer`: "waiting for first consumer to be created before binding").
+    /// (`WaitForFirstConsumer`: "waiting for first consumer to be created before binding";
+    /// `ProvisioningFailed` when its class does not exist).
     ClaimEvent {
         namespace: String,
         claim: String,
         uid: String,
         reason: &'static str,
-        message: &'static str,
+        message: String,
+        warning: bool,
     },
     /// Say which provisioner the claim waits for.
     AnnotateProvisioner {
@@ -421,7 +423,24 @@ pub fn reconcile(cluster: &Snapshot) -> Vec<Action> {
                     claim: cn.into(),
                     uid: uid(c).into(),
                     reason: "WaitForFirstConsumer",
-                    message: "waiting for first consumer to be created before binding",
+                    message: "waiting for first consumer to be created before binding".into(),
+                    warning: false,
+                });
+            }
+            // A class that does not exist: nothing can provision the claim, and kube says so.
+            let class_name = c
+                .spec
+                .as_ref()
+                .and_then(|s| s.storage_class_name.as_deref())
+                .filter(|n| !n.is_empty());
+            if let Some(missing) = class_name.filter(|_| class.is_none() && best.is_none()) {
+                out.push(Action::ClaimEvent {
+                    namespace: ns.into(),
+                    claim: cn.into(),
+                    uid: uid(c).into(),
+                    reason: "ProvisioningFailed",
+                    message: format!("storageclass.storage.k8s.io \"{missing}\" not found"),
+                    warning: true,
                 });
             }
             if let Some(v) = best {
@@ -529,15 +548,17 @@ pub mod agent {
                 uid,
                 reason,
                 message,
+                warning,
             } => {
                 let now = jiff::Timestamp::now().to_string();
+                let type_ = if *warning { "Warning" } else { "Normal" };
                 // One event per claim and reason: the fixed name makes repeats a conflict.
                 let event: Event = serde_json::from_value(json!({
                     "metadata": {"name": crate::agents::event_name(claim, &reason.to_lowercase()),
                         "namespace": namespace},
                     "involvedObject": {"apiVersion": "v1", "kind": "PersistentVolumeClaim",
                         "namespace": namespace, "name": claim, "uid": uid},
-                    "reason": reason, "message": message, "type": "Normal",
+                    "reason": reason, "message": message, "type": type_,
                     "source": {"component": "persistentvolume-controller"},
                     "firstTimestamp": now, "lastTimestamp": now, "count": 1}))
                 .map_err(kube::Error::SerdeError)?;
@@ -566,12 +587,21 @@ pub mod agent {
     }
 
     /// One pass: read everything, apply what [`reconcile`] decides.
-    /// `told` remembers the claims already given an event, so it is posted once, not each pass.
-    pub async fn pass(client: &Client, told: &mut HashSet<String>) -> Result<(), kube::Error> {
+    /// `told` remembers the events already posted (claim and reason), so each is posted once,
+    /// not each pass.
+    pub async fn pass(
+        client: &Client,
+        told: &mut HashSet<(String, &'static str)>,
+    ) -> Result<(), kube::Error> {
         for action in reconcile(&Snapshot::read(client).await?) {
             let event_for = match &action {
-                Action::ClaimEvent { uid, .. } if told.contains(uid) => continue,
-                Action::ClaimEvent { uid, .. } => Some(uid.clone()),
+                Action::ClaimEvent { uid, reason, .. } => {
+                    let key = (uid.clone(), *reason);
+                    if told.contains(&key) {
+                        continue;
+                    }
+                    Some(key)
+                }
                 _ => None,
             };
             // One failed write (say a conflict with a user's edit) must not stop the others;
@@ -650,6 +680,45 @@ mod tests {
         assert_eq!(bound_volume(&after), Some("on-3"));
         let nowhere = reconcile(&cluster(Some("node-2")));
         assert_eq!(bound_volume(&nowhere), None);
+    }
+
+    /// A claim of a class that does not exist gets kube's ProvisioningFailed warning; once a
+    /// volume of that class name fits, it binds as a static volume instead.
+    #[test]
+    fn a_missing_class_is_said() {
+        let cluster = |volumes: Vec<PersistentVolume>| Snapshot {
+            claims: vec![wffc_claim(None)],
+            volumes,
+            ..Default::default()
+        };
+        let events: Vec<(&str, String, bool)> = reconcile(&cluster(vec![]))
+            .into_iter()
+            .filter_map(|a| match a {
+                Action::ClaimEvent {
+                    reason,
+                    message,
+                    warning,
+                    ..
+                } => Some((reason, message, warning)),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(
+            events,
+            [(
+                "ProvisioningFailed",
+                "storageclass.storage.k8s.io \"local\" not found".to_string(),
+                true
+            )]
+        );
+        let actions = reconcile(&cluster(vec![local_volume("v", "node-1")]));
+        assert_eq!(bound_volume(&actions), Some("v"));
+        assert!(
+            !actions
+                .iter()
+                .any(|a| matches!(a, Action::ClaimEvent { .. })),
+            "{actions:?}"
+        );
     }
 
     #[test]
