@@ -63,7 +63,17 @@ pub fn run(args: &ImporterArgs) -> ExitCode {
     // Every end is said in the termination message, with its reason. A failure that running
     // again cannot mend (a refused image, a checksum mismatch) exits 0, as upstream does for
     // checksums: kubelet does not restart the pod, and the controller fails the DataVolume.
-    let end = |message: TerminationMessage| {
+    // Under `cdi dev` the pod's files live below a directory of the host; what the pod says
+    // names them as the container sees them (/data/disk.img).
+    let root = devpod
+        .root
+        .as_ref()
+        .map(|r| r.display().to_string())
+        .filter(|r| !r.is_empty() && r != "/");
+    let end = |mut message: TerminationMessage| {
+        if let (Some(root), Some(text)) = (&root, message.message.as_mut()) {
+            *text = text.replace(root.trim_end_matches('/'), "");
+        }
         if let Some(text) = message
             .message
             .as_deref()

@@ -174,6 +174,48 @@ async fn failures_write_their_cause_and_reason() {
     );
 }
 
+/// Run by the `cdi dev` kubelet, the pod's files are under a host directory; what the importer
+/// says names them as the container sees them.
+#[tokio::test(flavor = "multi_thread")]
+async fn messages_name_paths_as_the_container_sees_them() {
+    let root = tempfile::tempdir().unwrap();
+    for dir in ["data/disk.img", "dev", "scratch"] {
+        std::fs::create_dir_all(root.path().join(dir)).unwrap();
+    }
+    let out = tokio::task::spawn_blocking({
+        let root = root.path().to_path_buf();
+        move || {
+            Command::new(env!("CARGO_BIN_EXE_cdi"))
+                .args([
+                    "importer",
+                    "--data-dir",
+                    "/data",
+                    "--scratch-dir",
+                    "/scratch",
+                ])
+                .args(["--block-device", "/dev/cdi-block-volume"])
+                .args(["--termination-log", "/dev/termination-log"])
+                .args(["--extra-headers-dir", "/extraheaders"])
+                .env_clear()
+                .env("CDI_POD_ROOT", &root)
+                .env("CDI_METRICS_ADDR", "127.0.0.1:0")
+                .env("IMPORTER_SOURCE", "none")
+                .env("IMPORTER_IMAGE_SIZE", "1Mi")
+                .output()
+                .unwrap()
+        }
+    })
+    .await
+    .unwrap();
+    assert!(!out.status.success());
+    let said = std::fs::read_to_string(root.path().join("dev/termination-log")).unwrap();
+    let message = cdi_api::TerminationMessage::parse(&said).message.unwrap();
+    assert!(message.contains("creating /data/disk.img: "), "{message}");
+    let host = root.path().display().to_string();
+    assert!(!said.contains(&host), "{said}");
+    assert!(!String::from_utf8_lossy(&out.stderr).contains(&host));
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn checksum_mismatch_is_fatal_and_removes_the_image() {
     let pod = Pod::new();
