@@ -44,6 +44,7 @@ pub fn crds() -> Vec<CustomResourceDefinition> {
                 let mut value = serde_json::to_value(&*schema).expect("a schema is JSON");
                 drop_nullable(&mut value);
                 with_quantity_pattern(&mut value, &quantity);
+                with_object_fields(&mut value);
                 *schema = serde_json::from_value(value).expect("still a schema");
             }
         }
@@ -60,6 +61,33 @@ pub fn crds() -> Vec<CustomResourceDefinition> {
     }
     all.sort_by(|a, b| a.spec.names.plural.cmp(&b.spec.names.plural));
     all
+}
+
+/// The fields every object has, beside `spec` and `status`, as upstream's schemas list them (the
+/// derive leaves them out): `kubectl explain` shows them.
+fn with_object_fields(root: &mut serde_json::Value) {
+    let Some(properties) = root
+        .get_mut("properties")
+        .and_then(serde_json::Value::as_object_mut)
+    else {
+        return;
+    };
+    let fields = [
+        (
+            "apiVersion",
+            serde_json::json!({"type": "string", "description":
+                "The versioned schema this object is written in, such as cdi.kubevirt.io/v1beta1."}),
+        ),
+        (
+            "kind",
+            serde_json::json!({"type": "string", "description":
+                "The kind of object this is, in CamelCase, such as DataVolume."}),
+        ),
+        ("metadata", serde_json::json!({"type": "object"})),
+    ];
+    for (name, schema) in fields {
+        properties.entry(name).or_insert(schema);
+    }
 }
 
 /// Upstream's schemas (controller-gen) mark nothing nullable: a `null` sent for an optional

@@ -75,6 +75,12 @@ async fn kubectl_applies_gets_watches_patches_and_deletes() {
     let out = k.ok(&["apply", "-f", dv.to_str().unwrap()]).await;
     assert!(out.contains("configured"), "{out}");
 
+    // The fields every object has are explained too, as upstream's CRDs list them.
+    let out = k.ok(&["explain", "dv"]).await;
+    for field in ["apiVersion", "kind", "metadata", "spec", "status"] {
+        assert!(out.contains(&format!("{field}\t")), "{field}: {out}");
+    }
+
     let out = k.ok(&["get", "dv"]).await;
     let header: Vec<&str> = out.lines().next().unwrap().split_whitespace().collect();
     assert_eq!(
