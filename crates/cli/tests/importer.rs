@@ -367,6 +367,27 @@ async fn archives_unpack_onto_the_volume() {
         out.termination
     );
     assert!(!hostile.data().join("kept.txt").exists());
+
+    // A disk image is not an archive: said as such, for good.
+    let (qcow2, _) = qcow2_of(hostile.dir.path(), &pattern(MIB));
+    server.add("/disk.qcow2", qcow2, Behaviour::default());
+    let url = server.url("/disk.qcow2");
+    let out = hostile
+        .run(&[
+            ("IMPORTER_SOURCE", "http"),
+            ("IMPORTER_ENDPOINT", &url),
+            ("IMPORTER_CONTENTTYPE", "archive"),
+        ])
+        .await;
+    let said = cdi_api::TerminationMessage::parse(&out.termination);
+    assert!(said.is_fatal(), "{}", out.termination);
+    assert!(
+        said.message
+            .unwrap_or_default()
+            .contains("contentType archive needs a tar archive, and this is a qcow2 image"),
+        "{}",
+        out.termination
+    );
     assert!(!hostile.data().join("../escaped.txt").exists());
 }
 

@@ -122,10 +122,23 @@ pub async fn unpack(
     let dest = dir.to_path_buf();
     let result = blocking(move || {
         let (detected, stream) = peek(counted, "reading the archive")?;
-        let stream = match detected {
-            Detected::Compressed(c) => decoder(c, stream)?,
-            Detected::Image(_) => stream,
+        let (stream, inner) = match detected {
+            Detected::Compressed(c) => {
+                let (inner, stream) = peek(decoder(c, stream)?, c.name())?;
+                (stream, inner)
+            }
+            image => (stream, image),
         };
+        // A disk image is not an archive, whatever the DataVolume says.
+        if let Detected::Image(format) = inner
+            && !matches!(format, crate::probe::Format::Raw)
+        {
+            return Err(ImportError::Unsupported(format!(
+                "contentType archive needs a tar archive, and this is a {} image; use contentType \
+                 kubevirt for disk images",
+                format.name()
+            )));
+        }
         let mut archive = tar::Archive::new(Bounded {
             inner: stream,
             seen: 0,
