@@ -1162,11 +1162,31 @@ spec:
     resources: {{requests: {{storage: 64Mi}}}}
 "#
     );
+    // Filled by a populator cdi-rs knows nothing of, on the CSI-like class (a CSIDriver) and
+    // on local-path (none).
+    let external = |name: &str, class: &str| {
+        format!(
+            r#"
+apiVersion: cdi.kubevirt.io/v1beta1
+kind: DataVolume
+metadata: {{name: {name}}}
+spec:
+  storage:
+    storageClassName: {class}
+    accessModes: [ReadWriteOnce]
+    resources: {{requests: {{storage: 64Mi}}}}
+    dataSourceRef: {{apiGroup: example.com, kind: Blob, name: golden}}
+"#
+        )
+    };
     let docs = [
         no_source,
         two_sources,
         bad_url,
         no_modes,
+        data_volume_from("later", r#"{registry: {url: "docker://127.0.0.1/disk"}}"#),
+        external("external", "csi"),
+        external("no-csi", "local-path-wffc"),
         data_volume(&long, &url, "1Gi", ""),
         data_volume("killed", &url, "1Gi", ""),
     ]
@@ -1202,6 +1222,42 @@ spec:
         });
         assert!(get(&s.dir, &format!("pvc/{name}")).is_none());
     }
+
+    // A source a later version fills: Pending, saying so, and no claim.
+    let dv = wait_for("the unsupported source said", 30, || {
+        get(&s.dir, "dv/later").filter(|d| {
+            phase(d) == "Pending" && condition(d, "Running")["reason"] == "ErrUnsupportedSource"
+        })
+    });
+    assert!(
+        condition(&dv, "Running")["message"]
+            .as_str()
+            .unwrap_or("")
+            .contains("registry")
+    );
+    assert!(get(&s.dir, "pvc/later").is_none());
+    // External population waits for its populator; without a CSI driver, nothing will come.
+    let dv = wait_for("the external population to wait", 30, || {
+        get(&s.dir, "dv/external").filter(|d| phase(d) == "PendingPopulation")
+    });
+    let claim = get(&s.dir, "pvc/external").unwrap();
+    assert_eq!(claim["spec"]["dataSourceRef"]["kind"], "Blob");
+    assert_eq!(
+        claim["metadata"]["annotations"]["cdi.kubevirt.io/externalPopulation"],
+        "true"
+    );
+    assert!(
+        get(&s.dir, "volumeimportsources")
+            .is_some_and(|l| l["items"].as_array().is_some_and(|i| i.is_empty()))
+    );
+    assert_eq!(dv["status"]["progress"], "N/A");
+    wait_for("the missing CSI driver said", 30, || {
+        events_of(&s.dir, "no-csi")
+            .iter()
+            .any(|(r, _)| r == "NoCSIDriverForExternalPopulation")
+            .then_some(())
+    });
+    assert_eq!(phase(&get(&s.dir, "dv/no-csi").unwrap()), "Pending");
 
     // A StorageProfile status with no conditions (anyone may write one): the controller puts
     // Recognized back and stays up.

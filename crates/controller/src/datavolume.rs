@@ -129,7 +129,9 @@ async fn create_claim(
     for w in &rendered.warnings {
         events::record(&ctx.client, dv, true, "SizeWarning", w).await;
     }
-    if rendered.use_populator {
+    // Only CDI's own sources go through a VolumeImportSource; an externally populated claim
+    // keeps the dataSourceRef the DataVolume gave it.
+    if rendered.use_populator && dv.spec.source.is_some() {
         create_import_source(ctx, dv).await?;
     }
     let claims: Api<PersistentVolumeClaim> = Api::namespaced(ctx.client.clone(), &ns);
@@ -320,10 +322,17 @@ async fn reconcile(dv: Arc<DataVolume>, ctx: Arc<Context>) -> Result<Action, Err
         write_status(&ctx, &dv, &dvstatus::claim_taken_status(&dv, &refusal, now)).await?;
         return Ok(Action::requeue(ctx.options.resync));
     }
+    let filled = cdi_core::source::check(&dv);
     if !claim_made_for(claim.as_ref(), &dv)
-        && let Err(refusal) = cdi_core::source::check(&dv)
+        && let Err(refusal) = &filled
     {
-        let computed = dvstatus::refused_status(&dv, &refusal, DataVolumePhase::Failed, now);
+        // A source a later version may fill waits (Pending); a malformed one fails.
+        let phase = if refusal.reason == cdi_core::source::UNSUPPORTED_SOURCE {
+            DataVolumePhase::Pending
+        } else {
+            DataVolumePhase::Failed
+        };
+        let computed = dvstatus::refused_status(&dv, refusal, phase, now);
         write_status(&ctx, &dv, &computed).await?;
         return Ok(Action::await_change());
     }
@@ -382,16 +391,33 @@ async fn reconcile(dv: Arc<DataVolume>, ctx: Arc<Context>) -> Result<Action, Err
     let class_name = claim
         .as_ref()
         .and_then(|c| c.spec.as_ref()?.storage_class_name.clone());
-    let class_wffc = match class_name {
+    let class = match class_name {
         Some(n) => {
             Api::<StorageClass>::all(ctx.client.clone())
                 .get_opt(&n)
                 .await?
-                .and_then(|c| c.volume_binding_mode)
-                .as_deref()
-                == Some("WaitForFirstConsumer")
         }
-        None => false,
+        None => None,
+    };
+    let class_wffc = class
+        .as_ref()
+        .and_then(|c| c.volume_binding_mode.as_deref())
+        == Some("WaitForFirstConsumer");
+    let external = match (&filled, &class) {
+        // Listed, not fetched by name: a provisioner name such as rancher.io/local-path is no
+        // object name (a GET of it is a path the server may refuse).
+        (Ok(cdi_core::source::Filled::External), Some(class)) => Some(dvstatus::External {
+            csi_driver: Api::<CSIDriver>::all(ctx.client.clone())
+                .list(&ListParams::default())
+                .await?
+                .items
+                .iter()
+                .any(|d| d.metadata.name.as_deref() == Some(class.provisioner.as_str())),
+        }),
+        (Ok(cdi_core::source::Filled::External), None) => {
+            Some(dvstatus::External { csi_driver: false })
+        }
+        _ => None,
     };
     let honor_wffc = cfg
         .as_ref()
@@ -422,6 +448,7 @@ async fn reconcile(dv: Arc<DataVolume>, ctx: Arc<Context>) -> Result<Action, Err
         honor_wffc,
         populated,
         progress,
+        external,
         populator: populating.then_some(prime.as_ref()),
         now: k8s_openapi::jiff::Timestamp::now(),
     });

@@ -55,7 +55,17 @@ pub struct Observed<'a> {
     pub progress: Option<String>,
     /// The populator path: the claim is filled through PVC prime (this one, once it exists).
     pub populator: Option<Option<&'a PersistentVolumeClaim>>,
+    /// External population: the claim's `dataSource`/`dataSourceRef` names what fills it.
+    pub external: Option<External>,
     pub now: Timestamp,
+}
+
+/// What external population needs to know beyond the claim.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct External {
+    /// The claim's class is served by a CSI driver (a CSIDriver object names its provisioner):
+    /// only CSI provisioners hand claims to populators.
+    pub csi_driver: bool,
 }
 
 /// The new status and the events to record.
@@ -67,6 +77,54 @@ pub struct Computed {
 
 fn annotations(claim: Option<&PersistentVolumeClaim>) -> BTreeMap<String, String> {
     claim.map(crate::import::annotations).unwrap_or_default()
+}
+
+/// The kind and name of what populates an externally populated claim.
+fn populator_of(claim: &PersistentVolumeClaim) -> (&str, &str) {
+    claim
+        .spec
+        .as_ref()
+        .and_then(|s| {
+            s.data_source_ref
+                .as_ref()
+                .map(|r| (r.kind.as_str(), r.name.as_str()))
+                .or_else(|| {
+                    s.data_source
+                        .as_ref()
+                        .map(|r| (r.kind.as_str(), r.name.as_str()))
+                })
+        })
+        .unwrap_or(("", ""))
+}
+
+/// Why an externally populated claim will never be filled: only CSI provisioners hand claims to
+/// populators (a snapshot restores without one).
+fn external_refusal(
+    claim: &PersistentVolumeClaim,
+    external: External,
+) -> Option<crate::source::Refusal> {
+    let (kind, _) = populator_of(claim);
+    (!external.csi_driver && kind != "VolumeSnapshot").then(|| crate::source::Refusal {
+        reason: "NoCSIDriverForExternalPopulation",
+        message: "No CSI drivers were found: External population not supported".into(),
+    })
+}
+
+/// Upstream's external-population phase: PendingPopulation while the claim waits, Succeeded once
+/// it is bound (the populator has filled it).
+fn external_phase(claim: &PersistentVolumeClaim) -> (Phase, Option<Event>) {
+    let (_, populator) = populator_of(claim);
+    let name = claim.metadata.name.as_deref().unwrap_or("");
+    match claim.status.as_ref().and_then(|s| s.phase.as_deref()) {
+        Some("Bound") => (
+            Phase::Succeeded,
+            Some(Event::normal(
+                "ExternalPopulationSucceeded",
+                format!("PVC {name} successfully populated by {populator}"),
+            )),
+        ),
+        _ => (Phase::PendingPopulation, None),
+    }
 }
 
 /// The import phase from the worker pod's phase on the claim (upstream's `updateStatusPhase`).
@@ -412,6 +470,12 @@ fn stopped_status(
 
 /// The status of an import (or blank) DataVolume taking the classic path.
 pub fn import_status(o: &Observed<'_>) -> Computed {
+    if let (Some(external), Some(claim)) = (o.external, o.claim)
+        && !o.populated
+        && let Some(refusal) = external_refusal(claim, external)
+    {
+        return claim_taken_status(o.dv, &refusal, o.now);
+    }
     let current = o.dv.status.clone().unwrap_or_default();
     let mut status = current.clone();
     let now = Time(o.now);
@@ -435,7 +499,15 @@ pub fn import_status(o: &Observed<'_>) -> Computed {
                 Some(prime) => prime,
                 None => Some(c),
             };
-            if pod_succeeded && work {
+            if o.external.is_some() && work {
+                if !matches!(claim_phase, Some("Lost")) {
+                    (phase, event) = external_phase(c);
+                } else {
+                    phase = Phase::Failed;
+                    let name = c.metadata.name.clone().unwrap_or_default();
+                    event = Some(Event::warning("ErrClaimLost", format!("PVC {name} lost")));
+                }
+            } else if pod_succeeded && work {
                 (phase, event) = import_phase(c, worker, &anns, phase);
             } else {
                 match claim_phase {
@@ -595,6 +667,7 @@ mod tests {
             populated: false,
             progress: None,
             populator: None,
+            external: None,
             now: "2026-11-30T12:00:00Z".parse().unwrap(),
         }
     }
@@ -800,6 +873,53 @@ mod tests {
                 Some("claim disk is someone else's")
             );
         }
+    }
+
+    /// External population: PendingPopulation while the claim waits for its populator,
+    /// Succeeded (with upstream's event) once bound; no CSI driver, no population, said once.
+    #[test]
+    fn external_population_waits_then_succeeds() {
+        let mut d = dv(json!({}));
+        d.spec.source = None;
+        let with_ref = |phase: &str| -> PersistentVolumeClaim {
+            serde_json::from_value(json!({"metadata": {"name": "disk", "namespace": "vms"},
+                "spec": {"dataSourceRef": {"apiGroup": "example.com", "kind": "Blob", "name": "b"}},
+                "status": {"phase": phase}}))
+            .unwrap()
+        };
+        let pending = with_ref("Pending");
+        let mut o = observe(&d, Some(&pending));
+        o.external = Some(External { csi_driver: true });
+        let waiting = import_status(&o);
+        assert_eq!(phase_of(&waiting), "PendingPopulation");
+        let bound = with_ref("Bound");
+        d.status = Some(waiting.status);
+        let mut o = observe(&d, Some(&bound));
+        o.external = Some(External { csi_driver: true });
+        let done = import_status(&o);
+        assert_eq!(phase_of(&done), "Succeeded");
+        assert!(
+            done.events
+                .iter()
+                .any(|e| e.reason == "ExternalPopulationSucceeded"
+                    && e.message == "PVC disk successfully populated by b")
+        );
+
+        let d = {
+            let mut d = dv(json!({}));
+            d.spec.source = None;
+            d
+        };
+        let mut o = observe(&d, Some(&pending));
+        o.external = Some(External { csi_driver: false });
+        let refused = import_status(&o);
+        assert_eq!(phase_of(&refused), "Pending");
+        assert!(
+            refused
+                .events
+                .iter()
+                .any(|e| e.reason == "NoCSIDriverForExternalPopulation" && e.warning)
+        );
     }
 
     #[test]

@@ -554,6 +554,10 @@ pub fn render_claim(
     annotations.insert(ann::USE_POPULATOR.into(), use_populator.to_string());
     annotations.insert(ann::POD_RESTARTS.into(), "0".into());
     annotations.insert(ann::CONTENT_TYPE.into(), content.as_str().into());
+    // Filled by something else than CDI (upstream marks it, and its import controller skips it).
+    if dv.spec.source.is_none() && (spec.data_source.is_some() || spec.data_source_ref.is_some()) {
+        annotations.insert(ann::EXTERNAL_POPULATION.into(), "true".into());
+    }
     if let Some(pc) = dv
         .spec
         .priority_class_name

@@ -437,6 +437,26 @@ fn populator_path_on_csi_classes_unless_turned_off() {
         "http://127.0.0.1/disk.qcow2"
     );
 
+    // External population: the DataVolume's own dataSourceRef stays, the claim is marked.
+    let external = dv(
+        "metadata:\n  name: e\nspec:\n  storage: {storageClassName: csi-local, resources: {requests: {storage: 1Gi}}, dataSourceRef: {apiGroup: example.com, kind: Blob, name: b}}\n",
+    );
+    let r = render_claim(&external, &world.ctx()).unwrap();
+    let reference = r
+        .claim
+        .spec
+        .as_ref()
+        .unwrap()
+        .data_source_ref
+        .clone()
+        .unwrap();
+    assert_eq!(
+        (reference.kind.as_str(), reference.name.as_str()),
+        ("Blob", "b")
+    );
+    assert_eq!(annotations(&r.claim)[ann::EXTERNAL_POPULATION], "true");
+    assert!(!annotations(&r.claim).contains_key(ann::IMPORT_SOURCE));
+
     let err = render_claim(
         &yaml("  annotations: {cdi.kubevirt.io/storage.usePopulator: \"maybe\"}\n"),
         &world.ctx(),
