@@ -1186,6 +1186,26 @@ async fn field_selectors_on_unsupported_fields_are_refused() {
     }
 }
 
+/// A name with a slash (a provisioner's, looked up as a CSIDriver) reads as a subresource the
+/// kind does not serve: kube answers 404, which kube-rs's `get_opt` takes as "not there".
+#[tokio::test]
+async fn unknown_subresources_are_not_found() {
+    let server = ApiServer::new();
+    let drivers: Api<k8s_openapi::api::storage::v1::CSIDriver> = Api::all(client(&server));
+    assert!(
+        drivers
+            .get_opt("rancher.io/local-path")
+            .await
+            .unwrap()
+            .is_none()
+    );
+    let http = Http::start(server).await;
+    let (code, body) = http
+        .get("/api/v1/namespaces/default/configmaps/x/bogus")
+        .await;
+    assert_eq!(code, 404, "{body}");
+}
+
 /// A custom resource is selectable by name, namespace and what its CRD declares in
 /// `selectableFields`, nothing else: a DataVolume by `status.phase` is a 400, as kube answers.
 #[tokio::test]

@@ -854,6 +854,14 @@ async fn dispatch(server: &ApiServer, req: Request) -> ApiResult<Response> {
                     def.plural
                 )));
             }
+            // A subresource the kind does not serve is not there at all, as kube answers it
+            // (a GET of csidrivers/rancher.io/local-path is a 404, not a refused method).
+            if let Some(s) = sub.as_deref()
+                && s != "status"
+                && !def.subresources.iter().any(|d| d == s)
+            {
+                return Err(ApiError::path_not_found());
+            }
             match (sub.as_deref(), &method) {
                 (None | Some("status"), &Method::GET) => {
                     q.resource_version()?;
