@@ -365,13 +365,17 @@ async fn without_a_consumer_it_waits_and_says_so() {
             "",
         )),
     );
-    let dv = wait_for("WaitForFirstConsumer", 30, || {
-        get(&s.dir, "dv/lonely").filter(|d| phase(d) == "WaitForFirstConsumer")
+    // Waiting, and saying what for in the PV controller's words: by then the claim has been
+    // seen by every controller, and none started an import.
+    let dv = wait_for("WaitForFirstConsumer, explained", 30, || {
+        get(&s.dir, "dv/lonely").filter(|d| {
+            phase(d) == "WaitForFirstConsumer"
+                && condition(d, "Bound")["message"]
+                    .as_str()
+                    .is_some_and(|m| m.contains("waiting for first consumer"))
+        })
     });
-    std::thread::sleep(Duration::from_secs(3));
-    let dv2 = get(&s.dir, "dv/lonely").unwrap();
-    assert_eq!(phase(&dv2), "WaitForFirstConsumer");
-    let bound = condition(&dv2, "Bound");
+    let bound = condition(&dv, "Bound");
     assert_eq!(
         (bound["status"].as_str(), bound["reason"].as_str()),
         (Some("False"), Some("Pending"))
@@ -381,7 +385,6 @@ async fn without_a_consumer_it_waits_and_says_so() {
         bound["message"],
         "target PVC lonely Pending and waiting for first consumer to be created before binding"
     );
-    let _ = dv;
     assert!(get(&s.dir, "pod/importer-lonely").is_none());
     // kubectl shows it as upstream's columns do.
     let table = kubectl(&s.dir, &["get", "dv", "lonely"], None);

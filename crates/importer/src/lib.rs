@@ -1,5 +1,6 @@
-//! cdi-importer: turns a source (HTTP, registry, upload, file) into a raw disk image on a
-//! Kubernetes volume, streaming and without scratch space where the format allows.
+//! cdi-importer: turns a source (an HTTP(S) URL or a local file; nothing for a blank image) into
+//! a raw disk image on a Kubernetes volume, streaming and without scratch space where the format
+//! allows.
 
 pub mod archive;
 pub mod buffer;

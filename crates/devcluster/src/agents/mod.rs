@@ -1,5 +1,6 @@
 //! The development cluster's node agents: plain Kubernetes components that know nothing about
-//! CDI. Decisions are pure functions over the objects; the loops around them watch and write.
+//! CDI. Decisions are pure functions over the objects; the loops around them read the cluster
+//! every pass (level-triggered, no watches) and write what was decided.
 
 /// Run a pass every `$every` until the task is dropped; a failed pass is logged (under the
 /// calling agent's target, so in its own log) and the next one starts from what the cluster then
