@@ -418,21 +418,29 @@ async fn import_inner(
         (TargetKind::File, None) => converted.virtual_size.next_multiple_of(512),
         (TargetKind::Block, _) => target.size()?,
     };
-    target.set_len(final_size)?;
-    if opts.preallocate {
-        target.preallocate(final_size)?;
-    }
-    target.sync()?;
-    // On a file, what is allocated is what counts (qemu-img may have written it, not us); the
-    // rest are holes. A block device has no holes: its zeros were written or zeroed.
-    let (written, holes) = match target.kind() {
-        TargetKind::File => {
-            let allocated = target.allocated().unwrap_or(converted.stats.written);
-            let written = allocated.min(final_size);
-            (written, final_size - written)
+    // Resizing, preallocating and syncing a large image take long: not on the runtime.
+    let finishing = target.try_clone()?;
+    let preallocate = opts.preallocate;
+    let stats = converted.stats;
+    let (written, holes) = blocking(move || {
+        let target = finishing;
+        target.set_len(final_size)?;
+        if preallocate {
+            target.preallocate(final_size)?;
         }
-        TargetKind::Block => (converted.stats.written, converted.stats.holes),
-    };
+        target.sync()?;
+        // On a file, what is allocated is what counts (qemu-img may have written it, not us);
+        // the rest are holes. A block device has no holes: its zeros were written or zeroed.
+        Ok(match target.kind() {
+            TargetKind::File => {
+                let allocated = target.allocated().unwrap_or(stats.written);
+                let written = allocated.min(final_size);
+                (written, final_size - written)
+            }
+            TargetKind::Block => (stats.written, stats.holes),
+        })
+    })
+    .await?;
     Ok(ImportReport {
         format: converted.format,
         compression: converted.compression,

@@ -146,6 +146,19 @@ impl Target {
         }
     }
 
+    /// Another handle on the same file, for work done on a blocking thread.
+    pub fn try_clone(&self) -> Result<Target, ImportError> {
+        Ok(Target {
+            file: self
+                .file
+                .try_clone()
+                .map_err(|e| ImportError::io("duplicating the target", e))?,
+            path: self.path.clone(),
+            name: self.name.clone(),
+            kind: self.kind,
+        })
+    }
+
     /// Allocate every byte of `len` without changing the data (preallocation).
     pub fn preallocate(&self, len: u64) -> Result<(), ImportError> {
         if len == 0 || self.kind == TargetKind::Block {

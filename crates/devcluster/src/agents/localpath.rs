@@ -791,18 +791,21 @@ pub mod agent {
                     .spec
                     .as_ref()
                     .and_then(|s| s.storage_class_name.as_deref());
-                make(path, content).map_err(|e| {
-                    format!(
-                        "failed to provision volume with StorageClass {:?}: making {}: {e}",
-                        class.unwrap_or(""),
-                        path.display()
-                    )
-                })?;
+                let (at, what) = (path.clone(), content.clone());
+                crate::agents::off_runtime(move || make(&at, &what))
+                    .await
+                    .map_err(|e| {
+                        format!(
+                            "failed to provision volume with StorageClass {:?}: making {}: {e}",
+                            class.unwrap_or(""),
+                            path.display()
+                        )
+                    })?;
                 volumes.create(&PostParams::default(), volume).await?;
             }
             Action::Reclaim { volume, path } => {
-                if let Some(path) = path {
-                    remove(path)?;
+                if let Some(path) = path.clone() {
+                    crate::agents::off_runtime(move || remove(&path)).await?;
                 }
                 match volumes.delete(volume, &DeleteParams::default()).await {
                     Err(kube::Error::Api(e)) if e.code == 404 => return Ok(()),

@@ -76,6 +76,16 @@ pub(crate) fn unique_suffix() -> String {
     format!("{:x}", now.max(previous + 1))
 }
 
+/// Run file work (copies of volumes, removals) on a blocking thread: a clone of a large volume
+/// must not stall the runtime every agent and the API server share.
+pub(crate) async fn off_runtime<T: Send + 'static>(
+    work: impl FnOnce() -> std::io::Result<T> + Send + 'static,
+) -> std::io::Result<T> {
+    tokio::task::spawn_blocking(work)
+        .await
+        .map_err(std::io::Error::other)?
+}
+
 fn name<T: kube::Resource>(o: &T) -> &str {
     o.meta().name.as_deref().unwrap_or("")
 }

@@ -339,12 +339,16 @@ pub mod agent {
                 content,
                 status,
             } => {
-                if let Some(parent) = to.parent() {
-                    std::fs::create_dir_all(parent)?;
-                }
-                // A copy left by a pass that stopped before the object was made.
-                remove(to)?;
-                copy_tree(from, to)?;
+                let (from_dir, to_dir) = (from.clone(), to.clone());
+                crate::agents::off_runtime(move || {
+                    if let Some(parent) = to_dir.parent() {
+                        std::fs::create_dir_all(parent)?;
+                    }
+                    // A copy left by a pass that stopped before the object was made.
+                    remove(&to_dir)?;
+                    copy_tree(&from_dir, &to_dir)
+                })
+                .await?;
                 let object: DynamicObject = serde_json::from_value(content.clone())?;
                 let name = object.metadata.name.clone().unwrap_or_default();
                 contents.create(&PostParams::default(), &object).await?;
@@ -380,8 +384,8 @@ pub mod agent {
                     .await?;
             }
             Action::Delete { content, path } => {
-                if let Some(path) = path {
-                    remove(path)?;
+                if let Some(path) = path.clone() {
+                    crate::agents::off_runtime(move || remove(&path)).await?;
                 }
                 contents.delete(content, &DeleteParams::default()).await?;
             }
