@@ -101,6 +101,7 @@ pub fn run(args: &ImportArgs) -> anyhow::Result<()> {
         preallocate: args.preallocate,
         checksum: args.checksum.as_deref().map(str::parse).transpose()?,
         scratch_dir: args.scratch_dir.clone(),
+        scratch_mounted: false,
         tuning: Tuning {
             request_bytes: args
                 .request_size

@@ -594,6 +594,56 @@ async fn failures_say_why_and_fatal_ones_stop() {
     drop(s.controller);
 }
 
+/// A qcow2 from a server without range support has to be copied to scratch space: the first
+/// importer asks for it, the next one gets a `<claim>-scratch` claim (owned by the pod, so it goes
+/// with it) and imports.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_image_that_needs_scratch_gets_a_scratch_claim() {
+    let s = setup(false);
+    let _down = Down(&s.dir);
+    let raw = s._tmp.path().join("src.raw");
+    std::fs::write(&raw, pattern(4 * MIB)).unwrap();
+    let qcow2 = s._tmp.path().join("src.qcow2");
+    convert(&raw, "qcow2", &[], &qcow2);
+    let expected = oracle(&qcow2, "qcow2");
+    let server = FileServer::start(None).await;
+    server.add(
+        "/disk.qcow2",
+        std::fs::read(&qcow2).unwrap(),
+        Behaviour::default(),
+    );
+    kubectl(
+        &s.dir,
+        &["apply", "-f", "-"],
+        Some(&data_volume(
+            "spooled",
+            &server.url("/disk.qcow2"),
+            "1Gi",
+            "",
+        )),
+    );
+    wait_for("the scratch claim", 60, || {
+        get(&s.dir, "pvc/spooled-scratch")
+            .filter(|c| c["metadata"]["ownerReferences"][0]["kind"] == "Pod")
+    });
+    wait_for("the import through scratch", 120, || {
+        get(&s.dir, "dv/spooled").filter(|d| phase(d) == "Succeeded")
+    });
+    let claim = get(&s.dir, "pvc/spooled").unwrap();
+    assert_eq!(
+        claim["metadata"]["annotations"]["cdi.kubevirt.io/storage.import.requiresScratch"],
+        "true"
+    );
+    let pv = volume_of(&s.dir, &claim);
+    let disk =
+        std::fs::read(Path::new(pv["spec"]["hostPath"]["path"].as_str().unwrap()).join("disk.img"))
+            .unwrap();
+    assert_same(&disk[..expected.len()], &expected, "through scratch");
+    wait_for("the scratch claim to go with the pod", 60, || {
+        get(&s.dir, "pvc/spooled-scratch").is_none().then_some(())
+    });
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_controller_killed_mid_import_converges_after_restart() {
     let mut s = setup(true);

@@ -112,6 +112,56 @@ async fn http_qcow2_into_a_filesystem_volume() {
     assert!(disk[expected.len()..].iter().all(|&b| b == 0));
 }
 
+/// A qcow2 from a server without ranges must be copied to scratch first: without a scratch
+/// volume the importer asks for one (upstream's contract: exit 0, `scratchSpaceRequired`) and
+/// writes nothing; given one, it imports.
+#[tokio::test(flavor = "multi_thread")]
+async fn scratch_space_is_asked_for_when_needed() {
+    let pod = Pod::new();
+    let (qcow2, expected) = qcow2_of(pod.dir.path(), &pattern(4 * MIB));
+    let server = FileServer::start(None).await;
+    server.add("/disk.qcow2", qcow2, Behaviour::default());
+    let url = server.url("/disk.qcow2");
+    let env = [
+        ("IMPORTER_SOURCE", "http"),
+        ("IMPORTER_ENDPOINT", url.as_str()),
+        ("IMPORTER_IMAGE_SIZE", "64Mi"),
+    ];
+    let out = pod.run(&env).await;
+    assert!(out.ok, "{}", out.stderr);
+    let said = cdi_api::TerminationMessage::parse(&out.termination);
+    assert_eq!(
+        said.scratch_space_required,
+        Some(true),
+        "{}",
+        out.termination
+    );
+    assert_eq!(said.reason, None);
+    assert!(!pod.data().join("disk.img").exists());
+    assert!(
+        !pod.path("scratch").exists(),
+        "no scratch made on the container's own disk"
+    );
+
+    std::fs::create_dir(pod.path("scratch")).unwrap();
+    let out = pod.run(&env).await;
+    assert!(out.ok, "{}", out.stderr);
+    let said = cdi_api::TerminationMessage::parse(&out.termination);
+    assert_eq!(said.message.as_deref(), Some("Import Complete"));
+    assert_eq!(said.scratch_space_required, None);
+    let disk = std::fs::read(pod.data().join("disk.img")).unwrap();
+    assert_same(
+        &disk[..expected.len()],
+        &expected,
+        "image data through scratch",
+    );
+    assert_eq!(
+        std::fs::read_dir(pod.path("scratch")).unwrap().count(),
+        0,
+        "the scratch copy is removed"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn failures_write_their_cause_and_reason() {
     let pod = Pod::new();

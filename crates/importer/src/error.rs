@@ -38,6 +38,10 @@ pub enum ImportError {
     Damaged(String),
     #[error("{0}")]
     Unsupported(String),
+    /// The image must be copied to scratch space first and the pod has none: upstream's contract
+    /// for asking the controller for a scratch claim.
+    #[error("scratch space required and none found")]
+    ScratchRequired,
     /// The pod's environment or volumes do not describe an import that can run (a setting that
     /// does not parse, a source kind this importer lacks, an archive for a Block volume).
     #[error("{0}")]

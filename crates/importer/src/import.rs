@@ -68,6 +68,10 @@ pub struct ImportOptions {
     pub checksum: Option<Checksum>,
     /// For the cases that need a scratch copy (a sequential source of a non-raw image).
     pub scratch_dir: PathBuf,
+    /// The scratch directory is a volume the pod has only when it was given one (upstream's
+    /// contract): when it is missing, the import stops with [`ImportError::ScratchRequired`]
+    /// instead of spooling onto the container's own filesystem. Otherwise it is created.
+    pub scratch_mounted: bool,
     pub tuning: Tuning,
 }
 
@@ -736,6 +740,9 @@ async fn convert_stream(
         }
     } else {
         // Spool to scratch, bounded: a bomb cannot fill more than the target could hold.
+        if opts.scratch_mounted && !opts.scratch_dir.is_dir() {
+            return Err(ImportError::ScratchRequired);
+        }
         std::fs::create_dir_all(&opts.scratch_dir)
             .map_err(|e| ImportError::io(format!("creating {}", opts.scratch_dir.display()), e))?;
         // A new file under a random name (O_CREAT|O_EXCL, so never through a link planted in

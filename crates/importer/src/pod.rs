@@ -302,8 +302,8 @@ pub async fn run(
         requested,
         capacity,
     });
-    let done = |scratch: bool| TerminationMessage {
-        scratch_space_required: scratch.then_some(true),
+    let done = || TerminationMessage {
+        scratch_space_required: None,
         preallocation_applied: Some(config.preallocation),
         labels: None,
         message: Some(COMPLETE_MESSAGE.to_string()),
@@ -316,7 +316,7 @@ pub async fn run(
         )),
         (PodSource::Blank, ContentType::KubeVirt) => {
             blank(&target, mode, size, config.overhead, config.preallocation)?;
-            Ok(done(false))
+            Ok(done())
         }
         (PodSource::Http(src), ContentType::Archive) => {
             if block {
@@ -332,7 +332,7 @@ pub async fn run(
                 progress,
             )
             .await?;
-            Ok(done(false))
+            Ok(done())
         }
         (PodSource::Http(src), ContentType::KubeVirt) => {
             let opts = ImportOptions {
@@ -346,6 +346,7 @@ pub async fn run(
                 preallocate: config.preallocation,
                 checksum: config.checksum.clone(),
                 scratch_dir: paths.scratch_dir.clone(),
+                scratch_mounted: true,
                 tuning: Tuning::default(),
             };
             let report = import::import(&Source::Http(src.clone()), &opts, progress).await?;
@@ -358,7 +359,7 @@ pub async fn run(
                 scratch = report.scratch_used,
                 "import complete"
             );
-            Ok(done(false))
+            Ok(done())
         }
     }
 }

@@ -50,6 +50,7 @@ impl Fixture {
             preallocate: false,
             checksum: None,
             scratch_dir: self.dir.path().join("scratch"),
+            scratch_mounted: false,
             tuning: Tuning {
                 request_bytes: MIB,
                 parallel: 3,

@@ -41,6 +41,7 @@ impl Scenario {
             preallocate: false,
             checksum: None,
             scratch_dir: self.path("scratch"),
+            scratch_mounted: false,
             // Small requests so that coalescing and windows are exercised on small images.
             tuning: Tuning {
                 request_bytes: MIB,
