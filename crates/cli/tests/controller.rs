@@ -409,6 +409,15 @@ async fn without_a_consumer_it_waits_and_says_so() {
         metrics.contains("\ncdi_rs_controller_leader 1\n"),
         "{metrics}"
     );
+    // Our own figures: every controller has counted its passes.
+    for controller in ["config", "storageprofile", "datavolume", "import"] {
+        assert!(
+            metrics.contains(&format!(
+                "cdi_rs_reconcile_total{{controller=\"{controller}\",result=\"ok\"}}"
+            )),
+            "{controller}: {metrics}"
+        );
+    }
     drop(s.controller);
 }
 

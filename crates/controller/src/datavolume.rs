@@ -574,7 +574,14 @@ pub async fn run(ctx: Context) -> anyhow::Result<()> {
             watcher::Config::default(),
             unrendered(store),
         )
-        .run(|o, c| crate::guarded(reconcile(o, c)), error_policy, shared)
+        .run(
+            |o, c| {
+                let metrics = c.metrics.clone();
+                async move { crate::guarded(&metrics, "datavolume", reconcile(o, c)).await }
+            },
+            error_policy,
+            shared,
+        )
         .for_each(|r| async move {
             if let Err(e) = r {
                 tracing::debug!(error = %e, "datavolume controller");

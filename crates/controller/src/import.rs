@@ -319,7 +319,10 @@ pub async fn run(ctx: Context) -> anyhow::Result<()> {
     )
     .owns(Api::<Pod>::all(client.clone()), watcher::Config::default())
     .run(
-        |o, c| crate::guarded(reconcile(o, c)),
+        |o, c| {
+            let metrics = c.metrics.clone();
+            async move { crate::guarded(&metrics, "import", reconcile(o, c)).await }
+        },
         error_policy,
         Arc::new(ctx),
     )

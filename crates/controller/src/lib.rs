@@ -75,14 +75,18 @@ pub enum Error {
     Panicked(String),
 }
 
-/// Run one reconcile pass, turning a panic into [`Error::Panicked`]. Without this a panic on one
-/// object (whatever a user wrote into it) would take every controller down with it, and the
-/// restarted process would meet the same object and crash again.
+/// Run one reconcile pass of `controller`, turning a panic into [`Error::Panicked`], and count
+/// it (result and duration) in `metrics`. Without the guard a panic on one object (whatever a
+/// user wrote into it) would take every controller down with it, and the restarted process
+/// would meet the same object and crash again.
 pub async fn guarded<T>(
+    metrics: &serve::Metrics,
+    controller: &'static str,
     pass: impl std::future::Future<Output = Result<T, Error>>,
 ) -> Result<T, Error> {
     use futures::FutureExt;
-    match std::panic::AssertUnwindSafe(pass).catch_unwind().await {
+    let started = std::time::Instant::now();
+    let result = match std::panic::AssertUnwindSafe(pass).catch_unwind().await {
         Ok(r) => r,
         Err(panic) => {
             let message = panic
@@ -90,10 +94,17 @@ pub async fn guarded<T>(
                 .map(|s| s.to_string())
                 .or_else(|| panic.downcast_ref::<String>().cloned())
                 .unwrap_or_else(|| "(no message)".into());
-            tracing::error!(panic = %message, "reconcile panicked; retrying later");
+            tracing::error!(controller, panic = %message, "reconcile panicked; retrying later");
             Err(Error::Panicked(message))
         }
-    }
+    };
+    let outcome = match &result {
+        Ok(_) => "ok",
+        Err(Error::Panicked(_)) => "panic",
+        Err(_) => "error",
+    };
+    metrics.reconciled(controller, outcome, started.elapsed().as_secs_f64());
+    result
 }
 
 /// Whether the API server still holds `obj` (same uid) and it is not being deleted. A reflector's

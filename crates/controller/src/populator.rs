@@ -216,7 +216,10 @@ pub async fn run(ctx: Context) -> anyhow::Result<()> {
         watcher::Config::default(),
     )
     .run(
-        |o, c| crate::guarded(reconcile(o, c)),
+        |o, c| {
+            let metrics = c.metrics.clone();
+            async move { crate::guarded(&metrics, "populator", reconcile(o, c)).await }
+        },
         error_policy,
         Arc::new(ctx),
     )
