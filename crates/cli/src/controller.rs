@@ -78,18 +78,18 @@ pub fn run(args: &ControllerArgs) -> anyhow::Result<()> {
             std::env::var("HOSTNAME").unwrap_or_else(|_| "cdi-controller".into()),
             std::process::id()
         );
-        let ctx = Context {
+        let ctx = Context::new(
             client,
-            options: Arc::new(Options {
+            Options {
                 importer_image: args.importer_image.clone(),
                 pull_policy: args.pull_policy.clone(),
                 verbosity: args.verbosity,
                 namespace: args.namespace.clone(),
                 identity,
                 resync: Duration::from_secs(1),
-            }),
+            },
             metrics,
-        };
+        );
         let mut terminate =
             tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
         tokio::select! {

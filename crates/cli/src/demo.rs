@@ -435,15 +435,15 @@ pub fn run(args: &DemoArgs) -> anyhow::Result<()> {
         let running = cluster::start(&config).await?;
         let client = running.client.clone();
         println!("  cluster: {} (kubeconfig {})", running.url, running.kubeconfig.display());
-        let ctx = Context {
-            client: client.clone(),
-            options: Arc::new(Options {
+        let ctx = Context::new(
+            client.clone(),
+            Options {
                 importer_image: "quay.io/kubevirt/cdi-importer:v1.66.0".into(),
                 resync: Duration::from_millis(500),
                 ..Options::default()
-            }),
-            metrics: Arc::new(serve::Metrics::default()),
-        };
+            },
+            Arc::new(serve::Metrics::default()),
+        );
         crate::controller::install_crds(&client).await?;
         let controllers = tokio::spawn(cdi_controller::run_controllers(ctx));
         let class = if args.populator { "csi" } else { "local-path-wffc" };

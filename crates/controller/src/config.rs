@@ -70,7 +70,11 @@ pub async fn run(ctx: Context) -> anyhow::Result<()> {
     let mut changes = futures::stream::select(configs, classes);
     let mut tick = tokio::time::interval(ctx.options.resync.max(Duration::from_secs(1)) * 5);
     loop {
-        match crate::guarded(&ctx.metrics, "config", async { Ok(reconcile(&ctx).await?) }).await {
+        match crate::guarded(&ctx.metrics, "config", cdi_api::name::CDI_CONFIG, async {
+            Ok(reconcile(&ctx).await?)
+        })
+        .await
+        {
             Ok(true) => tracing::info!("updated CDIConfig status"),
             Ok(false) => {}
             Err(e) => tracing::warn!(error = %e, "reconciling CDIConfig"),

@@ -430,7 +430,7 @@ async fn reconcile(dv: Arc<DataVolume>, ctx: Arc<Context>) -> Result<Action, Err
         && pod.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
     {
         let owner = cdi_core::import::owner_uid(c);
-        progress = crate::progress::import_progress(&pod, &owner).await;
+        progress = crate::progress::import_progress(&ctx.http, &pod, &owner).await;
     }
     // The populator path: the claim's dataSourceRef names our VolumeImportSource.
     let populating = claim
@@ -577,7 +577,8 @@ pub async fn run(ctx: Context) -> anyhow::Result<()> {
         .run(
             |o, c| {
                 let metrics = c.metrics.clone();
-                async move { crate::guarded(&metrics, "datavolume", reconcile(o, c)).await }
+                let object = format!("{}/{}", o.namespace().unwrap_or_default(), o.name_any());
+                async move { crate::guarded(&metrics, "datavolume", &object, reconcile(o, c)).await }
             },
             error_policy,
             shared,

@@ -321,7 +321,8 @@ pub async fn run(ctx: Context) -> anyhow::Result<()> {
     .run(
         |o, c| {
             let metrics = c.metrics.clone();
-            async move { crate::guarded(&metrics, "import", reconcile(o, c)).await }
+            let object = format!("{}/{}", o.namespace().unwrap_or_default(), o.name_any());
+            async move { crate::guarded(&metrics, "import", &object, reconcile(o, c)).await }
         },
         error_policy,
         Arc::new(ctx),

@@ -60,6 +60,19 @@ pub struct Context {
     pub client: Client,
     pub options: Arc<Options>,
     pub metrics: Arc<serve::Metrics>,
+    /// The one client progress is read with from worker pods (connections are reused).
+    pub http: reqwest::Client,
+}
+
+impl Context {
+    pub fn new(client: Client, options: Options, metrics: Arc<serve::Metrics>) -> Context {
+        Context {
+            client,
+            options: Arc::new(options),
+            metrics,
+            http: progress::client(),
+        }
+    }
 }
 
 /// Why a reconcile failed; it is retried.
@@ -75,18 +88,26 @@ pub enum Error {
     Panicked(String),
 }
 
-/// Run one reconcile pass of `controller`, turning a panic into [`Error::Panicked`], and count
-/// it (result and duration) in `metrics`. Without the guard a panic on one object (whatever a
+/// Run one reconcile pass of `controller` over `object` (namespace/name) in a tracing span,
+/// turning a panic into [`Error::Panicked`], and count it (result and duration) in `metrics`. Without the guard a panic on one object (whatever a
 /// user wrote into it) would take every controller down with it, and the restarted process
 /// would meet the same object and crash again.
 pub async fn guarded<T>(
     metrics: &serve::Metrics,
     controller: &'static str,
+    object: &str,
     pass: impl std::future::Future<Output = Result<T, Error>>,
 ) -> Result<T, Error> {
     use futures::FutureExt;
+    use tracing::Instrument;
     let started = std::time::Instant::now();
-    let result = match std::panic::AssertUnwindSafe(pass).catch_unwind().await {
+    // Everything the pass logs carries the controller and the object.
+    let span = tracing::info_span!("reconcile", controller, object);
+    let result = match std::panic::AssertUnwindSafe(pass)
+        .catch_unwind()
+        .instrument(span)
+        .await
+    {
         Ok(r) => r,
         Err(panic) => {
             let message = panic

@@ -141,7 +141,7 @@ async fn reconcile(target: Arc<PersistentVolumeClaim>, ctx: Arc<Context>) -> Res
             && pod.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
         {
             let uid = target.metadata.uid.clone().unwrap_or_default();
-            progress = crate::progress::import_progress(&pod, &uid).await;
+            progress = crate::progress::import_progress(&ctx.http, &pod, &uid).await;
         }
     }
     let wanted = populator::mirrored(&target, &prime, progress.as_deref());
@@ -218,7 +218,8 @@ pub async fn run(ctx: Context) -> anyhow::Result<()> {
     .run(
         |o, c| {
             let metrics = c.metrics.clone();
-            async move { crate::guarded(&metrics, "populator", reconcile(o, c)).await }
+            let object = format!("{}/{}", o.namespace().unwrap_or_default(), o.name_any());
+            async move { crate::guarded(&metrics, "populator", &object, reconcile(o, c)).await }
         },
         error_policy,
         Arc::new(ctx),

@@ -31,15 +31,24 @@ pub fn metrics_url(pod: &Pod) -> Option<String> {
     Some(format!("https://{ip}:{port}/metrics"))
 }
 
-/// Read the import progress of the pod for `owner_uid`; `None` when it cannot be read now.
-pub async fn import_progress(pod: &Pod, owner_uid: &str) -> Option<String> {
-    let url = metrics_url(pod)?;
-    let client = reqwest::Client::builder()
+/// The client progress is read with: short timeouts, no proxy (pod IPs), and the importer's
+/// self-signed certificate accepted, as upstream does.
+pub fn client() -> reqwest::Client {
+    reqwest::Client::builder()
         .timeout(Duration::from_secs(2))
         .no_proxy()
         .tls_danger_accept_invalid_certs(true)
         .build()
-        .ok()?;
+        .unwrap_or_default()
+}
+
+/// Read the import progress of the pod for `owner_uid`; `None` when it cannot be read now.
+pub async fn import_progress(
+    client: &reqwest::Client,
+    pod: &Pod,
+    owner_uid: &str,
+) -> Option<String> {
+    let url = metrics_url(pod)?;
     let page = client.get(&url).send().await.ok()?.text().await.ok()?;
     parse(&page, "kubevirt_cdi_import_progress_total", owner_uid)
 }

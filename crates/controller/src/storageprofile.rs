@@ -232,9 +232,12 @@ pub async fn run(ctx: Context) -> anyhow::Result<()> {
     let mut changes = futures::stream::select(classes, profiles);
     let mut tick = tokio::time::interval(ctx.options.resync.max(Duration::from_secs(1)) * 5);
     loop {
-        if let Err(e) = crate::guarded(&ctx.metrics, "storageprofile", async {
-            Ok(reconcile(&ctx).await?)
-        })
+        if let Err(e) = crate::guarded(
+            &ctx.metrics,
+            "storageprofile",
+            "every StorageClass",
+            async { Ok(reconcile(&ctx).await?) },
+        )
         .await
         {
             tracing::warn!(error = %e, "reconciling StorageProfiles");
