@@ -12,6 +12,7 @@ use cdi_api::enums::DataVolumePhase;
 use cdi_api::populators::{ImportSourceType, VolumeImportSource, VolumeImportSourceSpec};
 use cdi_api::storageprofile::StorageProfile;
 use cdi_api::{ann, gate};
+use cdi_core::claims::{adoptable, claim_made_for, owned_by, populated_for};
 use cdi_core::dvstatus::{self, Observed};
 use cdi_core::render::{self, RenderContext};
 use cdi_core::source::Refusal;
@@ -25,26 +26,6 @@ use kube::{Api, Resource, ResourceExt};
 use serde_json::json;
 
 use crate::{Context, Error, events};
-
-/// The claim is this DataVolume's: owned by it, or marked populated for it.
-fn populated_for(claim: &PersistentVolumeClaim, dv: &DataVolume) -> bool {
-    let anns = claim.annotations();
-    anns.get(ann::POPULATED_FOR).map(String::as_str) == Some(dv.name_any().as_str())
-        || dv.annotations().contains_key(ann::PRE_POPULATED)
-}
-
-/// Upstream's `AllowClaimAdoption`: an existing claim not made for this DataVolume is taken over
-/// when the DataVolume says `allowClaimAdoption: "true"`, or, without that annotation, when the
-/// `DataVolumeClaimAdoption` gate is on.
-fn adoptable(claim: &PersistentVolumeClaim, dv: &DataVolume, cfg: Option<&CDIConfig>) -> bool {
-    if claim.annotations().get(ann::CREATED_FOR_DATA_VOLUME) == dv.metadata.uid.as_ref() {
-        return false;
-    }
-    match dv.annotations().get(ann::ALLOW_CLAIM_ADOPTION) {
-        Some(v) => matches!(v.as_str(), "1" | "t" | "T" | "true" | "TRUE" | "True"),
-        None => cfg.is_some_and(|c| c.spec.gate_enabled(gate::DATA_VOLUME_CLAIM_ADOPTION)),
-    }
-}
 
 /// Take the claim over: the DataVolume becomes its controller, and it counts as populated.
 async fn adopt(
@@ -66,20 +47,6 @@ async fn adopt(
         .await?;
     tracing::info!(claim = %format!("{ns}/{}", claim.name_any()), "adopted claim");
     Ok(())
-}
-
-/// Whether the DataVolume's claim exists (its own, or populated for it). The source is judged
-/// until then; an edit after that changes nothing (upstream refuses it at admission) and must not
-/// fail a DataVolume whose claim is fine.
-fn claim_made_for(claim: Option<&PersistentVolumeClaim>, dv: &DataVolume) -> bool {
-    claim.is_some_and(|c| owned_by(c, dv) || populated_for(c, dv))
-}
-
-fn owned_by(claim: &PersistentVolumeClaim, dv: &DataVolume) -> bool {
-    claim
-        .owner_references()
-        .iter()
-        .any(|o| Some(&o.uid) == dv.metadata.uid.as_ref())
 }
 
 async fn config(ctx: &Context) -> Result<Option<CDIConfig>, kube::Error> {
@@ -593,38 +560,4 @@ pub async fn run(ctx: Context) -> anyhow::Result<()> {
         _ = gauge => {}
     }
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use serde_json::json;
-
-    #[test]
-    fn the_source_is_judged_only_until_the_claim_is_made() {
-        let dv: DataVolume = serde_json::from_value(json!({
-            "apiVersion": "cdi.kubevirt.io/v1beta1", "kind": "DataVolume",
-            "metadata": {"name": "d", "namespace": "n", "uid": "u1"},
-            // Edited after the claim was made: no longer a source cdi-rs takes.
-            "spec": {"source": {"http": {"url": "ftp://x/y"}}}}))
-        .unwrap();
-        assert!(cdi_core::source::check(&dv).is_err());
-        let claim = |meta: serde_json::Value| -> PersistentVolumeClaim {
-            serde_json::from_value(json!({"metadata": meta})).unwrap()
-        };
-        let own = claim(
-            json!({"name": "d", "ownerReferences": [{"apiVersion": "cdi.kubevirt.io/v1beta1",
-            "kind": "DataVolume", "name": "d", "uid": "u1", "controller": true}]}),
-        );
-        let populated = claim(json!({"name": "d",
-            "annotations": {ann::POPULATED_FOR: "d"}}));
-        let other = claim(
-            json!({"name": "d", "ownerReferences": [{"apiVersion": "cdi.kubevirt.io/v1beta1",
-            "kind": "DataVolume", "name": "d", "uid": "u0", "controller": true}]}),
-        );
-        assert!(claim_made_for(Some(&own), &dv));
-        assert!(claim_made_for(Some(&populated), &dv));
-        assert!(!claim_made_for(Some(&other), &dv));
-        assert!(!claim_made_for(None, &dv));
-    }
 }

@@ -513,10 +513,7 @@ pub fn import_status(o: &Observed<'_>) -> Computed {
                 match claim_phase {
                     Some("Pending") if work && o.populator.is_some() => {
                         // Upstream's shouldBeMarkedPendingPopulation: the first consumer decides.
-                        let waiting = o.class_wffc
-                            && !anns.contains_key(ann::SELECTED_NODE)
-                            && !anns.contains_key(ann::IMMEDIATE_BINDING);
-                        if waiting {
+                        if crate::populator::waits_for_first_consumer(&anns, o.class_wffc) {
                             phase = Phase::PendingPopulation;
                         } else {
                             (phase, event) = import_phase(c, worker, &anns, phase);
@@ -854,6 +851,21 @@ mod tests {
         assert_eq!(phase_of(&import_status(&o)), "Pending");
         o.populator = Some(None);
         assert_eq!(phase_of(&import_status(&o)), "Pending");
+    }
+
+    /// An empty selected-node annotation is no node chosen, as for the populator itself: the
+    /// DataVolume waits for its first consumer (PendingPopulation).
+    #[test]
+    fn an_empty_selected_node_is_none() {
+        let d = dv(json!({}));
+        let target = claim("Pending", json!({"volume.kubernetes.io/selected-node": ""}));
+        let mut o = observe(&d, Some(&target));
+        o.populator = Some(None);
+        assert_eq!(phase_of(&import_status(&o)), "PendingPopulation");
+        let anns = crate::import::annotations(&target);
+        assert!(crate::populator::waits_for_first_consumer(&anns, true));
+        assert!(!crate::populator::waits_for_first_consumer(&anns, false));
+        assert_eq!(crate::populator::selected_node(&anns), None);
     }
 
     /// A claim of the DataVolume's name that is not its own: Pending, and every condition (Bound

@@ -5,6 +5,7 @@
 //! are.
 
 pub mod capabilities;
+pub mod claims;
 pub mod clone;
 pub mod config;
 pub mod devpod;

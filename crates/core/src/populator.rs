@@ -13,6 +13,19 @@ use k8s_openapi::api::core::v1::{PersistentVolumeClaim, PersistentVolumeClaimSpe
 use k8s_openapi::api::storage::v1::StorageClass;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 
+/// The node the scheduler chose for a claim's first consumer; an empty value is none.
+pub fn selected_node(anns: &BTreeMap<String, String>) -> Option<&str> {
+    anns.get(ann::SELECTED_NODE)
+        .map(String::as_str)
+        .filter(|n| !n.is_empty())
+}
+
+/// Upstream's `shouldBeMarkedPendingPopulation`: a claim of a WaitForFirstConsumer class with no
+/// node chosen yet and no immediate binding asked for waits for its first consumer.
+pub fn waits_for_first_consumer(anns: &BTreeMap<String, String>, class_wffc: bool) -> bool {
+    class_wffc && selected_node(anns).is_none() && !anns.contains_key(ann::IMMEDIATE_BINDING)
+}
+
 /// The annotations PVC prime's worker writes that the target mirrors (upstream's list).
 pub const MIRRORED: [&str; 12] = [
     ann::POD_PHASE,
@@ -87,14 +100,12 @@ pub fn readiness(target: &PersistentVolumeClaim, class: Option<&StorageClass>) -
         ));
     }
     if class.volume_binding_mode.as_deref() == Some("WaitForFirstConsumer") {
-        let node = anns
-            .get(ann::SELECTED_NODE)
-            .filter(|n| !n.is_empty())
-            .cloned();
-        if node.is_none() && !anns.contains_key(ann::IMMEDIATE_BINDING) {
+        if waits_for_first_consumer(&anns, true) {
             return Readiness::Wait;
         }
-        return Readiness::Ready { node };
+        return Readiness::Ready {
+            node: selected_node(&anns).map(str::to_string),
+        };
     }
     Readiness::Ready { node: None }
 }

@@ -155,9 +155,6 @@ pub fn filesystem_overhead(
     class: Option<&str>,
     mode: VolumeMode,
 ) -> Overhead {
-    if mode == VolumeMode::Block {
-        return Overhead::ZERO;
-    }
     let fs = config
         .and_then(|c| c.status.as_ref())
         .and_then(|s| s.filesystem_overhead.as_ref());
@@ -167,9 +164,10 @@ pub fn filesystem_overhead(
     });
     let global = fs.and_then(|f| f.global.as_ref());
     per_class
-        .and_then(|p| p.0.parse().ok())
+        .and_then(|p| p.0.parse::<Overhead>().ok())
         .or_else(|| global.and_then(|p| p.0.parse().ok()))
         .unwrap_or(size::DEFAULT_OVERHEAD)
+        .for_mode(mode)
 }
 
 fn gate_enabled(config: Option<&CDIConfig>, name: &str) -> bool {

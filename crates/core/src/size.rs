@@ -30,6 +30,14 @@ pub struct OverheadError(pub String);
 impl Overhead {
     pub const ZERO: Overhead = Overhead { thousandths: 0 };
 
+    /// The overhead that applies to a volume of `mode`: a Block volume has no filesystem, so none.
+    pub fn for_mode(self, mode: VolumeMode) -> Overhead {
+        match mode {
+            VolumeMode::Block => Overhead::ZERO,
+            VolumeMode::Filesystem => self,
+        }
+    }
+
     /// From thousandths (`60` is `0.06`); `None` above 1000.
     pub const fn from_thousandths(thousandths: u16) -> Option<Overhead> {
         if thousandths <= 1000 {
@@ -167,11 +175,7 @@ pub struct SizePlan {
 /// request, as provisioners that honour requests exactly give); `None` when the claim would have
 /// to ask for more than a quantity holds (2^63-1 bytes).
 pub fn plan(api: ClaimApi, mode: VolumeMode, request: i64, overhead: Overhead) -> Option<SizePlan> {
-    let overhead = if mode == VolumeMode::Block {
-        Overhead::ZERO
-    } else {
-        overhead
-    };
+    let overhead = overhead.for_mode(mode);
     let pvc_request = match (api, mode) {
         (ClaimApi::Storage, VolumeMode::Filesystem) => required_space(request, overhead)?,
         _ => request,
@@ -224,6 +228,12 @@ mod tests {
             let block = plan(api, VolumeMode::Block, 10 * GI, DEFAULT_OVERHEAD).unwrap();
             assert_eq!((block.pvc_request, block.disk_image), (10 * GI, 10 * GI));
         }
+    }
+
+    #[test]
+    fn block_volumes_have_no_overhead() {
+        assert_eq!(oh("0.06").for_mode(VolumeMode::Block), Overhead::ZERO);
+        assert_eq!(oh("0.06").for_mode(VolumeMode::Filesystem), oh("0.06"));
     }
 
     #[test]

@@ -338,11 +338,7 @@ pub async fn run(
             let opts = ImportOptions {
                 target,
                 size,
-                overhead: if block {
-                    Overhead::ZERO
-                } else {
-                    config.overhead
-                },
+                overhead: config.overhead.for_mode(mode),
                 preallocate: config.preallocation,
                 checksum: config.checksum.clone(),
                 scratch_dir: paths.scratch_dir.clone(),
