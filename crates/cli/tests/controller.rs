@@ -200,7 +200,7 @@ async fn the_seed_scenario_places_and_fills_the_disk_on_node_2() {
         let dv = get(&s.dir, "dv/vm-root")?;
         (phase(&dv) == "WaitForFirstConsumer").then_some(())
     });
-    std::thread::sleep(Duration::from_secs(2));
+    another_pass(&s, "import", "pvc/vm-root");
     assert!(
         get(&s.dir, "pod/importer-vm-root").is_none(),
         "an importer pod before the claim is bound"
@@ -343,6 +343,46 @@ fn http_get(addr: &str, path: &str) -> String {
     out
 }
 
+/// The controller's metrics address, from the line it logs at start.
+fn metrics_addr(s: &Setup) -> String {
+    let log = std::fs::read_to_string(s._tmp.path().join("controller.log")).unwrap();
+    log.lines()
+        .find_map(|l| l.strip_prefix("metrics, healthz and readyz on http://"))
+        .expect("the controller prints its address")
+        .to_string()
+}
+
+/// How many passes `controller` has made, as its metrics count them.
+fn passes(s: &Setup, controller: &str) -> u64 {
+    let prefix = format!("cdi_rs_reconcile_total{{controller=\"{controller}\",");
+    http_get(&metrics_addr(s), "/metrics")
+        .lines()
+        .filter(|l| l.starts_with(&prefix))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+        .sum()
+}
+
+/// Make `controller` look at `object` again (an annotation changes) and wait until it has made
+/// a pass since: what it did not do by then, it did not decide to do. A signal, not a sleep.
+fn another_pass(s: &Setup, controller: &str, object: &str) {
+    for round in 0..2 {
+        let before = passes(s, controller);
+        kubectl(
+            &s.dir,
+            &[
+                "annotate",
+                "--overwrite",
+                object,
+                &format!("test.cdi-rs.dev/nudge={before}-{round}"),
+            ],
+            None,
+        );
+        wait_for(&format!("a {controller} pass over {object}"), 30, || {
+            (passes(s, controller) > before).then_some(())
+        });
+    }
+}
+
 fn condition(dv: &Value, type_: &str) -> Value {
     dv["status"]["conditions"]
         .as_array()
@@ -393,12 +433,7 @@ async fn without_a_consumer_it_waits_and_says_so() {
         "{table}"
     );
     // The controller's endpoints: it leads, and serves upstream's pending gauge.
-    let log = std::fs::read_to_string(s._tmp.path().join("controller.log")).unwrap();
-    let addr = log
-        .lines()
-        .find_map(|l| l.strip_prefix("metrics, healthz and readyz on http://"))
-        .expect("the controller prints its address")
-        .to_string();
+    let addr = metrics_addr(&s);
     assert!(http_get(&addr, "/readyz").starts_with("HTTP/1.1 200"));
     let metrics = http_get(&addr, "/metrics");
     assert!(
@@ -564,7 +599,7 @@ async fn failures_say_why_and_fatal_ones_stop() {
     wait_for("the failed importer to go", 30, || {
         get(&s.dir, "pod/importer-bad-sum").is_none().then_some(())
     });
-    std::thread::sleep(Duration::from_secs(3));
+    another_pass(&s, "import", "pvc/bad-sum");
     assert!(
         get(&s.dir, "pod/importer-bad-sum").is_none(),
         "a fatal import was retried"
@@ -848,7 +883,7 @@ spec:
         claim["metadata"]["annotations"]["cdi.kubevirt.io/storage.populatedFor"],
         "golden"
     );
-    std::thread::sleep(Duration::from_secs(2));
+    another_pass(&s, "import", "pvc/golden");
     assert!(
         get(&s.dir, "pod/importer-golden").is_none(),
         "an adopted claim is not imported into"
@@ -899,7 +934,7 @@ async fn the_populator_fills_prime_and_hands_its_volume_to_the_target() {
     );
     let uid = target["metadata"]["uid"].as_str().unwrap().to_string();
     let prime_name = format!("prime-{uid}");
-    std::thread::sleep(Duration::from_secs(2));
+    another_pass(&s, "populator", "pvc/pop");
     assert!(
         get(&s.dir, &format!("pvc/{prime_name}")).is_none(),
         "PVC prime before a consumer"
@@ -1079,7 +1114,7 @@ spec:
         prime["metadata"]["annotations"]["cdi.kubevirt.io/storage.pod.retainAfterCompletion"],
         "true"
     );
-    std::thread::sleep(Duration::from_secs(2));
+    another_pass(&s, "populator", "pvc/pop-kept");
     assert!(
         get(&s.dir, &format!("pvc/prime-{uid}")).is_some(),
         "a retained PVC prime was deleted"
