@@ -717,6 +717,18 @@ async fn dispatch(server: &ApiServer, req: Request) -> ApiResult<Response> {
         .cloned()
         .unwrap_or_else(|| "Warn".to_string());
     let store = server.store.clone();
+    let call = Call {
+        store: store.clone(),
+        protect_storage: server.protect_storage,
+        q,
+        method,
+        accept,
+        dry_run,
+        manager,
+        force,
+        writer,
+        validation,
+    };
     match target {
         Target::Version => Ok(json_response(StatusCode::OK, &version())),
         Target::OpenApiRoot => Ok(json_response(
@@ -762,320 +774,380 @@ async fn dispatch(server: &ApiServer, req: Request) -> ApiResult<Response> {
                 &json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": group_version, "resources": resources}),
             ))
         }
-        Target::Collection { def, ns } => match method {
-            Method::GET if q.flag("watch") => {
-                watch(store, def, ns, q, super::table::wants_table(&accept))
-            }
-            Method::GET => {
-                let opts = list_options(&store, &def, &q)?;
-                let (items, rv, next) = store.list(&def, ns.as_deref(), &opts);
-                let next = next.map(|position| encode_continue(rv, &position));
-                if super::table::wants_table(&accept) {
-                    let include = q.get("includeObject").is_some_and(|i| i == "Object");
-                    let mut t = super::table::table(&def, &items, &rv.to_string(), include);
-                    if let Some(next) = next {
-                        t["metadata"]["continue"] = json!(next);
-                    }
-                    return Ok(json_response(StatusCode::OK, &t));
-                }
-                let mut meta = json!({"resourceVersion": rv.to_string()});
+        Target::Collection { def, ns } => collection(call, def, ns, req).await,
+        Target::Item { def, ns, name, sub } => item(call, def, ns, name, sub, req).await,
+    }
+}
+
+/// What every handler of a request needs besides its target.
+struct Call {
+    store: Arc<Store>,
+    /// Created claims and volumes get the in-use protection finalizers.
+    protect_storage: bool,
+    q: Query,
+    method: Method,
+    accept: String,
+    /// Every value was checked to be "All" before a write uses this.
+    dry_run: bool,
+    manager: Option<String>,
+    force: bool,
+    writer: Option<Owner>,
+    validation: String,
+}
+
+/// A collection: list, watch, create, delete the matching.
+async fn collection(
+    call: Call,
+    def: ResourceDef,
+    ns: Option<String>,
+    req: Request,
+) -> ApiResult<Response> {
+    let Call {
+        store,
+        protect_storage,
+        q,
+        method,
+        accept,
+        dry_run,
+        writer,
+        validation,
+        ..
+    } = call;
+
+    match method {
+        Method::GET if q.flag("watch") => {
+            watch(store, def, ns, q, super::table::wants_table(&accept))
+        }
+        Method::GET => {
+            let opts = list_options(&store, &def, &q)?;
+            let (items, rv, next) = store.list(&def, ns.as_deref(), &opts);
+            let next = next.map(|position| encode_continue(rv, &position));
+            if super::table::wants_table(&accept) {
+                let include = q.get("includeObject").is_some_and(|i| i == "Object");
+                let mut t = super::table::table(&def, &items, &rv.to_string(), include);
                 if let Some(next) = next {
-                    meta["continue"] = json!(next);
+                    t["metadata"]["continue"] = json!(next);
                 }
-                Ok(json_response(
-                    StatusCode::OK,
-                    &json!({"apiVersion": def.api_version(), "kind": format!("{}List", def.kind), "metadata": meta, "items": items}),
-                ))
+                return Ok(json_response(StatusCode::OK, &t));
             }
-            Method::POST => {
-                let ns = ns.unwrap_or_default();
-                if def.namespaced && ns.is_empty() {
-                    return Err(ApiError::method_not_allowed(format!(
-                        "{} must be created in a namespace",
-                        def.plural
-                    )));
-                }
-                q.write_options("CreateOptions")?;
-                let obj = read_object(req).await?;
-                if def.create_only {
-                    let mut review = obj;
-                    review["status"] =
-                        json!({"allowed": true, "reason": "cdi dev allows every request"});
-                    return Ok(json_response(StatusCode::CREATED, &review));
-                }
-                let mut obj = obj;
-                let warnings = admit(&def, &mut obj, &validation, Write::Create, None)?;
-                if server.protect_storage {
-                    protect(&def, &mut obj);
-                }
-                let created = create(&store, &def, &ns, obj, dry_run, writer.as_ref())?;
-                Ok(with_warnings(
-                    json_response(StatusCode::CREATED, &created),
-                    &warnings,
-                ))
+            let mut meta = json!({"resourceVersion": rv.to_string()});
+            if let Some(next) = next {
+                meta["continue"] = json!(next);
             }
-            Method::DELETE => {
-                q.write_options("DeleteOptions")?;
-                let opts = list_options(&store, &def, &q)?;
-                let (items, _, _) = store.list(&def, ns.as_deref(), &opts);
-                let mut deleted = Vec::new();
-                for item in items {
-                    let name = item["metadata"]["name"].as_str().unwrap_or("").to_string();
-                    let ins = item["metadata"]["namespace"]
-                        .as_str()
-                        .unwrap_or("")
-                        .to_string();
-                    if let Ok(d) = store.delete(
-                        &def,
-                        &ins,
-                        &name,
-                        &DeleteOptions {
-                            dry_run,
-                            ..Default::default()
-                        },
-                    ) {
-                        deleted.push(d);
-                    }
-                }
-                Ok(json_response(
-                    StatusCode::OK,
-                    &json!({"apiVersion": def.api_version(), "kind": format!("{}List", def.kind), "metadata": {"resourceVersion": store.resource_version().to_string()}, "items": deleted}),
-                ))
-            }
-            _ => Err(ApiError::method_not_allowed(format!(
-                "{method} is not supported on {}",
-                def.plural
-            ))),
-        },
-        Target::Item { def, ns, name, sub } => {
-            if def.create_only {
+            Ok(json_response(
+                StatusCode::OK,
+                &json!({"apiVersion": def.api_version(), "kind": format!("{}List", def.kind), "metadata": meta, "items": items}),
+            ))
+        }
+        Method::POST => {
+            let ns = ns.unwrap_or_default();
+            if def.namespaced && ns.is_empty() {
                 return Err(ApiError::method_not_allowed(format!(
-                    "{} only supports create",
+                    "{} must be created in a namespace",
                     def.plural
                 )));
             }
-            // A subresource the kind does not serve is not there at all, as kube answers it
-            // (a GET of csidrivers/rancher.io/local-path is a 404, not a refused method).
-            if let Some(s) = sub.as_deref()
-                && s != "status"
-                && !def.subresources.iter().any(|d| d == s)
-            {
-                return Err(ApiError::path_not_found());
+            q.write_options("CreateOptions")?;
+            let obj = read_object(req).await?;
+            if def.create_only {
+                let mut review = obj;
+                review["status"] =
+                    json!({"allowed": true, "reason": "cdi dev allows every request"});
+                return Ok(json_response(StatusCode::CREATED, &review));
             }
-            match (sub.as_deref(), &method) {
-                (None | Some("status"), &Method::GET) => {
-                    q.resource_version()?;
-                    let obj = store.get(&def, &ns, &name)?;
-                    if super::table::wants_table(&accept) {
-                        let rv = obj["metadata"]["resourceVersion"]
-                            .as_str()
-                            .unwrap_or("")
-                            .to_string();
-                        let include = q.get("includeObject").is_some_and(|i| i == "Object");
-                        return Ok(json_response(
-                            StatusCode::OK,
-                            &super::table::table(&def, &[obj], &rv, include),
-                        ));
-                    }
-                    Ok(json_response(StatusCode::OK, &obj))
-                }
-                (None | Some("status"), &Method::PUT) => {
-                    let status = sub.is_some();
-                    if status && !def.has_status() {
-                        return Err(ApiError::path_not_found());
-                    }
-                    q.write_options("UpdateOptions")?;
-                    let mut obj = read_object(req).await?;
-                    let how = if status { Write::Status } else { Write::Update };
-                    let warnings = admit(&def, &mut obj, &validation, how, Some(&name))?;
-                    if !status && let Ok(current) = store.get(&def, &ns, &name) {
-                        validate_update(&def, &expandable_classes(&store, &def), &current, &obj)?;
-                    }
-                    let how = WriteOptions {
+            let mut obj = obj;
+            let warnings = admit(&def, &mut obj, &validation, Write::Create, None)?;
+            if protect_storage {
+                protect(&def, &mut obj);
+            }
+            let created = create(&store, &def, &ns, obj, dry_run, writer.as_ref())?;
+            Ok(with_warnings(
+                json_response(StatusCode::CREATED, &created),
+                &warnings,
+            ))
+        }
+        Method::DELETE => {
+            q.write_options("DeleteOptions")?;
+            let opts = list_options(&store, &def, &q)?;
+            let (items, _, _) = store.list(&def, ns.as_deref(), &opts);
+            let mut deleted = Vec::new();
+            for item in items {
+                let name = item["metadata"]["name"].as_str().unwrap_or("").to_string();
+                let ins = item["metadata"]["namespace"]
+                    .as_str()
+                    .unwrap_or("")
+                    .to_string();
+                if let Ok(d) = store.delete(
+                    &def,
+                    &ins,
+                    &name,
+                    &DeleteOptions {
                         dry_run,
-                        status_only: status,
-                        owner: writer.as_ref(),
-                    };
-                    let updated = store.update(&def, &ns, &name, obj, &how)?;
-                    after_write(&store, &def, &updated);
-                    Ok(with_warnings(
-                        json_response(StatusCode::OK, &updated),
-                        &warnings,
-                    ))
+                        ..Default::default()
+                    },
+                ) {
+                    deleted.push(d);
                 }
-                (None | Some("status"), &Method::PATCH) => {
-                    let status = sub.is_some();
-                    let ct = req
-                        .headers()
-                        .get(header::CONTENT_TYPE)
-                        .and_then(|v| v.to_str().ok())
+            }
+            Ok(json_response(
+                StatusCode::OK,
+                &json!({"apiVersion": def.api_version(), "kind": format!("{}List", def.kind), "metadata": {"resourceVersion": store.resource_version().to_string()}, "items": deleted}),
+            ))
+        }
+        _ => Err(ApiError::method_not_allowed(format!(
+            "{method} is not supported on {}",
+            def.plural
+        ))),
+    }
+}
+
+/// One object: get, replace, patch, delete, and its subresources.
+async fn item(
+    call: Call,
+    def: ResourceDef,
+    ns: String,
+    name: String,
+    sub: Option<String>,
+    req: Request,
+) -> ApiResult<Response> {
+    let Call {
+        store,
+        protect_storage,
+        q,
+        method,
+        accept,
+        dry_run,
+        manager,
+        force,
+        writer,
+        validation,
+    } = call;
+    {
+        if def.create_only {
+            return Err(ApiError::method_not_allowed(format!(
+                "{} only supports create",
+                def.plural
+            )));
+        }
+        // A subresource the kind does not serve is not there at all, as kube answers it
+        // (a GET of csidrivers/rancher.io/local-path is a 404, not a refused method).
+        if let Some(s) = sub.as_deref()
+            && s != "status"
+            && !def.subresources.iter().any(|d| d == s)
+        {
+            return Err(ApiError::path_not_found());
+        }
+        match (sub.as_deref(), &method) {
+            (None | Some("status"), &Method::GET) => {
+                q.resource_version()?;
+                let obj = store.get(&def, &ns, &name)?;
+                if super::table::wants_table(&accept) {
+                    let rv = obj["metadata"]["resourceVersion"]
+                        .as_str()
                         .unwrap_or("")
                         .to_string();
-                    let kind = PatchKind::from_content_type(&ct)?;
-                    q.write_options("PatchOptions")?;
-                    let body = body_bytes(req).await?;
-                    let mut warnings = Vec::new();
-                    // An apply claims the fields it sets and conflicts with other managers'.
-                    let apply_owner = if kind == PatchKind::Apply {
-                        let applied = serde_json::from_slice::<Value>(&body)
-                            .or_else(|_| {
-                                serde_saphyr::from_slice::<Value>(&body).map_err(|e| e.to_string())
-                            })
-                            .ok();
-                        Some(Owner {
-                            manager: manager.clone().unwrap_or_else(|| "apply".into()),
-                            applied,
-                            force,
+                    let include = q.get("includeObject").is_some_and(|i| i == "Object");
+                    return Ok(json_response(
+                        StatusCode::OK,
+                        &super::table::table(&def, &[obj], &rv, include),
+                    ));
+                }
+                Ok(json_response(StatusCode::OK, &obj))
+            }
+            (None | Some("status"), &Method::PUT) => {
+                let status = sub.is_some();
+                if status && !def.has_status() {
+                    return Err(ApiError::path_not_found());
+                }
+                q.write_options("UpdateOptions")?;
+                let mut obj = read_object(req).await?;
+                let how = if status { Write::Status } else { Write::Update };
+                let warnings = admit(&def, &mut obj, &validation, how, Some(&name))?;
+                if !status && let Ok(current) = store.get(&def, &ns, &name) {
+                    validate_update(&def, &expandable_classes(&store, &def), &current, &obj)?;
+                }
+                let how = WriteOptions {
+                    dry_run,
+                    status_only: status,
+                    owner: writer.as_ref(),
+                };
+                let updated = store.update(&def, &ns, &name, obj, &how)?;
+                after_write(&store, &def, &updated);
+                Ok(with_warnings(
+                    json_response(StatusCode::OK, &updated),
+                    &warnings,
+                ))
+            }
+            (None | Some("status"), &Method::PATCH) => {
+                let status = sub.is_some();
+                let ct = req
+                    .headers()
+                    .get(header::CONTENT_TYPE)
+                    .and_then(|v| v.to_str().ok())
+                    .unwrap_or("")
+                    .to_string();
+                let kind = PatchKind::from_content_type(&ct)?;
+                q.write_options("PatchOptions")?;
+                let body = body_bytes(req).await?;
+                let mut warnings = Vec::new();
+                // An apply claims the fields it sets and conflicts with other managers'.
+                let apply_owner = if kind == PatchKind::Apply {
+                    let applied = serde_json::from_slice::<Value>(&body)
+                        .or_else(|_| {
+                            serde_saphyr::from_slice::<Value>(&body).map_err(|e| e.to_string())
                         })
-                    } else {
-                        writer.clone()
-                    };
-                    let how = WriteOptions {
-                        dry_run,
-                        status_only: status,
-                        owner: apply_owner.as_ref(),
-                    };
-                    let expandable = expandable_classes(&store, &def);
-                    let result = store.modify(&def, &ns, &name, &how, |current| {
-                        let mut next = patch::apply(kind, current, &body)?;
-                        let how = if status { Write::Status } else { Write::Update };
-                        warnings = admit(&def, &mut next, &validation, how, Some(&name))?;
-                        if !status {
-                            validate_update(&def, &expandable, current, &next)?;
-                        }
-                        Ok(next)
-                    });
-                    let updated = match result {
-                        Err(e) if e.code == 404 && kind == PatchKind::Apply && !status => {
-                            // Server-side apply creates what does not exist.
-                            let mut obj = parse_object(&body)?;
-                            obj["metadata"]["name"] = json!(name);
-                            warnings = admit(&def, &mut obj, &validation, Write::Create, None)?;
-                            if server.protect_storage {
-                                protect(&def, &mut obj);
-                            }
-                            create(&store, &def, &ns, obj, dry_run, apply_owner.as_ref())?
-                        }
-                        other => other?,
-                    };
-                    after_write(&store, &def, &updated);
-                    Ok(with_warnings(
-                        json_response(StatusCode::OK, &updated),
-                        &warnings,
-                    ))
-                }
-                (None, &Method::DELETE) => {
-                    q.write_options("DeleteOptions")?;
-                    let body = body_bytes(req).await?;
-                    let opts: Value = if body.is_empty() {
-                        json!({})
-                    } else {
-                        serde_json::from_slice(&body).unwrap_or(json!({}))
-                    };
-                    let policy = q
-                        .get("propagationPolicy")
-                        .cloned()
-                        .or_else(|| opts["propagationPolicy"].as_str().map(str::to_string))
-                        .or_else(|| {
-                            (opts["orphanDependents"] == json!(true)).then(|| "Orphan".to_string())
-                        });
-                    let propagation = match policy.as_deref() {
-                        Some("Orphan") => Propagation::Orphan,
-                        Some("Foreground") => Propagation::Foreground,
-                        None | Some("Background") => Propagation::Background,
-                        Some(other) => {
-                            // ValidateDeleteOptions.
-                            let e = super::validation::FieldError::not_supported(
-                                "propagationPolicy",
-                                super::validation::BadValue::Str(other.to_string()),
-                                &["Foreground", "Background", "Orphan", "nil"],
-                            );
-                            return Err(ApiError::invalid(
-                                "DeleteOptions.meta.k8s.io",
-                                "",
-                                vec![e.cause()],
-                            ));
-                        }
-                    };
-                    let grace_period = q
-                        .int("gracePeriodSeconds")?
-                        .or_else(|| opts["gracePeriodSeconds"].as_i64());
-                    let body_dry_run = opts["dryRun"]
-                        .as_array()
-                        .is_some_and(|d| d.iter().any(|v| v == "All"));
-                    let how = DeleteOptions {
-                        propagation,
-                        precondition_uid: opts["preconditions"]["uid"].as_str().map(str::to_string),
-                        grace_period,
-                        dry_run: dry_run || body_dry_run,
-                    };
-                    let deleted = store.delete(&def, &ns, &name, &how)?;
-                    let is_crd = def.group == "apiextensions.k8s.io"
-                        && def.plural == "customresourcedefinitions";
-                    if is_crd && store.get(&def, &ns, &name).is_err() {
-                        unregister_crd(&store, &deleted);
+                        .ok();
+                    Some(Owner {
+                        manager: manager.clone().unwrap_or_else(|| "apply".into()),
+                        applied,
+                        force,
+                    })
+                } else {
+                    writer.clone()
+                };
+                let how = WriteOptions {
+                    dry_run,
+                    status_only: status,
+                    owner: apply_owner.as_ref(),
+                };
+                let expandable = expandable_classes(&store, &def);
+                let result = store.modify(&def, &ns, &name, &how, |current| {
+                    let mut next = patch::apply(kind, current, &body)?;
+                    let how = if status { Write::Status } else { Write::Update };
+                    warnings = admit(&def, &mut next, &validation, how, Some(&name))?;
+                    if !status {
+                        validate_update(&def, &expandable, current, &next)?;
                     }
-                    Ok(json_response(StatusCode::OK, &deleted))
-                }
-                (Some("binding"), &Method::POST)
-                    if def.group.is_empty() && def.plural == "pods" =>
-                {
-                    let binding = read_object(req).await?;
-                    let node = binding["target"]["name"].as_str().unwrap_or("").to_string();
-                    if node.is_empty() {
+                    Ok(next)
+                });
+                let updated = match result {
+                    Err(e) if e.code == 404 && kind == PatchKind::Apply && !status => {
+                        // Server-side apply creates what does not exist.
+                        let mut obj = parse_object(&body)?;
+                        obj["metadata"]["name"] = json!(name);
+                        warnings = admit(&def, &mut obj, &validation, Write::Create, None)?;
+                        if protect_storage {
+                            protect(&def, &mut obj);
+                        }
+                        create(&store, &def, &ns, obj, dry_run, apply_owner.as_ref())?
+                    }
+                    other => other?,
+                };
+                after_write(&store, &def, &updated);
+                Ok(with_warnings(
+                    json_response(StatusCode::OK, &updated),
+                    &warnings,
+                ))
+            }
+            (None, &Method::DELETE) => {
+                q.write_options("DeleteOptions")?;
+                let body = body_bytes(req).await?;
+                let opts: Value = if body.is_empty() {
+                    json!({})
+                } else {
+                    serde_json::from_slice(&body).unwrap_or(json!({}))
+                };
+                let policy = q
+                    .get("propagationPolicy")
+                    .cloned()
+                    .or_else(|| opts["propagationPolicy"].as_str().map(str::to_string))
+                    .or_else(|| {
+                        (opts["orphanDependents"] == json!(true)).then(|| "Orphan".to_string())
+                    });
+                let propagation = match policy.as_deref() {
+                    Some("Orphan") => Propagation::Orphan,
+                    Some("Foreground") => Propagation::Foreground,
+                    None | Some("Background") => Propagation::Background,
+                    Some(other) => {
+                        // ValidateDeleteOptions.
+                        let e = super::validation::FieldError::not_supported(
+                            "propagationPolicy",
+                            super::validation::BadValue::Str(other.to_string()),
+                            &["Foreground", "Background", "Orphan", "nil"],
+                        );
                         return Err(ApiError::invalid(
-                            "Binding",
-                            &name,
-                            vec![("target.name".into(), "Required value".into())],
+                            "DeleteOptions.meta.k8s.io",
+                            "",
+                            vec![e.cause()],
                         ));
                     }
-                    let how = WriteOptions {
-                        dry_run,
-                        status_only: false,
-                        owner: writer.as_ref(),
-                    };
-                    store.modify(&def, &ns, &name, &how, |current| {
-                        if current["spec"]["nodeName"]
-                            .as_str()
-                            .is_some_and(|n| !n.is_empty())
-                        {
-                            return Err(ApiError::conflict("", "pods", &name));
-                        }
-                        let mut next = current.clone();
-                        next["spec"]["nodeName"] = json!(node);
-                        Ok(next)
-                    })?;
-                    // As kube-apiserver's binding does: the pod is now scheduled.
-                    let status_write = WriteOptions {
-                        status_only: true,
-                        ..how
-                    };
-                    store.modify(&def, &ns, &name, &status_write, |current| {
-                        let mut next = current.clone();
-                        if !next["status"].is_object() {
-                            next["status"] = json!({});
-                        }
-                        let mut conditions: Vec<Value> = next["status"]["conditions"]
-                            .as_array()
-                            .cloned()
-                            .unwrap_or_default();
-                        conditions.retain(|c| c["type"] != "PodScheduled");
-                        conditions.push(json!({"type": "PodScheduled", "status": "True",
-                            "lastTransitionTime": super::store::now()}));
-                        next["status"]["conditions"] = json!(conditions);
-                        Ok(next)
-                    })?;
-                    Ok(json_response(
-                        StatusCode::CREATED,
-                        &json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}),
-                    ))
+                };
+                let grace_period = q
+                    .int("gracePeriodSeconds")?
+                    .or_else(|| opts["gracePeriodSeconds"].as_i64());
+                let body_dry_run = opts["dryRun"]
+                    .as_array()
+                    .is_some_and(|d| d.iter().any(|v| v == "All"));
+                let how = DeleteOptions {
+                    propagation,
+                    precondition_uid: opts["preconditions"]["uid"].as_str().map(str::to_string),
+                    grace_period,
+                    dry_run: dry_run || body_dry_run,
+                };
+                let deleted = store.delete(&def, &ns, &name, &how)?;
+                let is_crd = def.group == "apiextensions.k8s.io"
+                    && def.plural == "customresourcedefinitions";
+                if is_crd && store.get(&def, &ns, &name).is_err() {
+                    unregister_crd(&store, &deleted);
                 }
-                _ => Err(ApiError::method_not_allowed(format!(
-                    "{method} is not supported on {}/{}",
-                    def.plural,
-                    sub.unwrap_or_default()
-                ))),
+                Ok(json_response(StatusCode::OK, &deleted))
             }
+            (Some("binding"), &Method::POST) if def.group.is_empty() && def.plural == "pods" => {
+                let binding = read_object(req).await?;
+                let node = binding["target"]["name"].as_str().unwrap_or("").to_string();
+                if node.is_empty() {
+                    return Err(ApiError::invalid(
+                        "Binding",
+                        &name,
+                        vec![("target.name".into(), "Required value".into())],
+                    ));
+                }
+                let how = WriteOptions {
+                    dry_run,
+                    status_only: false,
+                    owner: writer.as_ref(),
+                };
+                store.modify(&def, &ns, &name, &how, |current| {
+                    if current["spec"]["nodeName"]
+                        .as_str()
+                        .is_some_and(|n| !n.is_empty())
+                    {
+                        return Err(ApiError::conflict("", "pods", &name));
+                    }
+                    let mut next = current.clone();
+                    next["spec"]["nodeName"] = json!(node);
+                    Ok(next)
+                })?;
+                // As kube-apiserver's binding does: the pod is now scheduled.
+                let status_write = WriteOptions {
+                    status_only: true,
+                    ..how
+                };
+                store.modify(&def, &ns, &name, &status_write, |current| {
+                    let mut next = current.clone();
+                    if !next["status"].is_object() {
+                        next["status"] = json!({});
+                    }
+                    let mut conditions: Vec<Value> = next["status"]["conditions"]
+                        .as_array()
+                        .cloned()
+                        .unwrap_or_default();
+                    conditions.retain(|c| c["type"] != "PodScheduled");
+                    conditions.push(json!({"type": "PodScheduled", "status": "True",
+                    "lastTransitionTime": super::store::now()}));
+                    next["status"]["conditions"] = json!(conditions);
+                    Ok(next)
+                })?;
+                Ok(json_response(
+                    StatusCode::CREATED,
+                    &json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}),
+                ))
+            }
+            _ => Err(ApiError::method_not_allowed(format!(
+                "{method} is not supported on {}/{}",
+                def.plural,
+                sub.unwrap_or_default()
+            ))),
         }
     }
 }
