@@ -1179,6 +1179,44 @@ fn strings(v: &Value) -> Vec<&str> {
         .unwrap_or_default()
 }
 
+/// One selector requirement (metav1's and the node selector's): an operator that fits its
+/// values (`Gt`/`Lt` with one value only for `node` selectors), a qualified-name key, label
+/// values.
+fn requirement(req: &Value, at: &str, node: bool, out: &mut Vec<FieldError>) {
+    let values = strings(&req["values"]);
+    match req["operator"].as_str().unwrap_or("") {
+        "In" | "NotIn" if values.is_empty() => out.push(FieldError::required(
+            &format!("{at}.values"),
+            "must be specified when `operator` is 'In' or 'NotIn'",
+        )),
+        "Exists" | "DoesNotExist" if !values.is_empty() => out.push(FieldError::forbidden(
+            &format!("{at}.values"),
+            "may not be specified when `operator` is 'Exists' or 'DoesNotExist'",
+        )),
+        "Gt" | "Lt" if node && values.len() != 1 => out.push(FieldError::required(
+            &format!("{at}.values"),
+            "must be specified single value when `operator` is 'Lt' or 'Gt'",
+        )),
+        "In" | "NotIn" | "Exists" | "DoesNotExist" => {}
+        "Gt" | "Lt" if node => {}
+        other => out.push(FieldError::invalid(
+            &format!("{at}.operator"),
+            other,
+            "not a valid selector operator",
+        )),
+    }
+    label_name(req["key"].as_str().unwrap_or(""), &format!("{at}.key"), out);
+    for (k, value) in values.iter().enumerate() {
+        for msg in is_label_value(value) {
+            out.push(FieldError::invalid(
+                &format!("{at}.values[{k}]"),
+                value,
+                &msg,
+            ));
+        }
+    }
+}
+
 /// metav1 validation's ValidateLabelSelector: matchLabels as labels (errors at `matchLabels`
 /// itself, as ValidateLabels reports them), each matchExpressions requirement with an operator
 /// that fits its values, a qualified-name key and label values.
@@ -1192,35 +1230,7 @@ fn label_selector(selector: &Value, path: &str, out: &mut Vec<FieldError>) {
     }
     let expressions = selector["matchExpressions"].as_array();
     for (i, req) in expressions.into_iter().flatten().enumerate() {
-        let at = format!("{path}.matchExpressions[{i}]");
-        let values = strings(&req["values"]);
-        let operator = req["operator"].as_str().unwrap_or("");
-        match operator {
-            "In" | "NotIn" if values.is_empty() => out.push(FieldError::required(
-                &format!("{at}.values"),
-                "must be specified when `operator` is 'In' or 'NotIn'",
-            )),
-            "Exists" | "DoesNotExist" if !values.is_empty() => out.push(FieldError::forbidden(
-                &format!("{at}.values"),
-                "may not be specified when `operator` is 'Exists' or 'DoesNotExist'",
-            )),
-            "In" | "NotIn" | "Exists" | "DoesNotExist" => {}
-            other => out.push(FieldError::invalid(
-                &format!("{at}.operator"),
-                other,
-                "not a valid selector operator",
-            )),
-        }
-        label_name(req["key"].as_str().unwrap_or(""), &format!("{at}.key"), out);
-        for (j, value) in values.iter().enumerate() {
-            for msg in is_label_value(value) {
-                out.push(FieldError::invalid(
-                    &format!("{at}.values[{j}]"),
-                    value,
-                    &msg,
-                ));
-            }
-        }
+        requirement(req, &format!("{path}.matchExpressions[{i}]"), false, out);
     }
 }
 
@@ -1244,38 +1254,7 @@ fn node_selector(selector: &Value, path: &str, out: &mut Vec<FieldError>) {
         let term_at = format!("{terms_at}[{i}]");
         let expressions = term["matchExpressions"].as_array();
         for (j, req) in expressions.into_iter().flatten().enumerate() {
-            let at = format!("{term_at}.matchExpressions[{j}]");
-            let values = strings(&req["values"]);
-            match req["operator"].as_str().unwrap_or("") {
-                "In" | "NotIn" if values.is_empty() => out.push(FieldError::required(
-                    &format!("{at}.values"),
-                    "must be specified when `operator` is 'In' or 'NotIn'",
-                )),
-                "Exists" | "DoesNotExist" if !values.is_empty() => out.push(FieldError::forbidden(
-                    &format!("{at}.values"),
-                    "may not be specified when `operator` is 'Exists' or 'DoesNotExist'",
-                )),
-                "Gt" | "Lt" if values.len() != 1 => out.push(FieldError::required(
-                    &format!("{at}.values"),
-                    "must be specified single value when `operator` is 'Lt' or 'Gt'",
-                )),
-                "In" | "NotIn" | "Exists" | "DoesNotExist" | "Gt" | "Lt" => {}
-                other => out.push(FieldError::invalid(
-                    &format!("{at}.operator"),
-                    other,
-                    "not a valid selector operator",
-                )),
-            }
-            label_name(req["key"].as_str().unwrap_or(""), &format!("{at}.key"), out);
-            for (k, value) in values.iter().enumerate() {
-                for msg in is_label_value(value) {
-                    out.push(FieldError::invalid(
-                        &format!("{at}.values[{k}]"),
-                        value,
-                        &msg,
-                    ));
-                }
-            }
+            requirement(req, &format!("{term_at}.matchExpressions[{j}]"), true, out);
         }
         let fields = term["matchFields"].as_array();
         for (j, req) in fields.into_iter().flatten().enumerate() {
