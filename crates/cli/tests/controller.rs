@@ -645,15 +645,11 @@ async fn failures_say_why_and_fatal_ones_stop() {
 async fn an_image_that_needs_scratch_gets_a_scratch_claim() {
     let s = setup(false);
     let _down = Down(&s.dir);
-    let raw = s._tmp.path().join("src.raw");
-    std::fs::write(&raw, pattern(4 * MIB)).unwrap();
-    let qcow2 = s._tmp.path().join("src.qcow2");
-    convert(&raw, "qcow2", &[], &qcow2);
-    let expected = oracle(&qcow2, "qcow2");
-    let server = FileServer::start(None).await;
+    // The same image served without range support: it can only be read in order.
+    let (server, expected) = serve_image(s._tmp.path(), 4 * MIB, false).await;
     server.add(
-        "/disk.qcow2",
-        std::fs::read(&qcow2).unwrap(),
+        "/no-ranges.qcow2",
+        std::fs::read(s._tmp.path().join("src.qcow2")).unwrap(),
         Behaviour::default(),
     );
     kubectl(
@@ -661,7 +657,7 @@ async fn an_image_that_needs_scratch_gets_a_scratch_claim() {
         &["apply", "-f", "-"],
         Some(&data_volume(
             "spooled",
-            &server.url("/disk.qcow2"),
+            &server.url("/no-ranges.qcow2"),
             "1Gi",
             "",
         )),

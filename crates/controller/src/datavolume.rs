@@ -49,6 +49,18 @@ async fn adopt(
     Ok(())
 }
 
+/// The names of the CSIDriver objects: the provisioners that are CSI drivers. Listed, not
+/// fetched by name: a provisioner name such as rancher.io/local-path is no object name.
+async fn csi_drivers(ctx: &Context) -> Result<Vec<String>, kube::Error> {
+    Ok(Api::<CSIDriver>::all(ctx.client.clone())
+        .list(&ListParams::default())
+        .await?
+        .items
+        .into_iter()
+        .map(|d| d.name_any())
+        .collect())
+}
+
 async fn config(ctx: &Context) -> Result<Option<CDIConfig>, kube::Error> {
     Api::<CDIConfig>::all(ctx.client.clone())
         .get_opt(cdi_api::name::CDI_CONFIG)
@@ -70,13 +82,7 @@ async fn create_claim(
         .list(&ListParams::default())
         .await?
         .items;
-    let drivers: Vec<String> = Api::<CSIDriver>::all(ctx.client.clone())
-        .list(&ListParams::default())
-        .await?
-        .items
-        .into_iter()
-        .map(|d| d.name_any())
-        .collect();
+    let drivers = csi_drivers(ctx).await?;
     let render_ctx = RenderContext {
         storage_classes: &classes,
         storage_profiles: &profiles,
@@ -371,15 +377,8 @@ async fn reconcile(dv: Arc<DataVolume>, ctx: Arc<Context>) -> Result<Action, Err
         .and_then(|c| c.volume_binding_mode.as_deref())
         == Some("WaitForFirstConsumer");
     let external = match (&filled, &class) {
-        // Listed, not fetched by name: a provisioner name such as rancher.io/local-path is no
-        // object name (a GET of it is a path the server may refuse).
         (Ok(cdi_core::source::Filled::External), Some(class)) => Some(dvstatus::External {
-            csi_driver: Api::<CSIDriver>::all(ctx.client.clone())
-                .list(&ListParams::default())
-                .await?
-                .items
-                .iter()
-                .any(|d| d.metadata.name.as_deref() == Some(class.provisioner.as_str())),
+            csi_driver: csi_drivers(&ctx).await?.contains(&class.provisioner),
         }),
         (Ok(cdi_core::source::Filled::External), None) => {
             Some(dvstatus::External { csi_driver: false })

@@ -1140,6 +1140,23 @@ async fn nulls_and_undecodable_values_never_reach_typed_lists() {
 
 /// A field selector on a field the kind cannot select by is refused, as kube refuses it, rather
 /// than matching nothing (a typo would otherwise read as "no such objects").
+/// A list or watch of `path` is kube's 400 for a field selector on `field`.
+async fn field_refused(http: &Http, path: &str, field: &str) {
+    let (code, body) = http.get(path).await;
+    assert_eq!(
+        (code, body),
+        (
+            400,
+            status(
+                400,
+                "BadRequest",
+                &format!("field label not supported: {field}")
+            )
+        ),
+        "{path}"
+    );
+}
+
 #[tokio::test]
 async fn field_selectors_on_unsupported_fields_are_refused() {
     let http = Http::start(ApiServer::new()).await;
@@ -1161,19 +1178,7 @@ async fn field_selectors_on_unsupported_fields_are_refused() {
             "spec.x",
         ),
     ] {
-        let (code, body) = http.get(path).await;
-        assert_eq!(
-            (code, body),
-            (
-                400,
-                status(
-                    400,
-                    "BadRequest",
-                    &format!("field label not supported: {field}")
-                )
-            ),
-            "{path}"
-        );
+        field_refused(&http, path, field).await;
     }
     for path in [
         "/api/v1/namespaces/default/pods?fieldSelector=spec.nodeName%3Dn,status.phase!%3DRunning",
@@ -1255,19 +1260,7 @@ async fn field_selectors_on_custom_resources_are_only_the_declared_ones() {
             "spec.size",
         ),
     ] {
-        let (code, body) = http.get(&path).await;
-        assert_eq!(
-            (code, body),
-            (
-                400,
-                status(
-                    400,
-                    "BadRequest",
-                    &format!("field label not supported: {field}")
-                )
-            ),
-            "{path}"
-        );
+        field_refused(&http, &path, field).await;
     }
     let (code, body) = http
         .get(&format!("{widgets}?fieldSelector=spec.color%3Dblue"))
