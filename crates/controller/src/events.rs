@@ -7,7 +7,7 @@ use kube::{Api, Client, Resource, ResourceExt};
 use serde_json::json;
 
 /// The component the controller's events are reported by.
-pub const COMPONENT: &str = "cdi-controller";
+pub use cdi_core::datavolume::COMPONENT;
 
 /// Record `reason`/`message` on `obj` (`warning` selects the type).
 pub async fn record<K>(client: &Client, obj: &K, warning: bool, reason: &str, message: &str)

@@ -6,13 +6,11 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use cdi_api::config::{CDI, CDIConfig, NodePlacement};
 use cdi_api::{ann, gate};
 use cdi_core::import::{self, Next, Settings};
-use cdi_core::size::VolumeMode;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
-use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::watcher;
 use kube::{Api, ResourceExt};
@@ -20,60 +18,15 @@ use serde_json::json;
 
 use crate::{Context, Error, events};
 
-/// Worker pod placement from the CDI resource (`spec.workload`), as the operator passes it on.
-async fn placement(ctx: &Context) -> Result<Option<NodePlacement>, kube::Error> {
-    let cdis = Api::<CDI>::all(ctx.client.clone())
-        .list(&ListParams::default())
-        .await?;
-    Ok(cdis.items.into_iter().find_map(|c| c.spec.workload))
-}
-
-fn settings(
-    ctx: &Context,
-    cfg: Option<&CDIConfig>,
-    claim: &PersistentVolumeClaim,
-    placement: Option<NodePlacement>,
-) -> Settings {
-    let status = cfg.and_then(|c| c.status.as_ref());
-    let class = claim
-        .spec
-        .as_ref()
-        .and_then(|s| s.storage_class_name.as_deref());
-    let mode = cdi_core::size::resolve_volume_mode(
-        claim.spec.as_ref().and_then(|s| s.volume_mode.as_deref()),
-    );
-    let overhead = if mode == VolumeMode::Block {
-        "0".to_string()
-    } else {
-        cdi_core::render::filesystem_overhead(cfg, class, mode).to_string()
-    };
-    Settings {
-        image: ctx.options.importer_image.clone(),
-        pull_policy: ctx.options.pull_policy.clone(),
-        verbosity: ctx.options.verbosity,
-        resources: status.and_then(|s| s.default_pod_resource_requirements.clone()),
-        filesystem_overhead: overhead,
-        preallocation: status.and_then(|s| s.preallocation).unwrap_or(false),
-        import_proxy: status.and_then(|s| s.import_proxy.clone()),
-        placement,
-    }
-}
-
+/// Write the annotations (and add the labels) that differ from the claim's.
 async fn patch_annotations(
     claims: &Api<PersistentVolumeClaim>,
     claim: &PersistentVolumeClaim,
     anns: &BTreeMap<String, String>,
     labels: &BTreeMap<String, String>,
 ) -> Result<(), kube::Error> {
-    let current = claim.annotations();
-    let changed: BTreeMap<&String, &String> = anns
-        .iter()
-        .filter(|(k, v)| current.get(*k) != Some(*v))
-        .collect();
-    let new_labels: BTreeMap<&String, &String> = labels
-        .iter()
-        .filter(|(k, _)| !claim.labels().contains_key(*k))
-        .collect();
+    let changed = import::annotation_patch(claim.annotations(), anns, false);
+    let new_labels = import::annotation_patch(claim.labels(), labels, false);
     if changed.is_empty() && new_labels.is_empty() {
         return Ok(());
     }
@@ -106,9 +59,8 @@ async fn reconcile(claim: Arc<PersistentVolumeClaim>, ctx: Arc<Context>) -> Resu
     let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
     let pod_name = import::pod_name(&claim);
     let pod = pods.get_opt(&pod_name).await?;
-    let cfg = Api::<CDIConfig>::all(ctx.client.clone())
-        .get_opt(cdi_api::name::CDI_CONFIG)
-        .await?;
+    ctx.caches.ready().await;
+    let cfg = ctx.caches.config();
     let gate_on = cfg
         .as_ref()
         .is_some_and(|c| c.spec.gate_enabled(gate::HONOR_WAIT_FOR_FIRST_CONSUMER));
@@ -125,8 +77,15 @@ async fn reconcile(claim: Arc<PersistentVolumeClaim>, ctx: Arc<Context>) -> Resu
         let mut anns = BTreeMap::new();
         anns.insert(ann::IMPORT_POD_NAME.to_string(), pod_name.clone());
         patch_annotations(&claims, &claim, &anns, &BTreeMap::new()).await?;
-        let placement = placement(&ctx).await?;
-        let spec = import::importer_pod(&claim, &settings(&ctx, cfg.as_ref(), &claim, placement));
+        // The CDI resource's `spec.workload`, as the operator passes it on.
+        let placement = ctx.caches.cdis().into_iter().find_map(|c| c.spec.workload);
+        let worker = import::Worker {
+            image: ctx.options.importer_image.clone(),
+            pull_policy: ctx.options.pull_policy.clone(),
+            verbosity: ctx.options.verbosity,
+        };
+        let settings = Settings::for_claim(&worker, cfg.as_ref(), &claim, placement);
+        let spec = import::importer_pod(&claim, &settings);
         match pods.create(&PostParams::default(), &spec).await {
             Ok(_) => {
                 tracing::info!(claim = %format!("{ns}/{name}"), pod = %pod_name, "created importer pod");
@@ -224,27 +183,7 @@ async fn reconcile(claim: Arc<PersistentVolumeClaim>, ctx: Arc<Context>) -> Resu
             .map(String::as_str)
             == Some("true")
     {
-        let status = cfg.as_ref().and_then(|c| c.status.as_ref());
-        let target_class = claim
-            .spec
-            .as_ref()
-            .and_then(|s| s.storage_class_name.clone());
-        let scratch_class = status
-            .and_then(|s| s.scratch_space_storage_class.clone())
-            .filter(|c| !c.is_empty())
-            .or(target_class.clone());
-        let fs = VolumeMode::Filesystem;
-        let target_overhead =
-            cdi_core::render::filesystem_overhead(cfg.as_ref(), target_class.as_deref(), fs);
-        let scratch_overhead =
-            cdi_core::render::filesystem_overhead(cfg.as_ref(), scratch_class.as_deref(), fs);
-        let scratch = import::scratch_claim(
-            &claim,
-            &pod,
-            scratch_class.as_deref(),
-            target_overhead,
-            scratch_overhead,
-        );
+        let scratch = import::scratch_for(&claim, &pod, cfg.as_ref());
         match claims.create(&PostParams::default(), &scratch).await {
             Ok(_) => {
                 tracing::info!(claim = %format!("{ns}/{}", import::scratch_name(&claim)), "created scratch claim")

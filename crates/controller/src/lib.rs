@@ -11,6 +11,7 @@
 //! Every reconciler is level-triggered and idempotent: killing the controller at any point and
 //! starting it again converges.
 
+pub mod cache;
 pub mod config;
 pub mod datavolume;
 pub mod events;
@@ -62,6 +63,9 @@ pub struct Context {
     pub metrics: Arc<serve::Metrics>,
     /// The one client progress is read with from worker pods (connections are reused).
     pub http: reqwest::Client,
+    /// The cluster-wide objects reconciles read; filled while [`run_controllers`] runs (each
+    /// run, a leadership term, starts from a fresh list).
+    pub caches: cache::Caches,
 }
 
 impl Context {
@@ -71,6 +75,7 @@ impl Context {
             options: Arc::new(options),
             metrics,
             http: progress::client(),
+            caches: cache::new().0,
         }
     }
 }
@@ -190,10 +195,16 @@ pub fn status_patch<S: serde::Serialize>(
 /// Run every controller until one of them stops (they do not, unless the client fails).
 pub async fn run_controllers(ctx: Context) -> anyhow::Result<()> {
     config::ensure(&ctx).await?;
+    let (caches, feeds) = cache::new();
+    let ctx = Context { caches, ..ctx };
+    let triggers = datavolume::Triggers::subscribe(&feeds);
+    // Reconciles wait for the caches' first list themselves: the subscriptions must be read
+    // from the start.
     tokio::select! {
+        _ = feeds.run(ctx.client.clone()) => Err(anyhow::anyhow!("the caches stopped")),
         r = config::run(ctx.clone()) => r,
         r = storageprofile::run(ctx.clone()) => r,
-        r = datavolume::run(ctx.clone()) => r,
+        r = datavolume::run(ctx.clone(), triggers) => r,
         r = import::run(ctx.clone()) => r,
         r = populator::run(ctx.clone()) => r,
     }

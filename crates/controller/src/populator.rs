@@ -4,20 +4,18 @@
 //! succeeded (the PV's `claimRef` switched, no data copied). The target is never bound to a
 //! half-written volume.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use cdi_api::config::CDIConfig;
 use cdi_api::populators::VolumeImportSource;
 use cdi_core::populator::{self, Readiness};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Event, PersistentVolume, PersistentVolumeClaim, Pod};
-use k8s_openapi::api::storage::v1::StorageClass;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::controller::{Action, Controller};
+use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
 use kube::{Api, ResourceExt};
-use serde_json::{Value, json};
+use serde_json::json;
 
 use crate::{Context, Error, events};
 
@@ -71,19 +69,14 @@ async fn reconcile(target: Arc<PersistentVolumeClaim>, ctx: Arc<Context>) -> Res
         let Some(source) = sources.get_opt(&source_name).await? else {
             return Ok(Action::requeue(resync));
         };
-        let class = match target
+        ctx.caches.ready().await;
+        let class = target
             .spec
             .as_ref()
-            .and_then(|s| s.storage_class_name.clone())
-        {
-            Some(n) if !n.is_empty() => {
-                Api::<StorageClass>::all(ctx.client.clone())
-                    .get_opt(&n)
-                    .await?
-            }
-            _ => None,
-        };
-        let node = match populator::readiness(&target, class.as_ref()) {
+            .and_then(|s| s.storage_class_name.as_deref())
+            .filter(|n| !n.is_empty())
+            .and_then(|n| ctx.caches.classes.get(&ObjectRef::new(n)));
+        let node = match populator::readiness(&target, class.as_deref()) {
             Readiness::Wait => return Ok(Action::requeue(resync)),
             Readiness::Refused(message) => {
                 events::record(
@@ -108,9 +101,9 @@ async fn reconcile(target: Arc<PersistentVolumeClaim>, ctx: Arc<Context>) -> Res
             && phase != Some("Lost")
             && crate::still_current(&ctx.client, target.as_ref()).await?
         {
-            let preallocation = Api::<CDIConfig>::all(ctx.client.clone())
-                .get_opt(cdi_api::name::CDI_CONFIG)
-                .await?
+            let preallocation = ctx
+                .caches
+                .config()
                 .and_then(|c| c.status?.preallocation)
                 .unwrap_or(false);
             let prime = populator::prime_claim(&target, &source, node.as_deref(), preallocation);
@@ -145,15 +138,7 @@ async fn reconcile(target: Arc<PersistentVolumeClaim>, ctx: Arc<Context>) -> Res
         }
     }
     let wanted = populator::mirrored(&target, &prime, progress.as_deref());
-    let current = target.annotations();
-    let mut patch: BTreeMap<String, Value> = wanted
-        .iter()
-        .filter(|(k, v)| current.get(*k) != Some(*v))
-        .map(|(k, v)| (k.clone(), json!(v)))
-        .collect();
-    for k in current.keys().filter(|k| !wanted.contains_key(*k)) {
-        patch.insert(k.clone(), Value::Null);
-    }
+    let patch = cdi_core::import::annotation_patch(target.annotations(), &wanted, true);
     if !patch.is_empty() {
         claims
             .patch(

@@ -23,7 +23,7 @@ pub struct Event {
 }
 
 impl Event {
-    fn normal(reason: &str, message: String) -> Event {
+    pub fn normal(reason: &str, message: String) -> Event {
         Event {
             warning: false,
             reason: reason.into(),
@@ -31,7 +31,7 @@ impl Event {
         }
     }
 
-    fn warning(reason: &str, message: String) -> Event {
+    pub fn warning(reason: &str, message: String) -> Event {
         Event {
             warning: true,
             reason: reason.into(),
@@ -55,8 +55,6 @@ pub struct Observed<'a> {
     pub progress: Option<String>,
     /// The populator path: the claim is filled through PVC prime (this one, once it exists).
     pub populator: Option<Option<&'a PersistentVolumeClaim>>,
-    /// External population: the claim's `dataSource`/`dataSourceRef` names what fills it.
-    pub external: Option<External>,
     pub now: Timestamp,
 }
 
@@ -468,14 +466,81 @@ fn stopped_status(
     Computed { status, events }
 }
 
-/// The status of an import (or blank) DataVolume taking the classic path.
+/// The phase of a claim a source kind still has to fill, and the event that goes with a change;
+/// `None` leaves it to the rules every kind shares (a lost claim, a phase nobody knows).
+type KindPhase<'f> = &'f dyn Fn(
+    &PersistentVolumeClaim,
+    &BTreeMap<String, String>,
+    Phase,
+    bool,
+) -> Option<(Phase, Option<Event>)>;
+
+/// The status of an import (or blank) DataVolume, classic or through the populator.
 pub fn import_status(o: &Observed<'_>) -> Computed {
-    if let (Some(external), Some(claim)) = (o.external, o.claim)
+    let phase =
+        |c: &PersistentVolumeClaim, anns: &BTreeMap<String, String>, phase: Phase, unset: bool| {
+            let worker = match o.populator {
+                Some(prime) => prime,
+                None => Some(c),
+            };
+            if anns.get(ann::POD_PHASE).map(String::as_str) == Some("Succeeded") {
+                return Some(import_phase(c, worker, anns, phase));
+            }
+            match c.status.as_ref().and_then(|s| s.phase.as_deref()) {
+                Some("Pending") if o.populator.is_some() => {
+                    // Upstream's shouldBeMarkedPendingPopulation: the first consumer decides.
+                    Some(
+                        if crate::populator::waits_for_first_consumer(anns, o.class_wffc) {
+                            (Phase::PendingPopulation, None)
+                        } else {
+                            import_phase(c, worker, anns, phase)
+                        },
+                    )
+                }
+                Some("Pending") => Some((
+                    if o.honor_wffc && o.class_wffc {
+                        Phase::WaitForFirstConsumer
+                    } else {
+                        Phase::Pending
+                    },
+                    None,
+                )),
+                Some("Bound") => {
+                    let phase = if matches!(
+                        phase,
+                        Phase::Pending | Phase::WaitForFirstConsumer | Phase::Unknown
+                    ) || unset
+                    {
+                        Phase::PvcBound
+                    } else {
+                        phase
+                    };
+                    Some(import_phase(c, worker, anns, phase))
+                }
+                _ => None,
+            }
+        };
+    computed(o, &phase)
+}
+
+/// The status of an externally populated DataVolume (upstream's external-population controller).
+pub fn external_status(o: &Observed<'_>, external: External) -> Computed {
+    if let Some(claim) = o.claim
         && !o.populated
         && let Some(refusal) = external_refusal(claim, external)
     {
         return claim_taken_status(o.dv, &refusal, o.now);
     }
+    let phase = |c: &PersistentVolumeClaim, _: &BTreeMap<String, String>, _: Phase, _: bool| {
+        let lost = c.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Lost");
+        (!lost).then(|| external_phase(c))
+    };
+    computed(o, &phase)
+}
+
+/// What every source kind shares: no claim yet, an adopted claim, a lost one; conditions,
+/// progress, restart count and the events of their changes. `kind_phase` says the rest.
+fn computed(o: &Observed<'_>, kind_phase: KindPhase<'_>) -> Computed {
     let current = o.dv.status.clone().unwrap_or_default();
     let mut status = current.clone();
     let now = Time(o.now);
@@ -492,63 +557,25 @@ pub fn import_status(o: &Observed<'_>) -> Computed {
         Some(c) if c.metadata.deletion_timestamp.is_none() => {
             status.claim_name = c.metadata.name.clone();
             let claim_phase = c.status.as_ref().and_then(|s| s.phase.as_deref());
-            let pod_succeeded = anns.get(ann::POD_PHASE).map(String::as_str) == Some("Succeeded");
-            let work = !o.populated;
             let mut event = None;
-            let worker = match o.populator {
-                Some(prime) => prime,
-                None => Some(c),
-            };
-            if o.external.is_some() && work {
-                if !matches!(claim_phase, Some("Lost")) {
-                    (phase, event) = external_phase(c);
-                } else {
-                    phase = Phase::Failed;
-                    let name = c.metadata.name.clone().unwrap_or_default();
-                    event = Some(Event::warning("ErrClaimLost", format!("PVC {name} lost")));
-                }
-            } else if pod_succeeded && work {
-                (phase, event) = import_phase(c, worker, &anns, phase);
+            let decided = if o.populated {
+                // Adopted or pre-populated: nothing to fill.
+                matches!(claim_phase, Some("Pending") | Some("Bound"))
+                    .then_some((Phase::Succeeded, None))
             } else {
-                match claim_phase {
-                    Some("Pending") if work && o.populator.is_some() => {
-                        // Upstream's shouldBeMarkedPendingPopulation: the first consumer decides.
-                        if crate::populator::waits_for_first_consumer(&anns, o.class_wffc) {
-                            phase = Phase::PendingPopulation;
-                        } else {
-                            (phase, event) = import_phase(c, worker, &anns, phase);
-                        }
-                    }
-                    Some("Pending") if work => {
-                        phase = if o.honor_wffc && o.class_wffc {
-                            Phase::WaitForFirstConsumer
-                        } else {
-                            Phase::Pending
-                        };
-                    }
-                    Some("Pending") | Some("Bound") if !work => phase = Phase::Succeeded,
-                    Some("Bound") => {
-                        if matches!(
-                            phase,
-                            Phase::Pending | Phase::WaitForFirstConsumer | Phase::Unknown
-                        ) || unset
-                        {
-                            phase = Phase::PvcBound;
-                        }
-                        (phase, event) = import_phase(c, worker, &anns, phase);
-                    }
+                kind_phase(c, &anns, phase.clone(), unset)
+            };
+            match decided {
+                Some(d) => (phase, event) = d,
+                None => match claim_phase {
                     Some("Lost") => {
                         phase = Phase::Failed;
                         let name = c.metadata.name.clone().unwrap_or_default();
                         event = Some(Event::warning("ErrClaimLost", format!("PVC {name} lost")));
                     }
                     Some(p) if !p.is_empty() => phase = Phase::Unknown,
-                    _ => {
-                        if unset {
-                            phase = Phase::Pending;
-                        }
-                    }
-                }
+                    _ => {}
+                },
             }
             // Nothing above decided (a claim and its PVC prime still waiting to be provisioned):
             // Pending, never no phase at all.
@@ -664,7 +691,6 @@ mod tests {
             populated: false,
             progress: None,
             populator: None,
-            external: None,
             now: "2026-11-30T12:00:00Z".parse().unwrap(),
         }
     }
@@ -900,15 +926,11 @@ mod tests {
             .unwrap()
         };
         let pending = with_ref("Pending");
-        let mut o = observe(&d, Some(&pending));
-        o.external = Some(External { csi_driver: true });
-        let waiting = import_status(&o);
+        let waiting = external_status(&observe(&d, Some(&pending)), External { csi_driver: true });
         assert_eq!(phase_of(&waiting), "PendingPopulation");
         let bound = with_ref("Bound");
         d.status = Some(waiting.status);
-        let mut o = observe(&d, Some(&bound));
-        o.external = Some(External { csi_driver: true });
-        let done = import_status(&o);
+        let done = external_status(&observe(&d, Some(&bound)), External { csi_driver: true });
         assert_eq!(phase_of(&done), "Succeeded");
         assert!(
             done.events
@@ -922,9 +944,7 @@ mod tests {
             d.spec.source = None;
             d
         };
-        let mut o = observe(&d, Some(&pending));
-        o.external = Some(External { csi_driver: false });
-        let refused = import_status(&o);
+        let refused = external_status(&observe(&d, Some(&pending)), External { csi_driver: false });
         assert_eq!(phase_of(&refused), "Pending");
         assert!(
             refused

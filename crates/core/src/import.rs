@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use cdi_api::config::{ImportProxy, NodePlacement};
+use cdi_api::config::{CDIConfig, ImportProxy, NodePlacement};
 use cdi_api::{FailureReason, TerminationMessage, ann, env, label};
 use k8s_openapi::api::core::v1::{
     Capabilities, Container, ContainerPort, ContainerStateTerminated, EnvVar, EnvVarSource,
@@ -122,6 +122,88 @@ pub struct Settings {
     pub import_proxy: Option<ImportProxy>,
     /// The CDI resource's `spec.workload`: where worker pods may run.
     pub placement: Option<NodePlacement>,
+}
+
+/// Who makes the importer pod (the controller's own settings).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Worker {
+    pub image: String,
+    pub pull_policy: String,
+    pub verbosity: u32,
+}
+
+impl Settings {
+    /// The settings for `claim`'s importer: the worker's, CDIConfig's effective values (status)
+    /// for the claim's class and volume mode, and the CDI resource's placement.
+    pub fn for_claim(
+        worker: &Worker,
+        cfg: Option<&CDIConfig>,
+        claim: &PersistentVolumeClaim,
+        placement: Option<NodePlacement>,
+    ) -> Settings {
+        let status = cfg.and_then(|c| c.status.as_ref());
+        let spec = claim.spec.as_ref();
+        let class = spec.and_then(|s| s.storage_class_name.as_deref());
+        let mode = crate::size::resolve_volume_mode(spec.and_then(|s| s.volume_mode.as_deref()));
+        Settings {
+            image: worker.image.clone(),
+            pull_policy: worker.pull_policy.clone(),
+            verbosity: worker.verbosity,
+            resources: status.and_then(|s| s.default_pod_resource_requirements.clone()),
+            filesystem_overhead: crate::render::filesystem_overhead(cfg, class, mode).to_string(),
+            preallocation: status.and_then(|s| s.preallocation).unwrap_or(false),
+            import_proxy: status.and_then(|s| s.import_proxy.clone()),
+            placement,
+        }
+    }
+}
+
+/// The merge patch of annotations turning `current` into `wanted`: changed and new keys, and
+/// with `remove_others` the keys `wanted` leaves out (`None`). Empty when nothing changes.
+pub fn annotation_patch(
+    current: &BTreeMap<String, String>,
+    wanted: &BTreeMap<String, String>,
+    remove_others: bool,
+) -> BTreeMap<String, Option<String>> {
+    let mut patch: BTreeMap<String, Option<String>> = wanted
+        .iter()
+        .filter(|(k, v)| current.get(*k) != Some(*v))
+        .map(|(k, v)| (k.clone(), Some(v.clone())))
+        .collect();
+    if remove_others {
+        for k in current.keys().filter(|k| !wanted.contains_key(*k)) {
+            patch.insert(k.clone(), None);
+        }
+    }
+    patch
+}
+
+/// Where the scratch claim an importer asked for is made: CDIConfig's scratch class, else the
+/// target's; the overheads of both (the scratch claim holds the whole image, converted after).
+pub fn scratch_for(
+    claim: &PersistentVolumeClaim,
+    pod: &Pod,
+    cfg: Option<&CDIConfig>,
+) -> PersistentVolumeClaim {
+    let target_class = claim
+        .spec
+        .as_ref()
+        .and_then(|s| s.storage_class_name.clone());
+    let scratch_class = cfg
+        .and_then(|c| c.status.as_ref())
+        .and_then(|s| s.scratch_space_storage_class.clone())
+        .filter(|c| !c.is_empty())
+        .or(target_class.clone());
+    let fs = crate::size::VolumeMode::Filesystem;
+    let target_overhead = crate::render::filesystem_overhead(cfg, target_class.as_deref(), fs);
+    let scratch_overhead = crate::render::filesystem_overhead(cfg, scratch_class.as_deref(), fs);
+    scratch_claim(
+        claim,
+        pod,
+        scratch_class.as_deref(),
+        target_overhead,
+        scratch_overhead,
+    )
 }
 
 fn var(name: &str, value: impl Into<String>) -> EnvVar {
@@ -700,6 +782,51 @@ mod tests {
             "status": {"phase": phase}}),
         )
         .unwrap()
+    }
+
+    #[test]
+    fn annotation_patches_carry_only_changes() {
+        let pairs = |p: &[(&str, &str)]| -> BTreeMap<String, String> {
+            p.iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect()
+        };
+        let current = pairs(&[("a", "1"), ("b", "2"), ("user", "x")]);
+        let wanted = pairs(&[("a", "1"), ("b", "3"), ("c", "4")]);
+        let some = |v: &str| Some(v.to_string());
+        let kept = annotation_patch(&current, &wanted, false);
+        assert_eq!(
+            kept,
+            [("b".to_string(), some("3")), ("c".to_string(), some("4"))].into()
+        );
+        let mirrored = annotation_patch(&current, &wanted, true);
+        assert_eq!(mirrored.get("user"), Some(&None));
+        assert_eq!(mirrored.len(), 3);
+        assert!(annotation_patch(&current, &current, true).is_empty());
+    }
+
+    #[test]
+    fn settings_follow_the_claims_class_and_mode() {
+        let cfg: CDIConfig = serde_json::from_value(json!({"metadata": {"name": "config"},
+            "spec": {}, "status": {"filesystemOverhead": {"global": "0.06",
+                "storageClass": {"local": "0.1"}}, "preallocation": true,
+                "scratchSpaceStorageClass": "scratch"}}))
+        .unwrap();
+        let worker = Worker {
+            image: "importer".into(),
+            pull_policy: "Always".into(),
+            verbosity: 3,
+        };
+        let fs = claim(json!({}), "Bound");
+        let s = Settings::for_claim(&worker, Some(&cfg), &fs, None);
+        assert_eq!(s.filesystem_overhead, "0.1");
+        assert!(s.preallocation);
+        assert_eq!((s.image.as_str(), s.verbosity), ("importer", 3));
+        // A block device has no filesystem to leave room for.
+        let mut block = fs.clone();
+        block.spec.as_mut().unwrap().volume_mode = Some("Block".into());
+        let s = Settings::for_claim(&worker, Some(&cfg), &block, None);
+        assert_eq!(s.filesystem_overhead, "0");
     }
 
     #[test]

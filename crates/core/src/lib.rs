@@ -8,6 +8,7 @@ pub mod capabilities;
 pub mod claims;
 pub mod clone;
 pub mod config;
+pub mod datavolume;
 pub mod devpod;
 pub mod dvstatus;
 pub mod import;

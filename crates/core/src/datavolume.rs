@@ -1,0 +1,827 @@
+//! The DataVolume decision: a snapshot of what the controller observed goes in, a plan comes out
+//! (the claim to create or adopt, annotations to write, companion objects, the status, the
+//! events, when to look again). The controller only observes and executes.
+//!
+//! What differs between source kinds is one [`Kind`]: import (http and blank, classic or through
+//! the populator) and external population today; upload, clone and snapshot are more kinds, not
+//! branches of these.
+
+use std::collections::BTreeMap;
+
+use cdi_api::config::CDIConfig;
+use cdi_api::datavolume::DataVolume;
+use cdi_api::enums::DataVolumePhase as Phase;
+use cdi_api::populators::{ImportSourceType, VolumeImportSource, VolumeImportSourceSpec};
+use cdi_api::storageprofile::StorageProfile;
+use cdi_api::{ann, gate};
+use k8s_openapi::api::core::v1::{Event as ClaimEvent, PersistentVolumeClaim};
+use k8s_openapi::api::storage::v1::StorageClass;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use k8s_openapi::jiff::Timestamp;
+
+use crate::claims::{adoptable, claim_made_for, owned_by, populated_for};
+use crate::dvstatus::{self, Computed, Event, External, Observed};
+use crate::render::{self, RenderContext, RenderedClaim};
+use crate::source::{self, Filled, Refusal};
+
+/// The component the controller reports its events as; its own events on a claim are not what
+/// the claim waits for.
+pub const COMPONENT: &str = "cdi-controller";
+
+/// What the controller observed for one DataVolume.
+#[derive(Debug, Clone)]
+pub struct Snapshot<'a> {
+    pub dv: &'a DataVolume,
+    /// The claim named like the DataVolume, whoever's it is.
+    pub claim: Option<&'a PersistentVolumeClaim>,
+    /// PVC prime, when the claim is filled through the populator and prime exists.
+    pub prime: Option<&'a PersistentVolumeClaim>,
+    pub classes: &'a [StorageClass],
+    pub profiles: &'a [StorageProfile],
+    /// The names of the CSIDriver objects (the provisioners that are CSI drivers).
+    pub csi_drivers: &'a [String],
+    pub config: Option<&'a CDIConfig>,
+    /// The events on the claim: while it is Pending, the latest says what binding waits for.
+    pub claim_events: &'a [ClaimEvent],
+    /// Progress read from the running worker pod ("NN.NN%").
+    pub progress: Option<String>,
+    pub now: Timestamp,
+}
+
+/// What to do about the claim itself.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ClaimStep {
+    Keep,
+    /// Create it, after the companions.
+    Create(Box<PersistentVolumeClaim>),
+    /// Take it over: these owner references, and marked populated for the DataVolume.
+    Adopt(Vec<OwnerReference>),
+}
+
+/// An object a source kind needs besides the claim.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Companion {
+    ImportSource(Box<VolumeImportSource>),
+}
+
+/// When to look at the DataVolume again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Requeue {
+    /// A watch event will say when something changed.
+    OnChange,
+    /// Soon (the controller's resync): what is awaited sends this DataVolume no watch event
+    /// (progress read from a pod, events on a Pending claim, a claim held by someone else).
+    Soon,
+}
+
+/// The decision: applied in this order by the controller.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Plan {
+    /// Created before the claim (the claim names them).
+    pub create: Vec<Companion>,
+    pub claim: ClaimStep,
+    /// Merged into the claim's annotations (`None` removes).
+    pub claim_annotations: BTreeMap<String, Option<String>>,
+    /// Merged into the DataVolume's annotations.
+    pub dv_annotations: BTreeMap<String, Option<String>>,
+    /// Names of VolumeImportSources to delete (the work they described is done).
+    pub delete_import_sources: Vec<String>,
+    /// The status to write (written only when it differs from the DataVolume's).
+    pub status: Option<Computed>,
+    /// Events recorded before the status' own (render warnings, adoption).
+    pub events: Vec<Event>,
+    pub requeue: Requeue,
+}
+
+impl Plan {
+    fn idle() -> Plan {
+        Plan {
+            create: Vec::new(),
+            claim: ClaimStep::Keep,
+            claim_annotations: BTreeMap::new(),
+            dv_annotations: BTreeMap::new(),
+            delete_import_sources: Vec::new(),
+            status: None,
+            events: Vec::new(),
+            requeue: Requeue::OnChange,
+        }
+    }
+
+    fn stopped(status: Computed, requeue: Requeue) -> Plan {
+        Plan {
+            status: Some(status),
+            requeue,
+            ..Plan::idle()
+        }
+    }
+
+    /// Whether the plan creates anything (the controller checks first that the DataVolume still
+    /// exists: a cached one may have just been deleted).
+    pub fn creates(&self) -> bool {
+        !self.create.is_empty() || matches!(self.claim, ClaimStep::Create(_))
+    }
+}
+
+/// What a source kind decides; everything else about a DataVolume is shared.
+pub trait Kind {
+    /// Objects the claim needs before it is created.
+    fn companions(&self, dv: &DataVolume, rendered: &RenderedClaim) -> Vec<Companion>;
+    /// The status from what was observed (the claim is the DataVolume's, or none yet).
+    fn status(&self, o: &Observed<'_>, s: &Snapshot<'_>) -> Computed;
+    /// Companions to delete once the status says the work is done.
+    fn finished(
+        &self,
+        dv: &DataVolume,
+        claim: &PersistentVolumeClaim,
+        status: &Computed,
+    ) -> Vec<String>;
+}
+
+/// Import (http, blank): an importer pod fills the claim, or PVC prime through the populator.
+pub struct Import;
+
+/// External population: what the claim's `dataSourceRef` names fills it.
+pub struct ExternalPopulation;
+
+/// The VolumeImportSource of a DataVolume: `volume-import-source-<uid>`.
+pub fn import_source_name(dv: &DataVolume) -> String {
+    format!(
+        "{}-{}",
+        cdi_api::name::VOLUME_IMPORT_SOURCE_PREFIX,
+        dv.metadata.uid.as_deref().unwrap_or("")
+    )
+}
+
+/// The VolumeImportSource the populator path's claim names, owned by the DataVolume.
+pub fn import_source(dv: &DataVolume) -> VolumeImportSource {
+    let source = dv.spec.source.clone().unwrap_or_default();
+    let mut object = VolumeImportSource::new(
+        &import_source_name(dv),
+        VolumeImportSourceSpec {
+            source: Some(ImportSourceType {
+                http: source.http,
+                blank: source.blank,
+                ..Default::default()
+            }),
+            content_type: dv.spec.content_type,
+            preallocation: dv.spec.preallocation,
+            ..Default::default()
+        },
+    );
+    object.metadata.namespace = dv.metadata.namespace.clone();
+    object.metadata.owner_references = owner_reference(dv).map(|o| vec![o]);
+    object
+}
+
+/// The DataVolume as its objects' controller.
+pub fn owner_reference(dv: &DataVolume) -> Option<OwnerReference> {
+    Some(OwnerReference {
+        api_version: format!("{}/{}", cdi_api::GROUP, cdi_api::VERSION),
+        kind: "DataVolume".into(),
+        name: dv.metadata.name.clone()?,
+        uid: dv.metadata.uid.clone()?,
+        controller: Some(true),
+        block_owner_deletion: Some(true),
+    })
+}
+
+impl Kind for Import {
+    fn companions(&self, dv: &DataVolume, rendered: &RenderedClaim) -> Vec<Companion> {
+        if rendered.use_populator {
+            vec![Companion::ImportSource(Box::new(import_source(dv)))]
+        } else {
+            Vec::new()
+        }
+    }
+
+    fn status(&self, o: &Observed<'_>, s: &Snapshot<'_>) -> Computed {
+        let populating = o
+            .claim
+            .and_then(crate::populator::import_source_name)
+            .is_some();
+        dvstatus::import_status(&Observed {
+            populator: populating.then_some(s.prime),
+            ..o.clone()
+        })
+    }
+
+    fn finished(
+        &self,
+        dv: &DataVolume,
+        claim: &PersistentVolumeClaim,
+        status: &Computed,
+    ) -> Vec<String> {
+        // Upstream deletes the populator's source once the DataVolume succeeded.
+        let populating = crate::populator::import_source_name(claim).is_some();
+        if populating && status.status.phase == Some(Phase::Succeeded) {
+            vec![import_source_name(dv)]
+        } else {
+            Vec::new()
+        }
+    }
+}
+
+impl Kind for ExternalPopulation {
+    fn companions(&self, _: &DataVolume, _: &RenderedClaim) -> Vec<Companion> {
+        // The claim keeps the dataSourceRef the DataVolume gave it.
+        Vec::new()
+    }
+
+    fn status(&self, o: &Observed<'_>, s: &Snapshot<'_>) -> Computed {
+        let provisioner = class_of(s, o.claim).map(|c| c.provisioner.as_str());
+        let csi_driver = provisioner.is_some_and(|p| s.csi_drivers.iter().any(|d| d == p));
+        dvstatus::external_status(o, External { csi_driver })
+    }
+
+    fn finished(&self, _: &DataVolume, _: &PersistentVolumeClaim, _: &Computed) -> Vec<String> {
+        Vec::new()
+    }
+}
+
+/// The kind that fills the DataVolume. A source that can no longer be read (edited after its
+/// claim was made) is judged by the claim it already has: the import kind.
+pub fn kind_of(filled: &Result<Filled, Refusal>) -> &'static dyn Kind {
+    match filled {
+        Ok(Filled::External) => &ExternalPopulation,
+        Ok(Filled::Import(_)) | Err(_) => &Import,
+    }
+}
+
+fn class_of<'a>(
+    s: &Snapshot<'a>,
+    claim: Option<&PersistentVolumeClaim>,
+) -> Option<&'a StorageClass> {
+    let name = claim?.spec.as_ref()?.storage_class_name.as_deref()?;
+    s.classes
+        .iter()
+        .find(|c| c.metadata.name.as_deref() == Some(name))
+}
+
+fn phase_of(claim: &PersistentVolumeClaim) -> Option<&str> {
+    claim.status.as_ref()?.phase.as_deref()
+}
+
+/// Upstream's `UpdatePVCBoundConditionFromEvents`: while the claim is Pending, its latest event
+/// (what binding waits for: "waiting for first consumer to be created before binding") becomes
+/// its Bound condition annotations, which reach the DataVolume; once Bound they go. The changes
+/// to make, none when nothing changes.
+pub fn bound_condition(
+    claim: &PersistentVolumeClaim,
+    events: &[ClaimEvent],
+) -> BTreeMap<String, Option<String>> {
+    let anns = claim.metadata.annotations.clone().unwrap_or_default();
+    let mut changes = BTreeMap::new();
+    match phase_of(claim) {
+        Some("Bound") if anns.contains_key(ann::BOUND_CONDITION) => {
+            for k in [
+                ann::BOUND_CONDITION,
+                ann::BOUND_CONDITION_REASON,
+                ann::BOUND_CONDITION_MESSAGE,
+            ] {
+                changes.insert(k.to_string(), None);
+            }
+        }
+        Some("Pending") => {
+            // With a PVC prime, only its re-emitted events count, without their prefix.
+            let prime = anns.get(ann::PVC_PRIME_NAME).map(|p| format!("[{p}] : "));
+            let latest = events
+                .iter()
+                .filter(|e| e.involved_object.uid == claim.metadata.uid)
+                // What binding waits for is said by the PV controller and provisioners (copied
+                // from PVC prime by the populator); the controller's own warnings on the claim
+                // (a refused importer pod) are not that, and would outlive their cause there.
+                .filter(|e| {
+                    prime.is_some()
+                        || e.source.as_ref().and_then(|s| s.component.as_deref()) != Some(COMPONENT)
+                })
+                .filter(|e| {
+                    prime.as_ref().is_none_or(|p| {
+                        e.message.as_deref().is_some_and(|m| m.contains(p.as_str()))
+                    })
+                })
+                // Events made through events.k8s.io carry only an event time.
+                .max_by_key(|e| {
+                    e.last_timestamp
+                        .as_ref()
+                        .map(|t| t.0)
+                        .or(e.event_time.as_ref().map(|t| t.0))
+                });
+            let Some(mut message) = latest.and_then(|e| e.message.clone()) else {
+                return changes;
+            };
+            if let Some(p) = &prime
+                && let Some(at) = message.find(p.as_str())
+            {
+                message = message[at + p.len()..].to_string();
+            }
+            if anns.get(ann::BOUND_CONDITION_MESSAGE) != Some(&message) {
+                changes.insert(ann::BOUND_CONDITION.into(), Some("false".into()));
+                changes.insert(ann::BOUND_CONDITION_REASON.into(), Some("Pending".into()));
+                changes.insert(ann::BOUND_CONDITION_MESSAGE.into(), Some(message));
+            }
+        }
+        _ => {}
+    }
+    changes
+}
+
+/// Apply annotation changes to a copy of `claim`: what the next observation will see.
+fn with_annotations(
+    claim: &PersistentVolumeClaim,
+    changes: &BTreeMap<String, Option<String>>,
+) -> PersistentVolumeClaim {
+    let mut claim = claim.clone();
+    let anns = claim.metadata.annotations.get_or_insert_default();
+    for (k, v) in changes {
+        match v {
+            Some(v) => anns.insert(k.clone(), v.clone()),
+            None => anns.remove(k),
+        };
+    }
+    claim
+}
+
+/// Decide what to do about a DataVolume.
+pub fn decide(s: &Snapshot<'_>) -> Plan {
+    let dv = s.dv;
+    let name = dv.metadata.name.clone().unwrap_or_default();
+    if dv.metadata.deletion_timestamp.is_some() {
+        return Plan::idle();
+    }
+    if let Some(c) = s.claim
+        && c.metadata.deletion_timestamp.is_some()
+        && !owned_by(c, dv)
+    {
+        // Left by an earlier DataVolume of this name (or by no DataVolume) and still in use:
+        // neither adopted nor reported as this DataVolume's, and replaced once it is gone.
+        let refusal = Refusal {
+            reason: "ErrClaimBeingDeleted",
+            message: format!(
+                "PVC {name} is being deleted and is not this DataVolume's (a pod may still use \
+                 it); a new claim is made once it is gone"
+            ),
+        };
+        let status = dvstatus::claim_taken_status(dv, &refusal, s.now);
+        return Plan::stopped(status, Requeue::Soon);
+    }
+    let filled = source::check(dv);
+    if !claim_made_for(s.claim, dv)
+        && let Err(refusal) = &filled
+    {
+        // A source a later version may fill waits (Pending); a malformed one fails.
+        let phase = if refusal.reason == source::UNSUPPORTED_SOURCE {
+            Phase::Pending
+        } else {
+            Phase::Failed
+        };
+        let status = dvstatus::refused_status(dv, refusal, phase, s.now);
+        return Plan::stopped(status, Requeue::OnChange);
+    }
+    let kind = kind_of(&filled);
+    let mut plan = Plan::idle();
+    let created;
+    let observed_claim;
+    let mut populated = false;
+    match s.claim {
+        None => {
+            let rendered = match render::render_claim(
+                dv,
+                &RenderContext {
+                    storage_classes: s.classes,
+                    storage_profiles: s.profiles,
+                    config: s.config,
+                    csi_drivers: s.csi_drivers,
+                },
+            ) {
+                Ok(r) => r,
+                Err(e) => {
+                    let refusal = Refusal {
+                        reason: "ErrClaimNotRendered",
+                        // Render errors name the DataVolume themselves.
+                        message: e.to_string(),
+                    };
+                    let status = dvstatus::refused_status(dv, &refusal, Phase::Pending, s.now);
+                    return Plan::stopped(status, Requeue::OnChange);
+                }
+            };
+            plan.events.extend(
+                rendered
+                    .warnings
+                    .iter()
+                    .map(|w| Event::warning("SizeWarning", w.clone())),
+            );
+            plan.create = kind.companions(dv, &rendered);
+            // As upstream: the DataVolume says which path it took.
+            let path = rendered.use_populator.to_string();
+            if dv
+                .metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(ann::USE_POPULATOR))
+                != Some(&path)
+            {
+                plan.dv_annotations
+                    .insert(ann::USE_POPULATOR.into(), Some(path));
+            }
+            // The status is that of the claim as the API server will hold it: Pending.
+            let mut claim = rendered.claim;
+            claim.status.get_or_insert_default().phase = Some("Pending".into());
+            plan.claim = ClaimStep::Create(Box::new(claim.clone()));
+            created = claim;
+            observed_claim = Some(&created);
+        }
+        Some(c) => {
+            let owned = owned_by(c, dv);
+            populated = populated_for(c, dv);
+            let has_controller = c
+                .metadata
+                .owner_references
+                .iter()
+                .flatten()
+                .any(|o| o.controller == Some(true));
+            if owned {
+                plan.claim_annotations = bound_condition(c, s.claim_events);
+            } else if !has_controller && adoptable(c, dv, s.config) {
+                let mut owners = c.metadata.owner_references.clone().unwrap_or_default();
+                owners.extend(owner_reference(dv));
+                plan.claim = ClaimStep::Adopt(owners);
+                plan.claim_annotations
+                    .insert(ann::POPULATED_FOR.into(), Some(name.clone()));
+                plan.events.push(Event::normal(
+                    "Bound",
+                    format!("Adopted existing claim {name}"),
+                ));
+                populated = true;
+            } else if !populated {
+                let refusal = Refusal {
+                    reason: "ErrResourceExists",
+                    message: format!(
+                        "Resource \"{name}\" already exists and is not managed by DataVolume; \
+                         delete the claim, or annotate the DataVolume {} to adopt it",
+                        ann::PRE_POPULATED
+                    ),
+                };
+                // The status records the event once, when it first says so.
+                let status = dvstatus::claim_taken_status(dv, &refusal, s.now);
+                return Plan::stopped(status, Requeue::OnChange);
+            }
+            created = with_annotations(c, &plan.claim_annotations);
+            observed_claim = Some(&created);
+        }
+    }
+    let class = class_of(s, observed_claim);
+    let class_wffc =
+        class.and_then(|c| c.volume_binding_mode.as_deref()) == Some("WaitForFirstConsumer");
+    let observed = Observed {
+        dv,
+        claim: observed_claim,
+        class_wffc,
+        honor_wffc: s
+            .config
+            .is_some_and(|c| c.spec.gate_enabled(gate::HONOR_WAIT_FOR_FIRST_CONSUMER)),
+        populated,
+        progress: s.progress.clone(),
+        populator: None,
+        now: s.now,
+    };
+    let status = kind.status(&observed, s);
+    if let Some(c) = observed_claim {
+        plan.delete_import_sources = kind.finished(dv, c, &status);
+    }
+    let in_progress = |p: Option<&Phase>| {
+        matches!(
+            p,
+            Some(Phase::ImportInProgress) | Some(Phase::ImportScheduled)
+        )
+    };
+    let running = in_progress(dv.status.as_ref().and_then(|s| s.phase.as_ref()))
+        || in_progress(status.status.phase.as_ref())
+        // Events on a Pending claim (what it waits for) send no watch event to this controller.
+        || observed_claim.and_then(phase_of) == Some("Pending");
+    // Progress is read from the pod, which sends no events when it changes.
+    plan.requeue = if running {
+        Requeue::Soon
+    } else {
+        Requeue::OnChange
+    };
+    plan.status = Some(status);
+    plan
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+    use serde_json::{Value, json};
+
+    fn dv(source: Value, annotations: Value) -> DataVolume {
+        let mut spec = json!({"storage": {"accessModes": ["ReadWriteOnce"],
+            "resources": {"requests": {"storage": "1Gi"}}, "storageClassName": "local"}});
+        if source.is_null() {
+            spec["storage"]["dataSourceRef"] =
+                json!({"apiGroup": "example.com", "kind": "Blob", "name": "b"});
+        } else {
+            spec["source"] = source;
+        }
+        serde_json::from_value(json!({"apiVersion": "cdi.kubevirt.io/v1beta1",
+            "kind": "DataVolume", "metadata": {"name": "disk", "namespace": "vms",
+            "uid": "dv-uid", "annotations": annotations}, "spec": spec}))
+        .unwrap()
+    }
+
+    fn http() -> Value {
+        json!({"http": {"url": "http://images.local/disk.qcow2"}})
+    }
+
+    fn class(binding: &str) -> StorageClass {
+        serde_json::from_value(json!({"metadata": {"name": "local"},
+            "provisioner": "csi.cdi-rs.dev", "volumeBindingMode": binding}))
+        .unwrap()
+    }
+
+    fn claim(phase: &str, owner: Option<&str>, anns: Value) -> PersistentVolumeClaim {
+        let owners: Vec<Value> = owner
+            .map(|uid| {
+                json!({"apiVersion": "cdi.kubevirt.io/v1beta1", "kind": "DataVolume",
+                "name": "disk", "uid": uid, "controller": true})
+            })
+            .into_iter()
+            .collect();
+        serde_json::from_value(json!({"metadata": {"name": "disk", "namespace": "vms",
+            "uid": "claim-uid", "ownerReferences": owners, "annotations": anns},
+            "spec": {"storageClassName": "local"}, "status": {"phase": phase}}))
+        .unwrap()
+    }
+
+    fn config(gates: &[&str]) -> CDIConfig {
+        serde_json::from_value(json!({"metadata": {"name": "config"},
+            "spec": {"featureGates": gates}}))
+        .unwrap()
+    }
+
+    /// The observed world of one row.
+    struct World {
+        classes: Vec<StorageClass>,
+        profiles: Vec<StorageProfile>,
+        drivers: Vec<String>,
+        config: CDIConfig,
+        events: Vec<ClaimEvent>,
+    }
+
+    impl World {
+        fn new(binding: &str, csi: bool) -> World {
+            let profile = serde_json::from_value(json!({"metadata": {"name": "local"},
+                "spec": {}, "status": {"claimPropertySets": [
+                    {"accessModes": ["ReadWriteOnce"], "volumeMode": "Filesystem"}]}}))
+            .unwrap();
+            World {
+                classes: vec![class(binding)],
+                profiles: vec![profile],
+                drivers: if csi {
+                    vec!["csi.cdi-rs.dev".into()]
+                } else {
+                    Vec::new()
+                },
+                config: config(&["HonorWaitForFirstConsumer"]),
+                events: Vec::new(),
+            }
+        }
+
+        fn decide(&self, dv: &DataVolume, claim: Option<&PersistentVolumeClaim>) -> Plan {
+            decide(&Snapshot {
+                dv,
+                claim,
+                prime: None,
+                classes: &self.classes,
+                profiles: &self.profiles,
+                csi_drivers: &self.drivers,
+                config: Some(&self.config),
+                claim_events: &self.events,
+                progress: None,
+                now: "2026-12-01T12:00:00Z".parse().unwrap(),
+            })
+        }
+    }
+
+    fn phase(plan: &Plan) -> &str {
+        plan.status
+            .as_ref()
+            .and_then(|s| s.status.phase.as_ref())
+            .map(|p| p.as_str())
+            .unwrap_or("")
+    }
+
+    fn reasons(plan: &Plan) -> Vec<&str> {
+        let status_events = plan.status.iter().flat_map(|s| s.events.iter());
+        plan.events
+            .iter()
+            .chain(status_events)
+            .map(|e| e.reason.as_str())
+            .collect()
+    }
+
+    #[test]
+    fn a_new_datavolume_gets_its_claim_on_the_path_its_class_allows() {
+        let d = dv(http(), json!({}));
+        // No CSI driver: the classic path, no companion.
+        let plan = World::new("Immediate", false).decide(&d, None);
+        let ClaimStep::Create(c) = &plan.claim else {
+            panic!("no claim created: {plan:?}");
+        };
+        assert_eq!(c.metadata.name.as_deref(), Some("disk"));
+        assert!(plan.create.is_empty());
+        assert_eq!(
+            plan.dv_annotations.get(ann::USE_POPULATOR),
+            Some(&Some("false".into()))
+        );
+        assert_eq!(phase(&plan), "Pending");
+        assert_eq!(plan.requeue, Requeue::Soon);
+        assert!(plan.creates());
+        // A CSI driver: the populator path, through a VolumeImportSource made first.
+        let plan = World::new("Immediate", true).decide(&d, None);
+        let [Companion::ImportSource(source)] = plan.create.as_slice() else {
+            panic!("no import source: {plan:?}");
+        };
+        assert_eq!(
+            source.metadata.name.as_deref(),
+            Some("volume-import-source-dv-uid")
+        );
+        assert_eq!(
+            plan.dv_annotations.get(ann::USE_POPULATOR),
+            Some(&Some("true".into()))
+        );
+    }
+
+    #[test]
+    fn refusals_set_a_phase_and_create_nothing() {
+        let world = World::new("Immediate", false);
+        let rows = [
+            // (source, profile exists, phase, reason)
+            (json!({}), true, "Failed", "ErrInvalidSource"),
+            (
+                json!({"registry": {"url": "docker://x/y"}}),
+                true,
+                "Pending",
+                "ErrUnsupportedSource",
+            ),
+            (http(), false, "Pending", "ErrClaimNotRendered"),
+        ];
+        for (source, profile_exists, want_phase, want_reason) in rows {
+            let d = dv(source.clone(), json!({}));
+            let mut w = World::new("Immediate", false);
+            if !profile_exists {
+                w.profiles.clear();
+            }
+            let plan = w.decide(&d, None);
+            assert_eq!(phase(&plan), want_phase, "{source}");
+            assert_eq!(reasons(&plan), vec![want_reason], "{source}");
+            assert!(!plan.creates(), "{source}");
+            assert_eq!(plan.requeue, Requeue::OnChange);
+        }
+        // Being deleted: nothing at all.
+        let mut d = dv(http(), json!({}));
+        d.metadata.deletion_timestamp = Some(Time(Timestamp::UNIX_EPOCH));
+        assert_eq!(world.decide(&d, None), Plan::idle());
+    }
+
+    #[test]
+    fn a_claim_that_is_not_the_datavolumes_is_adopted_only_when_allowed() {
+        let world = World::new("Immediate", false);
+        let foreign = claim("Bound", None, json!({}));
+        let d = dv(http(), json!({}));
+        let plan = world.decide(&d, Some(&foreign));
+        assert_eq!(phase(&plan), "Pending");
+        assert_eq!(reasons(&plan), vec!["ErrResourceExists"]);
+        assert_eq!(plan.claim, ClaimStep::Keep);
+
+        let d = dv(http(), json!({(ann::ALLOW_CLAIM_ADOPTION): "true"}));
+        let plan = world.decide(&d, Some(&foreign));
+        let ClaimStep::Adopt(owners) = &plan.claim else {
+            panic!("not adopted: {plan:?}");
+        };
+        assert_eq!(owners.len(), 1);
+        assert_eq!(owners[0].uid, "dv-uid");
+        assert_eq!(
+            plan.claim_annotations.get(ann::POPULATED_FOR),
+            Some(&Some("disk".into()))
+        );
+        assert_eq!(phase(&plan), "Succeeded");
+        assert!(reasons(&plan).contains(&"Bound"));
+
+        // Someone else's claim on its way out: replaced once gone, looked at again soon.
+        let mut leaving = foreign.clone();
+        leaving.metadata.deletion_timestamp = Some(Time(Timestamp::UNIX_EPOCH));
+        let plan = world.decide(&d, Some(&leaving));
+        assert_eq!(reasons(&plan), vec!["ErrClaimBeingDeleted"]);
+        assert_eq!(plan.requeue, Requeue::Soon);
+    }
+
+    fn event(message: &str, component: &str, at: &str) -> ClaimEvent {
+        serde_json::from_value(json!({"metadata": {"name": format!("e-{at}")},
+            "involvedObject": {"name": "disk", "uid": "claim-uid"},
+            "source": {"component": component}, "message": message,
+            "lastTimestamp": at}))
+        .unwrap()
+    }
+
+    #[test]
+    fn what_a_pending_claim_waits_for_reaches_the_datavolume() {
+        let mut world = World::new("WaitForFirstConsumer", false);
+        world.events = vec![
+            event(
+                "waiting for first consumer to be created before binding",
+                "persistentvolume-controller",
+                "2026-12-01T11:00:00Z",
+            ),
+            // The controller's own warning is not what binding waits for, newer or not.
+            event(
+                "the importer pod was refused",
+                COMPONENT,
+                "2026-12-01T11:30:00Z",
+            ),
+        ];
+        let d = dv(http(), json!({}));
+        let pending = claim("Pending", Some("dv-uid"), json!({}));
+        let plan = world.decide(&d, Some(&pending));
+        assert_eq!(
+            plan.claim_annotations.get(ann::BOUND_CONDITION_MESSAGE),
+            Some(&Some(
+                "waiting for first consumer to be created before binding".into()
+            ))
+        );
+        assert_eq!(phase(&plan), "WaitForFirstConsumer");
+        assert_eq!(plan.requeue, Requeue::Soon);
+        let bound = plan
+            .status
+            .as_ref()
+            .and_then(|s| s.status.conditions.as_ref())
+            .and_then(|c| c.iter().find(|c| c.type_.as_str() == "Bound"))
+            .and_then(|c| c.message.clone());
+        assert_eq!(
+            bound.as_deref(),
+            Some(
+                "target PVC disk Pending and waiting for first consumer to be created before binding"
+            )
+        );
+        // Said already: nothing to write. Bound: the annotations go.
+        let said = with_annotations(&pending, &plan.claim_annotations);
+        assert!(bound_condition(&said, &world.events).is_empty());
+        let mut bound = said.clone();
+        bound.status.as_mut().unwrap().phase = Some("Bound".into());
+        let gone = bound_condition(&bound, &world.events);
+        assert_eq!(gone.len(), 3);
+        assert!(gone.values().all(Option::is_none));
+    }
+
+    #[test]
+    fn external_population_waits_for_its_populator() {
+        let d = dv(Value::Null, json!({}));
+        let world = World::new("Immediate", true);
+        let plan = world.decide(&d, None);
+        let ClaimStep::Create(c) = &plan.claim else {
+            panic!("no claim: {plan:?}");
+        };
+        // The claim keeps the DataVolume's dataSourceRef; no import source.
+        let data_source_ref = c.spec.as_ref().and_then(|s| s.data_source_ref.as_ref());
+        assert_eq!(data_source_ref.map(|r| r.kind.as_str()), Some("Blob"));
+        assert!(plan.create.is_empty());
+        let mut pending = claim("Pending", Some("dv-uid"), json!({}));
+        pending.spec = c.spec.clone();
+        assert_eq!(
+            phase(&world.decide(&d, Some(&pending))),
+            "PendingPopulation"
+        );
+        let mut bound = pending.clone();
+        bound.status.as_mut().unwrap().phase = Some("Bound".into());
+        let plan = world.decide(&d, Some(&bound));
+        assert_eq!(phase(&plan), "Succeeded");
+        assert!(reasons(&plan).contains(&"ExternalPopulationSucceeded"));
+        // Without a CSI driver nothing hands the claim to a populator: said, and waiting.
+        let plan = World::new("Immediate", false).decide(&d, Some(&pending));
+        assert_eq!(phase(&plan), "Pending");
+        assert!(reasons(&plan).contains(&"NoCSIDriverForExternalPopulation"));
+    }
+
+    #[test]
+    fn the_populators_source_goes_once_the_import_succeeded() {
+        let world = World::new("Immediate", true);
+        let d = dv(http(), json!({}));
+        let mut target = claim(
+            "Bound",
+            Some("dv-uid"),
+            json!({(ann::POD_PHASE): "Succeeded"}),
+        );
+        target.spec.as_mut().unwrap().data_source_ref = Some(
+            serde_json::from_value(json!({"apiGroup": "cdi.kubevirt.io",
+                "kind": "VolumeImportSource", "name": "volume-import-source-dv-uid"}))
+            .unwrap(),
+        );
+        let plan = world.decide(&d, Some(&target));
+        assert_eq!(phase(&plan), "Succeeded");
+        assert_eq!(
+            plan.delete_import_sources,
+            vec!["volume-import-source-dv-uid".to_string()]
+        );
+        assert_eq!(plan.requeue, Requeue::OnChange);
+    }
+}
