@@ -49,7 +49,11 @@ async fn delete_pod(pods: &Api<Pod>, name: &str) -> Result<(), kube::Error> {
     }
 }
 
-async fn reconcile(claim: Arc<PersistentVolumeClaim>, ctx: Arc<Context>) -> Result<Action, Error> {
+/// One pass over a claim: its importer pod, and the pod's state onto the claim.
+pub async fn reconcile(
+    claim: Arc<PersistentVolumeClaim>,
+    ctx: Arc<Context>,
+) -> Result<Action, Error> {
     if !import::is_import_claim(&claim) {
         return Ok(Action::await_change());
     }

@@ -53,7 +53,11 @@ async fn copy_events(ctx: &Context, prime: &PersistentVolumeClaim, target: &Pers
     }
 }
 
-async fn reconcile(target: Arc<PersistentVolumeClaim>, ctx: Arc<Context>) -> Result<Action, Error> {
+/// One pass over a target claim: PVC prime, the mirrored state, the rebind.
+pub async fn reconcile(
+    target: Arc<PersistentVolumeClaim>,
+    ctx: Arc<Context>,
+) -> Result<Action, Error> {
     let Some(source_name) = populator::import_source_name(&target).map(str::to_string) else {
         return Ok(Action::await_change());
     };

@@ -1,0 +1,389 @@
+//! The controllers' reconciles in process: the kube client talks to the embedded API server's
+//! router directly (no sockets, no subprocesses, no node agents), and each test runs single
+//! passes and looks at what they left. What the passes decide is table-tested in cdi-core; this
+//! proves the executors carry the decisions out against a real API server.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use cdi_api::config::CDIConfig;
+use cdi_api::datavolume::DataVolume;
+use cdi_api::populators::VolumeImportSource;
+use cdi_api::storageprofile::StorageProfile;
+use cdi_api::{ann, name};
+use cdi_controller::cache::{self, Caches};
+use cdi_controller::{Context, Options, datavolume, import, populator, serve};
+use cdi_devcluster::apiserver::ApiServer;
+use k8s_openapi::api::core::v1::{Event, PersistentVolumeClaim, Pod};
+use k8s_openapi::api::storage::v1::{CSIDriver, StorageClass};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{ListParams, Patch, PatchParams, PostParams};
+use kube::{Api, Client, ResourceExt};
+use serde_json::{Value, json};
+
+const NS: &str = "vms";
+
+struct Cluster {
+    client: Client,
+    ctx: Arc<Context>,
+}
+
+async fn cluster() -> Cluster {
+    let server = ApiServer::new();
+    let client = Client::new(server.router(), "default");
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    for crd in cdi_api::crd::crds() {
+        crds.patch(
+            &crd.name_any(),
+            &PatchParams::apply("test").force(),
+            &Patch::Apply(&crd),
+        )
+        .await
+        .unwrap();
+    }
+    let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client.clone());
+    let ns = serde_json::from_value(json!({"metadata": {"name": NS}})).unwrap();
+    namespaces
+        .create(&PostParams::default(), &ns)
+        .await
+        .unwrap();
+    let mut ctx = Context::new(
+        client.clone(),
+        Options::default(),
+        Arc::new(serve::Metrics::default()),
+    );
+    let (caches, feeds) = cache::new();
+    ctx.caches = caches;
+    // No subscriptions taken: nothing has to read them.
+    tokio::spawn(feeds.run(client.clone()));
+    Cluster {
+        client,
+        ctx: Arc::new(ctx),
+    }
+}
+
+impl Cluster {
+    /// Create `object` through `api` (namespaced or not, as its kind is).
+    async fn create<K>(&self, api: Api<K>, object: Value) -> K
+    where
+        K: kube::Resource<DynamicType = ()>
+            + Clone
+            + serde::Serialize
+            + serde::de::DeserializeOwned
+            + std::fmt::Debug,
+    {
+        let object: K = serde_json::from_value(object).unwrap();
+        api.create(&PostParams::default(), &object).await.unwrap()
+    }
+
+    fn ns<K>(&self) -> Api<K>
+    where
+        K: kube::Resource<DynamicType = (), Scope = kube::core::NamespaceResourceScope>,
+    {
+        Api::namespaced(self.client.clone(), NS)
+    }
+
+    fn all<K: kube::Resource<DynamicType = ()>>(&self) -> Api<K> {
+        Api::all(self.client.clone())
+    }
+
+    /// A local-path class binding `binding`, its StorageProfile (by the profile controller's
+    /// own pass) and CDIConfig (by the config controller's), in the caches before returning.
+    async fn storage(&self, binding: &str, csi: bool) {
+        self.create::<StorageClass>(
+            self.all(),
+            json!({"metadata": {"name": "local"},
+            "provisioner": "kubevirt.io.hostpath-provisioner", "volumeBindingMode": binding}),
+        )
+        .await;
+        if csi {
+            self.create::<CSIDriver>(
+                self.all(),
+                json!({"metadata": {"name": "kubevirt.io.hostpath-provisioner"},
+                "spec": {}}),
+            )
+            .await;
+        }
+        cdi_controller::storageprofile::reconcile(&self.ctx)
+            .await
+            .unwrap();
+        cdi_controller::config::reconcile(&self.ctx).await.unwrap();
+        self.cached(|c| {
+            c.profiles().iter().any(|p| p.status.is_some())
+                && c.config().is_some_and(|c| c.status.is_some())
+                && c.csi_drivers().len() == usize::from(csi)
+        })
+        .await;
+    }
+
+    /// Wait until the caches show what was just written (the watch delivers it).
+    async fn cached(&self, ready: impl Fn(&Caches) -> bool) {
+        for _ in 0..1000 {
+            if ready(&self.ctx.caches) {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        panic!("the caches never caught up");
+    }
+
+    async fn dv(&self, annotations: Value, source: Value) -> DataVolume {
+        self.create(
+            self.ns(),
+            json!({"apiVersion": "cdi.kubevirt.io/v1beta1", "kind": "DataVolume",
+            "metadata": {"name": "disk", "namespace": NS, "annotations": annotations},
+            "spec": {"source": source, "storage": {"storageClassName": "local",
+                "resources": {"requests": {"storage": "1Gi"}}}}}),
+        )
+        .await
+    }
+
+    async fn get<K>(&self, name: &str) -> Option<K>
+    where
+        K: kube::Resource<DynamicType = (), Scope = kube::core::NamespaceResourceScope>
+            + Clone
+            + serde::de::DeserializeOwned
+            + std::fmt::Debug,
+    {
+        Api::<K>::namespaced(self.client.clone(), NS)
+            .get_opt(name)
+            .await
+            .unwrap()
+    }
+
+    /// One DataVolume pass over the DataVolume as the API server holds it now.
+    async fn pass(&self) -> DataVolume {
+        let dv: DataVolume = self.get("disk").await.unwrap();
+        datavolume::reconcile(Arc::new(dv), self.ctx.clone())
+            .await
+            .unwrap();
+        self.get("disk").await.unwrap()
+    }
+
+    /// The reasons of the events on the `kind` named `object`, as `kubectl describe` lists them.
+    async fn reasons(&self, kind: &str, object: &str) -> Vec<String> {
+        let events: Api<Event> = Api::namespaced(self.client.clone(), NS);
+        let selector = format!("involvedObject.name={object}");
+        let mut reasons: Vec<String> = events
+            .list(&ListParams::default().fields(&selector))
+            .await
+            .unwrap()
+            .items
+            .into_iter()
+            .filter(|e| e.involved_object.kind.as_deref() == Some(kind))
+            .filter_map(|e| e.reason)
+            .collect();
+        reasons.sort();
+        reasons
+    }
+}
+
+fn http() -> Value {
+    json!({"http": {"url": "http://images.local/disk.qcow2"}})
+}
+
+fn phase(dv: &DataVolume) -> String {
+    dv.status
+        .as_ref()
+        .and_then(|s| s.phase.as_ref())
+        .map(|p| p.as_str().to_string())
+        .unwrap_or_default()
+}
+
+fn annotation(obj: &impl ResourceExt, key: &str) -> Option<String> {
+    obj.annotations().get(key).cloned()
+}
+
+#[tokio::test]
+async fn a_datavolume_gets_its_claim_then_an_importer() {
+    let c = cluster().await;
+    c.storage("Immediate", false).await;
+    c.dv(json!({}), http()).await;
+    let dv = c.pass().await;
+    assert_eq!(phase(&dv), "Pending");
+    assert_eq!(
+        annotation(&dv, ann::USE_POPULATOR).as_deref(),
+        Some("false")
+    );
+    let claim: PersistentVolumeClaim = c.get("disk").await.expect("the claim");
+    assert!(
+        claim
+            .owner_references()
+            .iter()
+            .any(|o| Some(&o.uid) == dv.metadata.uid.as_ref())
+    );
+    assert_eq!(
+        annotation(&claim, ann::IMPORT_ENDPOINT).as_deref(),
+        Some("http://images.local/disk.qcow2")
+    );
+    // The import controller's pass makes the importer (the class binds at once).
+    import::reconcile(Arc::new(claim.clone()), c.ctx.clone())
+        .await
+        .unwrap();
+    let pod_name = cdi_core::import::pod_name(&claim);
+    let pod: Pod = c.get(&pod_name).await.expect("the importer pod");
+    assert_eq!(
+        pod.owner_references()[0].uid,
+        claim.metadata.uid.clone().unwrap()
+    );
+    let claim: PersistentVolumeClaim = c.get("disk").await.unwrap();
+    assert_eq!(
+        annotation(&claim, ann::IMPORT_POD_NAME).as_deref(),
+        Some(pod_name.as_str())
+    );
+}
+
+#[tokio::test]
+async fn with_a_csi_driver_the_populator_path_is_taken() {
+    let c = cluster().await;
+    c.storage("Immediate", true).await;
+    let dv = c.dv(json!({}), http()).await;
+    let dv_after = c.pass().await;
+    assert_eq!(
+        annotation(&dv_after, ann::USE_POPULATOR).as_deref(),
+        Some("true")
+    );
+    let source_name = cdi_core::datavolume::import_source_name(&dv);
+    let source: VolumeImportSource = c.get(&source_name).await.expect("the import source");
+    assert_eq!(
+        source.spec.source.and_then(|s| s.http).map(|h| h.url),
+        Some("http://images.local/disk.qcow2".into())
+    );
+    let target: PersistentVolumeClaim = c.get("disk").await.unwrap();
+    assert_eq!(
+        cdi_core::populator::import_source_name(&target),
+        Some(source_name.as_str())
+    );
+    // The populator's pass makes PVC prime for it, and says so on the target.
+    populator::reconcile(Arc::new(target.clone()), c.ctx.clone())
+        .await
+        .unwrap();
+    let prime: PersistentVolumeClaim = c
+        .get(&cdi_core::populator::prime_name(&target))
+        .await
+        .expect("PVC prime");
+    assert!(cdi_core::import::is_import_claim(&prime));
+    assert_eq!(
+        c.reasons("PersistentVolumeClaim", "disk").await,
+        ["CreatedPVCPrimeSuccessfully"]
+    );
+}
+
+#[tokio::test]
+async fn a_claim_that_is_not_its_own_is_refused_then_adopted() {
+    let c = cluster().await;
+    c.storage("Immediate", false).await;
+    c.create::<PersistentVolumeClaim>(
+        c.ns(),
+        json!({"metadata": {"name": "disk", "namespace": NS},
+        "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": "local",
+            "resources": {"requests": {"storage": "1Gi"}}}}),
+    )
+    .await;
+    c.dv(json!({}), http()).await;
+    let dv = c.pass().await;
+    assert_eq!(phase(&dv), "Pending");
+    assert!(
+        c.reasons("DataVolume", "disk")
+            .await
+            .contains(&"ErrResourceExists".into())
+    );
+    let claim: PersistentVolumeClaim = c.get("disk").await.unwrap();
+    assert!(claim.owner_references().is_empty());
+
+    let api: Api<DataVolume> = Api::namespaced(c.client.clone(), NS);
+    let allow = json!({"metadata": {"annotations": {(ann::ALLOW_CLAIM_ADOPTION): "true"}}});
+    api.patch("disk", &PatchParams::default(), &Patch::Merge(&allow))
+        .await
+        .unwrap();
+    let dv = c.pass().await;
+    let claim: PersistentVolumeClaim = c.get("disk").await.unwrap();
+    assert_eq!(
+        claim.owner_references()[0].uid,
+        dv.metadata.uid.clone().unwrap()
+    );
+    assert_eq!(
+        annotation(&claim, ann::POPULATED_FOR).as_deref(),
+        Some("disk")
+    );
+    assert_eq!(phase(&dv), "Succeeded");
+}
+
+#[tokio::test]
+async fn a_malformed_source_fails_and_makes_nothing() {
+    let c = cluster().await;
+    c.storage("Immediate", false).await;
+    c.dv(json!({}), json!({})).await;
+    let dv = c.pass().await;
+    assert_eq!(phase(&dv), "Failed");
+    assert!(c.get::<PersistentVolumeClaim>("disk").await.is_none());
+    assert_eq!(c.reasons("DataVolume", "disk").await, ["ErrInvalidSource"]);
+    // The next pass says nothing new.
+    c.pass().await;
+    assert_eq!(c.reasons("DataVolume", "disk").await, ["ErrInvalidSource"]);
+}
+
+#[tokio::test]
+async fn without_a_consumer_no_importer_is_made() {
+    let c = cluster().await;
+    c.storage("WaitForFirstConsumer", false).await;
+    let api: Api<CDIConfig> = Api::all(c.client.clone());
+    let gate = json!({"spec": {"featureGates": ["HonorWaitForFirstConsumer"]}});
+    api.patch(
+        name::CDI_CONFIG,
+        &PatchParams::default(),
+        &Patch::Merge(&gate),
+    )
+    .await
+    .unwrap();
+    c.cached(|caches| {
+        caches
+            .config()
+            .is_some_and(|c| c.spec.feature_gates.is_some())
+    })
+    .await;
+    c.dv(json!({}), http()).await;
+    c.pass().await;
+    let dv = c.pass().await;
+    assert_eq!(phase(&dv), "WaitForFirstConsumer");
+    let claim: PersistentVolumeClaim = c.get("disk").await.unwrap();
+    import::reconcile(Arc::new(claim.clone()), c.ctx.clone())
+        .await
+        .unwrap();
+    // The pass is over and made nothing: no pod, no pod named on the claim.
+    let pod_name = cdi_core::import::pod_name(&claim);
+    assert!(c.get::<Pod>(&pod_name).await.is_none());
+    let claim: PersistentVolumeClaim = c.get("disk").await.unwrap();
+    assert!(annotation(&claim, ann::IMPORT_POD_NAME).is_none());
+}
+
+#[tokio::test]
+async fn a_profile_fixed_later_lets_the_claim_be_rendered() {
+    let c = cluster().await;
+    // A class without its profile yet: the claim cannot be rendered, and the DataVolume says so.
+    c.create::<StorageClass>(
+        c.all(),
+        json!({"metadata": {"name": "local"},
+        "provisioner": "kubevirt.io.hostpath-provisioner", "volumeBindingMode": "Immediate"}),
+    )
+    .await;
+    c.cached(|caches| caches.classes().len() == 1).await;
+    c.dv(json!({}), http()).await;
+    let dv = c.pass().await;
+    assert_eq!(phase(&dv), "Pending");
+    assert!(c.get::<PersistentVolumeClaim>("disk").await.is_none());
+    assert!(
+        c.reasons("DataVolume", "disk")
+            .await
+            .contains(&"ErrClaimNotRendered".into())
+    );
+    cdi_controller::storageprofile::reconcile(&c.ctx)
+        .await
+        .unwrap();
+    c.cached(|caches| caches.profiles().iter().any(|p| p.status.is_some()))
+        .await;
+    c.pass().await;
+    assert!(c.get::<PersistentVolumeClaim>("disk").await.is_some());
+    let profiles: Api<StorageProfile> = Api::all(c.client.clone());
+    assert!(profiles.get_opt("local").await.unwrap().is_some());
+}
