@@ -12,17 +12,16 @@ use std::time::{Duration, Instant};
 use anyhow::{Context as _, bail};
 use cdi_api::config::CDIConfig;
 use cdi_api::datavolume::DataVolume;
-use cdi_api::kubevirt::{
-    EPHEMERAL_PROVISIONING_ANNOTATION, VirtualMachine, VirtualMachineInstance,
-};
+use cdi_api::kubevirt::{VirtualMachine, VirtualMachineInstance};
 use cdi_controller::{Context, Options, serve};
 use cdi_core::quantity::Quantity;
 use cdi_core::size::{self, ClaimApi, VolumeMode};
 use cdi_devcluster::cluster;
+use cdi_devcluster::story::{Narrator, Scene};
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod};
 use k8s_openapi::api::storage::v1::StorageClass;
 use kube::api::{ListParams, Patch, PatchParams, PostParams};
-use kube::{Api, Client, ResourceExt};
+use kube::{Api, Client};
 use serde_json::json;
 
 use crate::demo_image;
@@ -120,7 +119,8 @@ async fn setup(client: &Client, url: &str, size: &str, class: &str) -> anyhow::R
     Ok(())
 }
 
-/// Follow the story until the launcher runs (Ok: its node) or something fails for good.
+/// Follow the story until the launcher runs (Ok: its node and volume) or something fails for
+/// good: observe the seed's objects, let the narrator say what happened.
 async fn follow(
     client: &Client,
     t: &mut Timeline,
@@ -133,261 +133,32 @@ async fn follow(
     let vmis: Api<VirtualMachineInstance> = Api::namespaced(client.clone(), NS);
     let volumes: Api<PersistentVolume> = Api::all(client.clone());
     let deadline = Instant::now() + timeout;
-    let mut last_phase = String::new();
-    let mut importer_seen = false;
+    let mut narrator = Narrator::new(VM, DV, populator);
     loop {
         if Instant::now() > deadline {
             bail!(
-                "the VM's launcher was not running after {} s (last DataVolume phase: {last_phase:?})",
-                timeout.as_secs()
+                "the VM's launcher was not running after {} s (last DataVolume phase: {:?})",
+                timeout.as_secs(),
+                narrator.last_phase()
             );
         }
-        if let Some(dv) = dvs.get_opt(DV).await? {
-            let phase = dv
-                .status
-                .as_ref()
-                .and_then(|s| s.phase.as_ref())
-                .map(|p| p.as_str().to_string())
-                .unwrap_or_default();
-            if !phase.is_empty() && phase != last_phase {
-                let progress = dv
-                    .status
-                    .as_ref()
-                    .and_then(|s| s.progress.clone())
-                    .unwrap_or_default();
-                t.say(
-                    &format!("dv-{phase}"),
-                    format!("DataVolume {DV}: {phase} ({progress})"),
-                );
-                last_phase = phase.clone();
-            }
-            if phase == "Failed" {
-                bail!("DataVolume {DV} failed; see `kubectl describe dv {DV}`");
-            }
+        let all = ListParams::default();
+        let scene = Scene {
+            dv: dvs.get_opt(DV).await?,
+            claim: claims.get_opt(DV).await?,
+            vmi: vmis.get_opt(VM).await?,
+            pods: pods.list(&all).await?.items,
+            claims: claims.list(&all).await?.items,
+            volumes: volumes.list(&all).await?.items,
+        };
+        let chapter = narrator.observe(&scene);
+        for (key, line) in chapter.lines {
+            t.say(&key, line);
         }
-        let mut finished = None;
-        let claim = claims.get_opt(DV).await?;
-        let claim_phase = claim
-            .as_ref()
-            .and_then(|c| c.status.as_ref()?.phase.clone())
-            .unwrap_or_default();
-        for p in pods.list(&ListParams::default()).await?.items {
-            let name = p.name_any();
-            let node = p.spec.as_ref().and_then(|s| s.node_name.clone());
-            let phase = p
-                .status
-                .as_ref()
-                .and_then(|s| s.phase.clone())
-                .unwrap_or_default();
-            let temp = p
-                .annotations()
-                .contains_key(EPHEMERAL_PROVISIONING_ANNOTATION);
-            if temp {
-                t.say(&format!("{name}-created"), format!("temporary pod {name} created (the VM's constraints, {EPHEMERAL_PROVISIONING_ANNOTATION})"));
-                if let Some(n) = &node {
-                    t.say(
-                        &format!("{name}-node"),
-                        format!("temporary pod {name} scheduled on {n}"),
-                    );
-                }
-                if phase == "Succeeded" {
-                    t.say(
-                        &format!("{name}-done"),
-                        format!("temporary pod {name} Succeeded (bash -c echo \"bound PVCs\")"),
-                    );
-                }
-            } else if name.starts_with("importer-") {
-                importer_seen = true;
-                if claim_phase != "Bound" && !populator {
-                    bail!(
-                        "importer pod {name} exists while claim {DV} is {claim_phase:?}: the gate did not hold"
-                    );
-                }
-                let why = if populator {
-                    "for PVC prime; the VM's claim stays unbound".to_string()
-                } else {
-                    format!("(claim {DV} is Bound)")
-                };
-                t.say(
-                    &format!("{name}-created"),
-                    format!("importer pod {name} created {why}"),
-                );
-                if let (Some(n), "Running") = (&node, phase.as_str()) {
-                    t.say(
-                        &format!("{name}-running"),
-                        format!(
-                            "importer pod {name} running on {n}, IP {}",
-                            p.status
-                                .as_ref()
-                                .and_then(|s| s.pod_ip.clone())
-                                .unwrap_or_default()
-                        ),
-                    );
-                }
-                if phase == "Succeeded" {
-                    let on = node.as_deref().unwrap_or("?");
-                    t.say(
-                        &format!("{name}-done"),
-                        format!("importer pod {name} Succeeded on {on}"),
-                    );
-                }
-            } else if name.starts_with("virt-launcher-") && phase != "Running" {
-                t.say(
-                    &format!("{name}-created"),
-                    format!("launcher pod {name} created: the first consumer of the claim"),
-                );
-                if let Some(n) = &node {
-                    t.say(
-                        &format!("{name}-node"),
-                        format!("launcher pod {name} bound to {n}"),
-                    );
-                }
-            } else if name.starts_with("virt-launcher-")
-                && let (Some(n), "Running") = (&node, phase.as_str())
-            {
-                t.say("launcher", format!("launcher pod {name} Running on {n}"));
-                let c = claim.clone().context("the claim vanished")?;
-                let pv = c
-                    .spec
-                    .and_then(|s| s.volume_name)
-                    .context("the claim has no volume")?;
-                let path = volumes
-                    .get(&pv)
-                    .await?
-                    .spec
-                    .and_then(|s| {
-                        let csi = s
-                            .csi
-                            .and_then(|c| c.volume_attributes?.get("path").cloned());
-                        s.host_path.map(|h| h.path).or(csi)
-                    })
-                    .map(PathBuf::from)
-                    .context("the volume has no path")?;
-                finished = Some((n.clone(), path));
-            }
-        }
-        if importer_seen
-            && !pods
-                .list(&ListParams::default())
-                .await?
-                .items
-                .iter()
-                .any(|p| p.name_any().starts_with("importer-"))
-        {
-            t.say("importer-gone", "importer pod deleted after success".into());
-        }
-        for prime in claims.list(&ListParams::default()).await?.items {
-            let name = prime.name_any();
-            if !name.starts_with("prime-") {
-                continue;
-            }
-            let node = prime
-                .annotations()
-                .get(cdi_api::ann::SELECTED_NODE)
-                .cloned()
-                .unwrap_or_default();
-            t.say(
-                &format!("{name}-created"),
-                format!("PVC prime {name} created for {DV}, selected-node={node}"),
-            );
-            match prime.status.as_ref().and_then(|s| s.phase.as_deref()) {
-                Some("Bound") => {
-                    let pv = prime
-                        .spec
-                        .as_ref()
-                        .and_then(|s| s.volume_name.clone())
-                        .unwrap_or_default();
-                    t.say(
-                        &format!("{name}-bound"),
-                        format!("PVC prime {name} Bound to {pv}"),
-                    );
-                }
-                Some("Lost") => t.say(
-                    &format!("{name}-lost"),
-                    format!("PVC prime {name} Lost: its volume was handed to {DV}"),
-                ),
-                _ => {}
-            }
-        }
-        if let Some(c) = &claim {
-            if populator && claim_phase == "Bound" {
-                let pv = c
-                    .spec
-                    .as_ref()
-                    .and_then(|s| s.volume_name.clone())
-                    .unwrap_or_default();
-                t.say(
-                    "rebind",
-                    format!("volume {pv} rebound: claimRef now {DV} (no data copied)"),
-                );
-            }
-            if let Some(n) = c.annotations().get(cdi_api::ann::SELECTED_NODE) {
-                let consumer = if populator {
-                    "launcher pod"
-                } else {
-                    "temporary pod"
-                };
-                t.say("selected", format!("claim {DV}: volume.kubernetes.io/selected-node={n} (set by the scheduler for the {consumer})"));
-            }
-            if claim_phase == "Bound"
-                && let Some(pv) = c.spec.as_ref().and_then(|s| s.volume_name.clone())
-                && let Some(v) = volumes.get_opt(&pv).await?
-            {
-                let affinity = v
-                    .spec
-                    .as_ref()
-                    .and_then(|s| s.node_affinity.as_ref())
-                    .and_then(|a| a.required.as_ref())
-                    .map(|r| {
-                        r.node_selector_terms
-                            .iter()
-                            .flat_map(|t| t.match_expressions.iter().flatten())
-                            .map(|e| {
-                                format!(
-                                    "{} {} {:?}",
-                                    e.key,
-                                    e.operator,
-                                    e.values.clone().unwrap_or_default()
-                                )
-                            })
-                            .collect::<Vec<_>>()
-                            .join(", ")
-                    })
-                    .unwrap_or_default();
-                t.say(
-                    "bound",
-                    format!("claim {DV} Bound to {pv}: node affinity {affinity}"),
-                );
-            }
-        }
-        if let Some(vmi) = vmis.get_opt(VM).await? {
-            let phase = vmi
-                .status
-                .as_ref()
-                .and_then(|s| s.phase.clone())
-                .unwrap_or_default();
-            let provisioning = vmi
-                .status
-                .as_ref()
-                .and_then(|s| s.conditions.as_ref())
-                .is_some_and(|c| {
-                    c.iter()
-                        .any(|c| c["type"] == "Provisioning" && c["status"] == "True")
-                });
-            if provisioning {
-                t.say(
-                    "vmi-provisioning",
-                    format!("VirtualMachineInstance {VM}: {phase}, condition Provisioning=True"),
-                );
-            } else if !phase.is_empty() {
-                t.say(
-                    &format!("vmi-{phase}"),
-                    format!("VirtualMachineInstance {VM}: {phase}"),
-                );
-            }
-        }
-        if let Some(done) = finished {
-            return Ok(done);
+        match chapter.end {
+            Some(Ok(end)) => return Ok((end.node, end.path)),
+            Some(Err(why)) => bail!(why),
+            None => {}
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }

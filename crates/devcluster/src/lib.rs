@@ -3,3 +3,4 @@
 pub mod agents;
 pub mod apiserver;
 pub mod cluster;
+pub mod story;
