@@ -9,6 +9,7 @@ use axum::body::{Body, Bytes};
 use axum::extract::{Request, State};
 use axum::http::{Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
+use futures::future::BoxFuture;
 use serde_json::{Value, json};
 
 use super::errors::{ApiError, ApiResult};
@@ -695,40 +696,8 @@ fn parse_object(bytes: &[u8]) -> ApiResult<Value> {
 
 async fn dispatch(server: &ApiServer, req: Request) -> ApiResult<Response> {
     let target = server.route(req.uri().path())?;
-    let q = query(&req);
-    let method = req.method().clone();
-    let accept = req
-        .headers()
-        .get(header::ACCEPT)
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("")
-        .to_string();
-    // Every value was checked to be "All" before a write uses this.
-    let dry_run = q.all.contains_key("dryRun");
-    let manager = q.get("fieldManager").cloned().filter(|m| !m.is_empty());
-    let force = q.flag("force");
-    let writer = manager.clone().map(|manager| Owner {
-        manager,
-        applied: None,
-        force,
-    });
-    let validation = q
-        .get("fieldValidation")
-        .cloned()
-        .unwrap_or_else(|| "Warn".to_string());
-    let store = server.store.clone();
-    let call = Call {
-        store: store.clone(),
-        protect_storage: server.protect_storage,
-        q,
-        method,
-        accept,
-        dry_run,
-        manager,
-        force,
-        writer,
-        validation,
-    };
+    let call = Call::new(server, &req);
+    let store = &call.store;
     match target {
         Target::Version => Ok(json_response(StatusCode::OK, &version())),
         Target::OpenApiRoot => Ok(json_response(
@@ -774,8 +743,10 @@ async fn dispatch(server: &ApiServer, req: Request) -> ApiResult<Response> {
                 &json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": group_version, "resources": resources}),
             ))
         }
-        Target::Collection { def, ns } => collection(call, def, ns, req).await,
-        Target::Item { def, ns, name, sub } => item(call, def, ns, name, sub, req).await,
+        Target::Collection { def, ns } => collection(&call, def, ns, req).await,
+        Target::Item { def, ns, name, sub } => {
+            item(&call, &Named { def, ns, name }, sub.as_deref(), req).await
+        }
     }
 }
 
@@ -795,36 +766,82 @@ struct Call {
     validation: String,
 }
 
+impl Call {
+    fn new(server: &ApiServer, req: &Request) -> Call {
+        let q = query(req);
+        let manager = q.get("fieldManager").cloned().filter(|m| !m.is_empty());
+        let force = q.flag("force");
+        Call {
+            store: server.store.clone(),
+            protect_storage: server.protect_storage,
+            method: req.method().clone(),
+            accept: req
+                .headers()
+                .get(header::ACCEPT)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or("")
+                .to_string(),
+            dry_run: q.all.contains_key("dryRun"),
+            writer: manager.clone().map(|manager| Owner {
+                manager,
+                applied: None,
+                force,
+            }),
+            manager,
+            force,
+            validation: q
+                .get("fieldValidation")
+                .cloned()
+                .unwrap_or_else(|| "Warn".to_string()),
+            q,
+        }
+    }
+
+    /// `kubectl get` asks for a Table.
+    fn wants_table(&self) -> bool {
+        super::table::wants_table(&self.accept)
+    }
+
+    /// A Table of `items`, their whole objects in the rows if asked (`includeObject=Object`).
+    fn table(&self, def: &ResourceDef, items: &[Value], rv: &str) -> Value {
+        let include = self.q.get("includeObject").is_some_and(|i| i == "Object");
+        super::table::table(def, items, rv, include)
+    }
+
+    /// How this request writes: its dry run, and its field manager as the owner of what it sets.
+    fn write(&self, status_only: bool) -> WriteOptions<'_> {
+        WriteOptions {
+            dry_run: self.dry_run,
+            status_only,
+            owner: self.writer.as_ref(),
+        }
+    }
+
+    /// A refused method, in kube's words: `PUT is not supported on pods/binding`.
+    fn not_supported(&self, def: &ResourceDef, sub: &str) -> ApiError {
+        ApiError::method_not_allowed(format!(
+            "{} is not supported on {}/{sub}",
+            self.method, def.plural
+        ))
+    }
+}
+
 /// A collection: list, watch, create, delete the matching.
 async fn collection(
-    call: Call,
+    call: &Call,
     def: ResourceDef,
     ns: Option<String>,
     req: Request,
 ) -> ApiResult<Response> {
-    let Call {
-        store,
-        protect_storage,
-        q,
-        method,
-        accept,
-        dry_run,
-        writer,
-        validation,
-        ..
-    } = call;
-
-    match method {
-        Method::GET if q.flag("watch") => {
-            watch(store, def, ns, q, super::table::wants_table(&accept))
-        }
+    let (store, q) = (&call.store, &call.q);
+    match call.method {
+        Method::GET if q.flag("watch") => watch(call, def, ns),
         Method::GET => {
-            let opts = list_options(&store, &def, &q)?;
+            let opts = list_options(store, &def, q)?;
             let (items, rv, next) = store.list(&def, ns.as_deref(), &opts);
             let next = next.map(|position| encode_continue(rv, &position));
-            if super::table::wants_table(&accept) {
-                let include = q.get("includeObject").is_some_and(|i| i == "Object");
-                let mut t = super::table::table(&def, &items, &rv.to_string(), include);
+            if call.wants_table() {
+                let mut t = call.table(&def, &items, &rv.to_string());
                 if let Some(next) = next {
                     t["metadata"]["continue"] = json!(next);
                 }
@@ -856,11 +873,11 @@ async fn collection(
                 return Ok(json_response(StatusCode::CREATED, &review));
             }
             let mut obj = obj;
-            let warnings = admit(&def, &mut obj, &validation, Write::Create, None)?;
-            if protect_storage {
+            let warnings = admit(&def, &mut obj, &call.validation, Write::Create, None)?;
+            if call.protect_storage {
                 protect(&def, &mut obj);
             }
-            let created = create(&store, &def, &ns, obj, dry_run, writer.as_ref())?;
+            let created = create(store, &def, &ns, obj, call.dry_run, call.writer.as_ref())?;
             Ok(with_warnings(
                 json_response(StatusCode::CREATED, &created),
                 &warnings,
@@ -868,7 +885,7 @@ async fn collection(
         }
         Method::DELETE => {
             q.write_options("DeleteOptions")?;
-            let opts = list_options(&store, &def, &q)?;
+            let opts = list_options(store, &def, q)?;
             let (items, _, _) = store.list(&def, ns.as_deref(), &opts);
             let mut deleted = Vec::new();
             for item in items {
@@ -882,7 +899,7 @@ async fn collection(
                     &ins,
                     &name,
                     &DeleteOptions {
-                        dry_run,
+                        dry_run: call.dry_run,
                         ..Default::default()
                     },
                 ) {
@@ -895,261 +912,284 @@ async fn collection(
             ))
         }
         _ => Err(ApiError::method_not_allowed(format!(
-            "{method} is not supported on {}",
-            def.plural
+            "{} is not supported on {}",
+            call.method, def.plural
         ))),
     }
 }
 
-/// One object: get, replace, patch, delete, and its subresources.
-async fn item(
-    call: Call,
+/// The object an item request names.
+struct Named {
     def: ResourceDef,
     ns: String,
     name: String,
-    sub: Option<String>,
-    req: Request,
-) -> ApiResult<Response> {
-    let Call {
-        store,
-        protect_storage,
-        q,
-        method,
-        accept,
-        dry_run,
-        manager,
-        force,
-        writer,
-        validation,
-    } = call;
-    {
-        if def.create_only {
-            return Err(ApiError::method_not_allowed(format!(
-                "{} only supports create",
-                def.plural
-            )));
-        }
+}
+
+/// A subresource's handler, for every method on `{object}/{name}`.
+type SubresourceHandler =
+    for<'a> fn(&'a Call, &'a Named, Request) -> BoxFuture<'a, ApiResult<Response>>;
+
+/// A subresource the server serves: for which kinds, and its handler.
+struct Subresource {
+    name: &'static str,
+    served: fn(&ResourceDef) -> bool,
+    handle: SubresourceHandler,
+}
+
+fn declares(def: &ResourceDef, sub: &str) -> bool {
+    def.subresources.iter().any(|s| s == sub)
+}
+
+/// Every subresource served. A name not here, or not served for the kind, is a 404.
+const SUBRESOURCES: &[Subresource] = &[
+    Subresource {
+        name: "status",
+        // Read and patched through on every kind, as this server always has; only a PUT
+        // requires the kind to declare it (see `status`).
+        served: |_| true,
+        handle: |call, at, req| Box::pin(status(call, at, req)),
+    },
+    Subresource {
+        name: "binding",
+        served: |def| declares(def, "binding"),
+        handle: |call, at, req| Box::pin(binding(call, at, req)),
+    },
+];
+
+/// One object: get, replace, patch, delete, and its subresources.
+async fn item(call: &Call, at: &Named, sub: Option<&str>, req: Request) -> ApiResult<Response> {
+    if at.def.create_only {
+        return Err(ApiError::method_not_allowed(format!(
+            "{} only supports create",
+            at.def.plural
+        )));
+    }
+    if let Some(sub) = sub {
         // A subresource the kind does not serve is not there at all, as kube answers it
         // (a GET of csidrivers/rancher.io/local-path is a 404, not a refused method).
-        if let Some(s) = sub.as_deref()
-            && s != "status"
-            && !def.subresources.iter().any(|d| d == s)
-        {
-            return Err(ApiError::path_not_found());
-        }
-        match (sub.as_deref(), &method) {
-            (None | Some("status"), &Method::GET) => {
-                q.resource_version()?;
-                let obj = store.get(&def, &ns, &name)?;
-                if super::table::wants_table(&accept) {
-                    let rv = obj["metadata"]["resourceVersion"]
-                        .as_str()
-                        .unwrap_or("")
-                        .to_string();
-                    let include = q.get("includeObject").is_some_and(|i| i == "Object");
-                    return Ok(json_response(
-                        StatusCode::OK,
-                        &super::table::table(&def, &[obj], &rv, include),
-                    ));
-                }
-                Ok(json_response(StatusCode::OK, &obj))
-            }
-            (None | Some("status"), &Method::PUT) => {
-                let status = sub.is_some();
-                if status && !def.has_status() {
-                    return Err(ApiError::path_not_found());
-                }
-                q.write_options("UpdateOptions")?;
-                let mut obj = read_object(req).await?;
-                let how = if status { Write::Status } else { Write::Update };
-                let warnings = admit(&def, &mut obj, &validation, how, Some(&name))?;
-                if !status && let Ok(current) = store.get(&def, &ns, &name) {
-                    validate_update(&def, &expandable_classes(&store, &def), &current, &obj)?;
-                }
-                let how = WriteOptions {
-                    dry_run,
-                    status_only: status,
-                    owner: writer.as_ref(),
-                };
-                let updated = store.update(&def, &ns, &name, obj, &how)?;
-                after_write(&store, &def, &updated);
-                Ok(with_warnings(
-                    json_response(StatusCode::OK, &updated),
-                    &warnings,
-                ))
-            }
-            (None | Some("status"), &Method::PATCH) => {
-                let status = sub.is_some();
-                let ct = req
-                    .headers()
-                    .get(header::CONTENT_TYPE)
-                    .and_then(|v| v.to_str().ok())
-                    .unwrap_or("")
-                    .to_string();
-                let kind = PatchKind::from_content_type(&ct)?;
-                q.write_options("PatchOptions")?;
-                let body = body_bytes(req).await?;
-                let mut warnings = Vec::new();
-                // An apply claims the fields it sets and conflicts with other managers'.
-                let apply_owner = if kind == PatchKind::Apply {
-                    let applied = serde_json::from_slice::<Value>(&body)
-                        .or_else(|_| {
-                            serde_saphyr::from_slice::<Value>(&body).map_err(|e| e.to_string())
-                        })
-                        .ok();
-                    Some(Owner {
-                        manager: manager.clone().unwrap_or_else(|| "apply".into()),
-                        applied,
-                        force,
-                    })
-                } else {
-                    writer.clone()
-                };
-                let how = WriteOptions {
-                    dry_run,
-                    status_only: status,
-                    owner: apply_owner.as_ref(),
-                };
-                let expandable = expandable_classes(&store, &def);
-                let result = store.modify(&def, &ns, &name, &how, |current| {
-                    let mut next = patch::apply(kind, current, &body)?;
-                    let how = if status { Write::Status } else { Write::Update };
-                    warnings = admit(&def, &mut next, &validation, how, Some(&name))?;
-                    if !status {
-                        validate_update(&def, &expandable, current, &next)?;
-                    }
-                    Ok(next)
-                });
-                let updated = match result {
-                    Err(e) if e.code == 404 && kind == PatchKind::Apply && !status => {
-                        // Server-side apply creates what does not exist.
-                        let mut obj = parse_object(&body)?;
-                        obj["metadata"]["name"] = json!(name);
-                        warnings = admit(&def, &mut obj, &validation, Write::Create, None)?;
-                        if protect_storage {
-                            protect(&def, &mut obj);
-                        }
-                        create(&store, &def, &ns, obj, dry_run, apply_owner.as_ref())?
-                    }
-                    other => other?,
-                };
-                after_write(&store, &def, &updated);
-                Ok(with_warnings(
-                    json_response(StatusCode::OK, &updated),
-                    &warnings,
-                ))
-            }
-            (None, &Method::DELETE) => {
-                q.write_options("DeleteOptions")?;
-                let body = body_bytes(req).await?;
-                let opts: Value = if body.is_empty() {
-                    json!({})
-                } else {
-                    serde_json::from_slice(&body).unwrap_or(json!({}))
-                };
-                let policy = q
-                    .get("propagationPolicy")
-                    .cloned()
-                    .or_else(|| opts["propagationPolicy"].as_str().map(str::to_string))
-                    .or_else(|| {
-                        (opts["orphanDependents"] == json!(true)).then(|| "Orphan".to_string())
-                    });
-                let propagation = match policy.as_deref() {
-                    Some("Orphan") => Propagation::Orphan,
-                    Some("Foreground") => Propagation::Foreground,
-                    None | Some("Background") => Propagation::Background,
-                    Some(other) => {
-                        // ValidateDeleteOptions.
-                        let e = super::validation::FieldError::not_supported(
-                            "propagationPolicy",
-                            super::validation::BadValue::Str(other.to_string()),
-                            &["Foreground", "Background", "Orphan", "nil"],
-                        );
-                        return Err(ApiError::invalid(
-                            "DeleteOptions.meta.k8s.io",
-                            "",
-                            vec![e.cause()],
-                        ));
-                    }
-                };
-                let grace_period = q
-                    .int("gracePeriodSeconds")?
-                    .or_else(|| opts["gracePeriodSeconds"].as_i64());
-                let body_dry_run = opts["dryRun"]
-                    .as_array()
-                    .is_some_and(|d| d.iter().any(|v| v == "All"));
-                let how = DeleteOptions {
-                    propagation,
-                    precondition_uid: opts["preconditions"]["uid"].as_str().map(str::to_string),
-                    grace_period,
-                    dry_run: dry_run || body_dry_run,
-                };
-                let deleted = store.delete(&def, &ns, &name, &how)?;
-                let is_crd = def.group == "apiextensions.k8s.io"
-                    && def.plural == "customresourcedefinitions";
-                if is_crd && store.get(&def, &ns, &name).is_err() {
-                    unregister_crd(&store, &deleted);
-                }
-                Ok(json_response(StatusCode::OK, &deleted))
-            }
-            (Some("binding"), &Method::POST) if def.group.is_empty() && def.plural == "pods" => {
-                let binding = read_object(req).await?;
-                let node = binding["target"]["name"].as_str().unwrap_or("").to_string();
-                if node.is_empty() {
-                    return Err(ApiError::invalid(
-                        "Binding",
-                        &name,
-                        vec![("target.name".into(), "Required value".into())],
-                    ));
-                }
-                let how = WriteOptions {
-                    dry_run,
-                    status_only: false,
-                    owner: writer.as_ref(),
-                };
-                store.modify(&def, &ns, &name, &how, |current| {
-                    if current["spec"]["nodeName"]
-                        .as_str()
-                        .is_some_and(|n| !n.is_empty())
-                    {
-                        return Err(ApiError::conflict("", "pods", &name));
-                    }
-                    let mut next = current.clone();
-                    next["spec"]["nodeName"] = json!(node);
-                    Ok(next)
-                })?;
-                // As kube-apiserver's binding does: the pod is now scheduled.
-                let status_write = WriteOptions {
-                    status_only: true,
-                    ..how
-                };
-                store.modify(&def, &ns, &name, &status_write, |current| {
-                    let mut next = current.clone();
-                    if !next["status"].is_object() {
-                        next["status"] = json!({});
-                    }
-                    let mut conditions: Vec<Value> = next["status"]["conditions"]
-                        .as_array()
-                        .cloned()
-                        .unwrap_or_default();
-                    conditions.retain(|c| c["type"] != "PodScheduled");
-                    conditions.push(json!({"type": "PodScheduled", "status": "True",
-                    "lastTransitionTime": super::store::now()}));
-                    next["status"]["conditions"] = json!(conditions);
-                    Ok(next)
-                })?;
-                Ok(json_response(
-                    StatusCode::CREATED,
-                    &json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}),
-                ))
-            }
-            _ => Err(ApiError::method_not_allowed(format!(
-                "{method} is not supported on {}/{}",
-                def.plural,
-                sub.unwrap_or_default()
-            ))),
-        }
+        let found = SUBRESOURCES
+            .iter()
+            .find(|s| s.name == sub && (s.served)(&at.def))
+            .ok_or_else(ApiError::path_not_found)?;
+        return (found.handle)(call, at, req).await;
     }
+    match call.method {
+        Method::GET => get(call, at),
+        Method::PUT => update(call, at, Write::Update, req).await,
+        Method::PATCH => patch(call, at, Write::Update, req).await,
+        Method::DELETE => delete(call, at, req).await,
+        _ => Err(call.not_supported(&at.def, "")),
+    }
+}
+
+fn get(call: &Call, at: &Named) -> ApiResult<Response> {
+    call.q.resource_version()?;
+    let obj = call.store.get(&at.def, &at.ns, &at.name)?;
+    if call.wants_table() {
+        let rv = obj["metadata"]["resourceVersion"]
+            .as_str()
+            .unwrap_or("")
+            .to_string();
+        return Ok(json_response(
+            StatusCode::OK,
+            &call.table(&at.def, &[obj], &rv),
+        ));
+    }
+    Ok(json_response(StatusCode::OK, &obj))
+}
+
+/// A PUT of the object (`Write::Update`) or of its status (`Write::Status`).
+async fn update(call: &Call, at: &Named, how: Write, req: Request) -> ApiResult<Response> {
+    let Named { def, ns, name } = at;
+    let store = &call.store;
+    let status = how == Write::Status;
+    call.q.write_options("UpdateOptions")?;
+    let mut obj = read_object(req).await?;
+    let warnings = admit(def, &mut obj, &call.validation, how, Some(name.as_str()))?;
+    if !status && let Ok(current) = store.get(def, ns, name) {
+        validate_update(def, &expandable_classes(store, def), &current, &obj)?;
+    }
+    let updated = store.update(def, ns, name, obj, &call.write(status))?;
+    after_write(store, def, &updated);
+    Ok(with_warnings(
+        json_response(StatusCode::OK, &updated),
+        &warnings,
+    ))
+}
+
+/// A PATCH of the object (`Write::Update`) or of its status (`Write::Status`), in any of the
+/// patch types; an apply creates what does not exist.
+async fn patch(call: &Call, at: &Named, how: Write, req: Request) -> ApiResult<Response> {
+    let Named { def, ns, name } = at;
+    let store = &call.store;
+    let status = how == Write::Status;
+    let ct = req
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .to_string();
+    let kind = PatchKind::from_content_type(&ct)?;
+    call.q.write_options("PatchOptions")?;
+    let body = body_bytes(req).await?;
+    let mut warnings = Vec::new();
+    // An apply claims the fields it sets and conflicts with other managers'.
+    let apply_owner = if kind == PatchKind::Apply {
+        let applied = serde_json::from_slice::<Value>(&body)
+            .or_else(|_| serde_saphyr::from_slice::<Value>(&body).map_err(|e| e.to_string()))
+            .ok();
+        Some(Owner {
+            manager: call.manager.clone().unwrap_or_else(|| "apply".into()),
+            applied,
+            force: call.force,
+        })
+    } else {
+        call.writer.clone()
+    };
+    let write = WriteOptions {
+        owner: apply_owner.as_ref(),
+        ..call.write(status)
+    };
+    let expandable = expandable_classes(store, def);
+    let result = store.modify(def, ns, name, &write, |current| {
+        let mut next = patch::apply(kind, current, &body)?;
+        warnings = admit(def, &mut next, &call.validation, how, Some(name.as_str()))?;
+        if !status {
+            validate_update(def, &expandable, current, &next)?;
+        }
+        Ok(next)
+    });
+    let updated = match result {
+        Err(e) if e.code == 404 && kind == PatchKind::Apply && !status => {
+            // Server-side apply creates what does not exist.
+            let mut obj = parse_object(&body)?;
+            obj["metadata"]["name"] = json!(name);
+            warnings = admit(def, &mut obj, &call.validation, Write::Create, None)?;
+            if call.protect_storage {
+                protect(def, &mut obj);
+            }
+            create(store, def, ns, obj, call.dry_run, apply_owner.as_ref())?
+        }
+        other => other?,
+    };
+    after_write(store, def, &updated);
+    Ok(with_warnings(
+        json_response(StatusCode::OK, &updated),
+        &warnings,
+    ))
+}
+
+async fn delete(call: &Call, at: &Named, req: Request) -> ApiResult<Response> {
+    let Named { def, ns, name } = at;
+    let (store, q) = (&call.store, &call.q);
+    q.write_options("DeleteOptions")?;
+    let body = body_bytes(req).await?;
+    let opts: Value = if body.is_empty() {
+        json!({})
+    } else {
+        serde_json::from_slice(&body).unwrap_or(json!({}))
+    };
+    let policy = q
+        .get("propagationPolicy")
+        .cloned()
+        .or_else(|| opts["propagationPolicy"].as_str().map(str::to_string))
+        .or_else(|| (opts["orphanDependents"] == json!(true)).then(|| "Orphan".to_string()));
+    let propagation = match policy.as_deref() {
+        Some("Orphan") => Propagation::Orphan,
+        Some("Foreground") => Propagation::Foreground,
+        None | Some("Background") => Propagation::Background,
+        Some(other) => {
+            // ValidateDeleteOptions.
+            let e = super::validation::FieldError::not_supported(
+                "propagationPolicy",
+                super::validation::BadValue::Str(other.to_string()),
+                &["Foreground", "Background", "Orphan", "nil"],
+            );
+            return Err(ApiError::invalid(
+                "DeleteOptions.meta.k8s.io",
+                "",
+                vec![e.cause()],
+            ));
+        }
+    };
+    let grace_period = q
+        .int("gracePeriodSeconds")?
+        .or_else(|| opts["gracePeriodSeconds"].as_i64());
+    let body_dry_run = opts["dryRun"]
+        .as_array()
+        .is_some_and(|d| d.iter().any(|v| v == "All"));
+    let how = DeleteOptions {
+        propagation,
+        precondition_uid: opts["preconditions"]["uid"].as_str().map(str::to_string),
+        grace_period,
+        dry_run: call.dry_run || body_dry_run,
+    };
+    let deleted = store.delete(def, ns, name, &how)?;
+    let is_crd = def.group == "apiextensions.k8s.io" && def.plural == "customresourcedefinitions";
+    if is_crd && store.get(def, ns, name).is_err() {
+        unregister_crd(store, &deleted);
+    }
+    Ok(json_response(StatusCode::OK, &deleted))
+}
+
+/// `{object}/status`: the object as a GET reads it; writes change only its status.
+async fn status(call: &Call, at: &Named, req: Request) -> ApiResult<Response> {
+    match call.method {
+        Method::GET => get(call, at),
+        Method::PUT if !at.def.has_status() => Err(ApiError::path_not_found()),
+        Method::PUT => update(call, at, Write::Status, req).await,
+        Method::PATCH => patch(call, at, Write::Status, req).await,
+        _ => Err(call.not_supported(&at.def, "status")),
+    }
+}
+
+/// `pods/{name}/binding`: the scheduler's placement of a pod on a node.
+async fn binding(call: &Call, at: &Named, req: Request) -> ApiResult<Response> {
+    if call.method != Method::POST {
+        return Err(call.not_supported(&at.def, "binding"));
+    }
+    let Named { def, ns, name } = at;
+    let store = &call.store;
+    let binding = read_object(req).await?;
+    let node = binding["target"]["name"].as_str().unwrap_or("").to_string();
+    if node.is_empty() {
+        return Err(ApiError::invalid(
+            "Binding",
+            name,
+            vec![("target.name".into(), "Required value".into())],
+        ));
+    }
+    store.modify(def, ns, name, &call.write(false), |current| {
+        if current["spec"]["nodeName"]
+            .as_str()
+            .is_some_and(|n| !n.is_empty())
+        {
+            return Err(ApiError::conflict("", "pods", name));
+        }
+        let mut next = current.clone();
+        next["spec"]["nodeName"] = json!(node);
+        Ok(next)
+    })?;
+    // As kube-apiserver's binding does: the pod is now scheduled.
+    store.modify(def, ns, name, &call.write(true), |current| {
+        let mut next = current.clone();
+        if !next["status"].is_object() {
+            next["status"] = json!({});
+        }
+        let mut conditions: Vec<Value> = next["status"]["conditions"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        conditions.retain(|c| c["type"] != "PodScheduled");
+        conditions.push(json!({"type": "PodScheduled", "status": "True",
+            "lastTransitionTime": super::store::now()}));
+        next["status"]["conditions"] = json!(conditions);
+        Ok(next)
+    })?;
+    Ok(json_response(
+        StatusCode::CREATED,
+        &json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}),
+    ))
 }
 
 /// What a write is, for admission.
@@ -1632,14 +1672,10 @@ fn mark_established(store: &Store, def: &ResourceDef, crd: &Value) -> ApiResult<
 
 /// A watch: past events (from a version, or synthetic ADDED for the current state), then live
 /// ones, as JSON lines; bookmarks when asked; closed after `timeoutSeconds`.
-fn watch(
-    store: Arc<Store>,
-    def: ResourceDef,
-    ns: Option<String>,
-    q: Query,
-    as_table: bool,
-) -> ApiResult<Response> {
-    let opts = selectors(&def, &q)?;
+fn watch(call: &Call, def: ResourceDef, ns: Option<String>) -> ApiResult<Response> {
+    let (q, as_table) = (&call.q, call.wants_table());
+    let store = call.store.clone();
+    let opts = selectors(&def, q)?;
     let rv = q.resource_version()?;
     let send_initial = q.opt_flag("sendInitialEvents");
     // Without sendInitialEvents, a watch from no version (or "0") starts with the current
