@@ -19,6 +19,7 @@ use super::selector::{FieldSelector, LabelSelector};
 use super::store::{
     ChangeKind, DeleteOptions, ListOptions, Owner, Propagation, Store, WriteOptions,
 };
+use super::view::Resource;
 
 /// The in-memory API server.
 #[derive(Clone)]
@@ -507,10 +508,21 @@ fn selectable_fields(def: &ResourceDef) -> Option<&'static [&'static str]> {
 /// The selectors of a list or watch; a field selector on a field the kind does not support is
 /// a 400, as kube answers it.
 fn selectors(def: &ResourceDef, q: &Query) -> ApiResult<ListOptions> {
-    let fields = FieldSelector::parse(q.get("fieldSelector").map(String::as_str).unwrap_or(""))
+    let mut fields = FieldSelector::parse(q.get("fieldSelector").map(String::as_str).unwrap_or(""))
         .map_err(ApiError::bad_request)?;
+    let unsupported =
+        |field: &str| ApiError::bad_request(format!("field label not supported: {field}"));
     let known = selectable_fields(def);
-    for (field, _, _) in &fields.0 {
+    let view = super::view::of(def);
+    for (field, _, _) in &mut fields.0 {
+        // A view selects the stored objects, by the field its label converts to.
+        if let Some(view) = view {
+            *field = view
+                .stored_field(field)
+                .ok_or_else(|| unsupported(field))?
+                .to_string();
+            continue;
+        }
         // A custom resource: only what its CRD declares selectable.
         let supported = matches!(field.as_str(), "metadata.name" | "metadata.namespace")
             || if def.schema.is_some() {
@@ -522,9 +534,7 @@ fn selectors(def: &ResourceDef, q: &Query) -> ApiResult<ListOptions> {
                 }
             };
         if !supported {
-            return Err(ApiError::bad_request(format!(
-                "field label not supported: {field}"
-            )));
+            return Err(unsupported(field));
         }
     }
     Ok(ListOptions {
@@ -743,9 +753,14 @@ async fn dispatch(server: &ApiServer, req: Request) -> ApiResult<Response> {
                 &json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": group_version, "resources": resources}),
             ))
         }
-        Target::Collection { def, ns } => collection(&call, def, ns, req).await,
+        Target::Collection { def, ns } => collection(&call, &call.resource(def)?, ns, req).await,
         Target::Item { def, ns, name, sub } => {
-            item(&call, &Named { def, ns, name }, sub.as_deref(), req).await
+            let at = Named {
+                res: call.resource(def)?,
+                ns,
+                name,
+            };
+            item(&call, &at, sub.as_deref(), req).await
         }
     }
 }
@@ -797,6 +812,11 @@ impl Call {
         }
     }
 
+    /// Where the objects of `def` are (for a view, another resource's).
+    fn resource(&self, def: ResourceDef) -> ApiResult<Resource> {
+        Resource::new(self.store.clone(), def)
+    }
+
     /// `kubectl get` asks for a Table.
     fn wants_table(&self) -> bool {
         super::table::wants_table(&self.accept)
@@ -829,19 +849,19 @@ impl Call {
 /// A collection: list, watch, create, delete the matching.
 async fn collection(
     call: &Call,
-    def: ResourceDef,
+    res: &Resource,
     ns: Option<String>,
     req: Request,
 ) -> ApiResult<Response> {
-    let (store, q) = (&call.store, &call.q);
+    let (def, q) = (&res.def, &call.q);
     match call.method {
-        Method::GET if q.flag("watch") => watch(call, def, ns),
+        Method::GET if q.flag("watch") => watch(call, res.clone(), ns),
         Method::GET => {
-            let opts = list_options(store, &def, q)?;
-            let (items, rv, next) = store.list(&def, ns.as_deref(), &opts);
+            let opts = list_options(&call.store, def, q)?;
+            let (items, rv, next) = res.list(ns.as_deref(), &opts);
             let next = next.map(|position| encode_continue(rv, &position));
             if call.wants_table() {
-                let mut t = call.table(&def, &items, &rv.to_string());
+                let mut t = call.table(def, &items, &rv.to_string());
                 if let Some(next) = next {
                     t["metadata"]["continue"] = json!(next);
                 }
@@ -873,11 +893,11 @@ async fn collection(
                 return Ok(json_response(StatusCode::CREATED, &review));
             }
             let mut obj = obj;
-            let warnings = admit(&def, &mut obj, &call.validation, Write::Create, None)?;
+            let warnings = admit(def, &mut obj, &call.validation, Write::Create, None)?;
             if call.protect_storage {
-                protect(&def, &mut obj);
+                protect(def, &mut obj);
             }
-            let created = create(store, &def, &ns, obj, call.dry_run, call.writer.as_ref())?;
+            let created = create(res, &ns, obj, call.dry_run, call.writer.as_ref())?;
             Ok(with_warnings(
                 json_response(StatusCode::CREATED, &created),
                 &warnings,
@@ -885,8 +905,8 @@ async fn collection(
         }
         Method::DELETE => {
             q.write_options("DeleteOptions")?;
-            let opts = list_options(store, &def, q)?;
-            let (items, _, _) = store.list(&def, ns.as_deref(), &opts);
+            let opts = list_options(&call.store, def, q)?;
+            let (items, _, _) = res.list(ns.as_deref(), &opts);
             let mut deleted = Vec::new();
             for item in items {
                 let name = item["metadata"]["name"].as_str().unwrap_or("").to_string();
@@ -894,8 +914,7 @@ async fn collection(
                     .as_str()
                     .unwrap_or("")
                     .to_string();
-                if let Ok(d) = store.delete(
-                    &def,
+                if let Ok(d) = res.delete(
                     &ins,
                     &name,
                     &DeleteOptions {
@@ -908,7 +927,7 @@ async fn collection(
             }
             Ok(json_response(
                 StatusCode::OK,
-                &json!({"apiVersion": def.api_version(), "kind": format!("{}List", def.kind), "metadata": {"resourceVersion": store.resource_version().to_string()}, "items": deleted}),
+                &json!({"apiVersion": def.api_version(), "kind": format!("{}List", def.kind), "metadata": {"resourceVersion": res.store.resource_version().to_string()}, "items": deleted}),
             ))
         }
         _ => Err(ApiError::method_not_allowed(format!(
@@ -920,7 +939,7 @@ async fn collection(
 
 /// The object an item request names.
 struct Named {
-    def: ResourceDef,
+    res: Resource,
     ns: String,
     name: String,
 }
@@ -958,10 +977,11 @@ const SUBRESOURCES: &[Subresource] = &[
 
 /// One object: get, replace, patch, delete, and its subresources.
 async fn item(call: &Call, at: &Named, sub: Option<&str>, req: Request) -> ApiResult<Response> {
-    if at.def.create_only {
+    let def = &at.res.def;
+    if def.create_only {
         return Err(ApiError::method_not_allowed(format!(
             "{} only supports create",
-            at.def.plural
+            def.plural
         )));
     }
     if let Some(sub) = sub {
@@ -969,7 +989,7 @@ async fn item(call: &Call, at: &Named, sub: Option<&str>, req: Request) -> ApiRe
         // (a GET of csidrivers/rancher.io/local-path is a 404, not a refused method).
         let found = SUBRESOURCES
             .iter()
-            .find(|s| s.name == sub && (s.served)(&at.def))
+            .find(|s| s.name == sub && (s.served)(def))
             .ok_or_else(ApiError::path_not_found)?;
         return (found.handle)(call, at, req).await;
     }
@@ -978,13 +998,13 @@ async fn item(call: &Call, at: &Named, sub: Option<&str>, req: Request) -> ApiRe
         Method::PUT => update(call, at, Write::Update, req).await,
         Method::PATCH => patch(call, at, Write::Update, req).await,
         Method::DELETE => delete(call, at, req).await,
-        _ => Err(call.not_supported(&at.def, "")),
+        _ => Err(call.not_supported(def, "")),
     }
 }
 
 fn get(call: &Call, at: &Named) -> ApiResult<Response> {
     call.q.resource_version()?;
-    let obj = call.store.get(&at.def, &at.ns, &at.name)?;
+    let obj = at.res.get(&at.ns, &at.name)?;
     if call.wants_table() {
         let rv = obj["metadata"]["resourceVersion"]
             .as_str()
@@ -992,7 +1012,7 @@ fn get(call: &Call, at: &Named) -> ApiResult<Response> {
             .to_string();
         return Ok(json_response(
             StatusCode::OK,
-            &call.table(&at.def, &[obj], &rv),
+            &call.table(&at.res.def, &[obj], &rv),
         ));
     }
     Ok(json_response(StatusCode::OK, &obj))
@@ -1000,16 +1020,16 @@ fn get(call: &Call, at: &Named) -> ApiResult<Response> {
 
 /// A PUT of the object (`Write::Update`) or of its status (`Write::Status`).
 async fn update(call: &Call, at: &Named, how: Write, req: Request) -> ApiResult<Response> {
-    let Named { def, ns, name } = at;
-    let store = &call.store;
+    let Named { res, ns, name } = at;
+    let (def, store) = (&res.def, &call.store);
     let status = how == Write::Status;
     call.q.write_options("UpdateOptions")?;
     let mut obj = read_object(req).await?;
     let warnings = admit(def, &mut obj, &call.validation, how, Some(name.as_str()))?;
-    if !status && let Ok(current) = store.get(def, ns, name) {
+    if !status && let Ok(current) = res.get(ns, name) {
         validate_update(def, &expandable_classes(store, def), &current, &obj)?;
     }
-    let updated = store.update(def, ns, name, obj, &call.write(status))?;
+    let updated = res.update(ns, name, obj, &call.write(status))?;
     after_write(store, def, &updated);
     Ok(with_warnings(
         json_response(StatusCode::OK, &updated),
@@ -1020,8 +1040,8 @@ async fn update(call: &Call, at: &Named, how: Write, req: Request) -> ApiResult<
 /// A PATCH of the object (`Write::Update`) or of its status (`Write::Status`), in any of the
 /// patch types; an apply creates what does not exist.
 async fn patch(call: &Call, at: &Named, how: Write, req: Request) -> ApiResult<Response> {
-    let Named { def, ns, name } = at;
-    let store = &call.store;
+    let Named { res, ns, name } = at;
+    let (def, store) = (&res.def, &call.store);
     let status = how == Write::Status;
     let ct = req
         .headers()
@@ -1051,7 +1071,7 @@ async fn patch(call: &Call, at: &Named, how: Write, req: Request) -> ApiResult<R
         ..call.write(status)
     };
     let expandable = expandable_classes(store, def);
-    let result = store.modify(def, ns, name, &write, |current| {
+    let result = res.modify(ns, name, &write, |current| {
         let mut next = patch::apply(kind, current, &body)?;
         warnings = admit(def, &mut next, &call.validation, how, Some(name.as_str()))?;
         if !status {
@@ -1068,7 +1088,7 @@ async fn patch(call: &Call, at: &Named, how: Write, req: Request) -> ApiResult<R
             if call.protect_storage {
                 protect(def, &mut obj);
             }
-            create(store, def, ns, obj, call.dry_run, apply_owner.as_ref())?
+            create(res, ns, obj, call.dry_run, apply_owner.as_ref())?
         }
         other => other?,
     };
@@ -1080,8 +1100,8 @@ async fn patch(call: &Call, at: &Named, how: Write, req: Request) -> ApiResult<R
 }
 
 async fn delete(call: &Call, at: &Named, req: Request) -> ApiResult<Response> {
-    let Named { def, ns, name } = at;
-    let (store, q) = (&call.store, &call.q);
+    let Named { res, ns, name } = at;
+    let (def, store, q) = (&res.def, &call.store, &call.q);
     q.write_options("DeleteOptions")?;
     let body = body_bytes(req).await?;
     let opts: Value = if body.is_empty() {
@@ -1124,9 +1144,9 @@ async fn delete(call: &Call, at: &Named, req: Request) -> ApiResult<Response> {
         grace_period,
         dry_run: call.dry_run || body_dry_run,
     };
-    let deleted = store.delete(def, ns, name, &how)?;
+    let deleted = res.delete(ns, name, &how)?;
     let is_crd = def.group == "apiextensions.k8s.io" && def.plural == "customresourcedefinitions";
-    if is_crd && store.get(def, ns, name).is_err() {
+    if is_crd && res.get(ns, name).is_err() {
         unregister_crd(store, &deleted);
     }
     Ok(json_response(StatusCode::OK, &deleted))
@@ -1136,20 +1156,19 @@ async fn delete(call: &Call, at: &Named, req: Request) -> ApiResult<Response> {
 async fn status(call: &Call, at: &Named, req: Request) -> ApiResult<Response> {
     match call.method {
         Method::GET => get(call, at),
-        Method::PUT if !at.def.has_status() => Err(ApiError::path_not_found()),
+        Method::PUT if !at.res.def.has_status() => Err(ApiError::path_not_found()),
         Method::PUT => update(call, at, Write::Status, req).await,
         Method::PATCH => patch(call, at, Write::Status, req).await,
-        _ => Err(call.not_supported(&at.def, "status")),
+        _ => Err(call.not_supported(&at.res.def, "status")),
     }
 }
 
 /// `pods/{name}/binding`: the scheduler's placement of a pod on a node.
 async fn binding(call: &Call, at: &Named, req: Request) -> ApiResult<Response> {
     if call.method != Method::POST {
-        return Err(call.not_supported(&at.def, "binding"));
+        return Err(call.not_supported(&at.res.def, "binding"));
     }
-    let Named { def, ns, name } = at;
-    let store = &call.store;
+    let Named { res, ns, name } = at;
     let binding = read_object(req).await?;
     let node = binding["target"]["name"].as_str().unwrap_or("").to_string();
     if node.is_empty() {
@@ -1159,7 +1178,7 @@ async fn binding(call: &Call, at: &Named, req: Request) -> ApiResult<Response> {
             vec![("target.name".into(), "Required value".into())],
         ));
     }
-    store.modify(def, ns, name, &call.write(false), |current| {
+    res.modify(ns, name, &call.write(false), |current| {
         if current["spec"]["nodeName"]
             .as_str()
             .is_some_and(|n| !n.is_empty())
@@ -1171,7 +1190,7 @@ async fn binding(call: &Call, at: &Named, req: Request) -> ApiResult<Response> {
         Ok(next)
     })?;
     // As kube-apiserver's binding does: the pod is now scheduled.
-    store.modify(def, ns, name, &call.write(true), |current| {
+    res.modify(ns, name, &call.write(true), |current| {
         let mut next = current.clone();
         if !next["status"].is_object() {
             next["status"] = json!({});
@@ -1485,13 +1504,13 @@ fn groups(registry: &Registry) -> Value {
 }
 
 fn create(
-    store: &Store,
-    def: &ResourceDef,
+    res: &Resource,
     ns: &str,
     obj: Value,
     dry_run: bool,
     owner: Option<&Owner>,
 ) -> ApiResult<Value> {
+    let (store, def) = (&*res.store, &res.def);
     let is_crd = def.group == "apiextensions.k8s.io" && def.plural == "customresourcedefinitions";
     let custom = if is_crd {
         Some(crd_resource(&obj)?)
@@ -1502,7 +1521,7 @@ fn create(
     if def.group.is_empty() && def.plural == "persistentvolumeclaims" {
         default_storage_class(store, &mut obj);
     }
-    let created = store.create(def, ns, obj, dry_run, owner)?;
+    let created = res.create(ns, obj, dry_run, owner)?;
     if let (Some(custom), false) = (custom, dry_run) {
         store.register(custom);
         return mark_established(store, def, &created);
@@ -1672,9 +1691,9 @@ fn mark_established(store: &Store, def: &ResourceDef, crd: &Value) -> ApiResult<
 
 /// A watch: past events (from a version, or synthetic ADDED for the current state), then live
 /// ones, as JSON lines; bookmarks when asked; closed after `timeoutSeconds`.
-fn watch(call: &Call, def: ResourceDef, ns: Option<String>) -> ApiResult<Response> {
+fn watch(call: &Call, res: Resource, ns: Option<String>) -> ApiResult<Response> {
     let (q, as_table) = (&call.q, call.wants_table());
-    let store = call.store.clone();
+    let (store, def) = (call.store.clone(), res.def.clone());
     let opts = selectors(&def, q)?;
     let rv = q.resource_version()?;
     let send_initial = q.opt_flag("sendInitialEvents");
@@ -1708,8 +1727,7 @@ fn watch(call: &Call, def: ResourceDef, ns: Option<String>) -> ApiResult<Respons
     let mut lines: Vec<Value> = Vec::new();
     let mut last = since.unwrap_or(at);
     if initial {
-        let (items, rv_now, _) = store.list(
-            &def,
+        let (items, rv_now, _) = res.list(
             ns.as_deref(),
             &ListOptions {
                 labels: opts.labels.clone(),
@@ -1727,8 +1745,9 @@ fn watch(call: &Call, def: ResourceDef, ns: Option<String>) -> ApiResult<Respons
             lines.push(json!({"type": "BOOKMARK", "object": {"kind": def.kind, "apiVersion": def.api_version(), "metadata": {"resourceVersion": last.to_string(), "annotations": {"k8s.io/initial-events-end": "true"}}}}));
         }
     }
+    // Changes are of the stored objects (a view's too), which the selectors name.
     let matches = {
-        let def = def.clone();
+        let def = res.stored_def().clone();
         let ns = ns.clone();
         let opts = opts.clone();
         move |c: &super::store::Change| -> bool {
@@ -1755,7 +1774,9 @@ fn watch(call: &Call, def: ResourceDef, ns: Option<String>) -> ApiResult<Respons
     let threshold = last;
     for change in past.iter().filter(|c| c.rv > threshold) {
         if matches(change) {
-            lines.push(json!({"type": change.kind.as_str(), "object": change.object}));
+            let mut line = json!({"type": change.kind.as_str()});
+            line["object"] = res.to_served(change.object.clone());
+            lines.push(line);
         }
         last = last.max(change.rv);
     }
@@ -1804,7 +1825,9 @@ fn watch(call: &Call, def: ResourceDef, ns: Option<String>) -> ApiResult<Respons
                         last = c.rv;
                         if matches(&c) {
                             let kind = match c.kind { ChangeKind::Added => "ADDED", ChangeKind::Modified => "MODIFIED", ChangeKind::Deleted => "DELETED" };
-                            if tx.send(Ok(ndjson(&shape(json!({"type": kind, "object": c.object}))))).await.is_err() { return; }
+                            let mut event = json!({"type": kind});
+                            event["object"] = res.to_served(c.object.clone());
+                            if tx.send(Ok(ndjson(&shape(event)))).await.is_err() { return; }
                         }
                     }
                 },
