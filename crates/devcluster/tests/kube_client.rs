@@ -630,3 +630,153 @@ async fn tls_with_the_written_kubeconfig() {
         .collect();
     assert_eq!(names, ["default", "kube-public", "kube-system"]);
 }
+
+/// kube-rs's event Recorder writes events.k8s.io/v1 Events (a create, then a merge patch with a
+/// series when the event repeats); core/v1 clients see them as the same, one, Event.
+#[tokio::test]
+async fn recorded_events_are_core_events() {
+    use k8s_openapi::api::core::v1::Event as CoreEvent;
+    use k8s_openapi::api::events::v1::Event;
+    use kube::Resource;
+    use kube::runtime::events::{Event as Recorded, EventType, Recorder, Reporter};
+
+    let server = ApiServer::new();
+    let client = client(&server);
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
+    let target = cms
+        .create(&PostParams::default(), &cm("recorded", &[]))
+        .await
+        .unwrap();
+    let recorder = Recorder::new(
+        client.clone(),
+        Reporter {
+            controller: "cdi-test".into(),
+            instance: Some("cdi-test-0".into()),
+        },
+    );
+    let slow = Recorded {
+        type_: EventType::Warning,
+        reason: "Slow".into(),
+        note: Some("the import is slow".into()),
+        action: "Import".into(),
+        secondary: None,
+    };
+    let reference = target.object_ref(&());
+    recorder.publish(&slow, &reference).await.unwrap();
+    recorder.publish(&slow, &reference).await.unwrap();
+
+    let core: Api<CoreEvent> = Api::namespaced(client.clone(), "default");
+    let listed = core
+        .list(&ListParams::default().fields("involvedObject.name=recorded"))
+        .await
+        .unwrap()
+        .items;
+    assert_eq!(listed.len(), 1, "{listed:?}");
+    let e = &listed[0];
+    assert_eq!(e.message.as_deref(), Some("the import is slow"));
+    assert_eq!(e.reason.as_deref(), Some("Slow"));
+    assert_eq!(e.type_.as_deref(), Some("Warning"));
+    assert_eq!(e.reporting_component.as_deref(), Some("cdi-test"));
+    assert_eq!(e.reporting_instance.as_deref(), Some("cdi-test-0"));
+    assert_eq!(e.involved_object.kind.as_deref(), Some("ConfigMap"));
+    assert_eq!(e.involved_object.uid, target.metadata.uid);
+    // The repeat is counted by the series; `count` is the deprecated count, which kube's
+    // conversion copies and the Recorder never sets.
+    assert_eq!(e.series.as_ref().and_then(|s| s.count), Some(2));
+    assert_eq!(e.count, None);
+
+    // The events.k8s.io view of the same storage, selected by its own field labels.
+    let events: Api<Event> = Api::namespaced(client, "default");
+    let listed = events
+        .list(&ListParams::default().fields("regarding.name=recorded,reportingController=cdi-test"))
+        .await
+        .unwrap()
+        .items;
+    assert_eq!(listed.len(), 1, "{listed:?}");
+    assert_eq!(listed[0].note.as_deref(), Some("the import is slow"));
+    assert_eq!(listed[0].series.as_ref().map(|s| s.count), Some(2));
+    let err = events
+        .list(&ListParams::default().fields("involvedObject.name=recorded"))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, kube::Error::Api(ref s) if s.code == 400
+            && s.message == "field label not supported: involvedObject.name"),
+        "{err}"
+    );
+}
+
+/// A core/v1 Event, as this system's components write them, read and watched through
+/// events.k8s.io/v1.
+#[tokio::test]
+async fn core_events_read_through_events_k8s_io() {
+    use k8s_openapi::api::core::v1::Event as CoreEvent;
+    use k8s_openapi::api::events::v1::Event;
+
+    let server = ApiServer::new();
+    let client = client(&server);
+    let events: Api<Event> = Api::namespaced(client.clone(), "default");
+    let before = events.list(&ListParams::default()).await.unwrap();
+    let mut watch = events
+        .watch(
+            &WatchParams::default()
+                .fields("regarding.name=claim")
+                .timeout(5),
+            before.metadata.resource_version.as_deref().unwrap(),
+        )
+        .await
+        .unwrap()
+        .boxed();
+
+    let core: Api<CoreEvent> = Api::namespaced(client, "default");
+    let written: CoreEvent = serde_json::from_value(json!({
+        "metadata": {"name": "claim.1"},
+        "involvedObject": {"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+            "namespace": "default", "name": "claim"},
+        "reason": "Provisioning", "message": "provisioning a volume", "type": "Normal",
+        "source": {"component": "local-path-provisioner"},
+        "count": 3,
+        "firstTimestamp": "2026-01-01T00:00:00Z",
+        "lastTimestamp": "2026-01-01T00:02:00Z",
+        "reportingComponent": "local-path-provisioner",
+    }))
+    .unwrap();
+    core.create(&PostParams::default(), &written).await.unwrap();
+
+    let read = events.get("claim.1").await.unwrap();
+    assert_eq!(
+        read.regarding.as_ref().unwrap().name.as_deref(),
+        Some("claim")
+    );
+    assert_eq!(read.note.as_deref(), Some("provisioning a volume"));
+    assert_eq!(read.deprecated_count, Some(3));
+    assert_eq!(
+        read.deprecated_source
+            .as_ref()
+            .unwrap()
+            .component
+            .as_deref(),
+        Some("local-path-provisioner")
+    );
+    assert_eq!(
+        read.reporting_controller.as_deref(),
+        Some("local-path-provisioner")
+    );
+    assert!(read.deprecated_first_timestamp.is_some() && read.deprecated_last_timestamp.is_some());
+
+    match watch.try_next().await.unwrap() {
+        Some(WatchEvent::Added(e)) => {
+            assert_eq!(e.name_any(), "claim.1");
+            assert_eq!(e.note.as_deref(), Some("provisioning a volume"));
+        }
+        other => panic!("expected the event ADDED, got {other:?}"),
+    }
+
+    // Errors name the resource asked for.
+    let err = events.get("missing").await.unwrap_err();
+    assert!(
+        matches!(err, kube::Error::Api(ref s) if s.code == 404
+            && s.message == "events.events.k8s.io \"missing\" not found"),
+        "{err}"
+    );
+}

@@ -289,3 +289,49 @@ async fn kubectl_create_generators_send_protobuf() {
         "{err}"
     );
 }
+
+/// `kubectl get events` prints events written through events.k8s.io/v1 (as kube-rs's Recorder
+/// writes them, with no core timestamps) like any other: LAST SEEN from the event's own times.
+#[tokio::test(flavor = "multi_thread")]
+async fn kubectl_gets_events_of_either_api() {
+    let server = ApiServer::new();
+    let (addr, _task) = server.serve("127.0.0.1:0".parse().unwrap()).await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = dir.path().join("kubeconfig");
+    std::fs::write(
+        &kubeconfig,
+        apiserver::kubeconfig(&format!("http://{addr}")),
+    )
+    .unwrap();
+    let k = Kubectl { kubeconfig };
+    let event = dir.path().join("event.yaml");
+    let now = jiff::Timestamp::now().strftime("%Y-%m-%dT%H:%M:%S.000000Z");
+    std::fs::write(
+        &event,
+        format!(
+            "apiVersion: events.k8s.io/v1\nkind: Event\nmetadata:\n  name: disk.1\nregarding:\n  kind: ConfigMap\n  name: disk\n  namespace: default\nreason: Slow\nnote: the import is slow\ntype: Warning\naction: Import\nreportingController: cdi-test\nreportingInstance: cdi-test-0\neventTime: \"{now}\"\n"
+        ),
+    )
+    .unwrap();
+    k.ok(&["create", "-f", event.to_str().unwrap()]).await;
+    for resource in ["events", "events.events.k8s.io"] {
+        let out = k.ok(&["get", resource]).await;
+        let mut lines = out.lines();
+        let header: Vec<&str> = lines.next().unwrap().split_whitespace().collect();
+        assert_eq!(
+            header,
+            [
+                "NAME", "LAST", "SEEN", "TYPE", "REASON", "OBJECT", "MESSAGE"
+            ],
+            "{resource}: {out}"
+        );
+        let row: Vec<&str> = lines.next().unwrap().split_whitespace().collect();
+        assert_eq!(row[0], "disk.1", "{resource}: {out}");
+        assert!(row[1].ends_with('s'), "seen seconds ago: {out}");
+        assert_eq!(
+            row[2..],
+            ["Warning", "Slow", "disk", "the", "import", "is", "slow"],
+            "{resource}: {out}"
+        );
+    }
+}

@@ -82,6 +82,26 @@ impl ApiError {
         .with_details(group, resource, name)
     }
 
+    /// The same error about `to` (group, resource) where it names `from`: a view's client is
+    /// told about the resource it asked for, not the one the objects are stored under.
+    pub fn about(mut self, from: (&str, &str), to: (&str, &str)) -> Self {
+        let Some(d) = self.details.as_mut() else {
+            return self;
+        };
+        if d["group"] != from.0 || d["kind"] != from.1 {
+            return self;
+        }
+        let name = d["name"].as_str().unwrap_or("").to_string();
+        self.message = self.message.replacen(
+            &format!("{} \"{name}\"", qualified(from.0, from.1)),
+            &format!("{} \"{name}\"", qualified(to.0, to.1)),
+            1,
+        );
+        d["group"] = json!(to.0);
+        d["kind"] = json!(to.1);
+        self
+    }
+
     /// 422 Invalid, as errors.NewInvalid builds it: `kind` is the qualified kind (`Kind` or
     /// `Kind.group`), `causes` are (field, message) pairs whose message starts with the error
     /// type's text ("Invalid value", "Required value", ...).

@@ -13,6 +13,7 @@ pub mod server;
 pub mod store;
 pub mod table;
 pub mod validation;
+pub mod view;
 
 pub use server::{ApiServer, PV_PROTECTION, PVC_PROTECTION};
 

@@ -279,12 +279,20 @@ fn builtin_columns(group: &str, plural: &str) -> Vec<Value> {
     };
     let age = || col("Age", ".metadata.creationTimestamp", 0);
     match (group, plural) {
+        // One printer for both APIs' Events, as kube's: each in its own field names.
         ("", "events") => vec![
-            json!({"name": "Last Seen", "type": "date", "jsonPath": ".lastTimestamp", "priority": 0}),
+            json!({"name": "Last Seen", "type": "date", "jsonPath": "#event.lastSeen", "priority": 0}),
             col("Type", ".type", 0),
             col("Reason", ".reason", 0),
             col("Object", ".involvedObject.name", 0),
             col("Message", ".message", 0),
+        ],
+        ("events.k8s.io", "events") => vec![
+            json!({"name": "Last Seen", "type": "date", "jsonPath": "#event.lastSeen", "priority": 0}),
+            col("Type", ".type", 0),
+            col("Reason", ".reason", 0),
+            col("Object", ".regarding.name", 0),
+            col("Message", ".note", 0),
         ],
         // `#…` paths are cells computed as kubectl's pod printer does (see `table`).
         ("", "pods") => vec![

@@ -9,6 +9,7 @@ use axum::body::{Body, Bytes};
 use axum::extract::{Request, State};
 use axum::http::{Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
+use futures::future::BoxFuture;
 use serde_json::{Value, json};
 
 use super::errors::{ApiError, ApiResult};
@@ -18,6 +19,7 @@ use super::selector::{FieldSelector, LabelSelector};
 use super::store::{
     ChangeKind, DeleteOptions, ListOptions, Owner, Propagation, Store, WriteOptions,
 };
+use super::view::Resource;
 
 /// The in-memory API server.
 #[derive(Clone)]
@@ -506,10 +508,21 @@ fn selectable_fields(def: &ResourceDef) -> Option<&'static [&'static str]> {
 /// The selectors of a list or watch; a field selector on a field the kind does not support is
 /// a 400, as kube answers it.
 fn selectors(def: &ResourceDef, q: &Query) -> ApiResult<ListOptions> {
-    let fields = FieldSelector::parse(q.get("fieldSelector").map(String::as_str).unwrap_or(""))
+    let mut fields = FieldSelector::parse(q.get("fieldSelector").map(String::as_str).unwrap_or(""))
         .map_err(ApiError::bad_request)?;
+    let unsupported =
+        |field: &str| ApiError::bad_request(format!("field label not supported: {field}"));
     let known = selectable_fields(def);
-    for (field, _, _) in &fields.0 {
+    let view = super::view::of(def);
+    for (field, _, _) in &mut fields.0 {
+        // A view selects the stored objects, by the field its label converts to.
+        if let Some(view) = view {
+            *field = view
+                .stored_field(field)
+                .ok_or_else(|| unsupported(field))?
+                .to_string();
+            continue;
+        }
         // A custom resource: only what its CRD declares selectable.
         let supported = matches!(field.as_str(), "metadata.name" | "metadata.namespace")
             || if def.schema.is_some() {
@@ -521,9 +534,7 @@ fn selectors(def: &ResourceDef, q: &Query) -> ApiResult<ListOptions> {
                 }
             };
         if !supported {
-            return Err(ApiError::bad_request(format!(
-                "field label not supported: {field}"
-            )));
+            return Err(unsupported(field));
         }
     }
     Ok(ListOptions {
@@ -695,40 +706,8 @@ fn parse_object(bytes: &[u8]) -> ApiResult<Value> {
 
 async fn dispatch(server: &ApiServer, req: Request) -> ApiResult<Response> {
     let target = server.route(req.uri().path())?;
-    let q = query(&req);
-    let method = req.method().clone();
-    let accept = req
-        .headers()
-        .get(header::ACCEPT)
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("")
-        .to_string();
-    // Every value was checked to be "All" before a write uses this.
-    let dry_run = q.all.contains_key("dryRun");
-    let manager = q.get("fieldManager").cloned().filter(|m| !m.is_empty());
-    let force = q.flag("force");
-    let writer = manager.clone().map(|manager| Owner {
-        manager,
-        applied: None,
-        force,
-    });
-    let validation = q
-        .get("fieldValidation")
-        .cloned()
-        .unwrap_or_else(|| "Warn".to_string());
-    let store = server.store.clone();
-    let call = Call {
-        store: store.clone(),
-        protect_storage: server.protect_storage,
-        q,
-        method,
-        accept,
-        dry_run,
-        manager,
-        force,
-        writer,
-        validation,
-    };
+    let call = Call::new(server, &req);
+    let store = &call.store;
     match target {
         Target::Version => Ok(json_response(StatusCode::OK, &version())),
         Target::OpenApiRoot => Ok(json_response(
@@ -774,8 +753,15 @@ async fn dispatch(server: &ApiServer, req: Request) -> ApiResult<Response> {
                 &json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": group_version, "resources": resources}),
             ))
         }
-        Target::Collection { def, ns } => collection(call, def, ns, req).await,
-        Target::Item { def, ns, name, sub } => item(call, def, ns, name, sub, req).await,
+        Target::Collection { def, ns } => collection(&call, &call.resource(def)?, ns, req).await,
+        Target::Item { def, ns, name, sub } => {
+            let at = Named {
+                res: call.resource(def)?,
+                ns,
+                name,
+            };
+            item(&call, &at, sub.as_deref(), req).await
+        }
     }
 }
 
@@ -795,36 +781,87 @@ struct Call {
     validation: String,
 }
 
+impl Call {
+    fn new(server: &ApiServer, req: &Request) -> Call {
+        let q = query(req);
+        let manager = q.get("fieldManager").cloned().filter(|m| !m.is_empty());
+        let force = q.flag("force");
+        Call {
+            store: server.store.clone(),
+            protect_storage: server.protect_storage,
+            method: req.method().clone(),
+            accept: req
+                .headers()
+                .get(header::ACCEPT)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or("")
+                .to_string(),
+            dry_run: q.all.contains_key("dryRun"),
+            writer: manager.clone().map(|manager| Owner {
+                manager,
+                applied: None,
+                force,
+            }),
+            manager,
+            force,
+            validation: q
+                .get("fieldValidation")
+                .cloned()
+                .unwrap_or_else(|| "Warn".to_string()),
+            q,
+        }
+    }
+
+    /// Where the objects of `def` are (for a view, another resource's).
+    fn resource(&self, def: ResourceDef) -> ApiResult<Resource> {
+        Resource::new(self.store.clone(), def)
+    }
+
+    /// `kubectl get` asks for a Table.
+    fn wants_table(&self) -> bool {
+        super::table::wants_table(&self.accept)
+    }
+
+    /// A Table of `items`, their whole objects in the rows if asked (`includeObject=Object`).
+    fn table(&self, def: &ResourceDef, items: &[Value], rv: &str) -> Value {
+        let include = self.q.get("includeObject").is_some_and(|i| i == "Object");
+        super::table::table(def, items, rv, include)
+    }
+
+    /// How this request writes: its dry run, and its field manager as the owner of what it sets.
+    fn write(&self, status_only: bool) -> WriteOptions<'_> {
+        WriteOptions {
+            dry_run: self.dry_run,
+            status_only,
+            owner: self.writer.as_ref(),
+        }
+    }
+
+    /// A refused method, in kube's words: `PUT is not supported on pods/binding`.
+    fn not_supported(&self, def: &ResourceDef, sub: &str) -> ApiError {
+        ApiError::method_not_allowed(format!(
+            "{} is not supported on {}/{sub}",
+            self.method, def.plural
+        ))
+    }
+}
+
 /// A collection: list, watch, create, delete the matching.
 async fn collection(
-    call: Call,
-    def: ResourceDef,
+    call: &Call,
+    res: &Resource,
     ns: Option<String>,
     req: Request,
 ) -> ApiResult<Response> {
-    let Call {
-        store,
-        protect_storage,
-        q,
-        method,
-        accept,
-        dry_run,
-        writer,
-        validation,
-        ..
-    } = call;
-
-    match method {
-        Method::GET if q.flag("watch") => {
-            watch(store, def, ns, q, super::table::wants_table(&accept))
-        }
+    let (def, q) = (&res.def, &call.q);
+    match call.method {
+        Method::GET if q.flag("watch") => watch(call, res.clone(), ns),
         Method::GET => {
-            let opts = list_options(&store, &def, &q)?;
-            let (items, rv, next) = store.list(&def, ns.as_deref(), &opts);
+            let opts = list_options(&call.store, def, q)?;
+            let (items, rv, next) = res.list(ns.as_deref(), &opts);
             let next = next.map(|position| encode_continue(rv, &position));
-            if super::table::wants_table(&accept) {
-                let include = q.get("includeObject").is_some_and(|i| i == "Object");
-                let mut t = super::table::table(&def, &items, &rv.to_string(), include);
+            if call.wants_table() {
+                let mut t = call.table(def, &items, &rv.to_string());
                 if let Some(next) = next {
                     t["metadata"]["continue"] = json!(next);
                 }
@@ -856,11 +893,11 @@ async fn collection(
                 return Ok(json_response(StatusCode::CREATED, &review));
             }
             let mut obj = obj;
-            let warnings = admit(&def, &mut obj, &validation, Write::Create, None)?;
-            if protect_storage {
-                protect(&def, &mut obj);
+            let warnings = admit(def, &mut obj, &call.validation, Write::Create, None)?;
+            if call.protect_storage {
+                protect(def, &mut obj);
             }
-            let created = create(&store, &def, &ns, obj, dry_run, writer.as_ref())?;
+            let created = create(res, &ns, obj, call.dry_run, call.writer.as_ref())?;
             Ok(with_warnings(
                 json_response(StatusCode::CREATED, &created),
                 &warnings,
@@ -868,8 +905,8 @@ async fn collection(
         }
         Method::DELETE => {
             q.write_options("DeleteOptions")?;
-            let opts = list_options(&store, &def, &q)?;
-            let (items, _, _) = store.list(&def, ns.as_deref(), &opts);
+            let opts = list_options(&call.store, def, q)?;
+            let (items, _, _) = res.list(ns.as_deref(), &opts);
             let mut deleted = Vec::new();
             for item in items {
                 let name = item["metadata"]["name"].as_str().unwrap_or("").to_string();
@@ -877,12 +914,11 @@ async fn collection(
                     .as_str()
                     .unwrap_or("")
                     .to_string();
-                if let Ok(d) = store.delete(
-                    &def,
+                if let Ok(d) = res.delete(
                     &ins,
                     &name,
                     &DeleteOptions {
-                        dry_run,
+                        dry_run: call.dry_run,
                         ..Default::default()
                     },
                 ) {
@@ -891,265 +927,288 @@ async fn collection(
             }
             Ok(json_response(
                 StatusCode::OK,
-                &json!({"apiVersion": def.api_version(), "kind": format!("{}List", def.kind), "metadata": {"resourceVersion": store.resource_version().to_string()}, "items": deleted}),
+                &json!({"apiVersion": def.api_version(), "kind": format!("{}List", def.kind), "metadata": {"resourceVersion": res.store.resource_version().to_string()}, "items": deleted}),
             ))
         }
         _ => Err(ApiError::method_not_allowed(format!(
-            "{method} is not supported on {}",
-            def.plural
+            "{} is not supported on {}",
+            call.method, def.plural
         ))),
     }
 }
 
-/// One object: get, replace, patch, delete, and its subresources.
-async fn item(
-    call: Call,
-    def: ResourceDef,
+/// The object an item request names.
+struct Named {
+    res: Resource,
     ns: String,
     name: String,
-    sub: Option<String>,
-    req: Request,
-) -> ApiResult<Response> {
-    let Call {
-        store,
-        protect_storage,
-        q,
-        method,
-        accept,
-        dry_run,
-        manager,
-        force,
-        writer,
-        validation,
-    } = call;
-    {
-        if def.create_only {
-            return Err(ApiError::method_not_allowed(format!(
-                "{} only supports create",
-                def.plural
-            )));
-        }
+}
+
+/// A subresource's handler, for every method on `{object}/{name}`.
+type SubresourceHandler =
+    for<'a> fn(&'a Call, &'a Named, Request) -> BoxFuture<'a, ApiResult<Response>>;
+
+/// A subresource the server serves: for which kinds, and its handler.
+struct Subresource {
+    name: &'static str,
+    served: fn(&ResourceDef) -> bool,
+    handle: SubresourceHandler,
+}
+
+fn declares(def: &ResourceDef, sub: &str) -> bool {
+    def.subresources.iter().any(|s| s == sub)
+}
+
+/// Every subresource served. A name not here, or not served for the kind, is a 404.
+const SUBRESOURCES: &[Subresource] = &[
+    Subresource {
+        name: "status",
+        // Read and patched through on every kind, as this server always has; only a PUT
+        // requires the kind to declare it (see `status`).
+        served: |_| true,
+        handle: |call, at, req| Box::pin(status(call, at, req)),
+    },
+    Subresource {
+        name: "binding",
+        served: |def| declares(def, "binding"),
+        handle: |call, at, req| Box::pin(binding(call, at, req)),
+    },
+];
+
+/// One object: get, replace, patch, delete, and its subresources.
+async fn item(call: &Call, at: &Named, sub: Option<&str>, req: Request) -> ApiResult<Response> {
+    let def = &at.res.def;
+    if def.create_only {
+        return Err(ApiError::method_not_allowed(format!(
+            "{} only supports create",
+            def.plural
+        )));
+    }
+    if let Some(sub) = sub {
         // A subresource the kind does not serve is not there at all, as kube answers it
         // (a GET of csidrivers/rancher.io/local-path is a 404, not a refused method).
-        if let Some(s) = sub.as_deref()
-            && s != "status"
-            && !def.subresources.iter().any(|d| d == s)
-        {
-            return Err(ApiError::path_not_found());
-        }
-        match (sub.as_deref(), &method) {
-            (None | Some("status"), &Method::GET) => {
-                q.resource_version()?;
-                let obj = store.get(&def, &ns, &name)?;
-                if super::table::wants_table(&accept) {
-                    let rv = obj["metadata"]["resourceVersion"]
-                        .as_str()
-                        .unwrap_or("")
-                        .to_string();
-                    let include = q.get("includeObject").is_some_and(|i| i == "Object");
-                    return Ok(json_response(
-                        StatusCode::OK,
-                        &super::table::table(&def, &[obj], &rv, include),
-                    ));
-                }
-                Ok(json_response(StatusCode::OK, &obj))
-            }
-            (None | Some("status"), &Method::PUT) => {
-                let status = sub.is_some();
-                if status && !def.has_status() {
-                    return Err(ApiError::path_not_found());
-                }
-                q.write_options("UpdateOptions")?;
-                let mut obj = read_object(req).await?;
-                let how = if status { Write::Status } else { Write::Update };
-                let warnings = admit(&def, &mut obj, &validation, how, Some(&name))?;
-                if !status && let Ok(current) = store.get(&def, &ns, &name) {
-                    validate_update(&def, &expandable_classes(&store, &def), &current, &obj)?;
-                }
-                let how = WriteOptions {
-                    dry_run,
-                    status_only: status,
-                    owner: writer.as_ref(),
-                };
-                let updated = store.update(&def, &ns, &name, obj, &how)?;
-                after_write(&store, &def, &updated);
-                Ok(with_warnings(
-                    json_response(StatusCode::OK, &updated),
-                    &warnings,
-                ))
-            }
-            (None | Some("status"), &Method::PATCH) => {
-                let status = sub.is_some();
-                let ct = req
-                    .headers()
-                    .get(header::CONTENT_TYPE)
-                    .and_then(|v| v.to_str().ok())
-                    .unwrap_or("")
-                    .to_string();
-                let kind = PatchKind::from_content_type(&ct)?;
-                q.write_options("PatchOptions")?;
-                let body = body_bytes(req).await?;
-                let mut warnings = Vec::new();
-                // An apply claims the fields it sets and conflicts with other managers'.
-                let apply_owner = if kind == PatchKind::Apply {
-                    let applied = serde_json::from_slice::<Value>(&body)
-                        .or_else(|_| {
-                            serde_saphyr::from_slice::<Value>(&body).map_err(|e| e.to_string())
-                        })
-                        .ok();
-                    Some(Owner {
-                        manager: manager.clone().unwrap_or_else(|| "apply".into()),
-                        applied,
-                        force,
-                    })
-                } else {
-                    writer.clone()
-                };
-                let how = WriteOptions {
-                    dry_run,
-                    status_only: status,
-                    owner: apply_owner.as_ref(),
-                };
-                let expandable = expandable_classes(&store, &def);
-                let result = store.modify(&def, &ns, &name, &how, |current| {
-                    let mut next = patch::apply(kind, current, &body)?;
-                    let how = if status { Write::Status } else { Write::Update };
-                    warnings = admit(&def, &mut next, &validation, how, Some(&name))?;
-                    if !status {
-                        validate_update(&def, &expandable, current, &next)?;
-                    }
-                    Ok(next)
-                });
-                let updated = match result {
-                    Err(e) if e.code == 404 && kind == PatchKind::Apply && !status => {
-                        // Server-side apply creates what does not exist.
-                        let mut obj = parse_object(&body)?;
-                        obj["metadata"]["name"] = json!(name);
-                        warnings = admit(&def, &mut obj, &validation, Write::Create, None)?;
-                        if protect_storage {
-                            protect(&def, &mut obj);
-                        }
-                        create(&store, &def, &ns, obj, dry_run, apply_owner.as_ref())?
-                    }
-                    other => other?,
-                };
-                after_write(&store, &def, &updated);
-                Ok(with_warnings(
-                    json_response(StatusCode::OK, &updated),
-                    &warnings,
-                ))
-            }
-            (None, &Method::DELETE) => {
-                q.write_options("DeleteOptions")?;
-                let body = body_bytes(req).await?;
-                let opts: Value = if body.is_empty() {
-                    json!({})
-                } else {
-                    serde_json::from_slice(&body).unwrap_or(json!({}))
-                };
-                let policy = q
-                    .get("propagationPolicy")
-                    .cloned()
-                    .or_else(|| opts["propagationPolicy"].as_str().map(str::to_string))
-                    .or_else(|| {
-                        (opts["orphanDependents"] == json!(true)).then(|| "Orphan".to_string())
-                    });
-                let propagation = match policy.as_deref() {
-                    Some("Orphan") => Propagation::Orphan,
-                    Some("Foreground") => Propagation::Foreground,
-                    None | Some("Background") => Propagation::Background,
-                    Some(other) => {
-                        // ValidateDeleteOptions.
-                        let e = super::validation::FieldError::not_supported(
-                            "propagationPolicy",
-                            super::validation::BadValue::Str(other.to_string()),
-                            &["Foreground", "Background", "Orphan", "nil"],
-                        );
-                        return Err(ApiError::invalid(
-                            "DeleteOptions.meta.k8s.io",
-                            "",
-                            vec![e.cause()],
-                        ));
-                    }
-                };
-                let grace_period = q
-                    .int("gracePeriodSeconds")?
-                    .or_else(|| opts["gracePeriodSeconds"].as_i64());
-                let body_dry_run = opts["dryRun"]
-                    .as_array()
-                    .is_some_and(|d| d.iter().any(|v| v == "All"));
-                let how = DeleteOptions {
-                    propagation,
-                    precondition_uid: opts["preconditions"]["uid"].as_str().map(str::to_string),
-                    grace_period,
-                    dry_run: dry_run || body_dry_run,
-                };
-                let deleted = store.delete(&def, &ns, &name, &how)?;
-                let is_crd = def.group == "apiextensions.k8s.io"
-                    && def.plural == "customresourcedefinitions";
-                if is_crd && store.get(&def, &ns, &name).is_err() {
-                    unregister_crd(&store, &deleted);
-                }
-                Ok(json_response(StatusCode::OK, &deleted))
-            }
-            (Some("binding"), &Method::POST) if def.group.is_empty() && def.plural == "pods" => {
-                let binding = read_object(req).await?;
-                let node = binding["target"]["name"].as_str().unwrap_or("").to_string();
-                if node.is_empty() {
-                    return Err(ApiError::invalid(
-                        "Binding",
-                        &name,
-                        vec![("target.name".into(), "Required value".into())],
-                    ));
-                }
-                let how = WriteOptions {
-                    dry_run,
-                    status_only: false,
-                    owner: writer.as_ref(),
-                };
-                store.modify(&def, &ns, &name, &how, |current| {
-                    if current["spec"]["nodeName"]
-                        .as_str()
-                        .is_some_and(|n| !n.is_empty())
-                    {
-                        return Err(ApiError::conflict("", "pods", &name));
-                    }
-                    let mut next = current.clone();
-                    next["spec"]["nodeName"] = json!(node);
-                    Ok(next)
-                })?;
-                // As kube-apiserver's binding does: the pod is now scheduled.
-                let status_write = WriteOptions {
-                    status_only: true,
-                    ..how
-                };
-                store.modify(&def, &ns, &name, &status_write, |current| {
-                    let mut next = current.clone();
-                    if !next["status"].is_object() {
-                        next["status"] = json!({});
-                    }
-                    let mut conditions: Vec<Value> = next["status"]["conditions"]
-                        .as_array()
-                        .cloned()
-                        .unwrap_or_default();
-                    conditions.retain(|c| c["type"] != "PodScheduled");
-                    conditions.push(json!({"type": "PodScheduled", "status": "True",
-                    "lastTransitionTime": super::store::now()}));
-                    next["status"]["conditions"] = json!(conditions);
-                    Ok(next)
-                })?;
-                Ok(json_response(
-                    StatusCode::CREATED,
-                    &json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}),
-                ))
-            }
-            _ => Err(ApiError::method_not_allowed(format!(
-                "{method} is not supported on {}/{}",
-                def.plural,
-                sub.unwrap_or_default()
-            ))),
-        }
+        let found = SUBRESOURCES
+            .iter()
+            .find(|s| s.name == sub && (s.served)(def))
+            .ok_or_else(ApiError::path_not_found)?;
+        return (found.handle)(call, at, req).await;
     }
+    match call.method {
+        Method::GET => get(call, at),
+        Method::PUT => update(call, at, Write::Update, req).await,
+        Method::PATCH => patch(call, at, Write::Update, req).await,
+        Method::DELETE => delete(call, at, req).await,
+        _ => Err(call.not_supported(def, "")),
+    }
+}
+
+fn get(call: &Call, at: &Named) -> ApiResult<Response> {
+    call.q.resource_version()?;
+    let obj = at.res.get(&at.ns, &at.name)?;
+    if call.wants_table() {
+        let rv = obj["metadata"]["resourceVersion"]
+            .as_str()
+            .unwrap_or("")
+            .to_string();
+        return Ok(json_response(
+            StatusCode::OK,
+            &call.table(&at.res.def, &[obj], &rv),
+        ));
+    }
+    Ok(json_response(StatusCode::OK, &obj))
+}
+
+/// A PUT of the object (`Write::Update`) or of its status (`Write::Status`).
+async fn update(call: &Call, at: &Named, how: Write, req: Request) -> ApiResult<Response> {
+    let Named { res, ns, name } = at;
+    let (def, store) = (&res.def, &call.store);
+    let status = how == Write::Status;
+    call.q.write_options("UpdateOptions")?;
+    let mut obj = read_object(req).await?;
+    let warnings = admit(def, &mut obj, &call.validation, how, Some(name.as_str()))?;
+    if !status && let Ok(current) = res.get(ns, name) {
+        validate_update(def, &expandable_classes(store, def), &current, &obj)?;
+    }
+    let updated = res.update(ns, name, obj, &call.write(status))?;
+    after_write(store, def, &updated);
+    Ok(with_warnings(
+        json_response(StatusCode::OK, &updated),
+        &warnings,
+    ))
+}
+
+/// A PATCH of the object (`Write::Update`) or of its status (`Write::Status`), in any of the
+/// patch types; an apply creates what does not exist.
+async fn patch(call: &Call, at: &Named, how: Write, req: Request) -> ApiResult<Response> {
+    let Named { res, ns, name } = at;
+    let (def, store) = (&res.def, &call.store);
+    let status = how == Write::Status;
+    let ct = req
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .to_string();
+    let kind = PatchKind::from_content_type(&ct)?;
+    call.q.write_options("PatchOptions")?;
+    let body = body_bytes(req).await?;
+    let mut warnings = Vec::new();
+    // An apply claims the fields it sets and conflicts with other managers'.
+    let apply_owner = if kind == PatchKind::Apply {
+        let applied = serde_json::from_slice::<Value>(&body)
+            .or_else(|_| serde_saphyr::from_slice::<Value>(&body).map_err(|e| e.to_string()))
+            .ok();
+        Some(Owner {
+            manager: call.manager.clone().unwrap_or_else(|| "apply".into()),
+            applied,
+            force: call.force,
+        })
+    } else {
+        call.writer.clone()
+    };
+    let write = WriteOptions {
+        owner: apply_owner.as_ref(),
+        ..call.write(status)
+    };
+    let expandable = expandable_classes(store, def);
+    let result = res.modify(ns, name, &write, |current| {
+        let mut next = patch::apply(kind, current, &body)?;
+        warnings = admit(def, &mut next, &call.validation, how, Some(name.as_str()))?;
+        if !status {
+            validate_update(def, &expandable, current, &next)?;
+        }
+        Ok(next)
+    });
+    let updated = match result {
+        Err(e) if e.code == 404 && kind == PatchKind::Apply && !status => {
+            // Server-side apply creates what does not exist.
+            let mut obj = parse_object(&body)?;
+            obj["metadata"]["name"] = json!(name);
+            warnings = admit(def, &mut obj, &call.validation, Write::Create, None)?;
+            if call.protect_storage {
+                protect(def, &mut obj);
+            }
+            create(res, ns, obj, call.dry_run, apply_owner.as_ref())?
+        }
+        other => other?,
+    };
+    after_write(store, def, &updated);
+    Ok(with_warnings(
+        json_response(StatusCode::OK, &updated),
+        &warnings,
+    ))
+}
+
+async fn delete(call: &Call, at: &Named, req: Request) -> ApiResult<Response> {
+    let Named { res, ns, name } = at;
+    let (def, store, q) = (&res.def, &call.store, &call.q);
+    q.write_options("DeleteOptions")?;
+    let body = body_bytes(req).await?;
+    let opts: Value = if body.is_empty() {
+        json!({})
+    } else {
+        serde_json::from_slice(&body).unwrap_or(json!({}))
+    };
+    let policy = q
+        .get("propagationPolicy")
+        .cloned()
+        .or_else(|| opts["propagationPolicy"].as_str().map(str::to_string))
+        .or_else(|| (opts["orphanDependents"] == json!(true)).then(|| "Orphan".to_string()));
+    let propagation = match policy.as_deref() {
+        Some("Orphan") => Propagation::Orphan,
+        Some("Foreground") => Propagation::Foreground,
+        None | Some("Background") => Propagation::Background,
+        Some(other) => {
+            // ValidateDeleteOptions.
+            let e = super::validation::FieldError::not_supported(
+                "propagationPolicy",
+                super::validation::BadValue::Str(other.to_string()),
+                &["Foreground", "Background", "Orphan", "nil"],
+            );
+            return Err(ApiError::invalid(
+                "DeleteOptions.meta.k8s.io",
+                "",
+                vec![e.cause()],
+            ));
+        }
+    };
+    let grace_period = q
+        .int("gracePeriodSeconds")?
+        .or_else(|| opts["gracePeriodSeconds"].as_i64());
+    let body_dry_run = opts["dryRun"]
+        .as_array()
+        .is_some_and(|d| d.iter().any(|v| v == "All"));
+    let how = DeleteOptions {
+        propagation,
+        precondition_uid: opts["preconditions"]["uid"].as_str().map(str::to_string),
+        grace_period,
+        dry_run: call.dry_run || body_dry_run,
+    };
+    let deleted = res.delete(ns, name, &how)?;
+    let is_crd = def.group == "apiextensions.k8s.io" && def.plural == "customresourcedefinitions";
+    if is_crd && res.get(ns, name).is_err() {
+        unregister_crd(store, &deleted);
+    }
+    Ok(json_response(StatusCode::OK, &deleted))
+}
+
+/// `{object}/status`: the object as a GET reads it; writes change only its status.
+async fn status(call: &Call, at: &Named, req: Request) -> ApiResult<Response> {
+    match call.method {
+        Method::GET => get(call, at),
+        Method::PUT if !at.res.def.has_status() => Err(ApiError::path_not_found()),
+        Method::PUT => update(call, at, Write::Status, req).await,
+        Method::PATCH => patch(call, at, Write::Status, req).await,
+        _ => Err(call.not_supported(&at.res.def, "status")),
+    }
+}
+
+/// `pods/{name}/binding`: the scheduler's placement of a pod on a node.
+async fn binding(call: &Call, at: &Named, req: Request) -> ApiResult<Response> {
+    if call.method != Method::POST {
+        return Err(call.not_supported(&at.res.def, "binding"));
+    }
+    let Named { res, ns, name } = at;
+    let binding = read_object(req).await?;
+    let node = binding["target"]["name"].as_str().unwrap_or("").to_string();
+    if node.is_empty() {
+        return Err(ApiError::invalid(
+            "Binding",
+            name,
+            vec![("target.name".into(), "Required value".into())],
+        ));
+    }
+    res.modify(ns, name, &call.write(false), |current| {
+        if current["spec"]["nodeName"]
+            .as_str()
+            .is_some_and(|n| !n.is_empty())
+        {
+            return Err(ApiError::conflict("", "pods", name));
+        }
+        let mut next = current.clone();
+        next["spec"]["nodeName"] = json!(node);
+        Ok(next)
+    })?;
+    // As kube-apiserver's binding does: the pod is now scheduled.
+    res.modify(ns, name, &call.write(true), |current| {
+        let mut next = current.clone();
+        if !next["status"].is_object() {
+            next["status"] = json!({});
+        }
+        let mut conditions: Vec<Value> = next["status"]["conditions"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        conditions.retain(|c| c["type"] != "PodScheduled");
+        conditions.push(json!({"type": "PodScheduled", "status": "True",
+            "lastTransitionTime": super::store::now()}));
+        next["status"]["conditions"] = json!(conditions);
+        Ok(next)
+    })?;
+    Ok(json_response(
+        StatusCode::CREATED,
+        &json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}),
+    ))
 }
 
 /// What a write is, for admission.
@@ -1445,13 +1504,13 @@ fn groups(registry: &Registry) -> Value {
 }
 
 fn create(
-    store: &Store,
-    def: &ResourceDef,
+    res: &Resource,
     ns: &str,
     obj: Value,
     dry_run: bool,
     owner: Option<&Owner>,
 ) -> ApiResult<Value> {
+    let (store, def) = (&*res.store, &res.def);
     let is_crd = def.group == "apiextensions.k8s.io" && def.plural == "customresourcedefinitions";
     let custom = if is_crd {
         Some(crd_resource(&obj)?)
@@ -1462,7 +1521,7 @@ fn create(
     if def.group.is_empty() && def.plural == "persistentvolumeclaims" {
         default_storage_class(store, &mut obj);
     }
-    let created = store.create(def, ns, obj, dry_run, owner)?;
+    let created = res.create(ns, obj, dry_run, owner)?;
     if let (Some(custom), false) = (custom, dry_run) {
         store.register(custom);
         return mark_established(store, def, &created);
@@ -1632,14 +1691,10 @@ fn mark_established(store: &Store, def: &ResourceDef, crd: &Value) -> ApiResult<
 
 /// A watch: past events (from a version, or synthetic ADDED for the current state), then live
 /// ones, as JSON lines; bookmarks when asked; closed after `timeoutSeconds`.
-fn watch(
-    store: Arc<Store>,
-    def: ResourceDef,
-    ns: Option<String>,
-    q: Query,
-    as_table: bool,
-) -> ApiResult<Response> {
-    let opts = selectors(&def, &q)?;
+fn watch(call: &Call, res: Resource, ns: Option<String>) -> ApiResult<Response> {
+    let (q, as_table) = (&call.q, call.wants_table());
+    let (store, def) = (call.store.clone(), res.def.clone());
+    let opts = selectors(&def, q)?;
     let rv = q.resource_version()?;
     let send_initial = q.opt_flag("sendInitialEvents");
     // Without sendInitialEvents, a watch from no version (or "0") starts with the current
@@ -1672,8 +1727,7 @@ fn watch(
     let mut lines: Vec<Value> = Vec::new();
     let mut last = since.unwrap_or(at);
     if initial {
-        let (items, rv_now, _) = store.list(
-            &def,
+        let (items, rv_now, _) = res.list(
             ns.as_deref(),
             &ListOptions {
                 labels: opts.labels.clone(),
@@ -1691,8 +1745,9 @@ fn watch(
             lines.push(json!({"type": "BOOKMARK", "object": {"kind": def.kind, "apiVersion": def.api_version(), "metadata": {"resourceVersion": last.to_string(), "annotations": {"k8s.io/initial-events-end": "true"}}}}));
         }
     }
+    // Changes are of the stored objects (a view's too), which the selectors name.
     let matches = {
-        let def = def.clone();
+        let def = res.stored_def().clone();
         let ns = ns.clone();
         let opts = opts.clone();
         move |c: &super::store::Change| -> bool {
@@ -1719,7 +1774,9 @@ fn watch(
     let threshold = last;
     for change in past.iter().filter(|c| c.rv > threshold) {
         if matches(change) {
-            lines.push(json!({"type": change.kind.as_str(), "object": change.object}));
+            let mut line = json!({"type": change.kind.as_str()});
+            line["object"] = res.to_served(change.object.clone());
+            lines.push(line);
         }
         last = last.max(change.rv);
     }
@@ -1768,7 +1825,9 @@ fn watch(
                         last = c.rv;
                         if matches(&c) {
                             let kind = match c.kind { ChangeKind::Added => "ADDED", ChangeKind::Modified => "MODIFIED", ChangeKind::Deleted => "DELETED" };
-                            if tx.send(Ok(ndjson(&shape(json!({"type": kind, "object": c.object}))))).await.is_err() { return; }
+                            let mut event = json!({"type": kind});
+                            event["object"] = res.to_served(c.object.clone());
+                            if tx.send(Ok(ndjson(&shape(event)))).await.is_err() { return; }
                         }
                     }
                 },

@@ -211,6 +211,23 @@ fn pod_cell(pod: &Value, which: &str) -> Value {
     }
 }
 
+/// An event's LAST SEEN as kube's printer has it: its series' last observation, else its last
+/// timestamp, else its first, else its eventTime (in either API's field names).
+fn event_last_seen(event: &Value) -> Value {
+    [
+        ".series.lastObservedTime",
+        ".lastTimestamp",
+        ".deprecatedLastTimestamp",
+        ".firstTimestamp",
+        ".deprecatedFirstTimestamp",
+        ".eventTime",
+    ]
+    .iter()
+    .map(|path| json_path(event, path))
+    .find(|v| v.as_str().is_some_and(|s| !s.is_empty()))
+    .unwrap_or(Value::Null)
+}
+
 fn columns(def: &ResourceDef) -> Vec<(String, String, String, String, i64)> {
     // (name, type, format, jsonPath, priority)
     let mut cols = vec![(
@@ -263,6 +280,8 @@ pub fn table(
                 .map(|(_, ty, _, path, _)| {
                     let v = if path.starts_with("#pod.") {
                         pod_cell(obj, path)
+                    } else if path == "#event.lastSeen" {
+                        event_last_seen(obj)
                     } else if path == "#storage.status" {
                         // kubectl's printer: a claim or volume being deleted is Terminating.
                         if obj["metadata"]["deletionTimestamp"].is_null() {
@@ -353,6 +372,26 @@ mod tests {
             .map(|r| &r["cells"][1])
             .collect();
         assert_eq!(status, [&json!("Bound"), &json!("Terminating")]);
+    }
+
+    #[test]
+    fn events_last_seen_as_kubes_printer() {
+        let seen = |e: Value| event_last_seen(&e);
+        let times = json!({"eventTime": "t0", "firstTimestamp": "t1", "lastTimestamp": "t2",
+            "series": {"lastObservedTime": "t3"}});
+        assert_eq!(seen(times.clone()), json!("t3"));
+        let mut single = times;
+        single.as_object_mut().unwrap().remove("series");
+        assert_eq!(seen(single.clone()), json!("t2"));
+        single.as_object_mut().unwrap().remove("lastTimestamp");
+        assert_eq!(seen(single.clone()), json!("t1"));
+        single.as_object_mut().unwrap().remove("firstTimestamp");
+        assert_eq!(seen(single), json!("t0"));
+        assert_eq!(
+            seen(json!({"eventTime": "t0", "deprecatedLastTimestamp": "t2"})),
+            json!("t2")
+        );
+        assert_eq!(seen(json!({})), Value::Null);
     }
 
     #[test]
