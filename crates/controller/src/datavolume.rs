@@ -21,7 +21,7 @@ use kube::runtime::watcher;
 use kube::{Api, ResourceExt};
 use serde_json::json;
 
-use crate::{Context, Error, events};
+use crate::{Context, Error};
 
 /// Everything the decision needs, read once.
 struct Observed {
@@ -150,7 +150,9 @@ async fn execute(ctx: &Context, dv: &DataVolume, plan: Plan) -> Result<Action, E
         }
     }
     for e in &plan.events {
-        events::record(&ctx.client, dv, e.warning, &e.reason, &e.message).await;
+        ctx.events
+            .record(dv, e.warning, &e.reason, &e.message)
+            .await;
     }
     if let Some(computed) = &plan.status {
         write_status(ctx, dv, computed).await?;
@@ -185,7 +187,9 @@ async fn write_status(
         }
     }
     for e in &computed.events {
-        events::record(&ctx.client, dv, e.warning, &e.reason, &e.message).await;
+        ctx.events
+            .record(dv, e.warning, &e.reason, &e.message)
+            .await;
     }
     Ok(())
 }

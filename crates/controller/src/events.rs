@@ -1,88 +1,110 @@
-//! Events on objects, as core/v1 Events (what `kubectl describe` lists), with upstream's
-//! reasons. Repeats of the same reason and message on the same object bump a count.
+//! Events on objects through kube-runtime's [`Recorder`] (events.k8s.io/v1, which `kubectl
+//! describe` lists as core/v1 Events), with upstream's reasons. A repeat of the same event on the
+//! same object becomes a series (its count goes up), not a new Event.
 
-use k8s_openapi::api::core::v1::{Event, ObjectReference};
-use kube::api::{ListParams, Patch, PatchParams, PostParams};
-use kube::{Api, Client, Resource, ResourceExt};
-use serde_json::json;
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
-/// The component the controller's events are reported by.
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::{Client, Resource};
+
 pub use cdi_core::datavolume::COMPONENT;
 
-/// Record `reason`/`message` on `obj` (`warning` selects the type).
-pub async fn record<K>(client: &Client, obj: &K, warning: bool, reason: &str, message: &str)
-where
-    K: Resource<DynamicType = ()>,
-{
-    let ns = obj.namespace().unwrap_or_else(|| "default".into());
-    let name = obj.name_any();
-    let api: Api<Event> = Api::namespaced(client.clone(), &ns);
-    let now = k8s_openapi::jiff::Timestamp::now().to_string();
-    let uid = obj.meta().uid.clone();
-    // Same object, reason and message: count it again instead of adding an event.
-    let same = api
-        .list(&ListParams::default().fields(&format!("involvedObject.name={name}")))
-        .await
-        .ok()
-        .and_then(|l| {
-            l.items.into_iter().find(|e| {
-                e.involved_object.uid == uid
-                    && e.reason.as_deref() == Some(reason)
-                    && e.message.as_deref() == Some(message)
-            })
-        });
-    if let Some(e) = same {
-        let count = e.count.unwrap_or(1) + 1;
-        let patch = json!({"count": count, "lastTimestamp": now});
-        if let Err(err) = api
-            .patch(
-                &e.name_any(),
-                &PatchParams::default(),
-                &Patch::Merge(&patch),
-            )
-            .await
-        {
-            tracing::debug!(error = %err, "counting an event");
+/// events.k8s.io refuses longer notes.
+const MAX_NOTE: usize = 1024;
+
+/// How long a repeat still counts as one: longer than the Recorder's own memory of a series.
+const KEEP: Duration = Duration::from_secs(10 * 60);
+
+type Key = (String, String, String);
+
+/// The controller's event recorder.
+pub struct Events {
+    client: Client,
+    reporter: Reporter,
+    /// One Recorder per object, reason and message: kube-runtime tells repeats apart by object
+    /// and reason only, and would publish a new message as one more of the old.
+    recorders: Mutex<HashMap<Key, (Recorder, Instant)>>,
+}
+
+impl Events {
+    /// Events reported by `cdi-controller`, from `instance`.
+    pub fn new(client: Client, instance: &str) -> Events {
+        Events {
+            client,
+            reporter: Reporter {
+                controller: COMPONENT.into(),
+                instance: Some(instance.into()),
+            },
+            recorders: Mutex::default(),
         }
-        return;
     }
-    let event = Event {
-        metadata: kube::api::ObjectMeta {
-            name: Some(event_name(&name)),
-            namespace: Some(ns.clone()),
-            ..Default::default()
-        },
-        involved_object: ObjectReference {
-            api_version: Some(K::api_version(&()).into_owned()),
-            kind: Some(K::kind(&()).into_owned()),
-            name: Some(name),
-            namespace: Some(ns),
-            uid,
-            ..Default::default()
-        },
-        reason: Some(reason.into()),
-        message: Some(message.into()),
-        type_: Some(if warning { "Warning" } else { "Normal" }.into()),
-        count: Some(1),
-        first_timestamp: Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
-            k8s_openapi::jiff::Timestamp::now(),
-        )),
-        last_timestamp: Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
-            k8s_openapi::jiff::Timestamp::now(),
-        )),
-        source: Some(k8s_openapi::api::core::v1::EventSource {
-            component: Some(COMPONENT.into()),
-            host: None,
-        }),
-        ..Default::default()
-    };
-    if let Err(err) = api.create(&PostParams::default(), &event).await {
-        tracing::debug!(error = %err, "recording an event");
+
+    /// Record `reason`/`note` on `obj` (`warning` selects the type). A failure is logged, not
+    /// returned: an event is a report, and the work it reports on goes on without it.
+    pub async fn record<K>(&self, obj: &K, warning: bool, reason: &str, note: &str)
+    where
+        K: Resource<DynamicType = ()>,
+    {
+        let reference = obj.object_ref(&());
+        let note = truncate(note);
+        let who = reference
+            .uid
+            .clone()
+            .unwrap_or_else(|| format!("{:?}/{:?}", reference.namespace, reference.name));
+        let key = (who, reason.to_string(), note.to_string());
+        let recorder = {
+            let mut recorders = self.recorders.lock().unwrap_or_else(|e| e.into_inner());
+            let now = Instant::now();
+            recorders.retain(|_, (_, at)| now.duration_since(*at) < KEEP);
+            let entry = recorders.entry(key).or_insert_with(|| {
+                (
+                    Recorder::new(self.client.clone(), self.reporter.clone()),
+                    now,
+                )
+            });
+            entry.1 = now;
+            entry.0.clone()
+        };
+        let event = Event {
+            type_: if warning {
+                EventType::Warning
+            } else {
+                EventType::Normal
+            },
+            reason: reason.into(),
+            note: Some(note.into()),
+            // What the controller was doing: upstream's events have no action, the API asks for one.
+            action: reason.into(),
+            secondary: None,
+        };
+        if let Err(e) = recorder.publish(&event, &reference).await {
+            tracing::debug!(error = %e, reason, "recording an event");
+        }
     }
 }
 
-/// An event's name as client-go makes it, `<object>.<nanoseconds in hex>`.
-fn event_name(object: &str) -> String {
-    let nanos = k8s_openapi::jiff::Timestamp::now().as_nanosecond();
-    cdi_core::naming::event_name(object, &format!("{nanos:x}"))
+/// At most [`MAX_NOTE`] bytes, cut at a character boundary.
+pub fn truncate(note: &str) -> &str {
+    if note.len() <= MAX_NOTE {
+        return note;
+    }
+    let mut end = MAX_NOTE;
+    while !note.is_char_boundary(end) {
+        end -= 1;
+    }
+    &note[..end]
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn long_notes_are_cut_at_a_character_boundary() {
+        let long = "é".repeat(600);
+        let cut = super::truncate(&long);
+        assert!(cut.len() <= super::MAX_NOTE);
+        assert_eq!(cut.chars().count(), 512);
+        assert_eq!(super::truncate("short"), "short");
+    }
 }

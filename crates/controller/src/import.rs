@@ -16,7 +16,7 @@ use kube::runtime::watcher;
 use kube::{Api, ResourceExt};
 use serde_json::json;
 
-use crate::{Context, Error, events};
+use crate::{Context, Error};
 
 /// Write the annotations (and add the labels) that differ from the claim's.
 async fn patch_annotations(
@@ -126,14 +126,9 @@ pub async fn reconcile(
                     "ErrCreatingPod".into(),
                 );
                 patch_annotations(&claims, &claim, &anns, &BTreeMap::new()).await?;
-                events::record(
-                    &ctx.client,
-                    claim.as_ref(),
-                    true,
-                    "ErrCreatingPod",
-                    &message,
-                )
-                .await;
+                ctx.events
+                    .record(claim.as_ref(), true, "ErrCreatingPod", &message)
+                    .await;
                 return Err(kube::Error::Api(e).into());
             }
             Err(e) => return Err(e.into()),
@@ -163,14 +158,9 @@ pub async fn reconcile(
                  that pod is gone"
             )
         };
-        events::record(
-            &ctx.client,
-            claim.as_ref(),
-            true,
-            "ImportTargetInUse",
-            &message,
-        )
-        .await;
+        ctx.events
+            .record(claim.as_ref(), true, "ImportTargetInUse", &message)
+            .await;
         // The other pod's end sends this claim no event: look again later.
         return Ok(Action::requeue(ctx.options.resync * 5));
     }
@@ -210,14 +200,9 @@ pub async fn reconcile(
     )
     .await?;
     if let Some(message) = &outcome.failed {
-        events::record(
-            &ctx.client,
-            claim.as_ref(),
-            true,
-            "ErrImportFailed",
-            message,
-        )
-        .await;
+        ctx.events
+            .record(claim.as_ref(), true, "ErrImportFailed", message)
+            .await;
     }
     if outcome.fatal {
         delete_pod(&pods, &pod_name).await?;
@@ -231,14 +216,14 @@ pub async fn reconcile(
             != Some("true");
     if outcome.complete || scratch {
         if outcome.complete {
-            events::record(
-                &ctx.client,
-                claim.as_ref(),
-                false,
-                "ImportSucceeded",
-                "Import Successful",
-            )
-            .await;
+            ctx.events
+                .record(
+                    claim.as_ref(),
+                    false,
+                    "ImportSucceeded",
+                    "Import Successful",
+                )
+                .await;
         }
         if import::delete_pod_when_done(&anns) {
             delete_pod(&pods, &pod_name).await?;

@@ -66,11 +66,14 @@ pub struct Context {
     /// The cluster-wide objects reconciles read; filled while [`run_controllers`] runs (each
     /// run, a leadership term, starts from a fresh list).
     pub caches: cache::Caches,
+    /// Events on the objects reconciled (kube-runtime's Recorder).
+    pub events: Arc<events::Events>,
 }
 
 impl Context {
     pub fn new(client: Client, options: Options, metrics: Arc<serve::Metrics>) -> Context {
         Context {
+            events: Arc::new(events::Events::new(client.clone(), &options.identity)),
             client,
             options: Arc::new(options),
             metrics,

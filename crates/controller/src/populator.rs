@@ -17,7 +17,7 @@ use kube::runtime::watcher;
 use kube::{Api, ResourceExt};
 use serde_json::json;
 
-use crate::{Context, Error, events};
+use crate::{Context, Error};
 
 /// Re-emit PVC prime's events on the target, prefixed `[prime-…] : ` as upstream does; each
 /// once (the target's events are read once per pass, not once per copied event).
@@ -44,11 +44,12 @@ async fn copy_events(ctx: &Context, prime: &PersistentVolumeClaim, target: &Pers
         let copied = already.iter().any(|t| {
             t.involved_object.uid == target.metadata.uid
                 && t.reason.as_deref() == Some(reason.as_str())
-                && t.message.as_deref() == Some(text.as_str())
+                // As recorded: cut to what events.k8s.io keeps.
+                && t.message.as_deref() == Some(crate::events::truncate(&text))
         });
         if !copied {
             let warning = e.type_.as_deref() == Some("Warning");
-            events::record(&ctx.client, target, warning, &reason, &text).await;
+            ctx.events.record(target, warning, &reason, &text).await;
         }
     }
 }
@@ -83,14 +84,9 @@ pub async fn reconcile(
         let node = match populator::readiness(&target, class.as_deref()) {
             Readiness::Wait => return Ok(Action::requeue(resync)),
             Readiness::Refused(message) => {
-                events::record(
-                    &ctx.client,
-                    target.as_ref(),
-                    true,
-                    "ErrClaimNotValid",
-                    &message,
-                )
-                .await;
+                ctx.events
+                    .record(target.as_ref(), true, "ErrClaimNotValid", &message)
+                    .await;
                 return Ok(Action::await_change());
             }
             Readiness::Ready { node } => node,
@@ -114,14 +110,14 @@ pub async fn reconcile(
             match claims.create(&PostParams::default(), &prime).await {
                 Ok(_) => {
                     tracing::info!(target = %format!("{ns}/{}", target.name_any()), prime = %prime_name, "created PVC prime");
-                    events::record(
-                        &ctx.client,
-                        target.as_ref(),
-                        false,
-                        "CreatedPVCPrimeSuccessfully",
-                        "PVC Prime created successfully",
-                    )
-                    .await;
+                    ctx.events
+                        .record(
+                            target.as_ref(),
+                            false,
+                            "CreatedPVCPrimeSuccessfully",
+                            "PVC Prime created successfully",
+                        )
+                        .await;
                 }
                 Err(kube::Error::Api(e)) if e.code == 409 => {}
                 Err(e) => return Err(e.into()),
@@ -167,14 +163,14 @@ pub async fn reconcile(
             .patch(&volume, &PatchParams::default(), &Patch::Merge(&claim_ref))
             .await?;
         tracing::info!(target = %format!("{ns}/{}", target.name_any()), volume = %volume, "rebound the volume to the target");
-        events::record(
-            &ctx.client,
-            target.as_ref(),
-            false,
-            "ImportSucceeded",
-            &format!("Import into {} succeeded", target.name_any()),
-        )
-        .await;
+        ctx.events
+            .record(
+                target.as_ref(),
+                false,
+                "ImportSucceeded",
+                &format!("Import into {} succeeded", target.name_any()),
+            )
+            .await;
     }
     let target_bound = target.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Bound");
     if target_bound && populator::delete_prime(&prime) {

@@ -198,7 +198,8 @@ pub async fn reconcile(ctx: &Context) -> Result<(), kube::Error> {
             }
             Err(message) => {
                 tracing::warn!(profile = %name, "{message}");
-                crate::events::record(&ctx.client, &profile, true, "ErrStorageProfile", &message)
+                ctx.events
+                    .record(&profile, true, "ErrStorageProfile", &message)
                     .await;
             }
         }

@@ -290,22 +290,13 @@ pub fn bound_condition(
                 // What binding waits for is said by the PV controller and provisioners (copied
                 // from PVC prime by the populator); the controller's own warnings on the claim
                 // (a refused importer pod) are not that, and would outlive their cause there.
-                .filter(|e| {
-                    prime.is_some()
-                        || e.source.as_ref().and_then(|s| s.component.as_deref()) != Some(COMPONENT)
-                })
+                .filter(|e| prime.is_some() || !reported_by_controller(e))
                 .filter(|e| {
                     prime.as_ref().is_none_or(|p| {
                         e.message.as_deref().is_some_and(|m| m.contains(p.as_str()))
                     })
                 })
-                // Events made through events.k8s.io carry only an event time.
-                .max_by_key(|e| {
-                    e.last_timestamp
-                        .as_ref()
-                        .map(|t| t.0)
-                        .or(e.event_time.as_ref().map(|t| t.0))
-                });
+                .max_by_key(|e| seen(e));
             let Some(mut message) = latest.and_then(|e| e.message.clone()) else {
                 return changes;
             };
@@ -323,6 +314,24 @@ pub fn bound_condition(
         _ => {}
     }
     changes
+}
+
+/// The controller's own event: by its source (core/v1) or its reporting controller
+/// (events.k8s.io, whose core view has no source).
+fn reported_by_controller(e: &ClaimEvent) -> bool {
+    e.source.as_ref().and_then(|s| s.component.as_deref()) == Some(COMPONENT)
+        || e.reporting_component.as_deref() == Some(COMPONENT)
+}
+
+/// When an event was last seen, as kube's printer says: a series' last observation, else the
+/// last timestamp, else the event time (events.k8s.io events carry only that).
+fn seen(e: &ClaimEvent) -> Option<Timestamp> {
+    e.series
+        .as_ref()
+        .and_then(|s| s.last_observed_time.as_ref())
+        .map(|t| t.0)
+        .or(e.last_timestamp.as_ref().map(|t| t.0))
+        .or(e.event_time.as_ref().map(|t| t.0))
 }
 
 /// Apply annotation changes to a copy of `claim`: what the next observation will see.
@@ -739,6 +748,13 @@ mod tests {
                 COMPONENT,
                 "2026-12-01T11:30:00Z",
             ),
+            // Nor when it was recorded through events.k8s.io (no source, a reporting controller, an
+            // event time only).
+            serde_json::from_value(json!({"metadata": {"name": "e-recorded"},
+                "involvedObject": {"name": "disk", "uid": "claim-uid"},
+                "reportingComponent": COMPONENT, "message": "pod refused again",
+                "eventTime": "2026-12-01T11:45:00.000000Z"}))
+            .unwrap(),
         ];
         let d = dv(http(), json!({}));
         let pending = claim("Pending", Some("dv-uid"), json!({}));
