@@ -8,6 +8,9 @@
 //!   WaitForFirstConsumer, and writes the pod's state onto the claim.
 //! - `populator`: PVC prime for claims populated from a VolumeImportSource, and the rebind.
 //!
+//! They share one [`Context`]: reflector stores of the cluster-wide objects (`cache`), the event
+//! recorder (`events`), the metrics and one HTTP client for progress reads.
+//!
 //! Every reconciler is level-triggered and idempotent: killing the controller at any point and
 //! starting it again converges.
 
