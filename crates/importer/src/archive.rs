@@ -7,9 +7,9 @@ use std::sync::{Arc, Mutex};
 use crate::checksum::{Checksum, Hasher};
 use crate::convert::Progress;
 use crate::error::ImportError;
-use crate::http::{self, HttpClient};
+use crate::formats::probe::Detected;
 use crate::import::{Counting, Source, blocking, decoder, peek, verify};
-use crate::probe::Detected;
+use crate::sources::http::{self, HttpClient};
 
 /// Fails a read once more than `limit` bytes came through: an archive cannot expand past the
 /// volume.
@@ -131,7 +131,7 @@ pub async fn unpack(
         };
         // A disk image is not an archive, whatever the DataVolume says.
         if let Detected::Image(format) = inner
-            && !matches!(format, crate::probe::Format::Raw)
+            && !matches!(format, crate::formats::probe::Format::Raw)
         {
             return Err(ImportError::Unsupported(format!(
                 "contentType archive needs a tar archive, and this is a {} image; use contentType \

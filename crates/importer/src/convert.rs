@@ -12,8 +12,8 @@ use tokio::sync::mpsc;
 
 use crate::buffer::Buffer;
 use crate::error::ImportError;
-use crate::qcow2::{self, Cluster, ClusterCompression, Header};
-use crate::reader::RangeReader;
+use crate::formats::qcow2::{self, Cluster, ClusterCompression, Header};
+use crate::sources::file::RangeReader;
 use crate::writer::Op;
 
 /// Bounds on the work in flight.

@@ -18,10 +18,10 @@ use cdi_core::size::{self, Overhead, VolumeMode};
 use crate::checksum::{Checksum, Hasher};
 use crate::convert::{self, Progress, Tuning};
 use crate::error::ImportError;
-use crate::http::{self, HttpClient, HttpReader, HttpSource};
-use crate::probe::{self, Compression, Detected, Format, PROBE_LEN};
-use crate::qemu;
-use crate::reader::{FileReader, RangeReader};
+use crate::formats::probe::{self, Compression, Detected, Format, PROBE_LEN};
+use crate::formats::qemu;
+use crate::sources::file::{FileReader, RangeReader};
+use crate::sources::http::{self, HttpClient, HttpReader, HttpSource};
 use crate::writer::{Op, Target, TargetKind, WriteStats};
 
 /// What to import.
@@ -148,7 +148,7 @@ fn check_source(source: &Source) -> Result<(), ImportError> {
         && let Ok(m) = std::fs::metadata(path)
         && !(m.is_file() || m.file_type().is_block_device())
     {
-        return Err(crate::reader::not_a_source(path, &m));
+        return Err(crate::sources::file::not_a_source(path, &m));
     }
     Ok(())
 }

@@ -7,15 +7,15 @@ pub mod buffer;
 pub mod checksum;
 pub mod convert;
 pub mod error;
-pub mod http;
+pub mod formats;
 pub mod import;
 pub mod metrics;
 pub mod pod;
-pub mod probe;
-pub mod qcow2;
-pub mod qcow2_write;
-pub mod qemu;
-pub mod reader;
+pub mod sources;
 pub mod writer;
 
 pub use error::ImportError;
+// The paths crates/cli and the tests name.
+pub use formats::probe;
+pub use formats::qcow2::write as qcow2_write;
+pub use sources::http;

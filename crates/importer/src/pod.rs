@@ -10,8 +10,8 @@ use cdi_core::size::{self, Overhead, VolumeMode};
 
 use crate::convert::{Progress, Tuning};
 use crate::error::ImportError;
-use crate::http::{HttpSource, RetryPolicy};
 use crate::import::{self, ImportOptions, SizeSpec, Source, TargetSpec};
+use crate::sources::http::{HttpSource, RetryPolicy};
 
 /// Upstream's message for a successful import.
 pub const COMPLETE_MESSAGE: &str = "Import Complete";

@@ -7,7 +7,7 @@ use std::process::Command;
 use serde::Deserialize;
 
 use crate::error::ImportError;
-use crate::probe::Format;
+use crate::formats::probe::Format;
 
 #[derive(Debug, Deserialize)]
 struct Info {

@@ -13,7 +13,7 @@ use tokio::sync::mpsc;
 
 use crate::buffer::Buffer;
 use crate::error::ImportError;
-use crate::reader::RangeReader;
+use crate::sources::file::RangeReader;
 
 /// Where and how to fetch.
 #[derive(Clone, Default)]

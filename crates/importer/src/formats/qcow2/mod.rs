@@ -5,6 +5,8 @@
 //! files, external data files and encryption are refused, and every offset is checked against
 //! the file's length.
 
+pub mod write;
+
 use std::fmt;
 
 /// The smallest and largest cluster sizes qemu creates (512 B and 2 MiB).

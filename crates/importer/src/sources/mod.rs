@@ -1,0 +1,4 @@
+//! Where an image's bytes come from.
+
+pub mod file;
+pub mod http;
