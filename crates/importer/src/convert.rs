@@ -13,7 +13,7 @@ use tokio::sync::mpsc;
 use crate::buffer::Buffer;
 use crate::error::ImportError;
 use crate::formats::qcow2::{self, Cluster, ClusterCompression, Header};
-use crate::sources::file::RangeReader;
+use crate::sources::RangeReader;
 use crate::writer::Op;
 
 /// Bounds on the work in flight.
@@ -62,7 +62,7 @@ async fn send(tx: &mpsc::Sender<Op>, op: Op) -> Result<(), ImportError> {
 }
 
 /// Copy a raw image of `len` bytes (only the first `len` bytes of the source are used).
-pub async fn copy_raw<R: RangeReader>(
+pub async fn copy_raw<R: RangeReader + ?Sized>(
     reader: Arc<R>,
     len: u64,
     tx: mpsc::Sender<Op>,
@@ -301,7 +301,7 @@ async fn add_zeros(
 }
 
 /// Read and check a qcow2 header from the start of `reader`.
-pub async fn read_qcow2_header<R: RangeReader>(reader: &R) -> Result<Header, ImportError> {
+pub async fn read_qcow2_header<R: RangeReader + ?Sized>(reader: &R) -> Result<Header, ImportError> {
     let len = reader.size();
     let first = reader.read_at(0, 4096.min(len as usize)).await?;
     let want = qcow2::header_read_len(&first, len)?;
@@ -316,7 +316,7 @@ pub async fn read_qcow2_header<R: RangeReader>(reader: &R) -> Result<Header, Imp
 /// Convert a qcow2 image to raw. The target must already be `header.virtual_size` bytes (or
 /// more); unallocated and zero clusters are sent as `Op::Zero` when `zero_fill` is set (block
 /// targets), and skipped otherwise.
-pub async fn convert_qcow2<R: RangeReader>(
+pub async fn convert_qcow2<R: RangeReader + ?Sized>(
     reader: Arc<R>,
     header: &Header,
     tx: mpsc::Sender<Op>,

@@ -20,16 +20,9 @@ use crate::convert::{self, Progress, Tuning};
 use crate::error::ImportError;
 use crate::formats::probe::{self, Compression, Detected, Format, PROBE_LEN};
 use crate::formats::qemu;
-use crate::sources::file::{FileReader, RangeReader};
-use crate::sources::http::{self, HttpClient, HttpReader, HttpSource};
+use crate::sources::file::{FileReader, FileSource};
+use crate::sources::{RangeReader, Source};
 use crate::writer::{Op, Target, TargetKind, WriteStats};
-
-/// What to import.
-#[derive(Debug, Clone)]
-pub enum Source {
-    File(PathBuf),
-    Http(HttpSource),
-}
 
 /// Where the image goes.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -106,12 +99,12 @@ struct Converted {
 /// Import `source` into the target. On failure nothing is left that claims to be the requested
 /// image, and nothing the import did not create is removed (see [`TargetSpec`]).
 pub async fn import(
-    source: &Source,
+    source: &dyn Source,
     opts: &ImportOptions,
     progress: Arc<Progress>,
 ) -> Result<ImportReport, ImportError> {
     let started = Instant::now();
-    check_source(source)?;
+    source.check()?;
     refuse_same_file(source, &opts.target)?;
     let mut report = match &opts.target {
         TargetSpec::File(dest) => import_replacing(source, opts, dest, &progress).await?,
@@ -137,27 +130,14 @@ pub async fn import_file(
     opts: &ImportOptions,
     progress: Arc<Progress>,
 ) -> Result<ImportReport, ImportError> {
-    import(&Source::File(src.to_path_buf()), opts, progress).await
-}
-
-/// Refuse a local source that is neither a regular file nor a block device before anything is
-/// created. A missing source is reported when it is opened.
-fn check_source(source: &Source) -> Result<(), ImportError> {
-    use std::os::unix::fs::FileTypeExt;
-    if let Source::File(path) = source
-        && let Ok(m) = std::fs::metadata(path)
-        && !(m.is_file() || m.file_type().is_block_device())
-    {
-        return Err(crate::sources::file::not_a_source(path, &m));
-    }
-    Ok(())
+    import(&FileSource::new(src), opts, progress).await
 }
 
 /// Refuse a target that is the source file itself (by a link, a hard link or another name):
 /// writing it would destroy the image being read.
-fn refuse_same_file(source: &Source, target: &TargetSpec) -> Result<(), ImportError> {
+fn refuse_same_file(source: &dyn Source, target: &TargetSpec) -> Result<(), ImportError> {
     use std::os::unix::fs::{FileTypeExt, MetadataExt};
-    let Source::File(image) = source else {
+    let Some(image) = source.local_path() else {
         return Ok(());
     };
     let dest = match target {
@@ -173,7 +153,7 @@ fn refuse_same_file(source: &Source, target: &TargetSpec) -> Result<(), ImportEr
         a.file_type().is_block_device() && b.file_type().is_block_device() && a.rdev() == b.rdev();
     if same_inode || same_device {
         return Err(ImportError::SameFile {
-            image: image.clone(),
+            image: image.to_path_buf(),
             target: dest.clone(),
         });
     }
@@ -317,7 +297,7 @@ fn resolve_links(dest: &Path) -> Result<PathBuf, ImportError> {
 
 /// Import into a file that may exist already (see [`TargetSpec::File`]).
 async fn import_replacing(
-    source: &Source,
+    source: &dyn Source,
     opts: &ImportOptions,
     dest: &Path,
     progress: &Arc<Progress>,
@@ -367,51 +347,48 @@ async fn import_replacing(
 }
 
 async fn import_inner(
-    source: &Source,
+    source: &dyn Source,
     opts: &ImportOptions,
     target: &Target,
     progress: &Arc<Progress>,
 ) -> Result<ImportReport, ImportError> {
     let limit = size_limit(opts, target)?;
-    let converted = match source {
-        Source::File(path) => {
-            if let Some(expected) = &opts.checksum {
-                let (p, c) = (path.clone(), expected.clone());
-                verify(expected, &blocking(move || hash_file(&p, &c)).await?)?;
-            }
-            let reader = Arc::new(FileReader::open(path)?);
-            progress.total.store(reader.size(), Ordering::Relaxed);
-            convert_random_access(reader, Some(path), target, limit, opts, progress).await?
+    let local = source.local_path();
+    // A local file is read twice rather than spooled: verified, then converted at random.
+    if let (Some(path), Some(expected)) = (local, &opts.checksum) {
+        let (p, c) = (path.to_path_buf(), expected.clone());
+        verify(expected, &blocking(move || hash_file(&p, &c)).await?)?;
+    }
+    let opened = source.open().await?;
+    progress
+        .total
+        .store(opened.size.unwrap_or(0), Ordering::Relaxed);
+    let direct = match opened.reader {
+        // A local file converts at random whatever its format (see Source::local_path).
+        Some(reader) if local.is_some() => {
+            Some(convert_random_access(reader, local, target, limit, opts, progress).await?)
         }
-        Source::Http(src) => {
-            let client = HttpClient::new(src.clone())?;
-            let info = client.info().await?;
-            progress
-                .total
-                .store(info.len.unwrap_or(0), Ordering::Relaxed);
-            let mut direct = None;
-            if let Some(len) = info.len
-                && info.ranges
-                && opts.checksum.is_none()
-            {
-                let reader = Arc::new(HttpReader::new(client.clone(), len));
-                let head = reader.read_at(0, PROBE_LEN.min(len as usize)).await?;
-                if matches!(
-                    probe::probe(&head),
-                    Detected::Image(Format::Qcow2 | Format::Raw | Format::Iso)
-                ) {
-                    direct = Some(
-                        convert_random_access(reader, None, target, limit, opts, progress).await?,
-                    );
-                }
+        // Otherwise only the formats converted natively, and not when a checksum must cover
+        // the transfer: it needs every byte in order, and reads at random skip what is unused.
+        Some(reader) if opts.checksum.is_none() => {
+            let len = reader.size();
+            let head = reader.read_at(0, PROBE_LEN.min(len as usize)).await?;
+            if matches!(
+                probe::probe(&head),
+                Detected::Image(Format::Qcow2 | Format::Raw | Format::Iso)
+            ) {
+                Some(convert_random_access(reader, None, target, limit, opts, progress).await?)
+            } else {
+                None
             }
-            match direct {
-                Some(c) => c,
-                None => {
-                    let stream = http::stream(client, info, opts.tuning.parallel * 4);
-                    convert_stream(Box::new(stream), target, limit, opts, progress).await?
-                }
-            }
+        }
+        _ => None,
+    };
+    let converted = match direct {
+        Some(c) => c,
+        None => {
+            let stream = (opened.stream)(opts.tuning.parallel * 4)?;
+            convert_stream(stream, target, limit, opts, progress).await?
         }
     };
 
@@ -520,8 +497,8 @@ pub(crate) async fn blocking<T: Send + 'static>(
 
 /// Detect the format of a random-access source and convert it into the target. Formats that
 /// qemu-img converts, and compressed files, need `local_path`.
-async fn convert_random_access<R: RangeReader>(
-    reader: Arc<R>,
+async fn convert_random_access(
+    reader: Arc<dyn RangeReader>,
     local_path: Option<&Path>,
     target: &Target,
     limit: Option<u64>,
@@ -793,7 +770,7 @@ async fn convert_stream(
                     checksum: None,
                     ..opts.clone()
                 };
-                let reader = Arc::new(FileReader::open(&scratch)?);
+                let reader: Arc<dyn RangeReader> = Arc::new(FileReader::open(&scratch)?);
                 // The bytes were counted as they arrived; the scratch copy is not counted again.
                 let uncounted = Arc::new(Progress::default());
                 Box::pin(convert_random_access(
