@@ -12,17 +12,16 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
 use cdi_core::size::{self, Overhead, VolumeMode};
 
 use crate::checksum::{Checksum, Hasher};
-use crate::convert::{self, Progress, Tuning};
+use crate::convert::{Progress, Tuning};
 use crate::error::ImportError;
+use crate::formats;
 use crate::formats::probe::{self, Compression, Detected, Format, PROBE_LEN};
-use crate::formats::qemu;
 use crate::sources::file::{FileReader, FileSource};
 use crate::sources::{RangeReader, Source};
-use crate::writer::{Op, Target, TargetKind, WriteStats};
+use crate::writer::{Target, TargetKind, WriteStats};
 
 /// Where the image goes.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -373,10 +372,7 @@ async fn import_inner(
         Some(reader) if opts.checksum.is_none() => {
             let len = reader.size();
             let head = reader.read_at(0, PROBE_LEN.min(len as usize)).await?;
-            if matches!(
-                probe::probe(&head),
-                Detected::Image(Format::Qcow2 | Format::Raw | Format::Iso)
-            ) {
+            if matches!(probe::probe(&head), Detected::Image(f) if formats::converts_at_random(f)) {
                 Some(convert_random_access(reader, None, target, limit, opts, progress).await?)
             } else {
                 None
@@ -461,16 +457,6 @@ fn size_limit(opts: &ImportOptions, target: &Target) -> Result<Option<u64>, Impo
     }
 }
 
-fn check_fits(virtual_size: u64, limit: Option<u64>) -> Result<(), ImportError> {
-    match limit {
-        Some(usable) if virtual_size > usable => Err(ImportError::TooLarge {
-            virtual_size,
-            usable,
-        }),
-        _ => Ok(()),
-    }
-}
-
 fn hash_file(path: &Path, checksum: &Checksum) -> Result<String, ImportError> {
     let mut file = std::fs::File::open(path)
         .map_err(|e| ImportError::io(format!("opening {}", path.display()), e))?;
@@ -505,64 +491,25 @@ async fn convert_random_access(
     opts: &ImportOptions,
     progress: &Arc<Progress>,
 ) -> Result<Converted, ImportError> {
-    let len = reader.size();
-    let head = reader.read_at(0, PROBE_LEN.min(len as usize)).await?;
-    let detected = match probe::probe(&head) {
-        Detected::Image(Format::Raw)
-            if len >= 512 && probe::probe_footer(&reader.read_at(len - 512, 512).await?) =>
-        {
-            Detected::Image(Format::Vhd)
-        }
-        other => other,
-    };
-    let plain = |format, virtual_size, stats| Converted {
-        format,
-        compression: None,
-        virtual_size,
-        stats,
-        scratch_used: false,
-    };
-    match detected {
-        Detected::Image(format @ (Format::Raw | Format::Iso)) => {
-            check_fits(len, limit)?;
-            target.set_len(len.max(limit.unwrap_or(0)))?;
-            let writer = target.writer(opts.tuning.parallel)?;
-            convert::copy_raw(reader.clone(), len, writer.sender(), opts.tuning, progress).await?;
-            Ok(plain(format, len, writer.finish().await?))
-        }
-        Detected::Image(Format::Qcow2) => {
-            let header = convert::read_qcow2_header(reader.as_ref()).await?;
-            check_fits(header.virtual_size, limit)?;
-            target.set_len(header.virtual_size.max(limit.unwrap_or(0)))?;
-            let writer = target.writer(opts.tuning.parallel)?;
-            let zero_fill = target.kind() == TargetKind::Block;
-            convert::convert_qcow2(
-                reader.clone(),
-                &header,
-                writer.sender(),
-                zero_fill,
+    match formats::detect(reader.as_ref()).await? {
+        Detected::Image(format) => {
+            let (virtual_size, stats) = formats::convert(
+                format,
+                reader,
+                local_path,
+                target,
+                limit,
                 opts.tuning,
                 progress,
             )
             .await?;
-            Ok(plain(
-                Format::Qcow2,
-                header.virtual_size,
-                writer.finish().await?,
-            ))
-        }
-        Detected::Image(format) => {
-            let path = local_path.ok_or_else(|| {
-                ImportError::Internal(format!("{format} is converted from a local copy"))
-            })?;
-            let (p, t) = (path.to_path_buf(), target.path().to_path_buf());
-            let virtual_size = blocking(move || qemu::inspect(&p, format)).await?;
-            check_fits(virtual_size, limit)?;
-            target.set_len(virtual_size.max(limit.unwrap_or(0)))?;
-            let p = path.to_path_buf();
-            blocking(move || qemu::convert_to_raw(&p, format, &t)).await?;
-            progress.add(len);
-            Ok(plain(format, virtual_size, WriteStats::default()))
+            Ok(Converted {
+                format,
+                compression: None,
+                virtual_size,
+                stats,
+                scratch_used: false,
+            })
         }
         Detected::Compressed(_) => {
             let path = local_path.ok_or_else(|| {
@@ -614,7 +561,7 @@ pub fn decoder<'a>(
 }
 
 /// Read up to `buf.len()` bytes, stopping early only at the end of the stream.
-fn read_full(r: &mut dyn Read, buf: &mut [u8]) -> std::io::Result<usize> {
+pub(crate) fn read_full(r: &mut dyn Read, buf: &mut [u8]) -> std::io::Result<usize> {
     let mut done = 0;
     while done < buf.len() {
         match r.read(&mut buf[done..]) {
@@ -676,38 +623,9 @@ async fn convert_stream(
     };
     let context = compression.map(|c| c.name()).unwrap_or("the source");
 
-    let result = if matches!(inner, Format::Raw | Format::Iso) {
-        // Stream straight to the target, never past what it may hold.
-        let writer = target.writer(opts.tuning.parallel)?;
-        let tx = writer.sender();
-        let chunk = opts.tuning.request_bytes as usize;
-        let mut stream = stream;
-        let written = blocking(move || {
-            let mut offset = 0u64;
-            loop {
-                let mut buf = vec![0u8; chunk];
-                let n = read_full(&mut stream, &mut buf)
-                    .map_err(|e| ImportError::from_read(context, e))?;
-                if n == 0 {
-                    return Ok(offset);
-                }
-                buf.truncate(n);
-                if let Some(usable) = limit
-                    && offset + n as u64 > usable
-                {
-                    return Err(ImportError::StreamTooLarge { usable });
-                }
-                tx.blocking_send(Op::Data {
-                    offset,
-                    data: Bytes::from(buf),
-                })
-                .map_err(|_| ImportError::Internal("the writer stopped early".into()))?;
-                offset += n as u64;
-            }
-        })
-        .await;
-        let stats = writer.finish().await?;
-        let virtual_size = written?;
+    let result = if formats::streams(inner) {
+        let (virtual_size, stats) =
+            formats::raw::copy_stream(stream, target, limit, opts.tuning, context).await?;
         Converted {
             format: inner,
             compression,

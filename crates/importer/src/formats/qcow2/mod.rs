@@ -5,6 +5,7 @@
 //! files, external data files and encryption are refused, and every offset is checked against
 //! the file's length.
 
+pub mod convert;
 pub mod write;
 
 use std::fmt;
