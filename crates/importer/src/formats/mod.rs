@@ -1,6 +1,7 @@
-//! What an image's bytes are, and how each format becomes raw: one module per format, detected
-//! by [`probe`]. A format is added as its module, its [`Format`] and magic in [`probe`], and its
-//! line in `convert`, `converts_at_random` and `streams` below.
+//! What an image's bytes are, and how each format becomes raw: one module per format. A format
+//! is added as its module (its magic and its conversion), its [`Format`] and its place in
+//! [`probe::probe`]'s order, and its line in `convert`, `converts_at_random` and `streams`
+//! below.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -10,6 +11,7 @@ use crate::error::ImportError;
 use crate::sources::RangeReader;
 use crate::writer::{Target, WriteStats};
 
+pub mod iso;
 pub mod probe;
 pub mod qcow2;
 pub mod qemu;
@@ -23,7 +25,7 @@ pub(crate) async fn detect(reader: &dyn RangeReader) -> Result<Detected, ImportE
     let head = reader.read_at(0, PROBE_LEN.min(len as usize)).await?;
     Ok(match probe::probe(&head) {
         Detected::Image(Format::Raw)
-            if len >= 512 && probe::probe_footer(&reader.read_at(len - 512, 512).await?) =>
+            if len >= 512 && qemu::vhd_footer(&reader.read_at(len - 512, 512).await?) =>
         {
             Detected::Image(Format::Vhd)
         }

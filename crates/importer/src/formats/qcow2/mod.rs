@@ -41,6 +41,11 @@ const OFFSET_MASK: u64 = 0x00ff_ffff_ffff_fe00;
 const L2_COMPRESSED: u64 = 1 << 62;
 const L2_ZERO: u64 = 1;
 
+/// Whether `head` is the start of a qcow2 image.
+pub fn detect(head: &[u8]) -> bool {
+    head.starts_with(MAGIC)
+}
+
 /// How compressed clusters are compressed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ClusterCompression {
