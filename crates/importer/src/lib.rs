@@ -1,6 +1,15 @@
-//! cdi-importer: turns a source (an HTTP(S) URL or a local file; nothing for a blank image) into
-//! a raw disk image on a Kubernetes volume, streaming and without scratch space where the format
-//! allows.
+//! cdi-importer: turns an image from a source into a raw disk image on a Kubernetes volume (or,
+//! for `cdi import`, a local file or block device), streaming and without scratch space where
+//! the format allows.
+//!
+//! - [`sources`]: where the bytes come from, behind the [`sources::Source`] trait: an HTTP(S)
+//!   URL or a local file. A blank image has no source ([`pod`] makes it).
+//! - [`formats`]: what the bytes are: raw, ISO and qcow2 converted natively; vmdk, vdi, vhd and
+//!   vhdx through qemu-img.
+//! - The rest is neither: the import itself ([`import`]) with the tuning and progress every
+//!   conversion shares ([`convert`]), the target [`writer`], transfer [`buffer`]s,
+//!   [`checksum`]s, tar [`archive`]s, the pod contract ([`pod`]), the progress [`metrics`] and
+//!   the [`error`].
 
 pub mod archive;
 pub mod buffer;
