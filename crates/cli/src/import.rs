@@ -10,8 +10,8 @@ use anyhow::Context;
 use cdi_core::Quantity;
 use cdi_core::size::{self, ClaimApi, Overhead, VolumeMode};
 use cdi_importer::convert::{Progress, Tuning};
-use cdi_importer::http::HttpSource;
-use cdi_importer::import::{ImportOptions, ImportReport, SizeSpec, Source, TargetSpec, import};
+use cdi_importer::import::{ImportOptions, ImportReport, SizeSpec, TargetSpec, import};
+use cdi_importer::sources::{FileSource, HttpSource, Source};
 
 #[derive(clap::Args)]
 pub struct ImportArgs {
@@ -124,7 +124,7 @@ pub fn run(args: &ImportArgs) -> anyhow::Result<()> {
             biased;
             // Dropping the import removes the temporary file it was writing.
             signal = interrupted() => Err(anyhow::anyhow!("interrupted by {signal}")),
-            r = import(&source, &opts, progress) => r.map_err(anyhow::Error::from),
+            r = import(source.as_ref(), &opts, progress) => r.map_err(anyhow::Error::from),
         }
     });
     // Work still running after a failure or an interrupt is abandoned, not waited for.
@@ -133,12 +133,8 @@ pub fn run(args: &ImportArgs) -> anyhow::Result<()> {
         bar.finish_and_clear();
         let _ = ticker.join();
     }
-    let shown = match &source {
-        Source::Http(h) => cdi_importer::http::redact(&h.url),
-        Source::File(p) => p.display().to_string(),
-    };
-    let report =
-        result.with_context(|| format!("importing {shown} into {}", args.dest.display()))?;
+    let report = result
+        .with_context(|| format!("importing {} into {}", source.name(), args.dest.display()))?;
     print!("{}", summary(&report));
     Ok(())
 }
@@ -167,7 +163,7 @@ async fn interrupted() -> &'static str {
     }
 }
 
-fn source(args: &ImportArgs) -> anyhow::Result<Source> {
+fn source(args: &ImportArgs) -> anyhow::Result<Box<dyn Source>> {
     if !(args.source.starts_with("http://") || args.source.starts_with("https://")) {
         anyhow::ensure!(
             args.headers.is_empty()
@@ -176,7 +172,7 @@ fn source(args: &ImportArgs) -> anyhow::Result<Source> {
                 && !args.insecure,
             "--header, --user, --ca-dir and --insecure apply to http(s):// sources only"
         );
-        return Ok(Source::File(PathBuf::from(&args.source)));
+        return Ok(Box::new(FileSource::new(&args.source)));
     }
     let mut headers = Vec::new();
     for h in &args.headers {
@@ -204,7 +200,7 @@ fn source(args: &ImportArgs) -> anyhow::Result<Source> {
             }
         }
     }
-    Ok(Source::Http(HttpSource {
+    Ok(Box::new(HttpSource {
         url: args.source.clone(),
         basic_auth,
         headers,

@@ -7,9 +7,9 @@ use std::sync::{Arc, Mutex};
 use crate::checksum::{Checksum, Hasher};
 use crate::convert::Progress;
 use crate::error::ImportError;
-use crate::http::{self, HttpClient};
-use crate::import::{Counting, Source, blocking, decoder, peek, verify};
-use crate::probe::Detected;
+use crate::formats::probe::Detected;
+use crate::import::{Counting, blocking, decoder, peek, verify};
+use crate::sources::Source;
 
 /// Fails a read once more than `limit` bytes came through: an archive cannot expand past the
 /// volume.
@@ -87,32 +87,18 @@ fn unpack_entries<R: Read>(archive: &mut tar::Archive<R>, dest: &Path) -> Result
 /// to it (as GNU tar does), and an archive with a member that would leave it is refused. On any
 /// failure, what was unpacked is removed.
 pub async fn unpack(
-    source: &Source,
+    source: &dyn Source,
     dir: &Path,
     capacity: u64,
     checksum: Option<&Checksum>,
     progress: Arc<Progress>,
 ) -> Result<(), ImportError> {
-    let input: Box<dyn Read + Send> = match source {
-        Source::File(path) => {
-            let file = std::fs::File::open(path)
-                .map_err(|e| ImportError::io(format!("opening {}", path.display()), e))?;
-            if let Ok(meta) = file.metadata() {
-                progress
-                    .total
-                    .store(meta.len(), std::sync::atomic::Ordering::Relaxed);
-            }
-            Box::new(file)
-        }
-        Source::Http(src) => {
-            let client = HttpClient::new(src.clone())?;
-            let info = client.info().await?;
-            progress
-                .total
-                .store(info.len.unwrap_or(0), std::sync::atomic::Ordering::Relaxed);
-            Box::new(http::stream(client, info, 16))
-        }
-    };
+    let opened = source.open().await?;
+    progress.total.store(
+        opened.size.unwrap_or(0),
+        std::sync::atomic::Ordering::Relaxed,
+    );
+    let input = (opened.stream)(16)?;
     let hasher = Arc::new(Mutex::new(checksum.map(|c| Hasher::new(c.algorithm))));
     let counted: Box<dyn Read + Send> = Box::new(Counting {
         inner: input,
@@ -131,7 +117,7 @@ pub async fn unpack(
         };
         // A disk image is not an archive, whatever the DataVolume says.
         if let Detected::Image(format) = inner
-            && !matches!(format, crate::probe::Format::Raw)
+            && !matches!(format, crate::formats::probe::Format::Raw)
         {
             return Err(ImportError::Unsupported(format!(
                 "contentType archive needs a tar archive, and this is a {} image; use contentType \

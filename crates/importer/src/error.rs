@@ -6,7 +6,7 @@
 
 use std::path::PathBuf;
 
-use crate::qcow2::Qcow2Error;
+use crate::formats::qcow2::Qcow2Error;
 
 /// Why an import failed.
 #[derive(Debug, thiserror::Error)]

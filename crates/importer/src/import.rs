@@ -12,24 +12,16 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
 use cdi_core::size::{self, Overhead, VolumeMode};
 
 use crate::checksum::{Checksum, Hasher};
-use crate::convert::{self, Progress, Tuning};
+use crate::convert::{Progress, Tuning};
 use crate::error::ImportError;
-use crate::http::{self, HttpClient, HttpReader, HttpSource};
-use crate::probe::{self, Compression, Detected, Format, PROBE_LEN};
-use crate::qemu;
-use crate::reader::{FileReader, RangeReader};
-use crate::writer::{Op, Target, TargetKind, WriteStats};
-
-/// What to import.
-#[derive(Debug, Clone)]
-pub enum Source {
-    File(PathBuf),
-    Http(HttpSource),
-}
+use crate::formats;
+use crate::formats::probe::{self, Compression, Detected, Format, PROBE_LEN};
+use crate::sources::file::{FileReader, FileSource};
+use crate::sources::{RangeReader, Source};
+use crate::writer::{Target, TargetKind, WriteStats};
 
 /// Where the image goes.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -106,12 +98,12 @@ struct Converted {
 /// Import `source` into the target. On failure nothing is left that claims to be the requested
 /// image, and nothing the import did not create is removed (see [`TargetSpec`]).
 pub async fn import(
-    source: &Source,
+    source: &dyn Source,
     opts: &ImportOptions,
     progress: Arc<Progress>,
 ) -> Result<ImportReport, ImportError> {
     let started = Instant::now();
-    check_source(source)?;
+    source.check()?;
     refuse_same_file(source, &opts.target)?;
     let mut report = match &opts.target {
         TargetSpec::File(dest) => import_replacing(source, opts, dest, &progress).await?,
@@ -137,27 +129,14 @@ pub async fn import_file(
     opts: &ImportOptions,
     progress: Arc<Progress>,
 ) -> Result<ImportReport, ImportError> {
-    import(&Source::File(src.to_path_buf()), opts, progress).await
-}
-
-/// Refuse a local source that is neither a regular file nor a block device before anything is
-/// created. A missing source is reported when it is opened.
-fn check_source(source: &Source) -> Result<(), ImportError> {
-    use std::os::unix::fs::FileTypeExt;
-    if let Source::File(path) = source
-        && let Ok(m) = std::fs::metadata(path)
-        && !(m.is_file() || m.file_type().is_block_device())
-    {
-        return Err(crate::reader::not_a_source(path, &m));
-    }
-    Ok(())
+    import(&FileSource::new(src), opts, progress).await
 }
 
 /// Refuse a target that is the source file itself (by a link, a hard link or another name):
 /// writing it would destroy the image being read.
-fn refuse_same_file(source: &Source, target: &TargetSpec) -> Result<(), ImportError> {
+fn refuse_same_file(source: &dyn Source, target: &TargetSpec) -> Result<(), ImportError> {
     use std::os::unix::fs::{FileTypeExt, MetadataExt};
-    let Source::File(image) = source else {
+    let Some(image) = source.local_path() else {
         return Ok(());
     };
     let dest = match target {
@@ -173,7 +152,7 @@ fn refuse_same_file(source: &Source, target: &TargetSpec) -> Result<(), ImportEr
         a.file_type().is_block_device() && b.file_type().is_block_device() && a.rdev() == b.rdev();
     if same_inode || same_device {
         return Err(ImportError::SameFile {
-            image: image.clone(),
+            image: image.to_path_buf(),
             target: dest.clone(),
         });
     }
@@ -317,7 +296,7 @@ fn resolve_links(dest: &Path) -> Result<PathBuf, ImportError> {
 
 /// Import into a file that may exist already (see [`TargetSpec::File`]).
 async fn import_replacing(
-    source: &Source,
+    source: &dyn Source,
     opts: &ImportOptions,
     dest: &Path,
     progress: &Arc<Progress>,
@@ -367,51 +346,45 @@ async fn import_replacing(
 }
 
 async fn import_inner(
-    source: &Source,
+    source: &dyn Source,
     opts: &ImportOptions,
     target: &Target,
     progress: &Arc<Progress>,
 ) -> Result<ImportReport, ImportError> {
     let limit = size_limit(opts, target)?;
-    let converted = match source {
-        Source::File(path) => {
-            if let Some(expected) = &opts.checksum {
-                let (p, c) = (path.clone(), expected.clone());
-                verify(expected, &blocking(move || hash_file(&p, &c)).await?)?;
-            }
-            let reader = Arc::new(FileReader::open(path)?);
-            progress.total.store(reader.size(), Ordering::Relaxed);
-            convert_random_access(reader, Some(path), target, limit, opts, progress).await?
+    let local = source.local_path();
+    // A local file is read twice rather than spooled: verified, then converted at random.
+    if let (Some(path), Some(expected)) = (local, &opts.checksum) {
+        let (p, c) = (path.to_path_buf(), expected.clone());
+        verify(expected, &blocking(move || hash_file(&p, &c)).await?)?;
+    }
+    let opened = source.open().await?;
+    progress
+        .total
+        .store(opened.size.unwrap_or(0), Ordering::Relaxed);
+    let direct = match opened.reader {
+        // A local file converts at random whatever its format (see Source::local_path).
+        Some(reader) if local.is_some() => {
+            Some(convert_random_access(reader, local, target, limit, opts, progress).await?)
         }
-        Source::Http(src) => {
-            let client = HttpClient::new(src.clone())?;
-            let info = client.info().await?;
-            progress
-                .total
-                .store(info.len.unwrap_or(0), Ordering::Relaxed);
-            let mut direct = None;
-            if let Some(len) = info.len
-                && info.ranges
-                && opts.checksum.is_none()
-            {
-                let reader = Arc::new(HttpReader::new(client.clone(), len));
-                let head = reader.read_at(0, PROBE_LEN.min(len as usize)).await?;
-                if matches!(
-                    probe::probe(&head),
-                    Detected::Image(Format::Qcow2 | Format::Raw | Format::Iso)
-                ) {
-                    direct = Some(
-                        convert_random_access(reader, None, target, limit, opts, progress).await?,
-                    );
-                }
+        // Otherwise only the formats converted natively, and not when a checksum must cover
+        // the transfer: it needs every byte in order, and reads at random skip what is unused.
+        Some(reader) if opts.checksum.is_none() => {
+            let len = reader.size();
+            let head = reader.read_at(0, PROBE_LEN.min(len as usize)).await?;
+            if matches!(probe::probe(&head), Detected::Image(f) if formats::converts_at_random(f)) {
+                Some(convert_random_access(reader, None, target, limit, opts, progress).await?)
+            } else {
+                None
             }
-            match direct {
-                Some(c) => c,
-                None => {
-                    let stream = http::stream(client, info, opts.tuning.parallel * 4);
-                    convert_stream(Box::new(stream), target, limit, opts, progress).await?
-                }
-            }
+        }
+        _ => None,
+    };
+    let converted = match direct {
+        Some(c) => c,
+        None => {
+            let stream = (opened.stream)(opts.tuning.parallel * 4)?;
+            convert_stream(stream, target, limit, opts, progress).await?
         }
     };
 
@@ -484,16 +457,6 @@ fn size_limit(opts: &ImportOptions, target: &Target) -> Result<Option<u64>, Impo
     }
 }
 
-fn check_fits(virtual_size: u64, limit: Option<u64>) -> Result<(), ImportError> {
-    match limit {
-        Some(usable) if virtual_size > usable => Err(ImportError::TooLarge {
-            virtual_size,
-            usable,
-        }),
-        _ => Ok(()),
-    }
-}
-
 fn hash_file(path: &Path, checksum: &Checksum) -> Result<String, ImportError> {
     let mut file = std::fs::File::open(path)
         .map_err(|e| ImportError::io(format!("opening {}", path.display()), e))?;
@@ -520,72 +483,33 @@ pub(crate) async fn blocking<T: Send + 'static>(
 
 /// Detect the format of a random-access source and convert it into the target. Formats that
 /// qemu-img converts, and compressed files, need `local_path`.
-async fn convert_random_access<R: RangeReader>(
-    reader: Arc<R>,
+async fn convert_random_access(
+    reader: Arc<dyn RangeReader>,
     local_path: Option<&Path>,
     target: &Target,
     limit: Option<u64>,
     opts: &ImportOptions,
     progress: &Arc<Progress>,
 ) -> Result<Converted, ImportError> {
-    let len = reader.size();
-    let head = reader.read_at(0, PROBE_LEN.min(len as usize)).await?;
-    let detected = match probe::probe(&head) {
-        Detected::Image(Format::Raw)
-            if len >= 512 && probe::probe_footer(&reader.read_at(len - 512, 512).await?) =>
-        {
-            Detected::Image(Format::Vhd)
-        }
-        other => other,
-    };
-    let plain = |format, virtual_size, stats| Converted {
-        format,
-        compression: None,
-        virtual_size,
-        stats,
-        scratch_used: false,
-    };
-    match detected {
-        Detected::Image(format @ (Format::Raw | Format::Iso)) => {
-            check_fits(len, limit)?;
-            target.set_len(len.max(limit.unwrap_or(0)))?;
-            let writer = target.writer(opts.tuning.parallel)?;
-            convert::copy_raw(reader.clone(), len, writer.sender(), opts.tuning, progress).await?;
-            Ok(plain(format, len, writer.finish().await?))
-        }
-        Detected::Image(Format::Qcow2) => {
-            let header = convert::read_qcow2_header(reader.as_ref()).await?;
-            check_fits(header.virtual_size, limit)?;
-            target.set_len(header.virtual_size.max(limit.unwrap_or(0)))?;
-            let writer = target.writer(opts.tuning.parallel)?;
-            let zero_fill = target.kind() == TargetKind::Block;
-            convert::convert_qcow2(
-                reader.clone(),
-                &header,
-                writer.sender(),
-                zero_fill,
+    match formats::detect(reader.as_ref()).await? {
+        Detected::Image(format) => {
+            let (virtual_size, stats) = formats::convert(
+                format,
+                reader,
+                local_path,
+                target,
+                limit,
                 opts.tuning,
                 progress,
             )
             .await?;
-            Ok(plain(
-                Format::Qcow2,
-                header.virtual_size,
-                writer.finish().await?,
-            ))
-        }
-        Detected::Image(format) => {
-            let path = local_path.ok_or_else(|| {
-                ImportError::Internal(format!("{format} is converted from a local copy"))
-            })?;
-            let (p, t) = (path.to_path_buf(), target.path().to_path_buf());
-            let virtual_size = blocking(move || qemu::inspect(&p, format)).await?;
-            check_fits(virtual_size, limit)?;
-            target.set_len(virtual_size.max(limit.unwrap_or(0)))?;
-            let p = path.to_path_buf();
-            blocking(move || qemu::convert_to_raw(&p, format, &t)).await?;
-            progress.add(len);
-            Ok(plain(format, virtual_size, WriteStats::default()))
+            Ok(Converted {
+                format,
+                compression: None,
+                virtual_size,
+                stats,
+                scratch_used: false,
+            })
         }
         Detected::Compressed(_) => {
             let path = local_path.ok_or_else(|| {
@@ -637,7 +561,7 @@ pub fn decoder<'a>(
 }
 
 /// Read up to `buf.len()` bytes, stopping early only at the end of the stream.
-fn read_full(r: &mut dyn Read, buf: &mut [u8]) -> std::io::Result<usize> {
+pub(crate) fn read_full(r: &mut dyn Read, buf: &mut [u8]) -> std::io::Result<usize> {
     let mut done = 0;
     while done < buf.len() {
         match r.read(&mut buf[done..]) {
@@ -699,38 +623,9 @@ async fn convert_stream(
     };
     let context = compression.map(|c| c.name()).unwrap_or("the source");
 
-    let result = if matches!(inner, Format::Raw | Format::Iso) {
-        // Stream straight to the target, never past what it may hold.
-        let writer = target.writer(opts.tuning.parallel)?;
-        let tx = writer.sender();
-        let chunk = opts.tuning.request_bytes as usize;
-        let mut stream = stream;
-        let written = blocking(move || {
-            let mut offset = 0u64;
-            loop {
-                let mut buf = vec![0u8; chunk];
-                let n = read_full(&mut stream, &mut buf)
-                    .map_err(|e| ImportError::from_read(context, e))?;
-                if n == 0 {
-                    return Ok(offset);
-                }
-                buf.truncate(n);
-                if let Some(usable) = limit
-                    && offset + n as u64 > usable
-                {
-                    return Err(ImportError::StreamTooLarge { usable });
-                }
-                tx.blocking_send(Op::Data {
-                    offset,
-                    data: Bytes::from(buf),
-                })
-                .map_err(|_| ImportError::Internal("the writer stopped early".into()))?;
-                offset += n as u64;
-            }
-        })
-        .await;
-        let stats = writer.finish().await?;
-        let virtual_size = written?;
+    let result = if formats::streams(inner) {
+        let (virtual_size, stats) =
+            formats::raw::copy_stream(stream, target, limit, opts.tuning, context).await?;
         Converted {
             format: inner,
             compression,
@@ -793,7 +688,7 @@ async fn convert_stream(
                     checksum: None,
                     ..opts.clone()
                 };
-                let reader = Arc::new(FileReader::open(&scratch)?);
+                let reader: Arc<dyn RangeReader> = Arc::new(FileReader::open(&scratch)?);
                 // The bytes were counted as they arrived; the scratch copy is not counted again.
                 let uncounted = Arc::new(Progress::default());
                 Box::pin(convert_random_access(

@@ -10,8 +10,8 @@ use cdi_core::size::{self, Overhead, VolumeMode};
 
 use crate::convert::{Progress, Tuning};
 use crate::error::ImportError;
-use crate::http::{HttpSource, RetryPolicy};
-use crate::import::{self, ImportOptions, SizeSpec, Source, TargetSpec};
+use crate::import::{self, ImportOptions, SizeSpec, TargetSpec};
+use crate::sources::http::{HttpSource, RetryPolicy};
 
 /// Upstream's message for a successful import.
 pub const COMPLETE_MESSAGE: &str = "Import Complete";
@@ -325,7 +325,7 @@ pub async fn run(
                 ));
             }
             crate::archive::unpack(
-                &Source::Http(src.clone()),
+                src,
                 &paths.data_dir,
                 capacity,
                 config.checksum.as_ref(),
@@ -345,7 +345,7 @@ pub async fn run(
                 scratch_mounted: true,
                 tuning: Tuning::default(),
             };
-            let report = import::import(&Source::Http(src.clone()), &opts, progress).await?;
+            let report = import::import(src, &opts, progress).await?;
             tracing::info!(
                 format = %report.format,
                 virtual_size = report.virtual_size,

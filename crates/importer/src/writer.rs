@@ -199,6 +199,13 @@ impl Target {
     }
 }
 
+/// Send one write to the writer thread.
+pub(crate) async fn send(tx: &mpsc::Sender<Op>, op: Op) -> Result<(), ImportError> {
+    tx.send(op)
+        .await
+        .map_err(|_| ImportError::Internal("the writer stopped early".into()))
+}
+
 /// Sends writes to the writer thread; `finish` waits for all of them.
 pub struct Writer {
     tx: Option<mpsc::Sender<Op>>,

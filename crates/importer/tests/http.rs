@@ -7,7 +7,7 @@ use std::time::Duration;
 use cdi_importer::ImportError;
 use cdi_importer::convert::{Progress, Tuning};
 use cdi_importer::http::{HttpSource, RetryPolicy};
-use cdi_importer::import::{ImportOptions, ImportReport, Source, TargetSpec, import};
+use cdi_importer::import::{ImportOptions, ImportReport, TargetSpec, import};
 use cdi_importer::probe::{Compression, Format};
 use cdi_testkit::images::{assert_same, convert, oracle, pattern};
 use cdi_testkit::{Behaviour, FileServer, TestCa};
@@ -68,7 +68,7 @@ impl Fixture {
         source: HttpSource,
         opts: ImportOptions,
     ) -> Result<ImportReport, ImportError> {
-        import(&Source::Http(source), &opts, Arc::new(Progress::default())).await
+        import(&source, &opts, Arc::new(Progress::default())).await
     }
 
     fn output(&self) -> Vec<u8> {

@@ -7,13 +7,14 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use futures::StreamExt;
+use futures::future::BoxFuture;
 use reqwest::StatusCode;
 use reqwest::header::{ACCEPT_ENCODING, CONTENT_LENGTH, CONTENT_RANGE, RANGE};
 use tokio::sync::mpsc;
 
 use crate::buffer::Buffer;
 use crate::error::ImportError;
-use crate::reader::RangeReader;
+use crate::sources::{Opened, RangeReader, Source};
 
 /// Where and how to fetch.
 #[derive(Clone, Default)]
@@ -48,6 +49,28 @@ impl std::fmt::Debug for HttpSource {
             )
             .field("insecure", &self.insecure)
             .finish()
+    }
+}
+
+impl Source for HttpSource {
+    fn name(&self) -> String {
+        redact(&self.url)
+    }
+
+    fn open(&self) -> BoxFuture<'_, Result<Opened, ImportError>> {
+        Box::pin(async move {
+            let client = HttpClient::new(self.clone())?;
+            let info = client.info().await?;
+            let reader: Option<Arc<dyn RangeReader>> = match info.len {
+                Some(len) if info.ranges => Some(Arc::new(HttpReader::new(client.clone(), len))),
+                _ => None,
+            };
+            Ok(Opened {
+                size: info.len,
+                reader,
+                stream: Box::new(move |depth| Ok(Box::new(stream(client, info, depth)))),
+            })
+        })
     }
 }
 
@@ -335,51 +358,53 @@ impl RangeReader for HttpReader {
         self.len
     }
 
-    async fn read_at(&self, offset: u64, len: usize) -> Result<Bytes, ImportError> {
-        let end = (offset + len as u64).min(self.len);
-        let want = (end - offset) as usize;
-        let mut buf = Buffer::with_len(want)
-            .map_err(|e| ImportError::io("allocating a transfer buffer", e))?;
-        let mut got = 0usize;
-        let mut attempt = 0;
-        while got < want {
-            let from = offset + got as u64;
-            let before = got;
-            let result = async {
-                let mut body = self
-                    .client
-                    .open_at(from, Some(end), true)
-                    .await?
-                    .bytes_stream();
-                while let Some(chunk) = body.next().await {
-                    let chunk = chunk.map_err(|e| transport_error(self.client.url(), e))?;
-                    let n = chunk.len().min(want - got);
-                    buf.bytes_mut()[got..got + n].copy_from_slice(&chunk[..n]);
-                    got += n;
+    fn read_at(&self, offset: u64, len: usize) -> BoxFuture<'_, Result<Bytes, ImportError>> {
+        Box::pin(async move {
+            let end = (offset + len as u64).min(self.len);
+            let want = (end - offset) as usize;
+            let mut buf = Buffer::with_len(want)
+                .map_err(|e| ImportError::io("allocating a transfer buffer", e))?;
+            let mut got = 0usize;
+            let mut attempt = 0;
+            while got < want {
+                let from = offset + got as u64;
+                let before = got;
+                let result = async {
+                    let mut body = self
+                        .client
+                        .open_at(from, Some(end), true)
+                        .await?
+                        .bytes_stream();
+                    while let Some(chunk) = body.next().await {
+                        let chunk = chunk.map_err(|e| transport_error(self.client.url(), e))?;
+                        let n = chunk.len().min(want - got);
+                        buf.bytes_mut()[got..got + n].copy_from_slice(&chunk[..n]);
+                        got += n;
+                    }
+                    Ok::<_, ImportError>(())
                 }
-                Ok::<_, ImportError>(())
+                .await;
+                if got >= want {
+                    break;
+                }
+                let err = match result {
+                    Err(e) => e,
+                    Ok(()) => broken(self.client.url(), "the response ended early".into()),
+                };
+                // The budget is for breaks in a row: a server that cuts every answer short but
+                // sends something each time still gets the whole range.
+                if got > before {
+                    attempt = 0;
+                }
+                if attempt >= self.client.source.retry.retries || !err.is_retryable() {
+                    return Err(err);
+                }
+                attempt += 1;
+                tracing::warn!(offset = offset + got as u64, attempt, error = %err, "transfer broke; resuming with a range request");
+                self.client.backoff(attempt).await;
             }
-            .await;
-            if got >= want {
-                break;
-            }
-            let err = match result {
-                Err(e) => e,
-                Ok(()) => broken(self.client.url(), "the response ended early".into()),
-            };
-            // The budget is for breaks in a row: a server that cuts every answer short but
-            // sends something each time still gets the whole range.
-            if got > before {
-                attempt = 0;
-            }
-            if attempt >= self.client.source.retry.retries || !err.is_retryable() {
-                return Err(err);
-            }
-            attempt += 1;
-            tracing::warn!(offset = offset + got as u64, attempt, error = %err, "transfer broke; resuming with a range request");
-            self.client.backoff(attempt).await;
-        }
-        Ok(buf.freeze())
+            Ok(buf.freeze())
+        })
     }
 }
 

@@ -1,7 +1,14 @@
-//! Format and compression detection by magic bytes.
+//! Format and compression detection by magic bytes; each format's magic is in its module.
+
+use super::{iso, qcow2, qemu};
 
 /// Bytes [`probe`] wants to see: enough for every magic, including ISO 9660's at 0x8001.
 pub const PROBE_LEN: usize = 0x8006;
+
+/// Whether `head` has `magic` at `offset`.
+pub(crate) fn magic_at(head: &[u8], offset: usize, magic: &[u8]) -> bool {
+    head.get(offset..offset + magic.len()) == Some(magic)
+}
 
 /// A disk image format.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -64,7 +71,7 @@ pub enum Detected {
 /// Detect a compression or image format from the first bytes. Anything unrecognised is raw,
 /// as upstream treats it. `head` may be shorter than [`PROBE_LEN`] for short files.
 pub fn probe(head: &[u8]) -> Detected {
-    let at = |offset: usize, magic: &[u8]| head.get(offset..offset + magic.len()) == Some(magic);
+    let at = |offset: usize, magic: &[u8]| magic_at(head, offset, magic);
     if at(0, &[0x1f, 0x8b]) {
         return Detected::Compressed(Compression::Gzip);
     }
@@ -74,29 +81,16 @@ pub fn probe(head: &[u8]) -> Detected {
     if at(0, &[0x28, 0xb5, 0x2f, 0xfd]) {
         return Detected::Compressed(Compression::Zstd);
     }
-    let format = if at(0, b"QFI\xfb") {
+    let format = if qcow2::detect(head) {
         Format::Qcow2
-    } else if at(0, b"KDMV") || at(0, b"COWD") || at(0, b"# Disk DescriptorFile") {
-        Format::Vmdk
-    } else if at(0x40, &[0x7f, 0x10, 0xda, 0xbe]) {
-        Format::Vdi
-    } else if at(0, b"vhdxfile") {
-        Format::Vhdx
-    } else if at(0, b"conectix") {
-        // A dynamic VHD starts with a copy of its footer; a fixed one is raw plus a footer,
-        // which is recognised only at the end (see `probe_footer`).
-        Format::Vhd
-    } else if at(0x8001, b"CD001") {
+    } else if let Some(format) = qemu::detect(head) {
+        format
+    } else if iso::detect(head) {
         Format::Iso
     } else {
         Format::Raw
     };
     Detected::Image(format)
-}
-
-/// A fixed-size VHD is raw data followed by a 512-byte footer starting with `conectix`.
-pub fn probe_footer(tail: &[u8]) -> bool {
-    tail.len() >= 512 && tail[tail.len() - 512..].starts_with(b"conectix")
 }
 
 #[cfg(test)]

@@ -1,26 +1,66 @@
-//! Random access to a source: a local file, or (with range support) an HTTP server.
+//! A local image file or block device: read at random, and by qemu-img in place.
 
 use std::fs::File;
 use std::os::unix::fs::FileExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use bytes::Bytes;
+use futures::future::BoxFuture;
 
 use crate::buffer::Buffer;
 use crate::error::ImportError;
+use crate::sources::{Opened, RangeReader, Source};
 
-/// A source that can be read at any offset. Reads may run concurrently.
-pub trait RangeReader: Send + Sync + 'static {
-    /// The source's length in bytes.
-    fn size(&self) -> u64;
+/// A local file or block device.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FileSource {
+    pub path: PathBuf,
+}
 
-    /// Read exactly `len` bytes at `offset` (fewer only at the end of the source).
-    fn read_at(
-        &self,
-        offset: u64,
-        len: usize,
-    ) -> impl Future<Output = Result<Bytes, ImportError>> + Send;
+impl FileSource {
+    pub fn new(path: impl Into<PathBuf>) -> Self {
+        FileSource { path: path.into() }
+    }
+}
+
+impl Source for FileSource {
+    fn name(&self) -> String {
+        self.path.display().to_string()
+    }
+
+    fn local_path(&self) -> Option<&Path> {
+        Some(&self.path)
+    }
+
+    /// Refuse what is neither a regular file nor a block device. A missing source is reported
+    /// when it is opened.
+    fn check(&self) -> Result<(), ImportError> {
+        use std::os::unix::fs::FileTypeExt;
+        if let Ok(m) = std::fs::metadata(&self.path)
+            && !(m.is_file() || m.file_type().is_block_device())
+        {
+            return Err(not_a_source(&self.path, &m));
+        }
+        Ok(())
+    }
+
+    fn open(&self) -> BoxFuture<'_, Result<Opened, ImportError>> {
+        Box::pin(async move {
+            let reader = FileReader::open(&self.path)?;
+            let path = self.path.clone();
+            Ok(Opened {
+                size: Some(reader.size()),
+                reader: Some(Arc::new(reader)),
+                // Opened anew: the reader's descriptor may have been moved to its end.
+                stream: Box::new(move |_| {
+                    let file = File::open(&path)
+                        .map_err(|e| ImportError::io(format!("opening {}", path.display()), e))?;
+                    Ok(Box::new(file))
+                }),
+            })
+        })
+    }
 }
 
 /// A local file read with positional reads on the blocking pool.
@@ -58,7 +98,7 @@ impl FileReader {
 
 /// Refuse what cannot be read at random or has no size: read as a file it would be an empty
 /// image (a FIFO, a character device such as /dev/zero, a socket, a directory).
-pub(crate) fn not_a_source(path: &Path, meta: &std::fs::Metadata) -> ImportError {
+fn not_a_source(path: &Path, meta: &std::fs::Metadata) -> ImportError {
     use std::os::unix::fs::FileTypeExt;
     let t = meta.file_type();
     let what = if t.is_fifo() {
@@ -99,12 +139,14 @@ impl RangeReader for FileReader {
         self.len
     }
 
-    async fn read_at(&self, offset: u64, len: usize) -> Result<Bytes, ImportError> {
+    fn read_at(&self, offset: u64, len: usize) -> BoxFuture<'_, Result<Bytes, ImportError>> {
         let file = self.file.clone();
         let len = len.min(self.len.saturating_sub(offset) as usize);
-        tokio::task::spawn_blocking(move || pread(&file, offset, len))
-            .await
-            .map_err(|e| ImportError::Internal(format!("reader task: {e}")))?
-            .map_err(|e| ImportError::io(format!("reading {len} bytes at {offset}"), e))
+        Box::pin(async move {
+            tokio::task::spawn_blocking(move || pread(&file, offset, len))
+                .await
+                .map_err(|e| ImportError::Internal(format!("reader task: {e}")))?
+                .map_err(|e| ImportError::io(format!("reading {len} bytes at {offset}"), e))
+        })
     }
 }

@@ -1,13 +1,63 @@
 //! The formats converted through `qemu-img` (vmdk, vdi, vhd, vhdx): inspected first, so that an
-//! image that would make qemu open another host path is refused before conversion.
+//! image that would make qemu open another host path is refused before conversion. qemu-img
+//! reads a file, so these convert only from a local copy of the source.
 
 use std::path::Path;
 use std::process::Command;
 
 use serde::Deserialize;
 
+use crate::convert::Progress;
 use crate::error::ImportError;
-use crate::probe::Format;
+use crate::formats::fit;
+use crate::formats::probe::{Format, magic_at};
+use crate::import::blocking;
+use crate::writer::{Target, WriteStats};
+
+/// The qemu-img format `head` is the start of, if any. A fixed-size VHD has no header: it is
+/// recognised by its footer ([`vhd_footer`]).
+pub fn detect(head: &[u8]) -> Option<Format> {
+    let at = |offset: usize, magic: &[u8]| magic_at(head, offset, magic);
+    if at(0, b"KDMV") || at(0, b"COWD") || at(0, b"# Disk DescriptorFile") {
+        Some(Format::Vmdk)
+    } else if at(0x40, &[0x7f, 0x10, 0xda, 0xbe]) {
+        Some(Format::Vdi)
+    } else if at(0, b"vhdxfile") {
+        Some(Format::Vhdx)
+    } else if at(0, b"conectix") {
+        // A dynamic VHD starts with a copy of its footer.
+        Some(Format::Vhd)
+    } else {
+        None
+    }
+}
+
+/// A fixed-size VHD is raw data followed by a 512-byte footer starting with `conectix`.
+pub fn vhd_footer(tail: &[u8]) -> bool {
+    tail.len() >= 512 && tail[tail.len() - 512..].starts_with(b"conectix")
+}
+
+/// Convert the `format` image at `local_path` (`len` bytes) into `target` with qemu-img,
+/// refusing one larger than `limit`; returns its virtual size (qemu-img's writes are not in the
+/// stats).
+pub(crate) async fn convert(
+    format: Format,
+    local_path: Option<&Path>,
+    len: u64,
+    target: &Target,
+    limit: Option<u64>,
+    progress: &Progress,
+) -> Result<(u64, WriteStats), ImportError> {
+    let path = local_path
+        .ok_or_else(|| ImportError::Internal(format!("{format} is converted from a local copy")))?;
+    let (p, t) = (path.to_path_buf(), target.path().to_path_buf());
+    let virtual_size = blocking(move || inspect(&p, format)).await?;
+    fit(target, virtual_size, limit)?;
+    let p = path.to_path_buf();
+    blocking(move || convert_to_raw(&p, format, &t)).await?;
+    progress.add(len);
+    Ok((virtual_size, WriteStats::default()))
+}
 
 #[derive(Debug, Deserialize)]
 struct Info {

@@ -5,6 +5,9 @@
 //! files, external data files and encryption are refused, and every offset is checked against
 //! the file's length.
 
+pub mod convert;
+pub mod write;
+
 use std::fmt;
 
 /// The smallest and largest cluster sizes qemu creates (512 B and 2 MiB).
@@ -37,6 +40,11 @@ const EXT_FULL_DISK_ENCRYPTION: u32 = 0x0537_be77;
 const OFFSET_MASK: u64 = 0x00ff_ffff_ffff_fe00;
 const L2_COMPRESSED: u64 = 1 << 62;
 const L2_ZERO: u64 = 1;
+
+/// Whether `head` is the start of a qcow2 image.
+pub fn detect(head: &[u8]) -> bool {
+    head.starts_with(MAGIC)
+}
 
 /// How compressed clusters are compressed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
