@@ -93,17 +93,9 @@ pub async fn reconcile(
         match pods.create(&PostParams::default(), &spec).await {
             Ok(_) => {
                 tracing::info!(claim = %format!("{ns}/{name}"), pod = %pod_name, "created importer pod");
-                // An earlier refusal is over: the pod's own state speaks from now on.
-                if claim
-                    .annotations()
-                    .get(ann::RUNNING_CONDITION_REASON)
-                    .map(String::as_str)
-                    == Some("ErrCreatingPod")
-                {
-                    let patch = json!({"metadata": {"annotations": {
-                        ann::RUNNING_CONDITION: null,
-                        ann::RUNNING_CONDITION_MESSAGE: null,
-                        ann::RUNNING_CONDITION_REASON: null}}});
+                let over = import::refusal_over(&claim);
+                if !over.is_empty() {
+                    let patch = json!({"metadata": {"annotations": over}});
                     claims
                         .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
                         .await?;
@@ -111,23 +103,11 @@ pub async fn reconcile(
             }
             Err(kube::Error::Api(e)) if e.code == 409 => {}
             Err(kube::Error::Api(e)) => {
-                // Refused (a bad CDIConfig resource setting, the CDI resource's placement): say so
-                // on the claim, whence it reaches the DataVolume's Running condition.
-                let message = format!(
-                    "the importer pod {pod_name} for claim {ns}/{name} was refused: {}; check \
-                     CDIConfig spec.podResourceRequirements and the CDI resource's spec.workload",
-                    e.message
-                );
-                let mut anns = BTreeMap::new();
-                anns.insert(ann::RUNNING_CONDITION.to_string(), "false".to_string());
-                anns.insert(ann::RUNNING_CONDITION_MESSAGE.to_string(), message.clone());
-                anns.insert(
-                    ann::RUNNING_CONDITION_REASON.to_string(),
-                    "ErrCreatingPod".into(),
-                );
+                // Refused: said on the claim, whence it reaches the DataVolume.
+                let (anns, message) = import::refused_pod(&claim, &pod_name, &e.message);
                 patch_annotations(&claims, &claim, &anns, &BTreeMap::new()).await?;
                 ctx.events
-                    .record(claim.as_ref(), true, "ErrCreatingPod", &message)
+                    .record(claim.as_ref(), true, import::ERR_CREATING_POD, &message)
                     .await;
                 return Err(kube::Error::Api(e).into());
             }
@@ -136,28 +116,7 @@ pub async fn reconcile(
         return Ok(Action::requeue(ctx.options.resync));
     };
 
-    // The pod's name comes from an annotation anyone can write: only the claim's own importer is
-    // read, and deleted.
-    let ours = pod
-        .owner_references()
-        .iter()
-        .any(|o| o.controller == Some(true) && Some(&o.uid) == claim.metadata.uid.as_ref());
-    if !ours {
-        // The controller writes the name it derives onto the claim too; only another name was
-        // put there by someone else.
-        let derived = cdi_core::naming::resource_name(cdi_api::name::IMPORTER_POD_PREFIX, &name);
-        let message = if pod_name != derived {
-            format!(
-                "pod {pod_name} named by {} on claim {ns}/{name} is not this claim's importer; \
-                 remove the annotation to let the controller name its own",
-                ann::IMPORT_POD_NAME
-            )
-        } else {
-            format!(
-                "pod {pod_name} is not the importer of claim {ns}/{name}; the import starts once \
-                 that pod is gone"
-            )
-        };
+    if let Some(message) = import::foreign_pod(&claim, &pod_name, &pod) {
         ctx.events
             .record(claim.as_ref(), true, "ImportTargetInUse", &message)
             .await;
@@ -169,14 +128,7 @@ pub async fn reconcile(
         return Ok(Action::await_change());
     }
     // The importer asked for scratch space: its claim goes with the pod, owned by it.
-    let pod_pending = pod.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Pending");
-    if pod_pending
-        && claim
-            .annotations()
-            .get(ann::REQUIRES_SCRATCH)
-            .map(String::as_str)
-            == Some("true")
-    {
+    if import::wants_scratch(&claim, &pod) {
         let scratch = import::scratch_for(&claim, &pod, cfg.as_ref());
         match claims.create(&PostParams::default(), &scratch).await {
             Ok(_) => {
@@ -208,12 +160,7 @@ pub async fn reconcile(
         delete_pod(&pods, &pod_name).await?;
         return Ok(Action::await_change());
     }
-    let scratch = anns.get(ann::REQUIRES_SCRATCH).map(String::as_str) == Some("true")
-        && claim
-            .annotations()
-            .get(ann::REQUIRES_SCRATCH)
-            .map(String::as_str)
-            != Some("true");
+    let scratch = import::scratch_just_requested(claim.annotations(), &anns);
     if outcome.complete || scratch {
         if outcome.complete {
             ctx.events

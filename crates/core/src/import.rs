@@ -206,6 +206,98 @@ pub fn scratch_for(
     )
 }
 
+/// The reason on the claim when the API server refused its importer pod.
+pub const ERR_CREATING_POD: &str = "ErrCreatingPod";
+
+/// The claim's Running condition when its importer pod was refused (a bad CDIConfig resource
+/// setting, the CDI resource's placement), whence it reaches the DataVolume; and the message.
+pub fn refused_pod(
+    claim: &PersistentVolumeClaim,
+    pod_name: &str,
+    why: &str,
+) -> (BTreeMap<String, String>, String) {
+    let ns = claim.metadata.namespace.as_deref().unwrap_or("");
+    let name = claim.metadata.name.as_deref().unwrap_or("");
+    let message = format!(
+        "the importer pod {pod_name} for claim {ns}/{name} was refused: {why}; check CDIConfig \
+         spec.podResourceRequirements and the CDI resource's spec.workload"
+    );
+    let anns = [
+        (ann::RUNNING_CONDITION, "false"),
+        (ann::RUNNING_CONDITION_MESSAGE, message.as_str()),
+        (ann::RUNNING_CONDITION_REASON, ERR_CREATING_POD),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .collect();
+    (anns, message)
+}
+
+/// Once the importer pod exists, an earlier refusal is over: its Running condition goes (the
+/// pod's own state speaks from now on). Empty when there was none.
+pub fn refusal_over(claim: &PersistentVolumeClaim) -> BTreeMap<String, Option<String>> {
+    let anns = annotations(claim);
+    if get(&anns, ann::RUNNING_CONDITION_REASON) != Some(ERR_CREATING_POD) {
+        return BTreeMap::new();
+    }
+    [
+        ann::RUNNING_CONDITION,
+        ann::RUNNING_CONDITION_MESSAGE,
+        ann::RUNNING_CONDITION_REASON,
+    ]
+    .into_iter()
+    .map(|k| (k.to_string(), None))
+    .collect()
+}
+
+/// Why `pod` (found under the name the claim gives) is not the claim's importer, if it is not:
+/// the name comes from an annotation anyone can write, so only a pod the claim controls is read,
+/// and deleted.
+pub fn foreign_pod(claim: &PersistentVolumeClaim, pod_name: &str, pod: &Pod) -> Option<String> {
+    let ours = pod
+        .metadata
+        .owner_references
+        .iter()
+        .flatten()
+        .any(|o| o.controller == Some(true) && Some(&o.uid) == claim.metadata.uid.as_ref());
+    if ours {
+        return None;
+    }
+    let ns = claim.metadata.namespace.as_deref().unwrap_or("");
+    let name = claim.metadata.name.as_deref().unwrap_or("");
+    // The controller writes the name it derives onto the claim too; only another name was put
+    // there by someone else.
+    let derived = crate::naming::resource_name(cdi_api::name::IMPORTER_POD_PREFIX, name);
+    Some(if pod_name != derived {
+        format!(
+            "pod {pod_name} named by {} on claim {ns}/{name} is not this claim's importer; \
+             remove the annotation to let the controller name its own",
+            ann::IMPORT_POD_NAME
+        )
+    } else {
+        format!(
+            "pod {pod_name} is not the importer of claim {ns}/{name}; the import starts once \
+             that pod is gone"
+        )
+    })
+}
+
+/// The importer asked for scratch space and waits for it: its scratch claim is made.
+pub fn wants_scratch(claim: &PersistentVolumeClaim, pod: &Pod) -> bool {
+    let pending = pod.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Pending");
+    pending && get(&annotations(claim), ann::REQUIRES_SCRATCH) == Some("true")
+}
+
+/// The pod's latest state asks for scratch space for the first time (`before` is the claim's
+/// annotations, `after` them with the pod's state): the pod is done for now.
+pub fn scratch_just_requested(
+    before: &BTreeMap<String, String>,
+    after: &BTreeMap<String, String>,
+) -> bool {
+    get(after, ann::REQUIRES_SCRATCH) == Some("true")
+        && get(before, ann::REQUIRES_SCRATCH) != Some("true")
+}
+
 fn var(name: &str, value: impl Into<String>) -> EnvVar {
     EnvVar {
         name: name.into(),
@@ -782,6 +874,73 @@ mod tests {
             "status": {"phase": phase}}),
         )
         .unwrap()
+    }
+
+    #[test]
+    fn a_refused_pod_is_said_on_the_claim_until_a_pod_exists() {
+        let c = claim(json!({}), "Bound");
+        let (anns, message) = refused_pod(&c, "importer-disk", "forbidden: exceeded quota");
+        assert_eq!(
+            message,
+            "the importer pod importer-disk for claim vms/disk was refused: forbidden: exceeded \
+             quota; check CDIConfig spec.podResourceRequirements and the CDI resource's \
+             spec.workload"
+        );
+        assert_eq!(
+            anns.get(ann::RUNNING_CONDITION_REASON).unwrap(),
+            ERR_CREATING_POD
+        );
+        assert!(refusal_over(&c).is_empty());
+        let refused = claim(serde_json::to_value(&anns).unwrap(), "Bound");
+        let over = refusal_over(&refused);
+        assert_eq!(over.len(), 3);
+        assert!(over.values().all(Option::is_none));
+        // Another reason on the Running condition is the pod's own: kept.
+        let running = claim(
+            json!({(ann::RUNNING_CONDITION): "false", (ann::RUNNING_CONDITION_REASON): "Error"}),
+            "Bound",
+        );
+        assert!(refusal_over(&running).is_empty());
+    }
+
+    #[test]
+    fn only_the_claims_own_importer_is_read() {
+        let c = claim(json!({}), "Bound");
+        let pod = |owner: &str, controller: bool| -> Pod {
+            serde_json::from_value(json!({"metadata": {"name": "importer-disk",
+                "ownerReferences": [{"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+                    "name": "disk", "uid": owner, "controller": controller}]},
+                "status": {"phase": "Pending"}}))
+            .unwrap()
+        };
+        assert_eq!(
+            foreign_pod(&c, "importer-disk", &pod("pvc-uid", true)),
+            None
+        );
+        // Owned but not controlled, or someone else's: not ours, with the way out.
+        for p in [pod("pvc-uid", false), pod("other", true)] {
+            let m = foreign_pod(&c, "importer-disk", &p).unwrap();
+            assert!(m.contains("the import starts once that pod is gone"), "{m}");
+        }
+        let m = foreign_pod(&c, "victim", &pod("other", true)).unwrap();
+        assert!(m.contains("remove the annotation"), "{m}");
+    }
+
+    #[test]
+    fn scratch_is_made_while_the_importer_waits_for_it() {
+        let pending: Pod = serde_json::from_value(json!({"metadata": {"name": "importer-disk"},
+                "status": {"phase": "Pending"}}))
+        .unwrap();
+        let asked = claim(json!({(ann::REQUIRES_SCRATCH): "true"}), "Bound");
+        assert!(wants_scratch(&asked, &pending));
+        assert!(!wants_scratch(&claim(json!({}), "Bound"), &pending));
+        let mut running = pending.clone();
+        running.status.as_mut().unwrap().phase = Some("Running".into());
+        assert!(!wants_scratch(&asked, &running));
+        let before = annotations(&claim(json!({}), "Bound"));
+        let after = annotations(&asked);
+        assert!(scratch_just_requested(&before, &after));
+        assert!(!scratch_just_requested(&after, &after));
     }
 
     #[test]
