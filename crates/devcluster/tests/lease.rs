@@ -83,7 +83,30 @@ async fn one_leader_at_a_time_with_kube_lease_manager() {
         .unwrap();
     assert!(*a.borrow(), "the first manager leads");
     let (mut b, _b_task) = manager("b").await;
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    // Two renewals by the first while the second runs: each time the second found the lease
+    // held (had it lapsed, the second would have taken it).
+    let leases: Api<Lease> = Api::namespaced(client(&server), "default");
+    let renewed = || async {
+        leases
+            .get("cdi-controller-leader-election-helper")
+            .await
+            .unwrap()
+            .spec
+            .and_then(|s| s.renew_time)
+            .map(|t| t.0)
+    };
+    let mut seen = vec![renewed().await];
+    tokio::time::timeout(Duration::from_secs(20), async {
+        while seen.len() < 3 {
+            let now = renewed().await;
+            if seen.last() != Some(&now) {
+                seen.push(now);
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await
+    .expect("the first manager renews its lease");
     assert!(!*b.borrow(), "the second waits while the first renews");
 
     // The leader steps down: the other takes over.

@@ -5,8 +5,10 @@ mod common;
 
 use std::time::Duration;
 
-use cdi_devcluster::agents::localpath::NodeDirs;
+use cdi_devcluster::agents::localpath::agent::Provisioner;
+use cdi_devcluster::agents::localpath::{Driver, NodeDirs};
 use cdi_devcluster::agents::nodes::default_nodes;
+use cdi_devcluster::agents::pvcontroller;
 use cdi_devcluster::apiserver::ApiServer;
 use cdi_devcluster::cluster;
 use common::wait_for;
@@ -45,6 +47,25 @@ async fn cluster() -> Cluster {
         client,
         root,
         tasks,
+    }
+}
+
+impl Cluster {
+    /// One whole pass of the PV controller and of both provisioners over what the cluster holds
+    /// now: what they did not do in it, they were not going to do.
+    async fn pass(&self) {
+        pvcontroller::agent::pass(&self.client, &mut Default::default())
+            .await
+            .unwrap();
+        for driver in [Driver::LocalPath, Driver::Csi] {
+            let dirs = NodeDirs {
+                root: self.root.path().to_path_buf(),
+            };
+            Provisioner::new(self.client.clone(), driver, dirs)
+                .pass()
+                .await
+                .unwrap();
+        }
     }
 }
 
@@ -155,7 +176,7 @@ async fn a_wffc_claim_is_provisioned_on_the_node_its_pod_is_scheduled_to() {
     )
     .await;
     let claims: Api<PersistentVolumeClaim> = Api::default_namespaced(c.client.clone());
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    c.pass().await;
     let waiting = claims.get("vm-disk").await.unwrap();
     assert_eq!(waiting.status.unwrap().phase.as_deref(), Some("Pending"));
     let volumes: Api<PersistentVolume> = Api::all(c.client.clone());
@@ -320,7 +341,7 @@ async fn the_csi_driver_makes_block_files_clones_by_copy_and_leaves_populator_cl
         "the clone stays sparse: {allocated} bytes allocated"
     );
 
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    c.pass().await;
     let waiting = claims.get("populated").await.unwrap();
     assert_eq!(waiting.status.unwrap().phase.as_deref(), Some("Pending"));
     assert!(waiting.spec.unwrap().volume_name.is_none());

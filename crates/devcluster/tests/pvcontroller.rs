@@ -136,7 +136,8 @@ async fn changing_claim_ref_moves_the_volume_and_the_old_claim_is_lost() {
         .create(&pp, &claim("second", "manual", "1Gi"))
         .await
         .unwrap();
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    // A whole pass over the new claim: it did not bind it.
+    agent::pass(&client, &mut Default::default()).await.unwrap();
     assert_eq!(phase_of_claim(&claims, "second").await, "Pending");
 
     // An administrator hands the volume to the second claim.
@@ -219,7 +220,8 @@ async fn deleting_the_claim_releases_or_fails_the_volume_by_reclaim_policy() {
         .create(&pp, &claim("a", "retain", "1Gi"))
         .await
         .unwrap();
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    // A whole pass over the new claim: it did not bind it.
+    agent::pass(&client, &mut Default::default()).await.unwrap();
     assert_eq!(phase_of_claim(&claims, "a").await, "Pending");
     assert_eq!(phase_of_volume(&volumes, "kept").await, "Released");
     task.abort();
@@ -261,7 +263,8 @@ async fn with_the_scheduler_a_wffc_claim_binds_the_local_volume_of_the_pods_node
         .create(&pp, &claim("disk", "local", "1Gi"))
         .await
         .unwrap();
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    // A whole pass over the new claim: it did not bind it.
+    agent::pass(&client, &mut Default::default()).await.unwrap();
     assert_eq!(
         phase_of_claim(&claims, "disk").await,
         "Pending",

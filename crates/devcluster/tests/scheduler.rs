@@ -84,7 +84,8 @@ async fn a_wffc_claim_gets_the_selected_node_and_the_pod_waits_for_it_to_bind() 
     })
     .await;
     assert_eq!(selected, "node-3");
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // A whole pass after the claim's node was chosen: the pod was not bound in it.
+    agent::pass(&client).await.unwrap();
     assert!(
         pods.get("consumer")
             .await
