@@ -387,3 +387,128 @@ async fn a_profile_fixed_later_lets_the_claim_be_rendered() {
     let profiles: Api<StorageProfile> = Api::all(c.client.clone());
     assert!(profiles.get_opt("local").await.unwrap().is_some());
 }
+
+async fn set_status<K>(api: &Api<K>, name: &str, status: Value)
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    api.patch_status(
+        name,
+        &PatchParams::default(),
+        &Patch::Merge(json!({"status": status})),
+    )
+    .await
+    .unwrap();
+}
+
+#[tokio::test]
+async fn external_population_waits_for_binding() {
+    let c = cluster().await;
+    c.storage("Immediate", true).await;
+    c.create::<DataVolume>(
+        c.ns(),
+        json!({"apiVersion": "cdi.kubevirt.io/v1beta1",
+        "kind": "DataVolume", "metadata": {"name": "disk", "namespace": NS},
+        "spec": {"storage": {"storageClassName": "local",
+            "resources": {"requests": {"storage": "1Gi"}},
+            "dataSourceRef": {"apiGroup": "example.com", "kind": "Blob", "name": "b"}}}}),
+    )
+    .await;
+    c.pass().await;
+    let dv = c.pass().await;
+    assert_eq!(phase(&dv), "PendingPopulation");
+    let claim: PersistentVolumeClaim = c.get("disk").await.unwrap();
+    let kind = claim
+        .spec
+        .as_ref()
+        .and_then(|s| s.data_source_ref.as_ref())
+        .map(|r| r.kind.clone());
+    assert_eq!(
+        kind.as_deref(),
+        Some("Blob"),
+        "the claim names the populator"
+    );
+    // The populator filled it and the claim bound: done.
+    set_status(
+        &c.ns::<PersistentVolumeClaim>(),
+        "disk",
+        json!({"phase": "Bound"}),
+    )
+    .await;
+    let dv = c.pass().await;
+    assert_eq!(phase(&dv), "Succeeded");
+    assert!(
+        c.reasons("DataVolume", "disk")
+            .await
+            .contains(&"ExternalPopulationSucceeded".into())
+    );
+}
+
+#[tokio::test]
+async fn the_importers_end_reaches_the_claim_and_the_datavolume() {
+    let c = cluster().await;
+    c.storage("Immediate", false).await;
+    c.dv(json!({}), http()).await;
+    c.pass().await;
+    let claim: PersistentVolumeClaim = c.get("disk").await.unwrap();
+    import::reconcile(Arc::new(claim), c.ctx.clone())
+        .await
+        .unwrap();
+    let claims = c.ns::<PersistentVolumeClaim>();
+    set_status(&claims, "disk", json!({"phase": "Bound"})).await;
+    let claim: PersistentVolumeClaim = c.get("disk").await.unwrap();
+    let pod_name = cdi_core::import::pod_name(&claim);
+    set_status(
+        &c.ns::<Pod>(),
+        &pod_name,
+        json!({"phase": "Succeeded",
+        "containerStatuses": [{"name": "importer", "image": "x", "imageID": "", "ready": false,
+            "restartCount": 0, "state": {"terminated": {"exitCode": 0,
+            "message": "{\"message\": \"Import Complete\"}"}}}]}),
+    )
+    .await;
+    import::reconcile(Arc::new(claim), c.ctx.clone())
+        .await
+        .unwrap();
+    let claim: PersistentVolumeClaim = c.get("disk").await.unwrap();
+    assert_eq!(
+        annotation(&claim, ann::POD_PHASE).as_deref(),
+        Some("Succeeded")
+    );
+    assert!(c.get::<Pod>(&pod_name).await.is_none(), "the pod goes");
+    let dv = c.pass().await;
+    assert_eq!(phase(&dv), "Succeeded");
+    assert_eq!(
+        dv.status.and_then(|s| s.progress).as_deref(),
+        Some("100.0%")
+    );
+}
+
+#[tokio::test]
+async fn a_pod_that_is_not_the_claims_importer_is_left_alone() {
+    let c = cluster().await;
+    c.storage("Immediate", false).await;
+    c.dv(json!({}), http()).await;
+    c.pass().await;
+    let claim: PersistentVolumeClaim = c.get("disk").await.unwrap();
+    let pod_name = cdi_core::import::pod_name(&claim);
+    c.create::<Pod>(
+        c.ns(),
+        json!({"metadata": {"name": pod_name, "namespace": NS},
+        "spec": {"containers": [{"name": "c", "image": "busybox"}]}}),
+    )
+    .await;
+    import::reconcile(Arc::new(claim), c.ctx.clone())
+        .await
+        .unwrap();
+    assert!(
+        c.reasons("PersistentVolumeClaim", "disk")
+            .await
+            .contains(&"ImportTargetInUse".into())
+    );
+    // Neither read nor deleted.
+    let pod: Pod = c.get(&pod_name).await.expect("the pod stays");
+    assert!(pod.owner_references().is_empty());
+    let claim: PersistentVolumeClaim = c.get("disk").await.unwrap();
+    assert!(annotation(&claim, ann::POD_PHASE).is_none());
+}
