@@ -156,6 +156,17 @@ pub mod ann {
 }
 
 /// Label keys and fixed label values (`metadata.labels`).
+/// cdi-rs's own annotations, for what upstream does not have: under `cdi-rs.dev/`, never
+/// `cdi.kubevirt.io/`, so they cannot collide with a future upstream key.
+pub mod ext {
+    /// On a DataVolume or CDIConfig: `"cdi"` places worker pods as upstream does (only the CDI
+    /// resource's `spec.workload`), without the first consumer's tolerations.
+    pub const WORKER_PLACEMENT: &str = "cdi-rs.dev/worker-placement";
+    /// On a claim: the tolerations its worker pods inherited from the consumer that bound it
+    /// (JSON), kept when the consumer is gone.
+    pub const WORKER_TOLERATIONS: &str = "cdi-rs.dev/worker-tolerations";
+}
+
 pub mod label {
     pub const APP: &str = "app";
     pub const APP_VALUE: &str = "containerized-data-importer";

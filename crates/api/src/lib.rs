@@ -28,7 +28,7 @@ pub use config::{
 pub use datasource::{DataImportCron, DataImportCronSpec, DataSource, DataSourceSpec};
 pub use datavolume::{DataVolume, DataVolumeSource, DataVolumeSpec, DataVolumeStatus, StorageSpec};
 pub use enums::*;
-pub use keys::{ann, env, finalizer, gate, label, name};
+pub use keys::{ann, env, ext, finalizer, gate, label, name};
 pub use kubevirt::{VirtualMachine, VirtualMachineInstance};
 pub use populators::{VolumeCloneSource, VolumeImportSource, VolumeUploadSource};
 pub use storageprofile::{

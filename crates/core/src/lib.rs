@@ -13,6 +13,7 @@ pub mod devpod;
 pub mod dvstatus;
 pub mod import;
 pub mod naming;
+pub mod placement;
 pub mod populator;
 pub mod quantity;
 pub mod render;

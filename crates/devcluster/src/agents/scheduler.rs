@@ -78,19 +78,9 @@ pub fn selector_matches(selector: &NodeSelector, node: &Node) -> bool {
 }
 
 fn tolerates(tolerations: &[Toleration], taint: &Taint) -> bool {
-    tolerations.iter().any(|t| {
-        let effect_ok = t
-            .effect
-            .as_deref()
-            .is_none_or(|e| e.is_empty() || e == taint.effect);
-        let key = t.key.as_deref().unwrap_or("");
-        let key_ok = key.is_empty() && t.operator.as_deref() == Some("Exists") || key == taint.key;
-        let value_ok = match t.operator.as_deref() {
-            Some("Exists") => true,
-            _ => t.value.as_deref().unwrap_or("") == taint.value.as_deref().unwrap_or(""),
-        };
-        effect_ok && key_ok && value_ok
-    })
+    tolerations
+        .iter()
+        .any(|t| cdi_core::placement::tolerates(t, taint))
 }
 
 /// (milli-CPU, memory bytes) a pod requests.
@@ -553,38 +543,6 @@ mod tests {
             ),
             other => panic!("{other:?}"),
         }
-    }
-
-    #[test]
-    fn tolerations_match_as_kubernetes_does() {
-        let taint = Taint {
-            key: "k".into(),
-            value: Some("v".into()),
-            effect: "NoSchedule".into(),
-            ..Default::default()
-        };
-        let t = |v: serde_json::Value| -> Vec<Toleration> { serde_json::from_value(v).unwrap() };
-        assert!(tolerates(
-            &t(json!([{"key": "k", "operator": "Equal", "value": "v", "effect": "NoSchedule"}])),
-            &taint
-        ));
-        assert!(
-            tolerates(&t(json!([{"key": "k", "value": "v"}])), &taint),
-            "no effect tolerates every effect"
-        );
-        assert!(tolerates(
-            &t(json!([{"key": "k", "operator": "Exists"}])),
-            &taint
-        ));
-        assert!(
-            tolerates(&t(json!([{"operator": "Exists"}])), &taint),
-            "an empty key with Exists tolerates everything"
-        );
-        assert!(!tolerates(&t(json!([{"key": "k", "value": "w"}])), &taint));
-        assert!(!tolerates(
-            &t(json!([{"key": "k", "operator": "Exists", "effect": "NoExecute"}])),
-            &taint
-        ));
     }
 }
 
