@@ -1524,6 +1524,12 @@ spec:
         assert!(!said.contains("was refused"), "{c}: {said}");
     }
     resources("null");
+    // The next importer is made with the settings the controller holds then: delete the stuck
+    // one once the fixed settings are in effect.
+    wait_for("the fixed settings in status", 30, || {
+        get(&s.dir, "cdiconfig/config")
+            .filter(|c| c["status"]["defaultPodResourceRequirements"]["requests"]["cpu"] != "100")
+    });
     kubectl(&s.dir, &["delete", "pod", "importer-refused-pod"], None);
     wait_for("the import once the settings are fixed", 120, || {
         get(&s.dir, "dv/refused-pod").filter(|d| phase(d) == "Succeeded")
