@@ -155,7 +155,6 @@ pub mod ann {
     }
 }
 
-/// Label keys and fixed label values (`metadata.labels`).
 /// cdi-rs's own annotations, for what upstream does not have: under `cdi-rs.dev/`, never
 /// `cdi.kubevirt.io/`, so they cannot collide with a future upstream key.
 pub mod ext {
@@ -165,8 +164,14 @@ pub mod ext {
     /// On a claim: the tolerations its worker pods inherited from the consumer that bound it
     /// (JSON), kept when the consumer is gone.
     pub const WORKER_TOLERATIONS: &str = "cdi-rs.dev/worker-tolerations";
+    /// On a DataVolume: a pod scheduling template (YAML or JSON); cdi-rs runs a temporary pod
+    /// with it that binds the WaitForFirstConsumer claim where the template places it.
+    pub const FIRST_CONSUMER: &str = "cdi-rs.dev/first-consumer";
+    /// Label on that temporary pod: the DataVolume it binds the claim for.
+    pub const FIRST_CONSUMER_FOR: &str = "cdi-rs.dev/first-consumer-for";
 }
 
+/// Label keys and fixed label values (`metadata.labels`).
 pub mod label {
     pub const APP: &str = "app";
     pub const APP_VALUE: &str = "containerized-data-importer";

@@ -10,7 +10,7 @@ use cdi_api::datavolume::DataVolume;
 use cdi_api::enums::DataVolumePhase;
 use cdi_api::populators::VolumeImportSource;
 use cdi_api::storageprofile::StorageProfile;
-use cdi_core::datavolume::{self, ClaimStep, Companion, Plan, Requeue, Snapshot};
+use cdi_core::datavolume::{self, ClaimStep, Companion, Plan, PodStep, Requeue, Snapshot};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Event, PersistentVolumeClaim, Pod};
 use k8s_openapi::api::storage::v1::StorageClass;
@@ -29,6 +29,7 @@ struct Observed {
     prime: Option<PersistentVolumeClaim>,
     claim_events: Vec<Event>,
     progress: Option<String>,
+    first_consumer: Option<Pod>,
     classes: Vec<StorageClass>,
     profiles: Vec<StorageProfile>,
     drivers: Vec<String>,
@@ -44,6 +45,7 @@ async fn observe(ctx: &Context, dv: &DataVolume) -> Result<Observed, kube::Error
         prime: None,
         claim_events: Vec::new(),
         progress: None,
+        first_consumer: None,
         classes: ctx.caches.classes(),
         profiles: ctx.caches.profiles(),
         drivers: ctx.caches.csi_drivers(),
@@ -52,7 +54,9 @@ async fn observe(ctx: &Context, dv: &DataVolume) -> Result<Observed, kube::Error
     let Some(claim) = claim else {
         return Ok(observed);
     };
-    if claim.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Pending") {
+    let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
+    let pending = claim.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Pending");
+    if pending {
         let events: Api<Event> = Api::namespaced(ctx.client.clone(), &ns);
         let selector = format!("involvedObject.name={}", claim.name_any());
         observed.claim_events = events
@@ -60,12 +64,22 @@ async fn observe(ctx: &Context, dv: &DataVolume) -> Result<Observed, kube::Error
             .await?
             .items;
     }
+    if pending || dv.annotations().contains_key(cdi_api::ext::FIRST_CONSUMER) {
+        observed.first_consumer = pods
+            .get_opt(&cdi_core::first_consumer::pod_name(dv))
+            .await?
+            // Only the pod made for this DataVolume is its to delete.
+            .filter(|p| {
+                p.owner_references()
+                    .iter()
+                    .any(|o| Some(&o.uid) == dv.metadata.uid.as_ref())
+            });
+    }
     if cdi_core::populator::import_source_name(&claim).is_some() {
         observed.prime = claims
             .get_opt(&cdi_core::populator::prime_name(&claim))
             .await?;
     }
-    let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
     if let Some(pod) = pods.get_opt(&cdi_core::import::pod_name(&claim)).await?
         && pod.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
     {
@@ -127,6 +141,25 @@ async fn execute(ctx: &Context, dv: &DataVolume, plan: Plan) -> Result<Action, E
             )
             .await?;
             tracing::info!("adopted claim");
+        }
+    }
+    match &plan.first_consumer {
+        None => {}
+        Some(PodStep::Create(pod)) => {
+            create(
+                &Api::<Pod>::namespaced(ctx.client.clone(), &ns),
+                pod.as_ref(),
+            )
+            .await?;
+            tracing::info!(pod = %pod.name_any(), "created the first-consumer pod");
+        }
+        Some(PodStep::Delete(pod)) => {
+            let pods = Api::<Pod>::namespaced(ctx.client.clone(), &ns);
+            match pods.delete(pod, &Default::default()).await {
+                Err(kube::Error::Api(e)) if e.code == 404 => {}
+                Err(e) => return Err(e.into()),
+                Ok(_) => tracing::info!(%pod, "deleted the first-consumer pod"),
+            }
         }
     }
     if !plan.claim_annotations.is_empty() {
@@ -211,6 +244,8 @@ pub async fn reconcile(dv: Arc<DataVolume>, ctx: Arc<Context>) -> Result<Action,
         config: o.config.as_ref(),
         claim_events: &o.claim_events,
         progress: o.progress,
+        first_consumer: o.first_consumer.as_ref(),
+        worker_image: &ctx.options.importer_image,
         now: k8s_openapi::jiff::Timestamp::now(),
     });
     execute(&ctx, &dv, plan).await

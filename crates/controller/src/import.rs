@@ -68,6 +68,10 @@ pub async fn reconcile(
     let gate_on = cfg
         .as_ref()
         .is_some_and(|c| c.spec.gate_enabled(gate::HONOR_WAIT_FOR_FIRST_CONSUMER));
+    // While the consumer the node was selected for is still there.
+    if pod.is_none() && crate::placement::record(&ctx, &claim).await? {
+        return Ok(Action::await_change());
+    }
 
     let Some(pod) = pod else {
         match import::next(&claim, gate_on) {
@@ -88,6 +92,7 @@ pub async fn reconcile(
             pull_policy: ctx.options.pull_policy.clone(),
             verbosity: ctx.options.verbosity,
         };
+        crate::placement::check(&ctx, &claim).await;
         let settings = Settings::for_claim(&worker, cfg.as_ref(), &claim, placement);
         let spec = import::importer_pod(&claim, &settings);
         match pods.create(&PostParams::default(), &spec).await {

@@ -7,6 +7,8 @@
 //! - `import`: runs the importer pod for claims with an import source, honouring
 //!   WaitForFirstConsumer, and writes the pod's state onto the claim.
 //! - `populator`: PVC prime for claims populated from a VolumeImportSource, and the rebind.
+//! - `placement` (used by the worker-pod controllers): what a claim's worker pods inherit from
+//!   the consumer its node was selected for.
 //!
 //! They share one [`Context`]: reflector stores of the cluster-wide objects (`cache`), the event
 //! recorder (`events`), the metrics and one HTTP client for progress reads.
@@ -19,6 +21,7 @@ pub mod config;
 pub mod datavolume;
 pub mod events;
 pub mod import;
+pub mod placement;
 pub mod populator;
 pub mod progress;
 pub mod serve;

@@ -91,6 +91,10 @@ pub async fn reconcile(
             }
             Readiness::Ready { node } => node,
         };
+        // Before PVC prime copies it, while the consumer is still there.
+        if crate::placement::record(&ctx, &target).await? {
+            return Ok(Action::await_change());
+        }
         let phase = target.status.as_ref().and_then(|s| s.phase.as_deref());
         let unbound = target
             .spec

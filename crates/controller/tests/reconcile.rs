@@ -512,3 +512,305 @@ async fn a_pod_that_is_not_the_claims_importer_is_left_alone() {
     let claim: PersistentVolumeClaim = c.get("disk").await.unwrap();
     assert!(annotation(&claim, ann::POD_PHASE).is_none());
 }
+
+impl Cluster {
+    /// Turn HonorWaitForFirstConsumer on (and CDIConfig's annotations to `annotations`), in the
+    /// cache before returning.
+    async fn honor_wffc(&self, annotations: Value) {
+        let api: Api<CDIConfig> = Api::all(self.client.clone());
+        let patch = json!({"metadata": {"annotations": annotations},
+            "spec": {"featureGates": ["HonorWaitForFirstConsumer"]}});
+        api.patch(
+            name::CDI_CONFIG,
+            &PatchParams::default(),
+            &Patch::Merge(&patch),
+        )
+        .await
+        .unwrap();
+        let wanted = annotations.as_object().map_or(0, |a| a.len());
+        self.cached(|caches| {
+            caches
+                .config()
+                .is_some_and(|c| c.spec.feature_gates.is_some() && c.annotations().len() >= wanted)
+        })
+        .await;
+    }
+
+    /// The seed's nodes as far as placement goes: node-2 tainted `virt-local=true:NoSchedule`,
+    /// node-3 tainted `gpu=a100:NoSchedule`.
+    async fn tainted_nodes(&self) {
+        for (name, key, value) in [("node-2", "virt-local", "true"), ("node-3", "gpu", "a100")] {
+            self.create::<k8s_openapi::api::core::v1::Node>(
+                self.all(),
+                json!({"metadata": {"name": name}, "spec": {"taints": [
+                    {"key": key, "value": value, "effect": "NoSchedule"}]}}),
+            )
+            .await;
+        }
+    }
+
+    /// A consumer of claim `claim` as KubeVirt's temporary pod is made: tolerating node-2's
+    /// taint, and node-3's, which is not where it goes.
+    async fn consumer(&self, claim: &str) {
+        self.create::<Pod>(
+            self.ns(),
+            json!({"metadata": {"name": "virt-launcher-vm-tmp", "namespace": NS,
+                "annotations": {"kubevirt.io/ephemeral-provisioning": "true"}},
+            "spec": {"containers": [{"name": "compute", "image": "virt-launcher"}],
+                "tolerations": [
+                    {"key": "virt-local", "operator": "Equal", "value": "true", "effect": "NoSchedule"},
+                    {"key": "gpu", "operator": "Exists", "effect": "NoSchedule"}],
+                "volumes": [{"name": "root", "persistentVolumeClaim": {"claimName": claim}}]}}),
+        )
+        .await;
+    }
+
+    /// What the scheduler does for the consumer: the claim's node is chosen.
+    async fn select_node(&self, claim: &str, node: &str) {
+        let patch = json!({"metadata": {"annotations": {(ann::SELECTED_NODE): node}}});
+        self.ns::<PersistentVolumeClaim>()
+            .patch(claim, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .unwrap();
+    }
+
+    async fn import_pass(&self, claim: &str) {
+        let claim: PersistentVolumeClaim = self.get(claim).await.unwrap();
+        import::reconcile(Arc::new(claim), self.ctx.clone())
+            .await
+            .unwrap();
+    }
+}
+
+fn toleration_keys(pod: &Pod) -> Vec<String> {
+    pod.spec
+        .as_ref()
+        .and_then(|s| s.tolerations.clone())
+        .unwrap_or_default()
+        .into_iter()
+        .filter_map(|t| t.key)
+        .collect()
+}
+
+#[tokio::test]
+async fn the_importer_inherits_the_consumers_toleration_for_the_selected_node_only() {
+    let c = cluster().await;
+    c.storage("WaitForFirstConsumer", false).await;
+    c.honor_wffc(json!({})).await;
+    c.tainted_nodes().await;
+    c.dv(json!({}), http()).await;
+    c.pass().await;
+    c.consumer("disk").await;
+    c.select_node("disk", "node-2").await;
+    // The pass that sees the node chosen records what worker pods inherit, and says so.
+    c.import_pass("disk").await;
+    let claim: PersistentVolumeClaim = c.get("disk").await.unwrap();
+    let record = cdi_core::placement::recorded(&claim)
+        .unwrap()
+        .expect("a record");
+    assert_eq!(record.consumer.as_deref(), Some("virt-launcher-vm-tmp"));
+    assert_eq!(record.node, "node-2");
+    let keys: Vec<_> = record
+        .tolerations
+        .iter()
+        .filter_map(|t| t.key.clone())
+        .collect();
+    assert_eq!(
+        keys,
+        ["virt-local"],
+        "node-3's toleration is not node-2's business"
+    );
+    assert!(
+        c.reasons("PersistentVolumeClaim", "disk")
+            .await
+            .contains(&cdi_controller::placement::INHERITED.to_string())
+    );
+    // KubeVirt deletes its temporary pod once the claim is bound; the importer still inherits.
+    c.ns::<Pod>()
+        .delete("virt-launcher-vm-tmp", &Default::default())
+        .await
+        .unwrap();
+    c.import_pass("disk").await;
+    set_status(
+        &c.ns::<PersistentVolumeClaim>(),
+        "disk",
+        json!({"phase": "Bound"}),
+    )
+    .await;
+    c.import_pass("disk").await;
+    let claim: PersistentVolumeClaim = c.get("disk").await.unwrap();
+    let importer: Pod = c
+        .get(&cdi_core::import::pod_name(&claim))
+        .await
+        .expect("the importer pod");
+    assert_eq!(toleration_keys(&importer), ["virt-local"]);
+    // Decided once: the pass after the consumer went did not record again.
+    assert_eq!(cdi_core::placement::recorded(&claim).unwrap(), Some(record));
+}
+
+#[tokio::test]
+async fn worker_placement_cdi_keeps_upstreams_placement() {
+    for (dv_annotations, config_annotations) in [
+        (json!({"cdi-rs.dev/worker-placement": "cdi"}), json!({})),
+        (json!({}), json!({"cdi-rs.dev/worker-placement": "cdi"})),
+    ] {
+        let c = cluster().await;
+        c.storage("WaitForFirstConsumer", false).await;
+        c.honor_wffc(config_annotations).await;
+        c.tainted_nodes().await;
+        c.dv(dv_annotations, http()).await;
+        c.pass().await;
+        c.consumer("disk").await;
+        c.select_node("disk", "node-2").await;
+        c.import_pass("disk").await;
+        set_status(
+            &c.ns::<PersistentVolumeClaim>(),
+            "disk",
+            json!({"phase": "Bound"}),
+        )
+        .await;
+        c.import_pass("disk").await;
+        let claim: PersistentVolumeClaim = c.get("disk").await.unwrap();
+        assert_eq!(cdi_core::placement::recorded(&claim), Ok(None));
+        let importer: Pod = c
+            .get(&cdi_core::import::pod_name(&claim))
+            .await
+            .expect("the importer pod");
+        assert!(toleration_keys(&importer).is_empty());
+    }
+}
+
+#[tokio::test]
+async fn a_record_written_by_someone_else_is_refused_and_inherits_nothing() {
+    let c = cluster().await;
+    c.storage("Immediate", false).await;
+    c.dv(json!({}), http()).await;
+    c.pass().await;
+    let patch =
+        json!({"metadata": {"annotations": {"cdi-rs.dev/worker-tolerations": "[{\"key\":"}}});
+    c.ns::<PersistentVolumeClaim>()
+        .patch("disk", &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap();
+    c.import_pass("disk").await;
+    let claim: PersistentVolumeClaim = c.get("disk").await.unwrap();
+    let importer: Pod = c
+        .get(&cdi_core::import::pod_name(&claim))
+        .await
+        .expect("the importer pod");
+    assert!(toleration_keys(&importer).is_empty());
+    assert!(
+        c.reasons("PersistentVolumeClaim", "disk")
+            .await
+            .contains(&cdi_controller::placement::ERR_RECORD.to_string())
+    );
+}
+
+#[tokio::test]
+async fn pvc_primes_importer_inherits_what_its_targets_consumer_tolerated() {
+    let c = cluster().await;
+    c.storage("WaitForFirstConsumer", true).await;
+    c.honor_wffc(json!({})).await;
+    c.tainted_nodes().await;
+    c.dv(json!({}), http()).await;
+    c.pass().await;
+    let dv = c.pass().await;
+    assert_eq!(phase(&dv), "PendingPopulation");
+    c.consumer("disk").await;
+    c.select_node("disk", "node-2").await;
+    let populate = || async {
+        let target: PersistentVolumeClaim = c.get("disk").await.unwrap();
+        populator::reconcile(Arc::new(target), c.ctx.clone())
+            .await
+            .unwrap();
+    };
+    populate().await;
+    c.ns::<Pod>()
+        .delete("virt-launcher-vm-tmp", &Default::default())
+        .await
+        .unwrap();
+    populate().await;
+    let target: PersistentVolumeClaim = c.get("disk").await.unwrap();
+    let prime_name = cdi_core::populator::prime_name(&target);
+    let prime: PersistentVolumeClaim = c.get(&prime_name).await.expect("PVC prime");
+    assert_eq!(
+        annotation(&prime, "cdi-rs.dev/worker-tolerations"),
+        annotation(&target, "cdi-rs.dev/worker-tolerations"),
+    );
+    c.import_pass(&prime_name).await;
+    let importer: Pod = c
+        .get(&cdi_core::import::pod_name(&prime))
+        .await
+        .expect("PVC prime's importer");
+    assert_eq!(toleration_keys(&importer), ["virt-local"]);
+    let prime: PersistentVolumeClaim = c.get(&prime_name).await.unwrap();
+    assert_eq!(
+        annotation(&prime, "cdi-rs.dev/worker-tolerations"),
+        annotation(&target, "cdi-rs.dev/worker-tolerations"),
+        "prime's copy is not recorded again"
+    );
+}
+
+#[tokio::test]
+async fn a_first_consumer_template_makes_the_temporary_pod_and_it_goes_when_done() {
+    let c = cluster().await;
+    c.storage("WaitForFirstConsumer", false).await;
+    c.honor_wffc(json!({})).await;
+    c.tainted_nodes().await;
+    let template = "nodeSelector: {kubernetes.io/hostname: node-3}\n\
+                    tolerations: [{key: gpu, operator: Exists, effect: NoSchedule}]";
+    c.dv(json!({"cdi-rs.dev/first-consumer": template}), http())
+        .await;
+    c.pass().await;
+    let dv = c.pass().await;
+    assert_eq!(phase(&dv), "WaitForFirstConsumer");
+    let pod: Pod = c
+        .get("disk-first-consumer")
+        .await
+        .expect("the temporary pod");
+    let spec = pod.spec.as_ref().unwrap();
+    assert_eq!(
+        spec.node_selector.as_ref().unwrap()["kubernetes.io/hostname"],
+        "node-3"
+    );
+    assert_eq!(toleration_keys(&pod), ["gpu"]);
+    // The scheduler chose node-3 for it; the importer inherits its toleration for node-3.
+    c.select_node("disk", "node-3").await;
+    c.import_pass("disk").await;
+    set_status(
+        &c.ns::<PersistentVolumeClaim>(),
+        "disk",
+        json!({"phase": "Bound"}),
+    )
+    .await;
+    let dv = c.pass().await;
+    assert_eq!(phase(&dv), "PVCBound");
+    assert!(
+        c.get::<Pod>("disk-first-consumer").await.is_none(),
+        "bound and recorded: the temporary pod goes"
+    );
+    c.import_pass("disk").await;
+    let importer: Pod = c.get("importer-disk").await.expect("the importer");
+    assert_eq!(toleration_keys(&importer), ["gpu"]);
+}
+
+#[tokio::test]
+async fn an_invalid_first_consumer_template_is_said_and_makes_no_pod() {
+    let c = cluster().await;
+    c.storage("WaitForFirstConsumer", false).await;
+    c.honor_wffc(json!({})).await;
+    c.dv(
+        json!({"cdi-rs.dev/first-consumer": "containers: [{name: x, image: busybox}]"}),
+        http(),
+    )
+    .await;
+    c.pass().await;
+    let dv = c.pass().await;
+    assert_eq!(phase(&dv), "WaitForFirstConsumer");
+    assert!(c.get::<Pod>("disk-first-consumer").await.is_none());
+    assert!(
+        c.reasons("DataVolume", "disk")
+            .await
+            .contains(&"ErrFirstConsumerTemplate".to_string())
+    );
+}

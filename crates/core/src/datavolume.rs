@@ -14,7 +14,7 @@ use cdi_api::enums::DataVolumePhase as Phase;
 use cdi_api::populators::{ImportSourceType, VolumeImportSource, VolumeImportSourceSpec};
 use cdi_api::storageprofile::StorageProfile;
 use cdi_api::{ann, gate};
-use k8s_openapi::api::core::v1::{Event as ClaimEvent, PersistentVolumeClaim};
+use k8s_openapi::api::core::v1::{Event as ClaimEvent, PersistentVolumeClaim, Pod};
 use k8s_openapi::api::storage::v1::StorageClass;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use k8s_openapi::jiff::Timestamp;
@@ -45,7 +45,20 @@ pub struct Snapshot<'a> {
     pub claim_events: &'a [ClaimEvent],
     /// Progress read from the running worker pod ("NN.NN%").
     pub progress: Option<String>,
+    /// The temporary pod of a first-consumer template (SPEC §9), when it exists.
+    pub first_consumer: Option<&'a Pod>,
+    /// The image worker pods run (the first consumer's too).
+    pub worker_image: &'a str,
     pub now: Timestamp,
+}
+
+/// What to do about the DataVolume's temporary first-consumer pod.
+#[derive(Debug, Clone, PartialEq)]
+pub enum PodStep {
+    /// Create it, after the claim.
+    Create(Box<Pod>),
+    /// Delete it (by name): its work is done.
+    Delete(String),
 }
 
 /// What to do about the claim itself.
@@ -90,6 +103,8 @@ pub struct Plan {
     pub status: Option<Computed>,
     /// Events recorded before the status' own (render warnings, adoption).
     pub events: Vec<Event>,
+    /// The first-consumer pod, after the claim.
+    pub first_consumer: Option<PodStep>,
     pub requeue: Requeue,
 }
 
@@ -103,6 +118,7 @@ impl Plan {
             delete_import_sources: Vec::new(),
             status: None,
             events: Vec::new(),
+            first_consumer: None,
             requeue: Requeue::OnChange,
         }
     }
@@ -118,7 +134,9 @@ impl Plan {
     /// Whether the plan creates anything (the controller checks first that the DataVolume still
     /// exists: a cached one may have just been deleted).
     pub fn creates(&self) -> bool {
-        !self.create.is_empty() || matches!(self.claim, ClaimStep::Create(_))
+        !self.create.is_empty()
+            || matches!(self.claim, ClaimStep::Create(_))
+            || matches!(self.first_consumer, Some(PodStep::Create(_)))
     }
 }
 
@@ -496,6 +514,7 @@ pub fn decide(s: &Snapshot<'_>) -> Plan {
     let status = kind.status(&observed, s);
     if let Some(c) = observed_claim {
         plan.delete_import_sources = kind.finished(dv, c, &status);
+        first_consumer(s, c, status.status.phase.as_ref(), &mut plan);
     }
     let in_progress = |p: Option<&Phase>| {
         matches!(
@@ -515,6 +534,61 @@ pub fn decide(s: &Snapshot<'_>) -> Plan {
     };
     plan.status = Some(status);
     plan
+}
+
+/// The first-consumer pod (SPEC §9): made while the DataVolume waits for a consumer and none
+/// has chosen the claim's node, and deleted once its work is done (the wait is over and what
+/// worker pods inherit from it is recorded).
+fn first_consumer(
+    s: &Snapshot<'_>,
+    claim: &PersistentVolumeClaim,
+    phase: Option<&Phase>,
+    plan: &mut Plan,
+) {
+    let dv = s.dv;
+    let waiting = matches!(
+        phase,
+        Some(Phase::WaitForFirstConsumer | Phase::PendingPopulation)
+    );
+    let anns = claim.metadata.annotations.as_ref();
+    let selected = anns
+        .and_then(|a| a.get(ann::SELECTED_NODE))
+        .is_some_and(|n| !n.is_empty());
+    if let Some(pod) = s.first_consumer {
+        let ended = matches!(phase, Some(Phase::Succeeded | Phase::Failed));
+        let recorded = anns.is_some_and(|a| a.contains_key(cdi_api::ext::WORKER_TOLERATIONS))
+            || !crate::placement::follows_consumer(claim, s.config);
+        if ended || (!waiting && recorded) || crate::first_consumer::template(dv).is_none() {
+            plan.first_consumer = pod.metadata.name.clone().map(PodStep::Delete);
+        } else if let Some(reason) = crate::first_consumer::unschedulable(pod) {
+            plan.events.push(Event::warning(
+                crate::first_consumer::UNSCHEDULABLE,
+                format!(
+                    "the first-consumer pod {} of DataVolume {}/{} cannot be scheduled: {reason}; \
+                     change the {} template, or the nodes",
+                    pod.metadata.name.as_deref().unwrap_or(""),
+                    dv.metadata.namespace.as_deref().unwrap_or(""),
+                    dv.metadata.name.as_deref().unwrap_or(""),
+                    cdi_api::ext::FIRST_CONSUMER
+                ),
+            ));
+        }
+        return;
+    }
+    if !waiting || selected || !owned_by(claim, dv) || phase_of(claim) != Some("Pending") {
+        return;
+    }
+    match crate::first_consumer::template(dv) {
+        None => {}
+        Some(Err(message)) => plan
+            .events
+            .push(Event::warning(crate::first_consumer::ERR_TEMPLATE, message)),
+        Some(Ok(t)) => {
+            let name = claim.metadata.name.as_deref().unwrap_or("");
+            let pod = crate::first_consumer::pod(dv, name, &t, s.worker_image);
+            plan.first_consumer = Some(PodStep::Create(Box::new(pod)));
+        }
+    }
 }
 
 #[cfg(test)]
@@ -597,6 +671,15 @@ mod tests {
         }
 
         fn decide(&self, dv: &DataVolume, claim: Option<&PersistentVolumeClaim>) -> Plan {
+            self.decide_with(dv, claim, None)
+        }
+
+        fn decide_with(
+            &self,
+            dv: &DataVolume,
+            claim: Option<&PersistentVolumeClaim>,
+            first_consumer: Option<&Pod>,
+        ) -> Plan {
             decide(&Snapshot {
                 dv,
                 claim,
@@ -607,6 +690,8 @@ mod tests {
                 config: Some(&self.config),
                 claim_events: &self.events,
                 progress: None,
+                first_consumer,
+                worker_image: "cdi-importer",
                 now: "2026-12-01T12:00:00Z".parse().unwrap(),
             })
         }
@@ -787,6 +872,87 @@ mod tests {
         let gone = bound_condition(&bound, &world.events);
         assert_eq!(gone.len(), 3);
         assert!(gone.values().all(Option::is_none));
+    }
+
+    #[test]
+    fn a_first_consumer_template_gets_a_temporary_pod_until_its_work_is_done() {
+        let world = World::new("WaitForFirstConsumer", false);
+        let template = json!({(cdi_api::ext::FIRST_CONSUMER): "nodeSelector: {kubernetes.io/hostname: node-3}"});
+        let d = dv(http(), template.clone());
+        let pending = claim("Pending", Some("dv-uid"), json!({}));
+        let plan = world.decide(&d, Some(&pending));
+        assert_eq!(phase(&plan), "WaitForFirstConsumer");
+        let Some(PodStep::Create(pod)) = &plan.first_consumer else {
+            panic!("no pod: {plan:?}");
+        };
+        assert!(plan.creates());
+        let spec = pod.spec.as_ref().unwrap();
+        assert_eq!(
+            spec.node_selector.as_ref().unwrap()["kubernetes.io/hostname"],
+            "node-3"
+        );
+        assert_eq!(spec.containers[0].image.as_deref(), Some("cdi-importer"));
+        // Without the annotation, or once a consumer chose the node: none.
+        let plain = dv(http(), json!({}));
+        assert_eq!(world.decide(&plain, Some(&pending)).first_consumer, None);
+        let selected = claim(
+            "Pending",
+            Some("dv-uid"),
+            json!({(ann::SELECTED_NODE): "node-3"}),
+        );
+        assert_eq!(world.decide(&d, Some(&selected)).first_consumer, None);
+        // Unschedulable: the scheduler's reason, on the DataVolume.
+        let mut waiting = pod.as_ref().clone();
+        waiting.status = serde_json::from_value(json!({"phase": "Pending",
+            "conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+            "message": "0/3 nodes are available: 3 node(s) didn't match Pod's node affinity/selector."}]}))
+        .unwrap();
+        let plan = world.decide_with(&d, Some(&pending), Some(&waiting));
+        assert_eq!(plan.first_consumer, None);
+        let event = plan
+            .events
+            .iter()
+            .find(|e| e.reason == crate::first_consumer::UNSCHEDULABLE)
+            .expect("the scheduler's reason");
+        assert!(
+            event.message.contains("0/3 nodes are available"),
+            "{}",
+            event.message
+        );
+        assert!(
+            event.message.contains("DataVolume vms/disk"),
+            "{}",
+            event.message
+        );
+        // Bound, but what worker pods inherit not yet recorded: kept; recorded: deleted.
+        let bound = claim(
+            "Bound",
+            Some("dv-uid"),
+            json!({(ann::SELECTED_NODE): "node-3"}),
+        );
+        let plan = world.decide_with(&d, Some(&bound), Some(&waiting));
+        assert_eq!(phase(&plan), "PVCBound");
+        assert_eq!(plan.first_consumer, None);
+        let recorded = claim(
+            "Bound",
+            Some("dv-uid"),
+            json!({(ann::SELECTED_NODE): "node-3",
+                (cdi_api::ext::WORKER_TOLERATIONS): "{\"node\":\"node-3\"}"}),
+        );
+        assert_eq!(
+            world
+                .decide_with(&d, Some(&recorded), Some(&waiting))
+                .first_consumer,
+            Some(PodStep::Delete("disk-first-consumer".into()))
+        );
+        // An invalid template: said, no pod.
+        let bad = dv(
+            http(),
+            json!({(cdi_api::ext::FIRST_CONSUMER): "containers: []"}),
+        );
+        let plan = world.decide(&bad, Some(&pending));
+        assert_eq!(plan.first_consumer, None);
+        assert!(reasons(&plan).contains(&crate::first_consumer::ERR_TEMPLATE));
     }
 
     #[test]

@@ -9,7 +9,7 @@ use cdi_api::{FailureReason, TerminationMessage, ann, env, label};
 use k8s_openapi::api::core::v1::{
     Capabilities, Container, ContainerPort, ContainerStateTerminated, EnvVar, EnvVarSource,
     PersistentVolumeClaim, Pod, PodSecurityContext, PodSpec, ResourceRequirements, SeccompProfile,
-    SecretKeySelector, SecurityContext, Volume, VolumeDevice, VolumeMount,
+    SecretKeySelector, SecurityContext, Toleration, Volume, VolumeDevice, VolumeMount,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 
@@ -122,6 +122,8 @@ pub struct Settings {
     pub import_proxy: Option<ImportProxy>,
     /// The CDI resource's `spec.workload`: where worker pods may run.
     pub placement: Option<NodePlacement>,
+    /// Tolerations inherited from the claim's first consumer (SPEC §9), added to the workload's.
+    pub inherited: Vec<Toleration>,
 }
 
 /// Who makes the importer pod (the controller's own settings).
@@ -154,6 +156,8 @@ impl Settings {
             preallocation: status.and_then(|s| s.preallocation).unwrap_or(false),
             import_proxy: status.and_then(|s| s.import_proxy.clone()),
             placement,
+            // An unreadable record inherits nothing; the controller says so.
+            inherited: crate::placement::for_worker(claim, cfg).unwrap_or_default(),
         }
     }
 }
@@ -563,7 +567,10 @@ pub fn importer_pod(claim: &PersistentVolumeClaim, s: &Settings) -> Pod {
             service_account_name: get(&anns, ann::POD_SERVICE_ACCOUNT_NAME).map(str::to_string),
             enable_service_links: Some(false),
             node_selector: s.placement.as_ref().and_then(|p| p.node_selector.clone()),
-            tolerations: s.placement.as_ref().and_then(|p| p.tolerations.clone()),
+            tolerations: crate::placement::worker_tolerations(
+                s.placement.as_ref().and_then(|p| p.tolerations.as_deref()),
+                &s.inherited,
+            ),
             affinity: s.placement.as_ref().and_then(|p| p.affinity.clone()),
             // PVC prime: the populator's claim goes where its target's consumer was scheduled.
             node_name: get(&anns, ann::POPULATOR_KIND)
@@ -1098,6 +1105,34 @@ mod tests {
             spec.tolerations.unwrap()[0].key.as_deref(),
             Some("virt-local")
         );
+
+        // The first consumer's recorded tolerations join the workload's (SPEC §9).
+        let record = json!({"consumer": "virt-launcher-tmp", "node": "node-2",
+            "tolerations": [{"key": "virt-local", "operator": "Exists"},
+                {"key": "gpu", "operator": "Equal", "value": "a100", "effect": "NoSchedule"}]})
+        .to_string();
+        let mut inheriting = c.clone();
+        inheriting
+            .metadata
+            .annotations
+            .as_mut()
+            .unwrap()
+            .insert(cdi_api::ext::WORKER_TOLERATIONS.into(), record);
+        let worker = Worker::default();
+        let workload = placed.placement.clone();
+        let spec = importer_pod(
+            &inheriting,
+            &Settings::for_claim(&worker, None, &inheriting, workload),
+        )
+        .spec
+        .unwrap();
+        let keys: Vec<_> = spec
+            .tolerations
+            .unwrap()
+            .into_iter()
+            .filter_map(|t| t.key)
+            .collect();
+        assert_eq!(keys, ["virt-local", "gpu"]);
 
         let mut block = c.clone();
         block.spec.as_mut().unwrap().volume_mode = Some("Block".into());

@@ -11,6 +11,7 @@ pub mod config;
 pub mod datavolume;
 pub mod devpod;
 pub mod dvstatus;
+pub mod first_consumer;
 pub mod import;
 pub mod naming;
 pub mod placement;

@@ -129,6 +129,9 @@ pub fn prime_claim(
         anns.insert(ann::POD_RETAIN_AFTER_COMPLETION.into(), v.clone());
     }
     for key in [
+        // The target's consumer placed it: PVC prime's worker inherits as its target's would.
+        cdi_api::ext::WORKER_TOLERATIONS,
+        cdi_api::ext::WORKER_PLACEMENT,
         ann::PRIORITY_CLASS_NAME,
         ann::POD_SERVICE_ACCOUNT_NAME,
         ann::POD_MULTUS_NETWORKS,

@@ -549,6 +549,8 @@ pub fn render_claim(
 
     let mut annotations = dv.metadata.annotations.clone().unwrap_or_default();
     annotations.remove(ann::POPULATED_FOR);
+    // Recorded by the controllers when the claim's node is chosen, never taken from a user.
+    annotations.remove(cdi_api::ext::WORKER_TOLERATIONS);
     annotations.insert(ann::USE_POPULATOR.into(), use_populator.to_string());
     annotations.insert(ann::POD_RESTARTS.into(), "0".into());
     annotations.insert(ann::CONTENT_TYPE.into(), content.as_str().into());

@@ -649,6 +649,16 @@ pub mod agent {
                         pods.patch_status(&name, &PatchParams::default(), &Patch::Merge(status))
                             .await?;
                         tracing::info!(pod = %format!("{ns}/{name}"), %message, "unschedulable");
+                        // As kube-scheduler says it: `kubectl describe pod` shows why.
+                        crate::agents::kubelet::worker::event_from(
+                            client,
+                            "default-scheduler",
+                            pod,
+                            "Warning",
+                            "FailedScheduling",
+                            &message,
+                        )
+                        .await;
                     }
                 }
             }

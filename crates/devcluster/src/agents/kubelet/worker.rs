@@ -109,6 +109,18 @@ fn full_name(pod: &Pod) -> (String, String) {
 
 /// Post an event about the pod, as kubelet does (`kubectl describe pod` shows them).
 pub async fn event(client: &Client, pod: &Pod, type_: &str, reason: &str, message: &str) {
+    event_from(client, "kubelet", pod, type_, reason, message).await
+}
+
+/// Post an event about the pod from `component` (the kubelet, the scheduler).
+pub async fn event_from(
+    client: &Client,
+    component: &str,
+    pod: &Pod,
+    type_: &str,
+    reason: &str,
+    message: &str,
+) {
     let (ns, name) = full_name(pod);
     let now = Timestamp::now().to_string();
     let e = json!({
@@ -119,7 +131,7 @@ pub async fn event(client: &Client, pod: &Pod, type_: &str, reason: &str, messag
         "involvedObject": {"apiVersion": "v1", "kind": "Pod", "namespace": ns, "name": name,
             "uid": pod.metadata.uid},
         "type": type_, "reason": reason, "message": message,
-        "source": {"component": "kubelet"},
+        "source": {"component": component},
         "firstTimestamp": now, "lastTimestamp": now, "count": 1,
     });
     let events: Api<k8s_openapi::api::core::v1::Event> = Api::namespaced(client.clone(), &ns);
