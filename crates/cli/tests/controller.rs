@@ -24,8 +24,9 @@ fn get(dir: &Path, what: &str) -> Option<Value> {
         .then(|| serde_json::from_slice(&out.stdout).unwrap())
 }
 
-/// A cluster with the controller running, `HonorWaitForFirstConsumer` set as `gate`, worker
-/// pods allowed on the tainted node (CDI `spec.workload`), and the seed's class.
+/// A cluster with the controller running, `HonorWaitForFirstConsumer` set as `gate`, and the
+/// seed's class. No CDI `spec.workload`: worker pods reach the tainted node only by following
+/// their claim's consumer (SPEC §9).
 struct Setup {
     _tmp: tempfile::TempDir,
     dir: std::path::PathBuf,
@@ -66,13 +67,6 @@ fn setup(gate: bool) -> Setup {
 }
 
 const SETUP: &str = r#"
-apiVersion: cdi.kubevirt.io/v1beta1
-kind: CDI
-metadata: {name: cdi}
-spec:
-  workload:
-    tolerations: [{key: virt-local, operator: Equal, value: "true", effect: NoSchedule}]
----
 apiVersion: storage.k8s.io/v1
 kind: StorageClass
 metadata: {name: local-path-wffc}
@@ -292,6 +286,25 @@ async fn the_seed_scenario_places_and_fills_the_disk_on_node_2() {
     assert_eq!(
         claim["metadata"]["annotations"]["cdi.kubevirt.io/storage.pod.phase"],
         "Succeeded"
+    );
+    // With no CDI spec.workload, the importer reached the tainted node by the consumer's
+    // toleration, recorded on the claim and said in an event.
+    let record: Value = serde_json::from_str(
+        claim["metadata"]["annotations"]["cdi-rs.dev/worker-tolerations"]
+            .as_str()
+            .expect("the record"),
+    )
+    .unwrap();
+    assert_eq!(record["consumer"], "virt-launcher-vm-tmp");
+    assert_eq!(record["node"], "node-2");
+    assert_eq!(record["tolerations"][0]["key"], "virt-local");
+    assert!(
+        events_of(&s.dir, "vm-root")
+            .iter()
+            .any(|(reason, message)| reason == "WorkerTolerationsInherited"
+                && message.contains("virt-local=true:NoSchedule from pod virt-launcher-vm-tmp")),
+        "{:?}",
+        events_of(&s.dir, "vm-root")
     );
     drop(s.controller);
 }
@@ -745,21 +758,32 @@ spec:
   dataVolumeTemplates:
   - metadata: {{name: vm-with-wffc-disk-root}}
     spec:
-      source: {{http: {{url: "{}"}}}}
+      source: {{http: {{url: "{url}"}}}}
       pvc:
         storageClassName: local-path-wffc
         accessModes: [ReadWriteOnce]
         resources: {{requests: {{storage: 1Gi}}}}
+  - metadata: {{name: vm-with-wffc-disk-data}}
+    spec:
+      source: {{blank: {{}}}}
+      pvc:
+        storageClassName: local-path-wffc
+        accessModes: [ReadWriteOnce]
+        resources: {{requests: {{storage: 64Mi}}}}
   template:
     spec:
       nodeSelector: {{node-role.kubernetes.io/virt-local: "true"}}
-      tolerations: [{{key: virt-local, operator: Equal, value: "true", effect: NoSchedule}}]
+      tolerations:
+      - {{key: virt-local, operator: Equal, value: "true", effect: NoSchedule}}
+      - {{key: gpu, operator: Exists, effect: NoSchedule}}
       domain:
         resources: {{requests: {{memory: 2Gi}}}}
-        devices: {{disks: [{{name: root, disk: {{bus: virtio}}}}]}}
-      volumes: [{{name: root, dataVolume: {{name: vm-with-wffc-disk-root}}}}]
+        devices: {{disks: [{{name: root, disk: {{bus: virtio}}}}, {{name: data, disk: {{bus: virtio}}}}]}}
+      volumes:
+      - {{name: root, dataVolume: {{name: vm-with-wffc-disk-root}}}}
+      - {{name: data, dataVolume: {{name: vm-with-wffc-disk-data}}}}
 "#,
-        server.url("/disk.qcow2")
+        url = server.url("/disk.qcow2")
     );
     kubectl(&s.dir, &["apply", "-f", "-"], Some(&vm));
     let vmi = wait_for("the VMI to run", 90, || {
@@ -772,6 +796,35 @@ spec:
     assert_eq!(vm["status"]["ready"], true);
     let dv = get(&s.dir, "dv/vm-with-wffc-disk-root").unwrap();
     assert_eq!(phase(&dv), "Succeeded");
+    // Both disks' workers followed KubeVirt's temporary pod onto node-2, tolerating its taint
+    // and not the gpu taint the VM tolerates elsewhere.
+    for disk in ["vm-with-wffc-disk-root", "vm-with-wffc-disk-data"] {
+        assert_eq!(
+            phase(&get(&s.dir, &format!("dv/{disk}")).unwrap()),
+            "Succeeded"
+        );
+        let claim = get(&s.dir, &format!("pvc/{disk}")).unwrap();
+        let record: Value = serde_json::from_str(
+            claim["metadata"]["annotations"]["cdi-rs.dev/worker-tolerations"]
+                .as_str()
+                .expect("the record"),
+        )
+        .unwrap();
+        assert_eq!(record["node"], "node-2", "{disk}");
+        let keys: Vec<&str> = record["tolerations"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|t| t["key"].as_str())
+            .collect();
+        assert_eq!(keys, ["virt-local"], "{disk}");
+        assert!(
+            record["consumer"]
+                .as_str()
+                .is_some_and(|c| c.starts_with("virt-launcher-vm-with-wffc-disk-")),
+            "{disk}: {record}"
+        );
+    }
     assert_eq!(
         dv["metadata"]["ownerReferences"][0]["kind"],
         "VirtualMachine"
@@ -951,6 +1004,11 @@ async fn the_populator_fills_prime_and_hands_its_volume_to_the_target() {
                 prime["metadata"]["annotations"]["volume.kubernetes.io/selected-node"], "node-2",
                 "PVC prime goes where the consumer was scheduled"
             );
+            // And its importer tolerates what the consumer tolerated there.
+            let record = prime["metadata"]["annotations"]["cdi-rs.dev/worker-tolerations"]
+                .as_str()
+                .unwrap_or("");
+            assert!(record.contains("\"virt-local\""), "{record}");
         }
         // The DataVolume says Succeeded a moment after the hand-over; the target's mirrored
         // pod phase, written before it, is what shows the order.
@@ -1671,4 +1729,95 @@ spec:
     );
     kubectl(&s.dir, &["delete", "dv", "held", "--wait=false"], None);
     nothing_left("nothing left after the held claim");
+}
+
+/// Placement beyond upstream, side by side in one cluster: a DataVolume opted out of following
+/// its consumer stays unschedulable on the tainted node as upstream's would; a first-consumer
+/// template for node-3 binds and fills the disk there with no other consumer; a template no
+/// node satisfies waits, with the scheduler's reason.
+#[tokio::test(flavor = "multi_thread")]
+async fn placement_follows_the_consumer_or_a_first_consumer_template() {
+    let s = setup(true);
+    let _down = Down(&s.dir);
+    let (server, expected) = serve_image(s._tmp.path(), MIB, false).await;
+    let url = server.url("/disk.qcow2");
+    let upstream = r#"cdi-rs.dev/worker-placement: cdi"#;
+    let on_node_3 =
+        r#"cdi-rs.dev/first-consumer: '{"nodeSelector": {"kubernetes.io/hostname": "node-3"}}'"#;
+    let nowhere = r#"cdi-rs.dev/first-consumer: "nodeSelector: {kubernetes.io/hostname: node-9}""#;
+    let manifests = [
+        data_volume("upstream", &url, "1Gi", upstream),
+        consumer("virt-launcher-upstream", "upstream"),
+        data_volume("on-node-3", &url, "1Gi", on_node_3),
+        data_volume("nowhere", &url, "1Gi", nowhere),
+    ]
+    .join("\n---\n");
+    kubectl(&s.dir, &["apply", "-f", "-"], Some(&manifests));
+
+    // Opted out: the importer gets no toleration and cannot go where the claim is.
+    let dv = wait_for("the opted-out importer to be unschedulable", 90, || {
+        get(&s.dir, "dv/upstream").filter(|d| condition(d, "Running")["reason"] == "Unschedulable")
+    });
+    assert_eq!(phase(&dv), "ImportScheduled");
+    let pod = get(&s.dir, "pod/importer-upstream").unwrap();
+    assert_eq!(pod["spec"]["tolerations"], Value::Null);
+    let scheduler = events_of(&s.dir, "importer-upstream");
+    assert!(
+        scheduler
+            .iter()
+            .any(|(reason, message)| reason == "FailedScheduling"
+                && message.contains("1 node(s) had untolerated taint {virt-local: true}")),
+        "{scheduler:?}"
+    );
+    let claim = get(&s.dir, "pvc/upstream").unwrap();
+    assert_eq!(
+        claim["metadata"]["annotations"]["cdi-rs.dev/worker-tolerations"],
+        Value::Null
+    );
+
+    // The first-consumer pod bound the claim on node-3; the import filled it there.
+    let dv = wait_for("the node-3 import", 90, || {
+        get(&s.dir, "dv/on-node-3").filter(|d| phase(d) == "Succeeded")
+    });
+    assert_eq!(dv["status"]["progress"], "100.0%");
+    let claim = get(&s.dir, "pvc/on-node-3").unwrap();
+    assert_eq!(
+        claim["metadata"]["annotations"]["volume.kubernetes.io/selected-node"],
+        "node-3"
+    );
+    let pv = volume_of(&s.dir, &claim);
+    let path = pv["spec"]["hostPath"]["path"].as_str().unwrap().to_string();
+    assert!(path.contains("/nodes/node-3/"), "{path}");
+    let disk = std::fs::read(Path::new(&path).join("disk.img")).unwrap();
+    assert_same(&disk[..expected.len()], &expected, "the imported image");
+    wait_for("the temporary pod to go", 30, || {
+        get(&s.dir, "pod/on-node-3-first-consumer")
+            .is_none()
+            .then_some(())
+    });
+
+    // No node fits: it waits, and says why in the scheduler's words.
+    let events = wait_for("the scheduler's reason on the DataVolume", 60, || {
+        let events = events_of(&s.dir, "nowhere");
+        events
+            .iter()
+            .any(|(reason, _)| reason == "FirstConsumerUnschedulable")
+            .then_some(events)
+    });
+    let (_, message) = events
+        .iter()
+        .find(|(reason, _)| reason == "FirstConsumerUnschedulable")
+        .unwrap();
+    assert!(
+        message.contains(
+            "0/3 nodes are available: 3 node(s) didn't match Pod's node affinity/selector"
+        ),
+        "{message}"
+    );
+    assert_eq!(
+        phase(&get(&s.dir, "dv/nowhere").unwrap()),
+        "WaitForFirstConsumer"
+    );
+    assert!(get(&s.dir, "pod/importer-nowhere").is_none());
+    drop(s.controller);
 }
