@@ -100,13 +100,8 @@ async fn setup(client: &Client, url: &str, size: &str, class: &str) -> anyhow::R
     configs
         .patch("config", &PatchParams::default(), &Patch::Merge(&patch))
         .await?;
-    // Worker pods may run on the VM node (CDI's spec.workload), as an admin would allow.
-    let cdi: cdi_api::config::CDI = serde_json::from_value(json!({
-        "apiVersion": "cdi.kubevirt.io/v1beta1", "kind": "CDI", "metadata": {"name": "cdi"},
-        "spec": {"workload": {"tolerations": [{"key": "virt-local", "operator": "Equal", "value": "true", "effect": "NoSchedule"}]}}}))?;
-    Api::<cdi_api::config::CDI>::all(client.clone())
-        .create(&PostParams::default(), &cdi)
-        .await?;
+    // No CDI spec.workload: the importer reaches the tainted VM node by inheriting the VM's
+    // toleration from the temporary pod that chose the node (SPEC §9).
     let objects = seed_objects(url, size, class);
     let wffc: StorageClass = serde_json::from_value(objects[0].clone())?;
     Api::<StorageClass>::all(client.clone())
@@ -219,7 +214,7 @@ pub fn run(args: &DemoArgs) -> anyhow::Result<()> {
         let controllers = tokio::spawn(cdi_controller::run_controllers(ctx));
         let class = if args.populator { "csi" } else { "local-path-wffc" };
         setup(&client, &url, &args.size, class).await?;
-        println!("  applied: CDIConfig gate HonorWaitForFirstConsumer, CDI workload tolerations, class local-path-wffc, VirtualMachine {VM} ({} root disk on spec.pvc, class {class})\n", args.size);
+        println!("  applied: CDIConfig gate HonorWaitForFirstConsumer (no CDI workload tolerations), class local-path-wffc, VirtualMachine {VM} ({} root disk on spec.pvc, class {class})\n", args.size);
 
         let mut t = Timeline { start: Instant::now(), seen: BTreeSet::new() };
         let result = follow(&client, &mut t, Duration::from_secs(args.timeout), args.populator).await;

@@ -26,6 +26,8 @@ fn the_demo_tells_the_seed_story_and_succeeds() {
         "DataVolume vm-with-wffc-disk-root: WaitForFirstConsumer",
         "temporary pod virt-launcher-vm-with-wffc-disk-",
         "volume.kubernetes.io/selected-node=node-2",
+        // No CDI spec.workload in the demo: the importer reaches node-2 by inheriting.
+        "its worker pods inherit toleration virt-local=true:NoSchedule from pod virt-launcher-vm-with-wffc-disk-",
         "importer pod importer-vm-with-wffc-disk-root created (claim vm-with-wffc-disk-root is Bound)",
         "DataVolume vm-with-wffc-disk-root: Succeeded (100.0%)",
         "Running on node-2",
@@ -72,6 +74,12 @@ fn the_populator_demo_hands_prime_s_volume_to_the_vm() {
     assert_in_order(&stdout, &order);
     assert!(
         stdout.contains("rebound: claimRef now vm-with-wffc-disk-root"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains(
+            "its worker pods inherit toleration virt-local=true:NoSchedule from pod virt-launcher-"
+        ),
         "{stdout}"
     );
     assert!(

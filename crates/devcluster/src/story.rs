@@ -295,6 +295,17 @@ impl Narrator {
                 };
                 out.say("selected", format!("claim {dv}: volume.kubernetes.io/selected-node={n} (set by the scheduler for the {consumer})"));
             }
+            if let Ok(Some(record)) = cdi_core::placement::recorded(c) {
+                out.say(
+                    "inherited",
+                    format!(
+                        "claim {dv}: its worker pods inherit {}, as the scheduler placed that pod \
+                         there ({}; no CDI spec.workload needed)",
+                        record.describe(),
+                        cdi_api::ext::WORKER_TOLERATIONS
+                    ),
+                );
+            }
             if claim_phase == "Bound"
                 && let Some(pv) = volume_name(c)
                 && let Some(v) = self.volume(scene, pv)
