@@ -68,15 +68,15 @@ pub async fn reconcile(
     let gate_on = cfg
         .as_ref()
         .is_some_and(|c| c.spec.gate_enabled(gate::HONOR_WAIT_FOR_FIRST_CONSUMER));
-    // While the consumer the node was selected for is still there.
-    if pod.is_none() && crate::placement::record(&ctx, &claim).await? {
-        return Ok(Action::await_change());
-    }
 
     let Some(pod) = pod else {
-        match import::next(&claim, gate_on) {
-            Next::Nothing | Next::WaitForConsumer => return Ok(Action::await_change()),
-            Next::CreatePod => {}
+        let next = import::next(&claim, gate_on);
+        if next == Next::Nothing {
+            return Ok(Action::await_change());
+        }
+        // While the consumer the node was selected for is still there.
+        if crate::placement::record(&ctx, &claim).await? || next == Next::WaitForConsumer {
+            return Ok(Action::await_change());
         }
         if !crate::still_current(&ctx.client, claim.as_ref()).await? {
             return Ok(Action::await_change());

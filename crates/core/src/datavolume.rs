@@ -514,7 +514,7 @@ pub fn decide(s: &Snapshot<'_>) -> Plan {
     let status = kind.status(&observed, s);
     if let Some(c) = observed_claim {
         plan.delete_import_sources = kind.finished(dv, c, &status);
-        first_consumer(s, c, status.status.phase.as_ref(), &mut plan);
+        placement(s, c, status.status.phase.as_ref(), &mut plan);
     }
     let in_progress = |p: Option<&Phase>| {
         matches!(
@@ -536,16 +536,28 @@ pub fn decide(s: &Snapshot<'_>) -> Plan {
     plan
 }
 
-/// The first-consumer pod (SPEC §9): made while the DataVolume waits for a consumer and none
-/// has chosen the claim's node, and deleted once its work is done (the wait is over and what
-/// worker pods inherit from it is recorded).
-fn first_consumer(
+/// Placement beyond upstream (SPEC §9): an unknown `worker-placement` value is said; the
+/// first-consumer pod is made while the DataVolume waits for a consumer and none has chosen the
+/// claim's node, and deleted once its work is done (the wait is over and what worker pods
+/// inherit from it is recorded).
+fn placement(
     s: &Snapshot<'_>,
     claim: &PersistentVolumeClaim,
     phase: Option<&Phase>,
     plan: &mut Plan,
 ) {
     let dv = s.dv;
+    let what = format!(
+        "DataVolume {}/{}",
+        dv.metadata.namespace.as_deref().unwrap_or(""),
+        dv.metadata.name.as_deref().unwrap_or("")
+    );
+    if let Some(message) =
+        crate::placement::placement_refused(dv.metadata.annotations.as_ref(), &what)
+    {
+        plan.events
+            .push(Event::warning(crate::placement::ERR_PLACEMENT, message));
+    }
     let waiting = matches!(
         phase,
         Some(Phase::WaitForFirstConsumer | Phase::PendingPopulation)
@@ -564,11 +576,9 @@ fn first_consumer(
             plan.events.push(Event::warning(
                 crate::first_consumer::UNSCHEDULABLE,
                 format!(
-                    "the first-consumer pod {} of DataVolume {}/{} cannot be scheduled: {reason}; \
+                    "the first-consumer pod {} of {what} cannot be scheduled: {reason}; \
                      change the {} template, or the nodes",
                     pod.metadata.name.as_deref().unwrap_or(""),
-                    dv.metadata.namespace.as_deref().unwrap_or(""),
-                    dv.metadata.name.as_deref().unwrap_or(""),
                     cdi_api::ext::FIRST_CONSUMER
                 ),
             ));
@@ -945,6 +955,13 @@ mod tests {
                 .first_consumer,
             Some(PodStep::Delete("disk-first-consumer".into()))
         );
+        // An unknown placement: said.
+        let odd = dv(
+            http(),
+            json!({(cdi_api::ext::WORKER_PLACEMENT): "upstream"}),
+        );
+        let plan = world.decide(&odd, Some(&pending));
+        assert!(reasons(&plan).contains(&crate::placement::ERR_PLACEMENT));
         // An invalid template: said, no pod.
         let bad = dv(
             http(),

@@ -60,6 +60,22 @@ fn opted_out(anns: Option<&BTreeMap<String, String>>) -> bool {
         .is_some_and(|v| v.trim().eq_ignore_ascii_case(UPSTREAM))
 }
 
+/// The event when a `worker-placement` value is not one.
+pub const ERR_PLACEMENT: &str = "ErrWorkerPlacement";
+
+/// Why `anns`' `worker-placement` value (on the object `what`) is not one, with the fix.
+pub fn placement_refused(anns: Option<&BTreeMap<String, String>>, what: &str) -> Option<String> {
+    let value = anns?.get(ext::WORKER_PLACEMENT)?;
+    (!value.trim().eq_ignore_ascii_case(UPSTREAM)).then(|| {
+        format!(
+            "the {} annotation of {what} is {value:?}, which cdi-rs does not know: its worker \
+             pods follow their first consumer; write \"{UPSTREAM}\" for upstream's placement, \
+             or remove the annotation",
+            ext::WORKER_PLACEMENT
+        )
+    })
+}
+
 /// Whether the worker pods of `claim` follow its first consumer: unless the claim (from its
 /// DataVolume) or the CDIConfig says `cdi-rs.dev/worker-placement: "cdi"`.
 pub fn follows_consumer(claim: &PersistentVolumeClaim, config: Option<&CDIConfig>) -> bool {
@@ -367,10 +383,18 @@ mod tests {
             "annotations": {(ext::WORKER_PLACEMENT): "cdi"}}, "spec": {}}))
         .unwrap();
         assert_eq!(to_record(&claim(selected.clone()), Some(&config)), None);
-        // Any other value keeps the default.
+        // Any other value keeps the default, and is refused with the fix.
         let mut other = selected;
         other[ext::WORKER_PLACEMENT] = json!("consumer");
-        assert!(follows_consumer(&claim(other), None));
+        let other = claim(other);
+        assert!(follows_consumer(&other, None));
+        let why = placement_refused(other.metadata.annotations.as_ref(), "DataVolume vms/disk");
+        assert!(why.unwrap().contains("DataVolume vms/disk is \"consumer\""));
+        let fine = claim(json!({(ext::WORKER_PLACEMENT): " cdi "}));
+        assert_eq!(
+            placement_refused(fine.metadata.annotations.as_ref(), "x"),
+            None
+        );
     }
 
     #[test]
