@@ -60,6 +60,10 @@ pub struct ImportArgs {
     /// Read requests in flight at once (default: one per core, 2 to 4).
     #[arg(long)]
     parallel: Option<usize>,
+    /// Written data the page cache may hold before the writer waits for the disk (a Kubernetes
+    /// quantity; the cache counts against a pod's memory limit); 0 leaves it to the kernel.
+    #[arg(long, default_value = "16Mi")]
+    writeback_window: String,
     /// Where the rare scratch copy goes (a compressed non-raw image).
     #[arg(long, default_value_os_t = std::env::temp_dir())]
     scratch_dir: PathBuf,
@@ -109,6 +113,7 @@ pub fn run(args: &ImportArgs) -> anyhow::Result<()> {
                 .value()
                 .max(64 * 1024) as u64,
             parallel: args.parallel.unwrap_or(Tuning::default().parallel).max(1),
+            writeback_window: args.writeback_window.parse::<Quantity>()?.value().max(0) as u64,
             ..Tuning::default()
         },
     };

@@ -12,6 +12,9 @@ pub struct Tuning {
     pub parallel: usize,
     /// Holes between clusters up to this size are read through rather than split.
     pub max_gap: u64,
+    /// Written bytes the page cache may hold before the writer waits for the disk
+    /// ([`crate::writer::WINDOW`]); 0 leaves writeback to the kernel.
+    pub writeback_window: u64,
 }
 
 impl Default for Tuning {
@@ -25,6 +28,7 @@ impl Default for Tuning {
             request_bytes: 2 << 20,
             parallel: cores.clamp(2, 4),
             max_gap: 64 << 10,
+            writeback_window: crate::writer::WINDOW,
         }
     }
 }

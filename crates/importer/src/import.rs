@@ -662,14 +662,18 @@ async fn convert_stream(
             .try_clone()
             .map_err(|e| ImportError::io(format!("opening {}", dst.display()), e))?;
         let mut stream = stream;
+        let window = opts.tuning.writeback_window;
         let spooled = blocking(move || {
+            let written = |e| ImportError::io(format!("writing {}", dst.display()), e);
+            // The scratch copy is page cache too: paced like the target.
+            let mut pacer = crate::writer::Pacer::new(&out, window).map_err(written)?;
             let mut total = 0u64;
             let mut buf = vec![0u8; 1 << 20];
             loop {
                 let n = read_full(&mut stream, &mut buf)
                     .map_err(|e| ImportError::from_read(context, e))?;
                 if n == 0 {
-                    return Ok(());
+                    return pacer.finish().map_err(written);
                 }
                 total += n as u64;
                 if total > bound {
@@ -677,8 +681,8 @@ async fn convert_stream(
                         "the source expands past {bound} bytes, more than the target can hold"
                     )));
                 }
-                std::io::Write::write_all(&mut out, &buf[..n])
-                    .map_err(|e| ImportError::io(format!("writing {}", dst.display()), e))?;
+                std::io::Write::write_all(&mut out, &buf[..n]).map_err(written)?;
+                pacer.wrote(n as u64).map_err(written)?;
             }
         })
         .await;

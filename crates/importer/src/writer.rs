@@ -176,8 +176,9 @@ impl Target {
             .map_err(|e| ImportError::io(format!("syncing {}", self.name.display()), e))
     }
 
-    /// Start the writer thread; it owns a clone of the file.
-    pub fn writer(&self, depth: usize) -> Result<Writer, ImportError> {
+    /// Start the writer thread; it owns a clone of the file and paces writeback by `window`
+    /// (0: unpaced).
+    pub fn writer(&self, depth: usize, window: u64) -> Result<Writer, ImportError> {
         let file = self
             .file
             .try_clone()
@@ -188,7 +189,7 @@ impl Target {
         let handle = std::thread::Builder::new()
             .name("cdi-writer".into())
             .spawn(move || {
-                write_loop(file, kind, rx)
+                write_loop(file, kind, window, rx)
                     .map_err(|e| ImportError::io(format!("writing {}", path.display()), e))
             })
             .map_err(|e| ImportError::io("starting the writer", e))?;
@@ -232,13 +233,88 @@ impl Writer {
 fn write_loop(
     file: File,
     kind: TargetKind,
+    window: u64,
     mut rx: mpsc::Receiver<Op>,
 ) -> std::io::Result<WriteStats> {
     let mut stats = WriteStats::default();
+    let mut pacer = Pacer::new(&file, window)?;
     while let Some(op) = rx.blocking_recv() {
+        let before = stats;
         apply(&file, kind, op, &mut stats)?;
+        // Holes in a file cost no page cache; zeros on a device may be written through it.
+        let mut cached = stats.written - before.written;
+        if kind == TargetKind::Block {
+            cached += stats.holes - before.holes;
+        }
+        pacer.wrote(cached)?;
     }
+    pacer.finish()?;
     Ok(stats)
+}
+
+/// How much written data the writer lets the page cache hold before it waits for the disk.
+/// The page cache counts against a pod's memory limit, and dirty pages cannot be dropped until
+/// the disk took them: on slow storage, unpaced writing grows the cache to the limit and the
+/// pod is OOM-killed (upstream's importer under its 600M limit). Paced, the cache holds at
+/// most two windows: the one being flushed and the one being written.
+pub const WINDOW: u64 = 16 << 20;
+
+/// Writeback in windows: each full window is flushed (`fdatasync`) on a thread of its own while
+/// the next is written, then dropped from the cache (`POSIX_FADV_DONTNEED`); a window waits for
+/// the previous window's flush before its own starts, which paces the writer to the disk.
+pub(crate) struct Pacer {
+    file: File,
+    window: u64,
+    since: u64,
+    flushing: Option<JoinHandle<std::io::Result<()>>>,
+}
+
+impl Pacer {
+    pub(crate) fn new(file: &File, window: u64) -> std::io::Result<Pacer> {
+        Ok(Pacer {
+            file: file.try_clone()?,
+            window,
+            since: 0,
+            flushing: None,
+        })
+    }
+
+    pub(crate) fn wrote(&mut self, bytes: u64) -> std::io::Result<()> {
+        self.since += bytes;
+        if self.window == 0 || self.since < self.window {
+            return Ok(());
+        }
+        self.since = 0;
+        self.wait()?;
+        let file = self.file.try_clone()?;
+        self.flushing = Some(
+            std::thread::Builder::new()
+                .name("cdi-flush".into())
+                .spawn(move || flush(&file))?,
+        );
+        Ok(())
+    }
+
+    fn wait(&mut self) -> std::io::Result<()> {
+        match self.flushing.take() {
+            None => Ok(()),
+            Some(h) => h
+                .join()
+                .map_err(|_| std::io::Error::other("the flushing thread panicked"))?,
+        }
+    }
+
+    /// Wait for the last flush; what follows the last window is the caller's to sync.
+    pub(crate) fn finish(mut self) -> std::io::Result<()> {
+        self.wait()
+    }
+}
+
+/// Write the file's dirty pages back, then drop its clean ones from the cache.
+fn flush(file: &File) -> std::io::Result<()> {
+    file.sync_data()?;
+    rustix::fs::fadvise(file, 0, None, rustix::fs::Advice::DontNeed)?;
+    Ok(())
 }
 
 fn apply(file: &File, kind: TargetKind, op: Op, stats: &mut WriteStats) -> std::io::Result<()> {
@@ -326,7 +402,7 @@ mod tests {
         let path = dir.path().join("disk.img");
         let target = Target::create_file(&path).unwrap();
         target.set_len(64 * 1024).unwrap();
-        let writer = target.writer(4).unwrap();
+        let writer = target.writer(4, WINDOW).unwrap();
         let mut data = vec![0u8; 32 * 1024];
         data[5000] = 7; // second block
         data[20000..20010].fill(9); // fifth block
@@ -355,13 +431,37 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn paced_writes_land_and_leave_the_cache() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("disk.img");
+        let target = Target::create_file(&path).unwrap();
+        target.set_len(1 << 20).unwrap();
+        // A window of two blocks: many flushes, each waited for by the next.
+        let writer = target.writer(2, 2 * BLOCK as u64).unwrap();
+        let data: Vec<u8> = (0..(1 << 20)).map(|i| (i % 251) as u8 + 1).collect();
+        for (i, chunk) in data.chunks(3 * BLOCK).enumerate() {
+            writer
+                .sender()
+                .send(Op::Data {
+                    offset: (i * 3 * BLOCK) as u64,
+                    data: Bytes::from(chunk.to_vec()),
+                })
+                .await
+                .unwrap();
+        }
+        let stats = writer.finish().await.unwrap();
+        assert_eq!(stats.written, 1 << 20);
+        assert_eq!(std::fs::read(&path).unwrap(), data);
+    }
+
+    #[tokio::test]
     async fn block_targets_are_zeroed() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("dev");
         std::fs::write(&path, vec![0xffu8; 16384]).unwrap();
         let target = Target::open_block(&path).unwrap();
         assert_eq!(target.size().unwrap(), 16384);
-        let writer = target.writer(2).unwrap();
+        let writer = target.writer(2, WINDOW).unwrap();
         writer
             .sender()
             .send(Op::Data {

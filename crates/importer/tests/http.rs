@@ -55,6 +55,7 @@ impl Fixture {
                 request_bytes: MIB,
                 parallel: 3,
                 max_gap: 64 * 1024,
+                ..Tuning::default()
             },
         }
     }

@@ -47,6 +47,7 @@ impl Scenario {
                 request_bytes: MIB,
                 parallel: 3,
                 max_gap: 64 * 1024,
+                ..Tuning::default()
             },
         }
     }

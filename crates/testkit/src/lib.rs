@@ -53,6 +53,25 @@ pub struct Logged {
 enum Body {
     Memory(Arc<Vec<u8>>),
     File(Arc<std::fs::File>, u64),
+    /// [`generated`] bytes of this length, made as they are sent (images larger than memory).
+    Generated(u64),
+}
+
+/// Generated image content at `offset`: every 4 KiB block non-zero (nothing becomes a hole),
+/// starting with its own index, so a block written in the wrong place shows.
+pub fn generated(offset: u64, len: usize) -> Vec<u8> {
+    let mut out = Vec::with_capacity(len);
+    let mut at = offset;
+    while out.len() < len {
+        let block = at / 4096;
+        let mut content = [(block % 251) as u8 + 1; 4096];
+        content[..8].copy_from_slice(&(block + 1).to_le_bytes());
+        let from = (at % 4096) as usize;
+        let n = (4096 - from).min(len - out.len());
+        out.extend_from_slice(&content[from..from + n]);
+        at += n as u64;
+    }
+    out
 }
 
 impl Body {
@@ -60,6 +79,7 @@ impl Body {
         match self {
             Body::Memory(d) => d.len() as u64,
             Body::File(_, len) => *len,
+            Body::Generated(len) => *len,
         }
     }
 
@@ -71,6 +91,7 @@ impl Body {
                 std::os::unix::fs::FileExt::read_exact_at(f.as_ref(), &mut buf, offset)?;
                 Ok(buf)
             }
+            Body::Generated(_) => Ok(generated(offset, len)),
         }
     }
 }
@@ -206,6 +227,15 @@ impl FileServer {
             .files
             .insert(path.to_string(), (Body::File(Arc::new(f), len), behaviour));
         Ok(())
+    }
+
+    /// Serve `len` bytes of [`generated`] content at `path`.
+    pub fn add_generated(&self, path: &str, len: u64, behaviour: Behaviour) {
+        self.state
+            .lock()
+            .unwrap()
+            .files
+            .insert(path.to_string(), (Body::Generated(len), behaviour));
     }
 
     /// Answer `from` with a 302 to `to`.

@@ -26,7 +26,7 @@ pub(crate) async fn convert(
 ) -> Result<(u64, WriteStats), ImportError> {
     let len = reader.size();
     fit(target, len, limit)?;
-    let writer = target.writer(tuning.parallel)?;
+    let writer = target.writer(tuning.parallel, tuning.writeback_window)?;
     copy(reader, len, writer.sender(), tuning, progress).await?;
     Ok((len, writer.finish().await?))
 }
@@ -71,7 +71,7 @@ pub(crate) async fn copy_stream(
     tuning: Tuning,
     context: &'static str,
 ) -> Result<(u64, WriteStats), ImportError> {
-    let writer = target.writer(tuning.parallel)?;
+    let writer = target.writer(tuning.parallel, tuning.writeback_window)?;
     let tx = writer.sender();
     let chunk = tuning.request_bytes as usize;
     let written = blocking(move || {

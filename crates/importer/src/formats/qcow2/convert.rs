@@ -27,7 +27,7 @@ pub(crate) async fn convert(
 ) -> Result<(u64, WriteStats), ImportError> {
     let header = read_header(reader.as_ref()).await?;
     fit(target, header.virtual_size, limit)?;
-    let writer = target.writer(tuning.parallel)?;
+    let writer = target.writer(tuning.parallel, tuning.writeback_window)?;
     let zero_fill = target.kind() == TargetKind::Block;
     write_raw(
         reader,
@@ -394,6 +394,7 @@ mod tests {
             request_bytes: 4 * cs,
             parallel: 2,
             max_gap: cs,
+            ..Tuning::default()
         };
         let data = |host| Cluster::Data { host };
         let clusters = vec![
