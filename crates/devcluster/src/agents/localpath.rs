@@ -1006,15 +1006,9 @@ pub mod agent {
     }
 
     /// Run passes until the task is dropped.
-    pub async fn run(
-        client: Client,
-        driver: Driver,
-        dirs: NodeDirs,
-        changes: crate::agents::Changes,
-        every: Duration,
-    ) {
+    pub async fn run(client: Client, driver: Driver, dirs: NodeDirs, every: Duration) {
         let mut provisioner = Provisioner::new(client, driver, dirs);
-        run_on_change!(changes.subscribe(), every, provisioner.pass())
+        run_every!(every, provisioner.pass())
     }
 }
 

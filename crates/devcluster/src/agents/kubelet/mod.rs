@@ -82,8 +82,6 @@ pub struct Kubelet {
     config: KubeletConfig,
     every: Duration,
     workers: HashMap<String, Worker>,
-    /// Wakes the agents when a worker ends (set when run by `run`).
-    poke: Option<crate::agents::Changes>,
 }
 
 fn grace(pod: &Pod) -> Duration {
@@ -115,7 +113,6 @@ impl Kubelet {
             config,
             every,
             workers: HashMap::new(),
-            poke: None,
         }
     }
 
@@ -206,15 +203,8 @@ impl Kubelet {
                     };
                     let dir = self.pod_dir(&uid);
                     let (stop, stop_rx) = watch::channel(None);
-                    let run = worker::run_pod(ctx, pod.clone(), dir.clone(), ip, stop_rx);
-                    let poke = self.poke.clone();
-                    // A worker that ended is news for the next pass (its pod may be deleted).
-                    let task = tokio::spawn(async move {
-                        run.await;
-                        if let Some(p) = poke {
-                            p.poke();
-                        }
-                    });
+                    let task =
+                        tokio::spawn(worker::run_pod(ctx, pod.clone(), dir.clone(), ip, stop_rx));
                     tracing::info!(pod = %format!("{}/{}", pod.metadata.namespace.as_deref().unwrap_or(""), pod.metadata.name.as_deref().unwrap_or("")), %ip, "starting pod");
                     self.workers.insert(
                         uid,
@@ -267,12 +257,10 @@ pub async fn run(
     node: String,
     dir: PathBuf,
     config: KubeletConfig,
-    changes: crate::agents::Changes,
     every: Duration,
 ) {
     let mut kubelet = Kubelet::new(client, &node, dir, config, every);
-    kubelet.poke = Some(changes.clone());
-    run_on_change!(changes.subscribe(), every, kubelet.pass())
+    run_every!(every, kubelet.pass())
 }
 
 #[cfg(test)]
