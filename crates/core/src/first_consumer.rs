@@ -8,9 +8,8 @@ use std::collections::BTreeMap;
 use cdi_api::datavolume::DataVolume;
 use cdi_api::{ext, label};
 use k8s_openapi::api::core::v1::{
-    Affinity, Capabilities, Container, PersistentVolumeClaimVolumeSource, Pod, PodSecurityContext,
-    PodSpec, ResourceRequirements, SeccompProfile, SecurityContext, Toleration,
-    TopologySpreadConstraint, Volume,
+    Affinity, Container, PersistentVolumeClaimVolumeSource, Pod, PodSecurityContext, PodSpec,
+    ResourceRequirements, SeccompProfile, Toleration, TopologySpreadConstraint, Volume,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -89,16 +88,7 @@ pub fn pod(dv: &DataVolume, claim: &str, t: &Template, image: &str) -> Pod {
             limits: Some(small),
             ..Default::default()
         }),
-        security_context: Some(SecurityContext {
-            allow_privilege_escalation: Some(false),
-            capabilities: Some(Capabilities {
-                drop: Some(vec!["ALL".into()]),
-                add: None,
-            }),
-            run_as_non_root: Some(true),
-            run_as_user: Some(107),
-            ..Default::default()
-        }),
+        security_context: Some(crate::import::worker_security_context()),
         ..Default::default()
     };
     Pod {

@@ -508,16 +508,7 @@ pub fn importer_pod(claim: &PersistentVolumeClaim, s: &Settings) -> Pod {
         volume_mounts: Some(data_mounts.into_iter().chain(mounts).collect())
             .filter(|m: &Vec<_>| !m.is_empty()),
         resources: s.resources.clone(),
-        security_context: Some(SecurityContext {
-            allow_privilege_escalation: Some(false),
-            capabilities: Some(Capabilities {
-                drop: Some(vec!["ALL".into()]),
-                add: None,
-            }),
-            run_as_non_root: Some(true),
-            run_as_user: Some(107),
-            ..Default::default()
-        }),
+        security_context: Some(worker_security_context()),
         ..Default::default()
     };
     // Allowed pass-through annotations, with upstream's defaults for the sidecar injectors.
@@ -589,6 +580,21 @@ pub fn importer_pod(claim: &PersistentVolumeClaim, s: &Settings) -> Pod {
             ..Default::default()
         }),
         status: None,
+    }
+}
+
+/// The restricted security context of CDI's worker containers (the importer's, the temporary
+/// first consumer's): no privilege escalation, no capabilities, the non-root user 107.
+pub fn worker_security_context() -> SecurityContext {
+    SecurityContext {
+        allow_privilege_escalation: Some(false),
+        capabilities: Some(Capabilities {
+            drop: Some(vec!["ALL".into()]),
+            add: None,
+        }),
+        run_as_non_root: Some(true),
+        run_as_user: Some(107),
+        ..Default::default()
     }
 }
 
