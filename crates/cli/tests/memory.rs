@@ -144,6 +144,15 @@ impl Drop for Cgroup {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_4gib_import_into_a_slow_disk_stays_within_256mib() {
     let dir = tempfile::tempdir().unwrap();
+    // A full disk would fail the import for a reason this test is not about: say so first.
+    let fs = rustix::fs::statvfs(dir.path()).unwrap();
+    let free = fs.f_bavail * fs.f_frsize;
+    assert!(
+        free > IMAGE + (1 << 30),
+        "this test writes a 4 GiB image into {} and needs 5 GiB free there; {} MiB are",
+        dir.path().display(),
+        free / MIB
+    );
     let disk = disk_of(dir.path());
     let name = format!("cdi-rs-memory-{}", std::process::id());
     let cgroup = match Cgroup::create(&name, LIMIT, disk.as_deref(), DISK_BPS) {

@@ -200,11 +200,15 @@ impl Target {
     }
 }
 
+/// What a producer sees when the writer thread has ended: the writer's own error, which says
+/// why, is what [`Writer::finish_after`] reports.
+pub(crate) fn stopped() -> ImportError {
+    ImportError::Internal("the writer stopped early".into())
+}
+
 /// Send one write to the writer thread.
 pub(crate) async fn send(tx: &mpsc::Sender<Op>, op: Op) -> Result<(), ImportError> {
-    tx.send(op)
-        .await
-        .map_err(|_| ImportError::Internal("the writer stopped early".into()))
+    tx.send(op).await.map_err(|_| stopped())
 }
 
 /// Sends writes to the writer thread; `finish` waits for all of them.
@@ -217,6 +221,16 @@ impl Writer {
     /// A sender for producer tasks.
     pub fn sender(&self) -> mpsc::Sender<Op> {
         self.tx.clone().expect("writer not finished")
+    }
+
+    /// Wait for the writer after the producer ended with `produced`: a writer that failed (a
+    /// full disk, an I/O error) stopped the producer, so its error is the one reported.
+    pub async fn finish_after<T>(
+        self,
+        produced: Result<T, ImportError>,
+    ) -> Result<(T, WriteStats), ImportError> {
+        let stats = self.finish().await?;
+        Ok((produced?, stats))
     }
 
     /// Close the queue and wait for every write.
@@ -428,6 +442,33 @@ mod tests {
             "allocated {} bytes",
             blocks * 512
         );
+    }
+
+    #[tokio::test]
+    async fn a_failing_writer_reports_its_own_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("disk.img");
+        std::fs::write(&path, b"").unwrap();
+        // Opened read-only, every write fails, as on a full or broken disk.
+        let target = Target::new_file(std::fs::File::open(&path).unwrap(), &path, &path);
+        let writer = target.writer(1, WINDOW).unwrap();
+        let tx = writer.sender();
+        let mut produced = Ok(());
+        for i in 0..64u64 {
+            let op = Op::Data {
+                offset: i * BLOCK as u64,
+                data: Bytes::from(vec![1u8; BLOCK]),
+            };
+            if let Err(e) = send(&tx, op).await {
+                produced = Err(e);
+                break;
+            }
+        }
+        assert!(produced.is_err(), "the producer saw the writer stop");
+        drop(tx);
+        let err = writer.finish_after(produced).await.unwrap_err().to_string();
+        assert!(err.contains("writing") && err.contains("disk.img"), "{err}");
+        assert!(!err.contains("stopped early"), "{err}");
     }
 
     #[tokio::test]

@@ -13,7 +13,7 @@ use crate::error::ImportError;
 use crate::formats::fit;
 use crate::import::{blocking, read_full};
 use crate::sources::RangeReader;
-use crate::writer::{Op, Target, WriteStats, send};
+use crate::writer::{Op, Target, WriteStats, send, stopped};
 
 /// Copy the raw image `reader` holds into `target`, refusing one larger than `limit`; returns
 /// its size and what was written.
@@ -27,8 +27,8 @@ pub(crate) async fn convert(
     let len = reader.size();
     fit(target, len, limit)?;
     let writer = target.writer(tuning.parallel, tuning.writeback_window)?;
-    copy(reader, len, writer.sender(), tuning, progress).await?;
-    Ok((len, writer.finish().await?))
+    let copied = copy(reader, len, writer.sender(), tuning, progress).await;
+    writer.finish_after(copied.map(|()| len)).await
 }
 
 /// Copy a raw image of `len` bytes (only the first `len` bytes of the source are used).
@@ -93,11 +93,10 @@ pub(crate) async fn copy_stream(
                 offset,
                 data: Bytes::from(buf),
             })
-            .map_err(|_| ImportError::Internal("the writer stopped early".into()))?;
+            .map_err(|_| stopped())?;
             offset += n as u64;
         }
     })
     .await;
-    let stats = writer.finish().await?;
-    Ok((written?, stats))
+    writer.finish_after(written).await
 }

@@ -29,7 +29,7 @@ pub(crate) async fn convert(
     fit(target, header.virtual_size, limit)?;
     let writer = target.writer(tuning.parallel, tuning.writeback_window)?;
     let zero_fill = target.kind() == TargetKind::Block;
-    write_raw(
+    let written = write_raw(
         reader,
         &header,
         writer.sender(),
@@ -37,8 +37,10 @@ pub(crate) async fn convert(
         tuning,
         progress,
     )
-    .await?;
-    Ok((header.virtual_size, writer.finish().await?))
+    .await;
+    writer
+        .finish_after(written.map(|_| header.virtual_size))
+        .await
 }
 
 /// One read request: a source range and the clusters in it.
