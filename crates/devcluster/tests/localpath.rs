@@ -573,3 +573,81 @@ async fn failure_events_are_one_per_distinct_error_and_count_repeats() {
         [("disk full".into(), 2), ("permission denied".into(), 1)]
     );
 }
+
+#[tokio::test]
+async fn a_claim_made_again_under_its_name_waits_for_its_predecessors_directory_to_go() {
+    let c = cluster().await;
+    let classes = Api::<StorageClass>::all(c.client.clone());
+    for (name, policy) in [("by-name", "Delete"), ("by-name-kept", "Retain")] {
+        create(
+            classes.clone(),
+            json!({"metadata": {"name": name}, "provisioner": "rancher.io/local-path",
+                "volumeBindingMode": "WaitForFirstConsumer", "reclaimPolicy": policy,
+                "parameters": {"pathPattern": "{{ .PVC.Namespace }}/{{ .PVC.Name }}"}}),
+        )
+        .await;
+    }
+    let claims: Api<PersistentVolumeClaim> = Api::default_namespaced(c.client.clone());
+    let volumes: Api<PersistentVolume> = Api::all(c.client.clone());
+    // On node-1, as the scheduler would have chosen for a pod there, each time.
+    let on_node_1 = |class: &str| {
+        let mut c = claim(class, class);
+        c["metadata"]["annotations"] = json!({"volume.kubernetes.io/selected-node": "node-1"});
+        c
+    };
+    for class in ["by-name", "by-name-kept"] {
+        create(claims.clone(), on_node_1(class)).await;
+    }
+    let first = wait_for("the claim bound", async || {
+        bound_volume(&claims, "by-name").await
+    })
+    .await;
+    let kept = wait_for("the kept claim bound", async || {
+        bound_volume(&claims, "by-name-kept").await
+    })
+    .await;
+    let dir = path_of(&volumes.get(&first).await.unwrap());
+    std::fs::write(dir.join("old"), b"the first claim's").unwrap();
+
+    // Deleted and made again at once: both volumes would have the same directory.
+    for class in ["by-name", "by-name-kept"] {
+        claims
+            .delete(class, &DeleteParams::default())
+            .await
+            .unwrap();
+        wait_for("the claim gone", async || {
+            claims.get_opt(class).await.unwrap().is_none().then_some(())
+        })
+        .await;
+        create(claims.clone(), on_node_1(class)).await;
+    }
+    let second = wait_for("the new claim bound", async || {
+        bound_volume(&claims, "by-name").await
+    })
+    .await;
+    assert_ne!(first, second);
+    assert!(
+        volumes.get_opt(&first).await.unwrap().is_none(),
+        "the old volume went first"
+    );
+    let again = path_of(&volumes.get(&second).await.unwrap());
+    assert_eq!(again, dir);
+    assert!(again.is_dir(), "the new volume's directory exists");
+    assert!(!again.join("old").exists(), "and starts empty");
+
+    // Under Retain the old directory stays the old volume's: the new claim is told why.
+    let events: Api<Event> = Api::default_namespaced(c.client.clone());
+    let told = wait_for("a ProvisioningFailed event", async || {
+        provisioning_failures(
+            &events.list(&ListParams::default()).await.unwrap().items,
+            "by-name-kept",
+        )
+        .pop()
+    })
+    .await;
+    let message = told.message.unwrap();
+    assert!(
+        message.contains(&format!("still the volume {kept}'s")),
+        "{message}"
+    );
+}

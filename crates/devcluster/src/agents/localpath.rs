@@ -634,8 +634,24 @@ pub fn plan(driver: Driver, dirs: &NodeDirs, cluster: &Snapshot) -> Vec<Action> 
                 Ok(dirs.node(&node).join("csi").join(file))
             }
         };
+        // A pathPattern gives a claim made again under the same name the directory of its
+        // predecessor: wait for that volume's reclaim to remove it rather than share it (or
+        // lose the new volume's directory to the old one's removal); one that keeps it is a
+        // conflict to show.
+        let path = path.and_then(|path| match volumes.iter().find(|v| volume_path(v).as_ref() == Some(&path)) {
+            None => Ok(Some(path)),
+            Some(v) if reclaiming(v) => Ok(None),
+            Some(v) => Err(format!(
+                "the directory {} for claim {:?} is still the volume {}'s; delete that volume or \
+                 change the class's pathPattern",
+                path.display(),
+                name(c),
+                name(v)
+            )),
+        });
         match path {
-            Ok(path) => {
+            Ok(None) => {}
+            Ok(Some(path)) => {
                 if let Some(n) = load.get_mut(node.as_str()) {
                     *n += 1;
                 }
@@ -653,36 +669,42 @@ pub fn plan(driver: Driver, dirs: &NodeDirs, cluster: &Snapshot) -> Vec<Action> 
         out.extend(expansions(cluster));
     }
     for v in volumes.iter().filter(|v| ours(driver, v)) {
-        let released = v.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Released");
-        let policy = v
-            .spec
-            .as_ref()
-            .and_then(|s| s.persistent_volume_reclaim_policy.as_deref());
-        let deleting = v.metadata.deletion_timestamp.is_some();
-        let bound = v.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Bound");
-        let held = v
-            .metadata
-            .finalizers
-            .iter()
-            .flatten()
-            .any(|f| f == PROVISIONER_FINALIZER);
-        // Released under Delete, or deleted by hand while no claim holds it: the storage goes
-        // with it (kube's HonorPVReclaimPolicy), unless the policy keeps it.
-        let reclaim = (released && !deleting) || (deleting && held && !bound);
-        if reclaim {
+        if reclaiming(v) {
             // Never remove anything outside the node data directories.
+            let policy = v
+                .spec
+                .as_ref()
+                .and_then(|s| s.persistent_volume_reclaim_policy.as_deref());
             let path = volume_path(v)
                 .filter(|d| d.starts_with(&dirs.root))
                 .filter(|_| policy == Some("Delete"));
-            if policy == Some("Delete") || deleting {
-                out.push(Action::Reclaim {
-                    volume: name(v).into(),
-                    path,
-                });
-            }
+            out.push(Action::Reclaim {
+                volume: name(v).into(),
+                path,
+            });
         }
     }
     out
+}
+
+/// Whether a volume's storage is to go now: released under Delete, or deleted by hand while no
+/// claim holds it (kube's HonorPVReclaimPolicy: the storage goes with it, kept only under a
+/// policy that keeps it).
+fn reclaiming(v: &PersistentVolume) -> bool {
+    let released = v.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Released");
+    let policy = v
+        .spec
+        .as_ref()
+        .and_then(|s| s.persistent_volume_reclaim_policy.as_deref());
+    let deleting = v.metadata.deletion_timestamp.is_some();
+    let bound = v.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Bound");
+    let held = v
+        .metadata
+        .finalizers
+        .iter()
+        .flatten()
+        .any(|f| f == PROVISIONER_FINALIZER);
+    (released && !deleting && policy == Some("Delete")) || (deleting && held && !bound)
 }
 
 /// The provisioner as a loop over the API server.
