@@ -780,3 +780,63 @@ async fn core_events_read_through_events_k8s_io() {
         "{err}"
     );
 }
+
+/// The count of `apiserver_request_total` samples whose labels include all of `want`.
+fn requests(text: &str, want: &[&str]) -> u64 {
+    text.lines()
+        .filter(|l| l.starts_with("apiserver_request_total{"))
+        .filter(|l| want.iter().all(|w| l.contains(w)))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+        .sum()
+}
+
+#[tokio::test]
+async fn requests_are_counted_by_verb_resource_and_code() {
+    let server = ApiServer::new();
+    let c = client(&server);
+    let cms: Api<ConfigMap> = Api::default_namespaced(c.clone());
+    cms.create(&PostParams::default(), &cm("one", &[]))
+        .await
+        .unwrap();
+    cms.create(&PostParams::default(), &cm("one", &[]))
+        .await
+        .unwrap_err();
+    cms.get("one").await.unwrap();
+    cms.list(&ListParams::default()).await.unwrap();
+    cms.patch(
+        "one",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"data": {"k": "w"}})),
+    )
+    .await
+    .unwrap();
+    cms.delete("one", &DeleteParams::default()).await.unwrap();
+    let metrics = c
+        .request_text(
+            axum::http::Request::get("/metrics")
+                .body(Vec::new())
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    let cm = r#"resource="configmaps""#;
+    for (verb, code, n) in [
+        ("create", "201", 1),
+        ("create", "409", 1),
+        ("get", "200", 1),
+        ("list", "200", 1),
+        ("patch", "200", 1),
+        ("delete", "200", 1),
+    ] {
+        let (v, k) = (format!(r#"verb="{verb}""#), format!(r#"code="{code}""#));
+        assert_eq!(
+            requests(&metrics, &[cm, &v, &k]),
+            n,
+            "{verb} {code}:\n{metrics}"
+        );
+    }
+    assert!(
+        metrics.contains("# TYPE apiserver_request counter"),
+        "{metrics}"
+    );
+}

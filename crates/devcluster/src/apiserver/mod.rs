@@ -3,6 +3,7 @@
 
 pub mod decode;
 pub mod errors;
+pub mod metrics;
 pub mod openapi;
 pub mod patch;
 pub mod protobuf;

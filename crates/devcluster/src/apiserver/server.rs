@@ -28,6 +28,8 @@ pub struct ApiServer {
     /// Whether created claims and volumes get kube's in-use protection finalizers (the
     /// StorageObjectInUseProtection admission plugin); only where something removes them.
     protect_storage: bool,
+    /// Requests answered, for `/metrics`.
+    metrics: Arc<super::metrics::Metrics>,
 }
 
 impl Default for ApiServer {
@@ -247,6 +249,7 @@ impl ApiServer {
         ApiServer {
             store: Arc::new(Store::new(Registry::with_builtins())),
             protect_storage: false,
+            metrics: Default::default(),
         }
     }
 
@@ -255,6 +258,7 @@ impl ApiServer {
         ApiServer {
             store: Arc::new(Store::with_history(Registry::with_builtins(), history)),
             protect_storage: false,
+            metrics: Default::default(),
         }
     }
 
@@ -459,9 +463,62 @@ impl ApiServer {
 }
 
 async fn handle(State(server): State<ApiServer>, req: Request) -> Response {
-    match dispatch(&server, req).await {
+    if req.uri().path() == "/metrics" && req.method() == Method::GET {
+        return (
+            StatusCode::OK,
+            [(
+                header::CONTENT_TYPE,
+                "text/plain; version=0.0.4; charset=utf-8",
+            )],
+            server.metrics.render(),
+        )
+            .into_response();
+    }
+    let request = server.describe(&req);
+    let response = match dispatch(&server, req).await {
         Ok(r) => r,
         Err(e) => e.into_response(),
+    };
+    server.metrics.count(request, response.status().as_u16());
+    response
+}
+
+impl ApiServer {
+    /// How kube-apiserver's request metrics label a request: the verb as its authorizer names
+    /// it, and the resource it reaches.
+    fn describe(&self, req: &Request) -> super::metrics::Request {
+        let method = req.method();
+        let watching = req.uri().query().is_some_and(|q| {
+            q.split('&').any(|kv| {
+                kv.strip_prefix("watch=")
+                    .is_some_and(|v| !(v == "0" || v.eq_ignore_ascii_case("false")))
+            })
+        });
+        let target = self.route(req.uri().path()).ok();
+        let (def, sub, item) = match &target {
+            Some(Target::Collection { def, .. }) => (Some(def), None, false),
+            Some(Target::Item { def, sub, .. }) => (Some(def), sub.clone(), true),
+            _ => (None, None, false),
+        };
+        let verb = match (def.is_some(), method.as_str(), item) {
+            (false, m, _) => m.to_ascii_lowercase(),
+            (true, "GET", _) if watching => "watch".into(),
+            (true, "GET", true) => "get".into(),
+            (true, "GET", false) => "list".into(),
+            (true, "POST", _) => "create".into(),
+            (true, "PUT", _) => "update".into(),
+            (true, "PATCH", _) => "patch".into(),
+            (true, "DELETE", true) => "delete".into(),
+            (true, "DELETE", false) => "deletecollection".into(),
+            (true, m, _) => m.to_ascii_lowercase(),
+        };
+        super::metrics::Request {
+            verb,
+            group: def.map(|d| d.group.clone()).unwrap_or_default(),
+            resource: def.map(|d| d.plural.clone()).unwrap_or_default(),
+            subresource: sub.unwrap_or_default(),
+            code: String::new(),
+        }
     }
 }
 
