@@ -671,13 +671,9 @@ pub fn plan(driver: Driver, dirs: &NodeDirs, cluster: &Snapshot) -> Vec<Action> 
     for v in volumes.iter().filter(|v| ours(driver, v)) {
         if reclaiming(v) {
             // Never remove anything outside the node data directories.
-            let policy = v
-                .spec
-                .as_ref()
-                .and_then(|s| s.persistent_volume_reclaim_policy.as_deref());
             let path = volume_path(v)
                 .filter(|d| d.starts_with(&dirs.root))
-                .filter(|_| policy == Some("Delete"));
+                .filter(|_| deletes(v));
             out.push(Action::Reclaim {
                 volume: name(v).into(),
                 path,
@@ -692,10 +688,6 @@ pub fn plan(driver: Driver, dirs: &NodeDirs, cluster: &Snapshot) -> Vec<Action> 
 /// policy that keeps it).
 fn reclaiming(v: &PersistentVolume) -> bool {
     let released = v.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Released");
-    let policy = v
-        .spec
-        .as_ref()
-        .and_then(|s| s.persistent_volume_reclaim_policy.as_deref());
     let deleting = v.metadata.deletion_timestamp.is_some();
     let bound = v.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Bound");
     let held = v
@@ -704,7 +696,15 @@ fn reclaiming(v: &PersistentVolume) -> bool {
         .iter()
         .flatten()
         .any(|f| f == PROVISIONER_FINALIZER);
-    (released && !deleting && policy == Some("Delete")) || (deleting && held && !bound)
+    (released && !deleting && deletes(v)) || (deleting && held && !bound)
+}
+
+/// Whether the volume's reclaim policy removes its storage.
+fn deletes(v: &PersistentVolume) -> bool {
+    v.spec
+        .as_ref()
+        .and_then(|s| s.persistent_volume_reclaim_policy.as_deref())
+        == Some("Delete")
 }
 
 /// The provisioner as a loop over the API server.

@@ -474,51 +474,44 @@ async fn handle(State(server): State<ApiServer>, req: Request) -> Response {
         )
             .into_response();
     }
-    let request = server.describe(&req);
-    let response = match dispatch(&server, req).await {
+    // Routed and parsed once, for the request and for its count.
+    let target = server.route(req.uri().path());
+    let call = Call::new(&server, &req);
+    let counted = describe(&req, target.as_ref().ok(), &call.q);
+    let response = match dispatch(target, call, req).await {
         Ok(r) => r,
         Err(e) => e.into_response(),
     };
-    server.metrics.count(request, response.status().as_u16());
+    server.metrics.count(counted, response.status().as_u16());
     response
 }
 
-impl ApiServer {
-    /// How kube-apiserver's request metrics label a request: the verb as its authorizer names
-    /// it, and the resource it reaches.
-    fn describe(&self, req: &Request) -> super::metrics::Request {
-        let method = req.method();
-        let watching = req.uri().query().is_some_and(|q| {
-            q.split('&').any(|kv| {
-                kv.strip_prefix("watch=")
-                    .is_some_and(|v| !(v == "0" || v.eq_ignore_ascii_case("false")))
-            })
-        });
-        let target = self.route(req.uri().path()).ok();
-        let (def, sub, item) = match &target {
-            Some(Target::Collection { def, .. }) => (Some(def), None, false),
-            Some(Target::Item { def, sub, .. }) => (Some(def), sub.clone(), true),
-            _ => (None, None, false),
-        };
-        let verb = match (def.is_some(), method.as_str(), item) {
-            (false, m, _) => m.to_ascii_lowercase(),
-            (true, "GET", _) if watching => "watch".into(),
-            (true, "GET", true) => "get".into(),
-            (true, "GET", false) => "list".into(),
-            (true, "POST", _) => "create".into(),
-            (true, "PUT", _) => "update".into(),
-            (true, "PATCH", _) => "patch".into(),
-            (true, "DELETE", true) => "delete".into(),
-            (true, "DELETE", false) => "deletecollection".into(),
-            (true, m, _) => m.to_ascii_lowercase(),
-        };
-        super::metrics::Request {
-            verb,
-            group: def.map(|d| d.group.clone()).unwrap_or_default(),
-            resource: def.map(|d| d.plural.clone()).unwrap_or_default(),
-            subresource: sub.unwrap_or_default(),
-            code: String::new(),
-        }
+/// How kube-apiserver's request metrics label a request: the verb as its authorizer names it,
+/// and the resource it reaches.
+fn describe(req: &Request, target: Option<&Target>, q: &Query) -> super::metrics::Request {
+    let (def, sub, item) = match target {
+        Some(Target::Collection { def, .. }) => (Some(def), None, false),
+        Some(Target::Item { def, sub, .. }) => (Some(def), sub.clone(), true),
+        _ => (None, None, false),
+    };
+    let verb = match (def.is_some(), req.method().as_str(), item) {
+        (false, m, _) => m.to_ascii_lowercase(),
+        (true, "GET", _) if q.flag("watch") => "watch".into(),
+        (true, "GET", true) => "get".into(),
+        (true, "GET", false) => "list".into(),
+        (true, "POST", _) => "create".into(),
+        (true, "PUT", _) => "update".into(),
+        (true, "PATCH", _) => "patch".into(),
+        (true, "DELETE", true) => "delete".into(),
+        (true, "DELETE", false) => "deletecollection".into(),
+        (true, m, _) => m.to_ascii_lowercase(),
+    };
+    super::metrics::Request {
+        verb,
+        group: def.map(|d| d.group.clone()).unwrap_or_default(),
+        resource: def.map(|d| d.plural.clone()).unwrap_or_default(),
+        subresource: sub.unwrap_or_default(),
+        code: String::new(),
     }
 }
 
@@ -761,9 +754,8 @@ fn parse_object(bytes: &[u8]) -> ApiResult<Value> {
     Ok(v)
 }
 
-async fn dispatch(server: &ApiServer, req: Request) -> ApiResult<Response> {
-    let target = server.route(req.uri().path())?;
-    let call = Call::new(server, &req);
+async fn dispatch(target: ApiResult<Target>, call: Call, req: Request) -> ApiResult<Response> {
+    let target = target?;
     let store = &call.store;
     match target {
         Target::Version => Ok(json_response(StatusCode::OK, &version())),
