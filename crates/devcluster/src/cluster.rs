@@ -168,7 +168,7 @@ fn snapshot_class() -> DynamicObject {
 /// Start the agents against `client`: scheduler, PV controller, in-use protection, snapshotter,
 /// both provisioners (volumes under
 /// `dirs`) and a kubelet for each of `nodes` (pods under the node's directory), each looking
-/// every `every`.
+/// on each change they watch (at least `every` apart).
 pub fn spawn_agents(
     client: &Client,
     dirs: &NodeDirs,
@@ -176,18 +176,42 @@ pub fn spawn_agents(
     kubelet_config: &KubeletConfig,
     every: Duration,
 ) -> Vec<tokio::task::JoinHandle<()>> {
+    // One set of watches wakes them all; it goes with the last of them.
+    let changes = crate::agents::Changes::start(client);
     let mut tasks = vec![
-        tokio::spawn(scheduler::agent::run(client.clone(), every)),
-        tokio::spawn(pvcontroller::agent::run(client.clone(), every)),
-        tokio::spawn(snapshots::agent::run(client.clone(), dirs.clone(), every)),
-        tokio::spawn(vmconsumer::agent::run(client.clone(), every)),
-        tokio::spawn(protection::agent::run(client.clone(), every)),
+        tokio::spawn(scheduler::agent::run(
+            client.clone(),
+            changes.clone(),
+            every,
+        )),
+        tokio::spawn(pvcontroller::agent::run(
+            client.clone(),
+            changes.clone(),
+            every,
+        )),
+        tokio::spawn(snapshots::agent::run(
+            client.clone(),
+            dirs.clone(),
+            changes.clone(),
+            every,
+        )),
+        tokio::spawn(vmconsumer::agent::run(
+            client.clone(),
+            changes.clone(),
+            every,
+        )),
+        tokio::spawn(protection::agent::run(
+            client.clone(),
+            changes.clone(),
+            every,
+        )),
     ];
     for driver in [Driver::LocalPath, Driver::Csi] {
         tasks.push(tokio::spawn(localpath::agent::run(
             client.clone(),
             driver,
             dirs.clone(),
+            changes.clone(),
             every,
         )));
     }
@@ -197,6 +221,7 @@ pub fn spawn_agents(
             node.clone(),
             dirs.node(node),
             kubelet_config.clone(),
+            changes.clone(),
             every,
         )));
     }

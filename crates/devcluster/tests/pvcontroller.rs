@@ -14,7 +14,12 @@ use serde_json::json;
 
 async fn start() -> (ApiServer, Client, tokio::task::JoinHandle<()>) {
     let (server, client) = common::with_nodes().await;
-    let task = tokio::spawn(agent::run(client.clone(), Duration::from_millis(30)));
+    let changes = cdi_devcluster::agents::Changes::start(&client);
+    let task = tokio::spawn(agent::run(
+        client.clone(),
+        changes,
+        Duration::from_millis(30),
+    ));
     (server, client, task)
 }
 
@@ -237,6 +242,7 @@ async fn with_the_scheduler_a_wffc_claim_binds_the_local_volume_of_the_pods_node
     let pp = PostParams::default();
     let scheduler = tokio::spawn(scheduler::agent::run(
         client.clone(),
+        cdi_devcluster::agents::Changes::start(&client),
         Duration::from_millis(30),
     ));
     let classes: Api<StorageClass> = Api::all(client.clone());

@@ -14,7 +14,12 @@ use serde_json::json;
 #[tokio::test]
 async fn pods_are_placed_or_told_why_not() {
     let (_server, client) = common::with_nodes().await;
-    let task = tokio::spawn(agent::run(client.clone(), Duration::from_millis(50)));
+    let changes = cdi_devcluster::agents::Changes::start(&client);
+    let task = tokio::spawn(agent::run(
+        client.clone(),
+        changes,
+        Duration::from_millis(50),
+    ));
     let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
     let vm: Pod = serde_json::from_value(json!({"metadata": {"name": "vm"}, "spec": {
         "containers": [{"name": "c", "image": "x"}],
@@ -61,7 +66,12 @@ async fn a_wffc_claim_gets_the_selected_node_and_the_pod_waits_for_it_to_bind() 
         .create(&PostParams::default(), &serde_json::from_value(json!({"metadata": {"name": "disk"}, "spec": {"storageClassName": "local-path-wffc", "accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}})).unwrap())
         .await
         .unwrap();
-    let task = tokio::spawn(agent::run(client.clone(), Duration::from_millis(50)));
+    let changes = cdi_devcluster::agents::Changes::start(&client);
+    let task = tokio::spawn(agent::run(
+        client.clone(),
+        changes,
+        Duration::from_millis(50),
+    ));
     let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
     let consumer: Pod = serde_json::from_value(json!({"metadata": {"name": "consumer"}, "spec": {
         "containers": [{"name": "c", "image": "x"}],

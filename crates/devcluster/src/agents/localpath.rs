@@ -1028,9 +1028,15 @@ pub mod agent {
     }
 
     /// Run passes until the task is dropped.
-    pub async fn run(client: Client, driver: Driver, dirs: NodeDirs, every: Duration) {
+    pub async fn run(
+        client: Client,
+        driver: Driver,
+        dirs: NodeDirs,
+        changes: crate::agents::Changes,
+        every: Duration,
+    ) {
         let mut provisioner = Provisioner::new(client, driver, dirs);
-        run_every!(every, provisioner.pass())
+        run_on_change!(changes.subscribe(), every, provisioner.pass())
     }
 }
 

@@ -1,19 +1,38 @@
 //! The development cluster's node agents: plain Kubernetes components that know nothing about
 //! CDI. Decisions are pure functions over the objects; the loops around them read the cluster
-//! every pass (level-triggered, no watches) and write what was decided.
+//! each pass and write what was decided (level-triggered). A pass runs when an object of the
+//! kinds they read changed ([`Changes`], watches) or, failing that, every [`RESYNC`]: an idle
+//! cluster costs next to nothing.
 
-/// Run a pass every `$every` until the task is dropped; a failed pass is logged (under the
-/// calling agent's target, so in its own log) and the next one starts from what the cluster then
-/// holds: the agents are level-triggered.
-macro_rules! run_every {
-    ($every:expr, $pass:expr) => {
-        loop {
-            if let Err(e) = $pass.await {
-                tracing::warn!(error = %e, "pass failed");
-            }
-            tokio::time::sleep($every).await;
-        }
-    };
+/// Run passes until the task is dropped: one at once, then one after each change `$wake`
+/// reports (at least `$every` apart, so a burst of changes is one pass). A failed pass is
+/// logged (under the calling agent's target, so in its own log) and the next one starts from
+/// what the cluster then holds.
+macro_rules! run_on_change {
+    ($wake:expr, $every:expr, $pass:expr) => {{
+        let mut wake = $wake;
+        $crate::agents::DUE
+            .scope(std::cell::Cell::new(None), async {
+                loop {
+                    if let Err(e) = $pass.await {
+                        tracing::warn!(error = %e, "pass failed");
+                    }
+                    wake.next($every).await;
+                }
+            })
+            .await
+    }};
+}
+
+tokio::task_local! {
+    /// When the agent running in this task wants its next pass at the latest (a retry's time).
+    pub(crate) static DUE: std::cell::Cell<Option<std::time::Instant>>;
+}
+
+/// Ask for a pass of the agent running this task by `at` even if nothing changes (outside an
+/// agent's loop, nothing happens).
+pub(crate) fn due_by(at: std::time::Instant) {
+    let _ = DUE.try_with(|d| d.set(Some(d.get().map_or(at, |was| was.min(at)))));
 }
 
 pub mod kubelet;
@@ -26,10 +45,143 @@ pub mod scheduler;
 pub mod snapshots;
 pub mod vmconsumer;
 
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim, Pod};
 use k8s_openapi::api::storage::v1::StorageClass;
 use kube::api::ListParams;
+use kube::runtime::watcher;
 use kube::{Api, Client};
+use tokio::sync::broadcast;
+
+/// How long an agent goes without a pass when nothing it watches changed and no retry is due
+/// ([`due_by`]): what it waits for is not always an API change (a copy finishing on a thread).
+pub const RESYNC: Duration = Duration::from_secs(10);
+
+/// The changes the agents wake on: one watch per kind they read (pods, claims, volumes, classes,
+/// nodes, DataVolumes, VirtualMachines and their instances, the three snapshot kinds), shared by
+/// every agent of the cluster. The watches stop when the last subscriber goes.
+#[derive(Clone)]
+pub struct Changes {
+    tx: broadcast::Sender<()>,
+    _watches: Arc<Watches>,
+}
+
+struct Watches(Vec<tokio::task::JoinHandle<()>>);
+
+impl Drop for Watches {
+    fn drop(&mut self) {
+        for t in &self.0 {
+            t.abort();
+        }
+    }
+}
+
+/// Send a wake-up for every event of `stream`; an error (a kind whose CRD is not installed yet)
+/// is tried again a second later rather than backing off for long.
+fn forward<S, T, E>(stream: S, tx: &broadcast::Sender<()>) -> tokio::task::JoinHandle<()>
+where
+    S: futures::Stream<Item = Result<T, E>> + Send + 'static,
+    T: Send,
+    E: Send,
+{
+    let tx = tx.clone();
+    tokio::spawn(async move {
+        let mut stream = std::pin::pin!(stream);
+        while let Some(event) = stream.next().await {
+            match event {
+                Ok(_) => {
+                    let _ = tx.send(());
+                }
+                Err(_) => tokio::time::sleep(Duration::from_secs(1)).await,
+            }
+        }
+    })
+}
+
+fn watch<K>(client: &Client, tx: &broadcast::Sender<()>) -> tokio::task::JoinHandle<()>
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + 'static,
+    K::DynamicType: Default + Clone + Eq + std::hash::Hash,
+{
+    forward(
+        watcher(Api::<K>::all(client.clone()), watcher::Config::default()),
+        tx,
+    )
+}
+
+impl Changes {
+    /// Start the watches.
+    pub fn start(client: &Client) -> Changes {
+        use cdi_api::kubevirt::{VirtualMachine, VirtualMachineInstance};
+        let (tx, _) = broadcast::channel(16);
+        let mut tasks = vec![
+            watch::<Pod>(client, &tx),
+            watch::<PersistentVolumeClaim>(client, &tx),
+            watch::<PersistentVolume>(client, &tx),
+            watch::<StorageClass>(client, &tx),
+            watch::<Node>(client, &tx),
+            watch::<cdi_api::DataVolume>(client, &tx),
+            watch::<VirtualMachine>(client, &tx),
+            watch::<VirtualMachineInstance>(client, &tx),
+        ];
+        for (kind, plural) in [
+            ("VolumeSnapshot", "volumesnapshots"),
+            ("VolumeSnapshotContent", "volumesnapshotcontents"),
+            ("VolumeSnapshotClass", "volumesnapshotclasses"),
+        ] {
+            let resource = snapshots::agent::resource(kind, plural);
+            let api: Api<kube::api::DynamicObject> = Api::all_with(client.clone(), &resource);
+            tasks.push(forward(watcher(api, watcher::Config::default()), &tx));
+        }
+        Changes {
+            tx,
+            _watches: Arc::new(Watches(tasks)),
+        }
+    }
+
+    /// Wake every agent: something they read changed outside the API (a pod's worker ended).
+    pub fn poke(&self) {
+        let _ = self.tx.send(());
+    }
+
+    /// A subscription for one agent.
+    pub fn subscribe(&self) -> Wake {
+        Wake {
+            rx: self.tx.subscribe(),
+            _changes: self.clone(),
+        }
+    }
+}
+
+/// One agent's subscription to [`Changes`].
+pub struct Wake {
+    rx: broadcast::Receiver<()>,
+    _changes: Changes,
+}
+
+impl Wake {
+    /// Wait for a change (or [`RESYNC`]), then `every` more so that a burst is taken at once.
+    pub async fn next(&mut self, every: Duration) {
+        let due = DUE.try_with(|d| d.take()).ok().flatten();
+        let quiet = due.map_or(RESYNC, |at| {
+            at.saturating_duration_since(std::time::Instant::now())
+                .min(RESYNC)
+        });
+        tokio::select! {
+            _ = self.rx.recv() => {}
+            _ = tokio::time::sleep(quiet) => {}
+        }
+        tokio::time::sleep(every).await;
+        // What arrived meanwhile is seen by the pass about to run.
+        while !matches!(
+            self.rx.try_recv(),
+            Err(broadcast::error::TryRecvError::Empty | broadcast::error::TryRecvError::Closed)
+        ) {}
+    }
+}
 
 /// The first 16 hex digits of the SHA-256 of `text`: names derived from longer ones stay
 /// distinct. (SHA-256 through rustls' provider, which the API server's TLS already links.)

@@ -155,8 +155,8 @@ pub mod agent {
         Ok(())
     }
 
-    pub async fn run(client: Client, every: Duration) {
-        run_every!(every, pass(&client))
+    pub async fn run(client: Client, changes: crate::agents::Changes, every: Duration) {
+        run_on_change!(changes.subscribe(), every, pass(&client))
     }
 }
 

@@ -618,9 +618,9 @@ pub mod agent {
     }
 
     /// Run passes until the task is dropped.
-    pub async fn run(client: Client, every: Duration) {
+    pub async fn run(client: Client, changes: crate::agents::Changes, every: Duration) {
         let mut told = HashSet::new();
-        run_every!(every, pass(&client, &mut told))
+        run_on_change!(changes.subscribe(), every, pass(&client, &mut told))
     }
 }
 

@@ -68,7 +68,11 @@ impl Retries {
     /// requeues an updated object at once.
     pub fn due(&mut self, key: &str, fingerprint: &str, now: Instant) -> bool {
         match self.failing.get(key) {
-            Some(f) if f.fingerprint == fingerprint => now >= f.next,
+            Some(f) if f.fingerprint == fingerprint => {
+                // Not yet: the agent passes again when it is.
+                super::due_by(f.next);
+                now >= f.next
+            }
             Some(_) => {
                 self.failing.remove(key);
                 true
@@ -88,6 +92,8 @@ impl Retries {
         f.failures += 1;
         let delay = self.backoff.delay(f.failures);
         f.next = now + delay;
+        // The agent passes again then, changes or not.
+        super::due_by(f.next);
         (f.failures, delay)
     }
 

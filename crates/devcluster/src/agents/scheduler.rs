@@ -667,7 +667,7 @@ pub mod agent {
     }
 
     /// Run passes until the task is dropped.
-    pub async fn run(client: Client, every: Duration) {
-        run_every!(every, pass(&client))
+    pub async fn run(client: Client, changes: crate::agents::Changes, every: Duration) {
+        run_on_change!(changes.subscribe(), every, pass(&client))
     }
 }

@@ -485,9 +485,14 @@ pub mod agent {
         }
     }
 
-    pub async fn run(client: Client, dirs: NodeDirs, every: Duration) {
+    pub async fn run(
+        client: Client,
+        dirs: NodeDirs,
+        changes: crate::agents::Changes,
+        every: Duration,
+    ) {
         let mut snapshotter = Snapshotter::new(client, dirs);
-        run_every!(every, snapshotter.pass())
+        run_on_change!(changes.subscribe(), every, snapshotter.pass())
     }
 }
 

@@ -517,19 +517,28 @@ impl Store {
         let prefix_ns = ns.filter(|_| def.namespaced);
         let mut items = Vec::new();
         let mut next = None;
-        for ((g, p, n, name), obj) in inner.objects.iter() {
-            if g != &def.group || p != &def.plural || prefix_ns.is_some_and(|want| want != n) {
-                continue;
-            }
-            let position = format!("{n}/{name}");
-            if opts
-                .continue_after
-                .as_ref()
-                .is_some_and(|after| position.as_str() <= after.as_str())
+        // Only this kind's (and namespace's) part of the map: a list costs what it returns,
+        // not what the whole store holds.
+        let from: Key = (
+            def.group.clone(),
+            def.plural.clone(),
+            prefix_ns.unwrap_or("").to_string(),
+            String::new(),
+        );
+        let in_range = |(g, p, n, _): &Key| {
+            g == &def.group && p == &def.plural && prefix_ns.is_none_or(|want| want == n)
+        };
+        for ((g, p, n, name), obj) in inner.objects.range(from..).take_while(|(k, _)| in_range(k)) {
+            debug_assert!(g == &def.group && p == &def.plural);
+            if let Some(after) = &opts.continue_after
+                && format!("{n}/{name}").as_str() <= after.as_str()
             {
                 continue;
             }
-            if !opts.labels.matches(&labels_of(obj)) || !opts.fields.matches(obj) {
+            if !opts.labels.0.is_empty() && !opts.labels.matches(&labels_of(obj)) {
+                continue;
+            }
+            if !opts.fields.matches(obj) {
                 continue;
             }
             if opts.limit.is_some_and(|l| items.len() >= l) {

@@ -82,6 +82,8 @@ pub struct Kubelet {
     config: KubeletConfig,
     every: Duration,
     workers: HashMap<String, Worker>,
+    /// Wakes the agents when a worker ends (set when run by `run`).
+    poke: Option<crate::agents::Changes>,
 }
 
 fn grace(pod: &Pod) -> Duration {
@@ -113,6 +115,7 @@ impl Kubelet {
             config,
             every,
             workers: HashMap::new(),
+            poke: None,
         }
     }
 
@@ -203,8 +206,15 @@ impl Kubelet {
                     };
                     let dir = self.pod_dir(&uid);
                     let (stop, stop_rx) = watch::channel(None);
-                    let task =
-                        tokio::spawn(worker::run_pod(ctx, pod.clone(), dir.clone(), ip, stop_rx));
+                    let run = worker::run_pod(ctx, pod.clone(), dir.clone(), ip, stop_rx);
+                    let poke = self.poke.clone();
+                    // A worker that ended is news for the next pass (its pod may be deleted).
+                    let task = tokio::spawn(async move {
+                        run.await;
+                        if let Some(p) = poke {
+                            p.poke();
+                        }
+                    });
                     tracing::info!(pod = %format!("{}/{}", pod.metadata.namespace.as_deref().unwrap_or(""), pod.metadata.name.as_deref().unwrap_or("")), %ip, "starting pod");
                     self.workers.insert(
                         uid,
@@ -257,10 +267,12 @@ pub async fn run(
     node: String,
     dir: PathBuf,
     config: KubeletConfig,
+    changes: crate::agents::Changes,
     every: Duration,
 ) {
     let mut kubelet = Kubelet::new(client, &node, dir, config, every);
-    run_every!(every, kubelet.pass())
+    kubelet.poke = Some(changes.clone());
+    run_on_change!(changes.subscribe(), every, kubelet.pass())
 }
 
 #[cfg(test)]
