@@ -25,6 +25,8 @@ pub struct Caches {
     pub drivers: Store<CSIDriver>,
     pub configs: Store<CDIConfig>,
     pub cdis: Store<CDI>,
+    /// True once every store has listed: what reconciles wait on (see [`Caches::ready`]).
+    ready: tokio::sync::watch::Receiver<bool>,
 }
 
 /// The writing ends; [`Feeds::run`] keeps the stores up to date.
@@ -34,6 +36,8 @@ pub struct Feeds {
     drivers: reflector::store::Writer<CSIDriver>,
     configs: reflector::store::Writer<CDIConfig>,
     cdis: reflector::store::Writer<CDI>,
+    stores: Caches,
+    ready: tokio::sync::watch::Sender<bool>,
 }
 
 /// Empty stores and the feeds that fill them.
@@ -43,22 +47,25 @@ pub fn new() -> (Caches, Feeds) {
     let (drivers_r, drivers) = reflector::store_shared(BUFFER);
     let (configs_r, configs) = reflector::store_shared(BUFFER);
     let (cdis_r, cdis) = reflector::store_shared(BUFFER);
-    (
-        Caches {
-            classes: classes_r,
-            profiles: profiles_r,
-            drivers: drivers_r,
-            configs: configs_r,
-            cdis: cdis_r,
-        },
-        Feeds {
-            classes,
-            profiles,
-            drivers,
-            configs,
-            cdis,
-        },
-    )
+    let (ready_tx, ready) = tokio::sync::watch::channel(false);
+    let caches = Caches {
+        classes: classes_r,
+        profiles: profiles_r,
+        drivers: drivers_r,
+        configs: configs_r,
+        cdis: cdis_r,
+        ready,
+    };
+    let feeds = Feeds {
+        classes,
+        profiles,
+        drivers,
+        configs,
+        cdis,
+        stores: caches.clone(),
+        ready: ready_tx,
+    };
+    (caches, feeds)
 }
 
 /// Who wants to hear about changes. Every subscription must be polled: a subscriber that stops
@@ -78,14 +85,31 @@ impl Feeds {
 
     /// Keep every store up to date until the client fails.
     pub async fn run(self, client: Client) {
+        let announce = announce(self.stores, self.ready);
         tokio::join!(
             feed(&client, self.classes),
             feed(&client, self.profiles),
             feed(&client, self.drivers),
             feed(&client, self.configs),
             feed(&client, self.cdis),
+            announce,
         );
     }
+}
+
+/// Say `ready` once every store has listed. This is the only task that waits on the stores
+/// themselves: kube-runtime wakes only the last of several tasks waiting on one store's first
+/// list, and a reconcile left waiting there never ran again (a DataVolume stuck for good after
+/// a controller restart).
+async fn announce(stores: Caches, ready: tokio::sync::watch::Sender<bool>) {
+    let _ = tokio::join!(
+        stores.classes.wait_until_ready(),
+        stores.profiles.wait_until_ready(),
+        stores.drivers.wait_until_ready(),
+        stores.configs.wait_until_ready(),
+        stores.cdis.wait_until_ready(),
+    );
+    ready.send_replace(true);
 }
 
 async fn feed<K>(client: &Client, writer: reflector::store::Writer<K>)
@@ -110,16 +134,10 @@ where
 }
 
 impl Caches {
-    /// Wait until every store has listed its objects once.
+    /// Wait until every store has listed its objects once; any number of tasks may wait.
     pub async fn ready(&self) {
-        // Only a dropped writer fails the wait, and then the controllers stop anyway.
-        let _ = tokio::join!(
-            self.classes.wait_until_ready(),
-            self.profiles.wait_until_ready(),
-            self.drivers.wait_until_ready(),
-            self.configs.wait_until_ready(),
-            self.cdis.wait_until_ready(),
-        );
+        // Only dropped feeds fail the wait, and then the controllers stop anyway.
+        let _ = self.ready.clone().wait_for(|r| *r).await;
     }
 
     /// Every StorageClass, by name.
@@ -162,4 +180,39 @@ fn sorted<K: kube::Resource<DynamicType = ()> + Clone + 'static>(store: &Store<K
     let mut all: Vec<K> = store.state().iter().map(|o| o.as_ref().clone()).collect();
     all.sort_by(|a, b| a.meta().name.cmp(&b.meta().name));
     all
+}
+
+#[cfg(test)]
+mod tests {
+    use kube::runtime::watcher::Event;
+
+    #[tokio::test]
+    async fn every_reconcile_waiting_for_the_first_lists_is_woken() {
+        let (caches, mut feeds) = super::new();
+        let waiters: Vec<_> = (0..3)
+            .map(|_| {
+                let caches = caches.clone();
+                tokio::spawn(async move { caches.ready().await })
+            })
+            .collect();
+        let announce = tokio::spawn(super::announce(feeds.stores.clone(), feeds.ready.clone()));
+        // On this single-threaded runtime, the spawned tasks now run until they wait.
+        for _ in 0..10 {
+            tokio::task::yield_now().await;
+        }
+        feeds.classes.apply_watcher_event(&Event::InitDone);
+        feeds.profiles.apply_watcher_event(&Event::InitDone);
+        feeds.drivers.apply_watcher_event(&Event::InitDone);
+        feeds.configs.apply_watcher_event(&Event::InitDone);
+        feeds.cdis.apply_watcher_event(&Event::InitDone);
+        let all = async {
+            announce.await.unwrap();
+            for w in waiters {
+                w.await.unwrap();
+            }
+        };
+        tokio::time::timeout(std::time::Duration::from_secs(30), all)
+            .await
+            .expect("every waiter woke");
+    }
 }

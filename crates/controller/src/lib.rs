@@ -117,6 +117,7 @@ pub async fn guarded<T>(
     let started = std::time::Instant::now();
     // Everything the pass logs carries the controller and the object.
     let span = tracing::info_span!("reconcile", controller, object);
+    span.in_scope(|| tracing::trace!("pass starts"));
     let result = match std::panic::AssertUnwindSafe(pass)
         .catch_unwind()
         .instrument(span)
@@ -139,6 +140,7 @@ pub async fn guarded<T>(
         Err(_) => "error",
     };
     metrics.reconciled(controller, outcome, started.elapsed().as_secs_f64());
+    tracing::debug!(controller, object, outcome, elapsed = ?started.elapsed(), "pass");
     result
 }
 

@@ -50,7 +50,29 @@ pub struct Down<'a>(pub &'a Path);
 
 impl Drop for Down<'_> {
     fn drop(&mut self) {
+        let failed = std::thread::panicking();
+        let keep = std::env::var_os("CDI_TEST_KEEP").filter(|_| failed);
+        if let (Some(_), Some(parent)) = (&keep, self.0.parent()) {
+            // What the cluster held when the test failed, beside the controller's logs.
+            let state = Command::new("kubectl")
+                .args(["get", "pods,pvc,pv,dv,events,leases", "-A", "-o", "yaml"])
+                .env("KUBECONFIG", self.0.join("kubeconfig"))
+                .output();
+            if let Ok(out) = state {
+                let _ = std::fs::write(parent.join("state.yaml"), out.stdout);
+            }
+        }
         let _ = cdi(&["dev", "down"], self.0);
+        if let (Some(keep), Some(parent)) = (keep, self.0.parent()) {
+            // Kept for a post-mortem: the temporary directory goes with the test.
+            let to = Path::new(&keep).join(format!("{}", std::process::id()));
+            let _ = std::fs::create_dir_all(&to);
+            let _ = Command::new("cp").arg("-a").arg(parent).arg(&to).status();
+            eprintln!(
+                "kept the failed test's cluster and logs in {}",
+                to.display()
+            );
+        }
     }
 }
 
