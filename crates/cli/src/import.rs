@@ -62,7 +62,7 @@ pub struct ImportArgs {
     parallel: Option<usize>,
     /// Written data the page cache may hold before the writer waits for the disk (a Kubernetes
     /// quantity; the cache counts against a pod's memory limit); 0 leaves it to the kernel.
-    #[arg(long, default_value = "16Mi")]
+    #[arg(long, default_value = "32Mi")]
     writeback_window: String,
     /// Where the rare scratch copy goes (a compressed non-raw image).
     #[arg(long, default_value_os_t = std::env::temp_dir())]

@@ -271,15 +271,23 @@ fn write_loop(
 /// the disk took them: on slow storage, unpaced writing grows the cache to the limit and the
 /// pod is OOM-killed (upstream's importer under its 600M limit). Paced, the cache holds at
 /// most two windows: the one being flushed and the one being written.
-pub const WINDOW: u64 = 16 << 20;
+pub const WINDOW: u64 = 32 << 20;
+
+/// How many times per window the writer asks the kernel to start writing back what is dirty.
+const KICKS: u64 = 4;
 
 /// Writeback in windows: each full window is flushed (`fdatasync`) on a thread of its own while
 /// the next is written, then dropped from the cache (`POSIX_FADV_DONTNEED`); a window waits for
 /// the previous window's flush before its own starts, which paces the writer to the disk.
+/// Within a window, every quarter starts writeback without waiting (`POSIX_FADV_DONTNEED` on
+/// dirty pages does), so the disk is kept busy and the flush finds little left: a flush is a
+/// journal commit and a cache flush of the device, and flushing a small window often cost a
+/// third of the import's time on this machine's disk.
 pub(crate) struct Pacer {
     file: File,
     window: u64,
     since: u64,
+    since_kick: u64,
     flushing: Option<JoinHandle<std::io::Result<()>>>,
 }
 
@@ -289,16 +297,26 @@ impl Pacer {
             file: file.try_clone()?,
             window,
             since: 0,
+            since_kick: 0,
             flushing: None,
         })
     }
 
     pub(crate) fn wrote(&mut self, bytes: u64) -> std::io::Result<()> {
         self.since += bytes;
-        if self.window == 0 || self.since < self.window {
+        self.since_kick += bytes;
+        if self.window == 0 {
+            return Ok(());
+        }
+        if self.since < self.window {
+            if self.since_kick >= self.window / KICKS {
+                self.since_kick = 0;
+                rustix::fs::fadvise(&self.file, 0, None, rustix::fs::Advice::DontNeed)?;
+            }
             return Ok(());
         }
         self.since = 0;
+        self.since_kick = 0;
         self.wait()?;
         let file = self.file.try_clone()?;
         self.flushing = Some(
