@@ -258,12 +258,17 @@ fn up_here(
             .with_context(|| format!("writing {}", pid_file(dir).display()))?;
         println!("API server: {}", running.url);
         println!("kubeconfig: {}", running.kubeconfig.display());
-        let mut terminate =
-            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
-        tokio::select! {
-            _ = tokio::signal::ctrl_c() => {}
-            _ = terminate.recv() => {}
-            _ = running.serve_forever() => {}
+        use tokio::signal::unix::{SignalKind, signal};
+        let mut terminate = signal(SignalKind::terminate())?;
+        // SIGUSR1: a node-agent crash on demand, for fault tests.
+        let mut restart = signal(SignalKind::user_defined1())?;
+        loop {
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => break,
+                _ = terminate.recv() => break,
+                _ = restart.recv() => running.restart_kubelets().await,
+                _ = running.serve_forever() => break,
+            }
         }
         // The pods' processes go with the cluster.
         running.stop().await;

@@ -1821,3 +1821,298 @@ async fn placement_follows_the_consumer_or_a_first_consumer_template() {
     assert!(get(&s.dir, "pod/importer-nowhere").is_none());
     drop(s.controller);
 }
+
+/// A small deterministic generator, so that a chaos run is repeated from its seed.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        // xorshift64*
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Fault {
+    None,
+    /// The controller killed and another started (it takes over once the lease expires).
+    Controller,
+    /// The worker pod's process killed (SIGKILL).
+    Worker,
+    /// Every node's kubelet restarted, the pods' processes with them.
+    Kubelet,
+}
+
+/// One randomized scenario: what is imported, on which path, what fails and when.
+#[derive(Debug)]
+struct Scenario {
+    name: String,
+    http: bool,
+    populator: bool,
+    consumer_first: bool,
+    fault: Fault,
+    after: Duration,
+}
+
+impl Scenario {
+    fn random(i: usize, rng: &mut Rng) -> Scenario {
+        Scenario {
+            name: format!("chaos-{i}"),
+            http: rng.below(4) != 0,
+            populator: rng.below(2) == 0,
+            consumer_first: rng.below(3) == 0,
+            fault: [
+                Fault::None,
+                Fault::Controller,
+                Fault::Worker,
+                Fault::Kubelet,
+            ][rng.below(4) as usize],
+            after: Duration::from_millis(rng.below(5000)),
+        }
+    }
+
+    fn data_volume(&self, url: &str) -> String {
+        let source = if self.http {
+            format!(r#"{{http: {{url: "{url}"}}}}"#)
+        } else {
+            "{blank: {}}".to_string()
+        };
+        let (api, class) = if self.populator {
+            ("storage", "csi")
+        } else {
+            ("pvc", "local-path-wffc")
+        };
+        format!(
+            r#"
+apiVersion: cdi.kubevirt.io/v1beta1
+kind: DataVolume
+metadata: {{name: {name}}}
+spec:
+  source: {source}
+  {api}:
+    storageClassName: {class}
+    accessModes: [ReadWriteOnce]
+    resources: {{requests: {{storage: 64Mi}}}}
+"#,
+            name = self.name
+        )
+    }
+}
+
+/// The process of any pod of the cluster in `dir` whose name starts with `prefix`.
+fn pod_process_named(dir: &Path, prefix: &str) -> Option<i32> {
+    let host = format!("HOSTNAME={prefix}");
+    let root = format!("CDI_POD_ROOT={}", dir.display());
+    std::fs::read_dir("/proc").ok()?.flatten().find_map(|e| {
+        let pid: i32 = e.file_name().to_str()?.parse().ok()?;
+        let env = std::fs::read(e.path().join("environ")).ok()?;
+        let vars: Vec<&[u8]> = env.split(|b| *b == 0).collect();
+        let has = |want: &str| vars.iter().any(|v| v.starts_with(want.as_bytes()));
+        (has(&host) && has(&root)).then_some(pid)
+    })
+}
+
+/// Poll `check` every 100 ms for up to `secs` seconds; None when it never held.
+fn within<T>(secs: u64, mut check: impl FnMut() -> Option<T>) -> Option<T> {
+    for _ in 0..secs * 10 {
+        if let Some(v) = check() {
+            return Some(v);
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    None
+}
+
+/// The names of the objects of `kind` in the namespace.
+fn names_of(dir: &Path, kind: &str) -> Vec<String> {
+    get(dir, kind)
+        .and_then(|l| {
+            l["items"].as_array().map(|items| {
+                items
+                    .iter()
+                    .filter_map(|o| o["metadata"]["name"].as_str().map(str::to_string))
+                    .collect()
+            })
+        })
+        .unwrap_or_default()
+}
+
+/// Faults at random moments (the controller, a worker's process, the kubelets) while
+/// DataVolumes import, over HTTP or blank, on the classic and the populator path, the consumer
+/// created before or after: each DataVolume succeeds with the image's bytes, as without faults,
+/// and once deleted nothing is left of it. `CDI_CHAOS=N` scenarios (3 by default),
+/// `CDI_CHAOS_SEED` repeats a run; `scripts/chaos` runs 100.
+#[tokio::test(flavor = "multi_thread")]
+async fn chaos_every_data_volume_converges_and_nothing_leaks() {
+    let count: usize = std::env::var("CDI_CHAOS")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(3);
+    let seed: u64 = std::env::var("CDI_CHAOS_SEED")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_nanos() as u64
+                | 1
+        });
+    eprintln!("chaos: {count} scenarios, CDI_CHAOS_SEED={seed}");
+    let mut rng = Rng(seed);
+    let mut s = setup(true);
+    let _down = Down(&s.dir);
+    let (server, expected) = serve_image(s._tmp.path(), 6 * MIB, true).await;
+    let url = server.url("/disk.qcow2");
+    let dev_pid: i32 = std::fs::read_to_string(s.dir.join("cdi-dev.pid"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let signal = |pid: i32, sig| {
+        let _ = rustix::process::kill_process(rustix::process::Pid::from_raw(pid).unwrap(), sig);
+    };
+    let mut controllers = 1;
+    let mut failures: Vec<String> = Vec::new();
+    let mut hits = std::collections::BTreeMap::<String, (usize, usize)>::new();
+    let started = std::time::Instant::now();
+    for i in 0..count {
+        let sc = Scenario::random(i, &mut rng);
+        let user = format!("{}-user", sc.name);
+        let docs = [sc.data_volume(&url), consumer(&user, &sc.name)];
+        let order = if sc.consumer_first { [1, 0] } else { [0, 1] };
+        for d in order {
+            kubectl(&s.dir, &["apply", "-f", "-"], Some(&docs[d]));
+        }
+        // A worker's fault strikes while one runs (it does for a second or two), at a random
+        // moment of it; the controller's, at a random moment after the apply.
+        if matches!(sc.fault, Fault::Worker | Fault::Kubelet) {
+            let _ = within(60, || pod_process_named(&s.dir, "importer-"));
+            std::thread::sleep(sc.after / 4);
+        } else {
+            std::thread::sleep(sc.after);
+        }
+        // Whether the fault found what it kills: a worker only runs for part of the import.
+        let hit = match sc.fault {
+            Fault::None => true,
+            Fault::Controller => {
+                s.controller.kill();
+                controllers += 1;
+                s.controller = Controller::start(
+                    &s.dir,
+                    &s._tmp.path().join(format!("controller-{controllers}.log")),
+                );
+                true
+            }
+            Fault::Worker => match pod_process_named(&s.dir, "importer-") {
+                Some(pid) => {
+                    signal(pid, rustix::process::Signal::KILL);
+                    true
+                }
+                None => false,
+            },
+            Fault::Kubelet => {
+                let running = pod_process_named(&s.dir, "importer-").is_some();
+                signal(dev_pid, rustix::process::Signal::USR1);
+                running
+            }
+        };
+        let entry = hits.entry(format!("{:?}", sc.fault)).or_default();
+        entry.0 += 1;
+        entry.1 += usize::from(hit);
+
+        let mut fail = |what: String| {
+            eprintln!("chaos: {} ({sc:?}): {what}", sc.name);
+            failures.push(format!("{}: {what}", sc.name));
+        };
+        let done = within(180, || {
+            get(&s.dir, &format!("dv/{}", sc.name))
+                .filter(|d| matches!(phase(d).as_str(), "Succeeded" | "Failed"))
+        });
+        match done.as_ref().map(phase).as_deref() {
+            Some("Succeeded") => {}
+            other => {
+                let now = get(&s.dir, &format!("dv/{}", sc.name));
+                fail(format!(
+                    "ended {other:?}, not Succeeded; status {}",
+                    now.map(|d| d["status"].to_string()).unwrap_or_default()
+                ));
+            }
+        }
+        // The workers go, and only the claim is left: no PVC prime, no second volume.
+        let tidy = within(60, || {
+            let pods = names_of(&s.dir, "pods");
+            (pods.iter().all(|p| *p == user) && names_of(&s.dir, "pvc") == [sc.name.clone()])
+                .then_some(())
+        });
+        if tidy.is_none() {
+            fail(format!(
+                "left behind: pods {:?}, claims {:?}",
+                names_of(&s.dir, "pods"),
+                names_of(&s.dir, "pvc")
+            ));
+        }
+        let mut disk_path = None;
+        if let Some(claim) = get(&s.dir, &format!("pvc/{}", sc.name))
+            && claim["spec"]["volumeName"].is_string()
+        {
+            let pv = volume_of(&s.dir, &claim);
+            let dir = pv["spec"]["hostPath"]["path"]
+                .as_str()
+                .or(pv["spec"]["csi"]["volumeAttributes"]["path"].as_str())
+                .map(std::path::PathBuf::from);
+            if let Some(dir) = dir {
+                match std::fs::read(dir.join("disk.img")) {
+                    Ok(disk) if sc.http => {
+                        if disk.len() < expected.len() || disk[..expected.len()] != expected[..] {
+                            fail("the disk differs from the image".into());
+                        }
+                    }
+                    Ok(disk) => {
+                        if disk.iter().any(|b| *b != 0) {
+                            fail("the blank disk is not all zeros".into());
+                        }
+                    }
+                    Err(e) => fail(format!("no disk image: {e}")),
+                }
+                disk_path = Some(dir);
+            }
+        }
+        // Deleted, nothing is left: no claim, volume, pod, or directory.
+        kubectl(&s.dir, &["delete", "dv", &sc.name, "--wait=false"], None);
+        kubectl(&s.dir, &["delete", "pod", &user, "--wait=false"], None);
+        let gone = within(120, || {
+            (names_of(&s.dir, "dv").is_empty()
+                && names_of(&s.dir, "pvc").is_empty()
+                && names_of(&s.dir, "pv").is_empty()
+                && names_of(&s.dir, "pods").is_empty()
+                && names_of(&s.dir, "volumesnapshots").is_empty()
+                && disk_path.as_ref().is_none_or(|p| !p.exists()))
+            .then_some(())
+        });
+        if gone.is_none() {
+            fail(format!(
+                "after deleting: dvs {:?}, claims {:?}, volumes {:?}, pods {:?}, directory {:?}",
+                names_of(&s.dir, "dv"),
+                names_of(&s.dir, "pvc"),
+                names_of(&s.dir, "pv"),
+                names_of(&s.dir, "pods"),
+                disk_path.filter(|p| p.exists())
+            ));
+            break;
+        }
+    }
+    eprintln!(
+        "chaos: {count} scenarios in {:.0} s (seed {seed}); faults (count, found running): {hits:?}; {} failed",
+        started.elapsed().as_secs_f64(),
+        failures.len()
+    );
+    assert!(failures.is_empty(), "chaos seed {seed}: {failures:#?}");
+}

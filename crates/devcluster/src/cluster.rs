@@ -55,6 +55,7 @@ pub struct Running {
     /// An in-process client (no network).
     pub client: Client,
     tasks: Vec<tokio::task::JoinHandle<()>>,
+    kubelets: Kubelets,
 }
 
 impl Running {
@@ -67,10 +68,18 @@ impl Running {
 }
 
 impl Running {
+    /// Restart every node's kubelet, as a crash of the node agent with its containers would:
+    /// the pods' processes are killed, and the new kubelets start the pods again.
+    pub async fn restart_kubelets(&mut self) {
+        self.kubelets.restart().await;
+        tracing::info!(target: "cdi_devcluster::agents::kubelet", "restarted every kubelet");
+    }
+
     /// Stop the agents and the server, and wait until they are gone: the kubelets' pods are
     /// killed by then.
     pub async fn stop(mut self) {
-        let tasks = std::mem::take(&mut self.tasks);
+        let mut tasks = std::mem::take(&mut self.tasks);
+        tasks.append(&mut self.kubelets.tasks);
         for t in &tasks {
             t.abort();
         }
@@ -82,7 +91,7 @@ impl Running {
 
 impl Drop for Running {
     fn drop(&mut self) {
-        for t in &self.tasks {
+        for t in self.tasks.iter().chain(&self.kubelets.tasks) {
             t.abort();
         }
     }
@@ -176,6 +185,19 @@ pub fn spawn_agents(
     kubelet_config: &KubeletConfig,
     every: Duration,
 ) -> Vec<tokio::task::JoinHandle<()>> {
+    let (mut tasks, kubelets) = spawn_all(client, dirs, nodes, kubelet_config, every);
+    tasks.append(&mut kubelets.into_tasks());
+    tasks
+}
+
+/// The cluster-wide agents' tasks, and the kubelets apart (they can be restarted).
+fn spawn_all(
+    client: &Client,
+    dirs: &NodeDirs,
+    nodes: &[String],
+    kubelet_config: &KubeletConfig,
+    every: Duration,
+) -> (Vec<tokio::task::JoinHandle<()>>, Kubelets) {
     // One set of watches wakes them all; it goes with the last of them.
     let changes = crate::agents::Changes::start(client);
     let mut tasks = vec![
@@ -215,17 +237,60 @@ pub fn spawn_agents(
             every,
         )));
     }
-    for node in nodes {
-        tasks.push(tokio::spawn(kubelet::run(
-            client.clone(),
-            node.clone(),
-            dirs.node(node),
-            kubelet_config.clone(),
-            changes.clone(),
-            every,
-        )));
+    let mut kubelets = Kubelets {
+        client: client.clone(),
+        dirs: dirs.clone(),
+        nodes: nodes.to_vec(),
+        config: kubelet_config.clone(),
+        changes,
+        every,
+        tasks: Vec::new(),
+    };
+    kubelets.spawn();
+    (tasks, kubelets)
+}
+
+/// The kubelet of every node, and what starting them again takes.
+struct Kubelets {
+    client: Client,
+    dirs: NodeDirs,
+    nodes: Vec<String>,
+    config: KubeletConfig,
+    changes: crate::agents::Changes,
+    every: Duration,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl Kubelets {
+    fn spawn(&mut self) {
+        for node in &self.nodes {
+            self.tasks.push(tokio::spawn(kubelet::run(
+                self.client.clone(),
+                node.clone(),
+                self.dirs.node(node),
+                self.config.clone(),
+                self.changes.clone(),
+                self.every,
+            )));
+        }
     }
-    tasks
+
+    /// Stop every kubelet (their pods' processes die with them), wait until they are gone, and
+    /// start them again: they find their pods unstarted and start them, as after a node reboot.
+    async fn restart(&mut self) {
+        let old = std::mem::take(&mut self.tasks);
+        for t in &old {
+            t.abort();
+        }
+        for t in old {
+            let _ = t.await;
+        }
+        self.spawn();
+    }
+
+    fn into_tasks(mut self) -> Vec<tokio::task::JoinHandle<()>> {
+        std::mem::take(&mut self.tasks)
+    }
 }
 
 /// Start everything; the kubeconfig is written once the server listens.
@@ -278,13 +343,8 @@ pub async fn start(config: &Config) -> anyhow::Result<Running> {
     }
     let node_names: Vec<String> = config.nodes.iter().map(|n| n.name.clone()).collect();
     let mut tasks = vec![server_task];
-    tasks.extend(spawn_agents(
-        &client,
-        &dirs,
-        &node_names,
-        &config.kubelet,
-        config.every,
-    ));
+    let (agents, kubelets) = spawn_all(&client, &dirs, &node_names, &config.kubelet, config.every);
+    tasks.extend(agents);
     let kubeconfig = config.kubeconfig();
     std::fs::write(&kubeconfig, apiserver::kubeconfig(&url))
         .with_context(|| format!("writing {}", kubeconfig.display()))?;
@@ -294,5 +354,6 @@ pub async fn start(config: &Config) -> anyhow::Result<Running> {
         server,
         client,
         tasks,
+        kubelets,
     })
 }
