@@ -156,12 +156,13 @@ impl FieldSelector {
             for seg in path.split('.') {
                 cur = cur.get(seg).unwrap_or(&Value::Null);
             }
-            let actual = match cur {
-                Value::String(s) => s.clone(),
-                Value::Null => String::new(),
-                other => other.to_string(),
+            // Compared in place: a list matches every object of its kind.
+            let same = match cur {
+                Value::String(s) => s == value,
+                Value::Null => value.is_empty(),
+                other => other.to_string() == *value,
             };
-            (actual == *value) == *eq
+            same == *eq
         })
     }
 }
