@@ -160,7 +160,10 @@ impl FieldSelector {
             let same = match cur {
                 Value::String(s) => s == value,
                 Value::Null => value.is_empty(),
-                other => other.to_string() == *value,
+                Value::Bool(b) => value == if *b { "true" } else { "false" },
+                Value::Number(n) => value.parse::<serde_json::Number>().is_ok_and(|v| v == *n),
+                // A selector's value cannot spell a list or a map (commas separate terms).
+                Value::Array(_) | Value::Object(_) => false,
             };
             same == *eq
         })
