@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use cdi_testkit::images::{assert_same, convert, oracle, pattern, qemu_img};
 use cdi_testkit::{Behaviour, FileServer};
-use devcluster::{Controller, Down, cdi, kubectl, wait_for};
+use devcluster::{Controller, Down, cdi, kubectl, wait_for, within};
 use serde_json::Value;
 
 const MIB: u64 = 1 << 20;
@@ -138,13 +138,7 @@ spec:
 
 /// The names of every claim in the namespace.
 fn claim_names(dir: &Path) -> Vec<String> {
-    let claims = get(dir, "pvc").unwrap();
-    claims["items"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter_map(|c| c["metadata"]["name"].as_str().map(str::to_string))
-        .collect()
+    names_of(dir, "pvc")
 }
 
 /// The PersistentVolume a claim is bound to.
@@ -1276,14 +1270,27 @@ fn events_of(dir: &Path, name: &str) -> Vec<(String, String)> {
 /// The process of a pod's first container, found by the `HOSTNAME` the kubelet gives it and
 /// the cluster directory its root lies in.
 fn pod_process(dir: &Path, pod: &str) -> Option<i32> {
-    let host = format!("HOSTNAME={pod}");
+    find_pod_process(dir, |host| host == pod.as_bytes())
+}
+
+/// The process of any pod of the cluster in `dir` whose name starts with `prefix`.
+fn pod_process_named(dir: &Path, prefix: &str) -> Option<i32> {
+    find_pod_process(dir, |host| host.starts_with(prefix.as_bytes()))
+}
+
+/// A process of the cluster in `dir` (its `CDI_POD_ROOT` lies there) whose `HOSTNAME`, the pod's
+/// name, satisfies `name`.
+fn find_pod_process(dir: &Path, name: impl Fn(&[u8]) -> bool) -> Option<i32> {
     let root = format!("CDI_POD_ROOT={}", dir.display());
     std::fs::read_dir("/proc").ok()?.flatten().find_map(|e| {
         let pid: i32 = e.file_name().to_str()?.parse().ok()?;
         let env = std::fs::read(e.path().join("environ")).ok()?;
         let vars: Vec<&[u8]> = env.split(|b| *b == 0).collect();
-        let has = |want: &str| vars.iter().any(|v| v.starts_with(want.as_bytes()));
-        (vars.contains(&host.as_bytes()) && has(&root)).then_some(pid)
+        let has_root = vars.iter().any(|v| v.starts_with(root.as_bytes()));
+        let named = vars
+            .iter()
+            .any(|v| v.strip_prefix(b"HOSTNAME=").is_some_and(&name));
+        (has_root && named).then_some(pid)
     })
 }
 
@@ -1904,30 +1911,6 @@ spec:
             name = self.name
         )
     }
-}
-
-/// The process of any pod of the cluster in `dir` whose name starts with `prefix`.
-fn pod_process_named(dir: &Path, prefix: &str) -> Option<i32> {
-    let host = format!("HOSTNAME={prefix}");
-    let root = format!("CDI_POD_ROOT={}", dir.display());
-    std::fs::read_dir("/proc").ok()?.flatten().find_map(|e| {
-        let pid: i32 = e.file_name().to_str()?.parse().ok()?;
-        let env = std::fs::read(e.path().join("environ")).ok()?;
-        let vars: Vec<&[u8]> = env.split(|b| *b == 0).collect();
-        let has = |want: &str| vars.iter().any(|v| v.starts_with(want.as_bytes()));
-        (has(&host) && has(&root)).then_some(pid)
-    })
-}
-
-/// Poll `check` every 100 ms for up to `secs` seconds; None when it never held.
-fn within<T>(secs: u64, mut check: impl FnMut() -> Option<T>) -> Option<T> {
-    for _ in 0..secs * 10 {
-        if let Some(v) = check() {
-            return Some(v);
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    None
 }
 
 /// The names of the objects of `kind` in the namespace.

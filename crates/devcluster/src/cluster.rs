@@ -80,12 +80,7 @@ impl Running {
     pub async fn stop(mut self) {
         let mut tasks = std::mem::take(&mut self.tasks);
         tasks.append(&mut self.kubelets.tasks);
-        for t in &tasks {
-            t.abort();
-        }
-        for t in tasks {
-            let _ = t.await;
-        }
+        abort_all(tasks).await;
     }
 }
 
@@ -278,18 +273,22 @@ impl Kubelets {
     /// Stop every kubelet (their pods' processes die with them), wait until they are gone, and
     /// start them again: they find their pods unstarted and start them, as after a node reboot.
     async fn restart(&mut self) {
-        let old = std::mem::take(&mut self.tasks);
-        for t in &old {
-            t.abort();
-        }
-        for t in old {
-            let _ = t.await;
-        }
+        abort_all(std::mem::take(&mut self.tasks)).await;
         self.spawn();
     }
 
-    fn into_tasks(mut self) -> Vec<tokio::task::JoinHandle<()>> {
-        std::mem::take(&mut self.tasks)
+    fn into_tasks(self) -> Vec<tokio::task::JoinHandle<()>> {
+        self.tasks
+    }
+}
+
+/// Abort the tasks and wait until every one is gone (a kubelet's pods die as it is dropped).
+async fn abort_all(tasks: Vec<tokio::task::JoinHandle<()>>) {
+    for t in &tasks {
+        t.abort();
+    }
+    for t in tasks {
+        let _ = t.await;
     }
 }
 

@@ -120,12 +120,18 @@ impl Drop for Controller {
 
 /// Poll `check` every 100 ms for up to `secs` seconds.
 #[allow(dead_code)]
-pub fn wait_for<T>(what: &str, secs: u64, mut check: impl FnMut() -> Option<T>) -> T {
+pub fn wait_for<T>(what: &str, secs: u64, check: impl FnMut() -> Option<T>) -> T {
+    within(secs, check).unwrap_or_else(|| panic!("{what}: not reached in {secs} s"))
+}
+
+/// Poll `check` every 100 ms for up to `secs` seconds; None when it never held.
+#[allow(dead_code)] // not every test crate needs the answer without a panic
+pub fn within<T>(secs: u64, mut check: impl FnMut() -> Option<T>) -> Option<T> {
     for _ in 0..secs * 10 {
         if let Some(v) = check() {
-            return v;
+            return Some(v);
         }
         std::thread::sleep(std::time::Duration::from_millis(100));
     }
-    panic!("{what}: not reached in {secs} s");
+    None
 }
