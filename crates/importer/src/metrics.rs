@@ -35,13 +35,8 @@ pub fn render(owner_uid: &str, progress: &Progress) -> String {
     )
 }
 
-/// Serve `/metrics` on `addr` over TLS with a fresh self-signed certificate until the returned
-/// task is aborted. Returns the bound address (for port 0).
-pub async fn serve(
-    addr: SocketAddr,
-    owner_uid: String,
-    progress: Arc<Progress>,
-) -> Result<(SocketAddr, tokio::task::JoinHandle<()>), ImportError> {
+/// A TLS acceptor with a fresh self-signed certificate.
+fn acceptor() -> Result<tokio_rustls::TlsAcceptor, ImportError> {
     let key = rcgen::KeyPair::generate()
         .map_err(|e| ImportError::Internal(format!("metrics key: {e}")))?;
     let cert = rcgen::CertificateParams::new(vec!["cdi-importer".to_string()])
@@ -58,17 +53,45 @@ pub async fn serve(
         )
     })
     .map_err(|e| ImportError::Internal(format!("metrics TLS: {e}")))?;
-    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+    Ok(tokio_rustls::TlsAcceptor::from(Arc::new(config)))
+}
+
+/// Serve `/metrics` on `addr` over TLS with a fresh self-signed certificate until the returned
+/// task is aborted. Returns the bound address (for port 0). The certificate is made when the
+/// first connection arrives: its key is the process's first use of aws-lc's random generator,
+/// whose seeding costs tens of milliseconds of CPU, and an import that ends before anyone
+/// scrapes it (most small ones) should not pay that.
+pub async fn serve(
+    addr: SocketAddr,
+    owner_uid: String,
+    progress: Arc<Progress>,
+) -> Result<(SocketAddr, tokio::task::JoinHandle<()>), ImportError> {
     let listener = tokio::net::TcpListener::bind(addr)
         .await
         .map_err(|e| ImportError::io(format!("listening on {addr}"), e))?;
     let bound = listener
         .local_addr()
         .map_err(|e| ImportError::io("metrics address", e))?;
+    let tls_acceptor = Arc::new(tokio::sync::OnceCell::new());
     let task = tokio::spawn(async move {
         while let Ok((stream, _)) = listener.accept().await {
-            let (acceptor, progress, uid) = (acceptor.clone(), progress.clone(), owner_uid.clone());
+            let (tls_acceptor, progress, uid) =
+                (tls_acceptor.clone(), progress.clone(), owner_uid.clone());
             tokio::spawn(async move {
+                let made = tls_acceptor
+                    .get_or_try_init(|| async {
+                        tokio::task::spawn_blocking(acceptor)
+                            .await
+                            .map_err(|e| ImportError::Internal(e.to_string()))?
+                    })
+                    .await;
+                let acceptor = match made {
+                    Ok(a) => a,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "the progress metric is not served");
+                        return;
+                    }
+                };
                 let Ok(tls) = acceptor.accept(stream).await else {
                     return;
                 };
