@@ -718,6 +718,7 @@ pub mod agent {
     use serde_json::json;
 
     use super::{Action, Content, Driver, NodeDirs, Snapshot, plan};
+    use crate::agents::Reader;
     use crate::agents::retry::{Backoff, Retries, warn};
 
     /// Copy a volume's directory tree (or its file) for a clone.
@@ -934,14 +935,17 @@ pub mod agent {
     /// A provisioner: the loop's state is what failed, and when to try it again.
     pub struct Provisioner {
         client: Client,
+        reader: Reader,
         driver: Driver,
         dirs: NodeDirs,
         retries: Retries,
     }
 
     impl Provisioner {
+        /// A provisioner reading straight from the API.
         pub fn new(client: Client, driver: Driver, dirs: NodeDirs) -> Provisioner {
             Provisioner {
+                reader: Reader::Api(client.clone()),
                 client,
                 driver,
                 dirs,
@@ -953,7 +957,7 @@ pub mod agent {
         /// waits out its back-off.
         pub async fn pass(&mut self) -> Result<(), kube::Error> {
             let (client, driver) = (&self.client, self.driver);
-            let cluster = Snapshot::read(client).await?;
+            let cluster = self.reader.read().await?;
             let actions = plan(driver, &self.dirs, &cluster);
             let subjects: Vec<Option<Subject>> =
                 actions.iter().map(|a| subject(&cluster, a)).collect();
@@ -1035,7 +1039,8 @@ pub mod agent {
         changes: crate::agents::Changes,
         every: Duration,
     ) {
-        let mut provisioner = Provisioner::new(client, driver, dirs);
+        let mut provisioner = Provisioner::new(client.clone(), driver, dirs);
+        provisioner.reader = Reader::Shared(client, changes.clone());
         run_on_change!(changes.subscribe(), every, provisioner.pass())
     }
 }

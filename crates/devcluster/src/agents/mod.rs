@@ -7,17 +7,20 @@
 /// Run passes until the task is dropped: one at once, then one after each change `$wake`
 /// reports (at least `$every` apart, so a burst of changes is one pass). A failed pass is
 /// logged (under the calling agent's target, so in its own log) and the next one starts from
-/// what the cluster then holds.
+/// what the cluster then holds. Each pass reads the cluster as it was no earlier than the
+/// change that woke it and the end of the previous pass ([`FRESH`]): it sees its own writes.
 macro_rules! run_on_change {
     ($wake:expr, $every:expr, $pass:expr) => {{
         let mut wake = $wake;
+        let mut since = std::time::Instant::now();
         $crate::agents::DUE
             .scope(std::cell::Cell::new(None), async {
                 loop {
-                    if let Err(e) = $pass.await {
+                    if let Err(e) = $crate::agents::FRESH.scope(since, $pass).await {
                         tracing::warn!(error = %e, "pass failed");
                     }
-                    wake.next($every).await;
+                    let ended = std::time::Instant::now();
+                    since = wake.next($every).await.map_or(ended, |at| at.max(ended));
                 }
             })
             .await
@@ -27,6 +30,8 @@ macro_rules! run_on_change {
 tokio::task_local! {
     /// When the agent running in this task wants its next pass at the latest (a retry's time).
     pub(crate) static DUE: std::cell::Cell<Option<std::time::Instant>>;
+    /// The pass running in this task must read the cluster as of this instant or later.
+    pub(crate) static FRESH: std::time::Instant;
 }
 
 /// Ask for a pass of the agent running this task by `at` even if nothing changes (outside an
@@ -46,7 +51,7 @@ pub mod snapshots;
 pub mod vmconsumer;
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim, Pod};
@@ -65,8 +70,67 @@ pub const RESYNC: Duration = Duration::from_secs(10);
 /// every agent of the cluster. The watches stop when the last subscriber goes.
 #[derive(Clone)]
 pub struct Changes {
-    tx: broadcast::Sender<()>,
+    /// When each change was seen: a pass woken by it must read the cluster after that.
+    tx: broadcast::Sender<Instant>,
     _watches: Arc<Watches>,
+    reads: Arc<SharedReads>,
+}
+
+/// The last [`Snapshot`] read for the agents, and when its reading began. Every agent wakes on
+/// the same change and reads the same kinds; one read serves all of them, so a change costs
+/// one list of each kind instead of one per agent.
+#[derive(Default)]
+struct SharedReads {
+    latest: std::sync::Mutex<Option<(Instant, Arc<Snapshot>)>>,
+    /// Held while reading: the agents that want a read wait for the one under way.
+    reading: tokio::sync::Mutex<()>,
+}
+
+impl SharedReads {
+    fn fresh(&self, since: Instant) -> Option<Arc<Snapshot>> {
+        let latest = self.latest.lock().unwrap_or_else(|e| e.into_inner());
+        latest
+            .as_ref()
+            .filter(|(began, _)| *began >= since)
+            .map(|(_, s)| s.clone())
+    }
+
+    /// A snapshot whose reading began at `since` or later: the last one if it did, else a
+    /// new one (after the read under way, which may do).
+    async fn read(&self, client: &Client, since: Instant) -> Result<Arc<Snapshot>, kube::Error> {
+        if let Some(s) = self.fresh(since) {
+            return Ok(s);
+        }
+        let _reading = self.reading.lock().await;
+        if let Some(s) = self.fresh(since) {
+            return Ok(s);
+        }
+        let began = Instant::now();
+        let snapshot = Arc::new(Snapshot::read(client).await?);
+        *self.latest.lock().unwrap_or_else(|e| e.into_inner()) = Some((began, snapshot.clone()));
+        Ok(snapshot)
+    }
+}
+
+/// Where an agent's pass reads the cluster: straight from the API (a pass driven by a test
+/// sees what the test just wrote), or the cluster's shared reads (the agents' loops).
+#[derive(Clone)]
+pub enum Reader {
+    Api(Client),
+    Shared(Client, Changes),
+}
+
+impl Reader {
+    /// The cluster, as of the start of this pass's freshness ([`FRESH`]) or later.
+    pub async fn read(&self) -> Result<Arc<Snapshot>, kube::Error> {
+        match self {
+            Reader::Api(client) => Ok(Arc::new(Snapshot::read(client).await?)),
+            Reader::Shared(client, changes) => {
+                let since = FRESH.try_with(|s| *s).unwrap_or_else(|_| Instant::now());
+                changes.reads.read(client, since).await
+            }
+        }
+    }
 }
 
 struct Watches(Vec<tokio::task::JoinHandle<()>>);
@@ -81,7 +145,7 @@ impl Drop for Watches {
 
 /// Send a wake-up for every event of `stream`; an error (a kind whose CRD is not installed yet)
 /// is tried again a second later rather than backing off for long.
-fn forward<S, T, E>(stream: S, tx: &broadcast::Sender<()>) -> tokio::task::JoinHandle<()>
+fn forward<S, T, E>(stream: S, tx: &broadcast::Sender<Instant>) -> tokio::task::JoinHandle<()>
 where
     S: futures::Stream<Item = Result<T, E>> + Send + 'static,
     T: Send,
@@ -93,7 +157,7 @@ where
         while let Some(event) = stream.next().await {
             match event {
                 Ok(_) => {
-                    let _ = tx.send(());
+                    let _ = tx.send(Instant::now());
                 }
                 Err(_) => tokio::time::sleep(Duration::from_secs(1)).await,
             }
@@ -101,7 +165,7 @@ where
     })
 }
 
-fn watch<K>(client: &Client, tx: &broadcast::Sender<()>) -> tokio::task::JoinHandle<()>
+fn watch<K>(client: &Client, tx: &broadcast::Sender<Instant>) -> tokio::task::JoinHandle<()>
 where
     K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + 'static,
     K::DynamicType: Default + Clone + Eq + std::hash::Hash,
@@ -139,12 +203,13 @@ impl Changes {
         Changes {
             tx,
             _watches: Arc::new(Watches(tasks)),
+            reads: Arc::default(),
         }
     }
 
     /// Wake every agent: something they read changed outside the API (a pod's worker ended).
     pub fn poke(&self) {
-        let _ = self.tx.send(());
+        let _ = self.tx.send(Instant::now());
     }
 
     /// A subscription for one agent.
@@ -158,28 +223,37 @@ impl Changes {
 
 /// One agent's subscription to [`Changes`].
 pub struct Wake {
-    rx: broadcast::Receiver<()>,
+    rx: broadcast::Receiver<Instant>,
     _changes: Changes,
 }
 
 impl Wake {
     /// Wait for a change (or [`RESYNC`]), then `every` more so that a burst is taken at once.
-    pub async fn next(&mut self, every: Duration) {
+    /// Returns when the last change taken was seen (`None`: none, a resync or a retry).
+    pub async fn next(&mut self, every: Duration) -> Option<Instant> {
         let due = DUE.try_with(|d| d.take()).ok().flatten();
         let quiet = due.map_or(RESYNC, |at| {
-            at.saturating_duration_since(std::time::Instant::now())
-                .min(RESYNC)
+            at.saturating_duration_since(Instant::now()).min(RESYNC)
         });
-        tokio::select! {
-            _ = self.rx.recv() => {}
-            _ = tokio::time::sleep(quiet) => {}
-        }
+        let mut seen = tokio::select! {
+            r = self.rx.recv() => match r {
+                Ok(at) => Some(at),
+                // Missed wake-ups: the changes were made before now.
+                Err(broadcast::error::RecvError::Lagged(_)) => Some(Instant::now()),
+                Err(broadcast::error::RecvError::Closed) => None,
+            },
+            _ = tokio::time::sleep(quiet) => None,
+        };
         tokio::time::sleep(every).await;
         // What arrived meanwhile is seen by the pass about to run.
-        while !matches!(
-            self.rx.try_recv(),
-            Err(broadcast::error::TryRecvError::Empty | broadcast::error::TryRecvError::Closed)
-        ) {}
+        loop {
+            match self.rx.try_recv() {
+                Ok(at) => seen = Some(seen.map_or(at, |s| s.max(at))),
+                Err(broadcast::error::TryRecvError::Lagged(_)) => seen = Some(Instant::now()),
+                Err(_) => break,
+            }
+        }
+        seen
     }
 }
 
@@ -246,11 +320,12 @@ fn namespace<T: kube::Resource>(o: &T) -> &str {
     o.meta().namespace.as_deref().unwrap_or("")
 }
 
-/// What the storage agents decide from: every claim, volume, class and node, and the
+/// What the agents decide from: every claim, volume, class, node and pod, and the
 /// snapshot.storage.k8s.io objects (as JSON: k8s-openapi has no types for them), read in one go.
 #[derive(Debug, Clone, Default)]
 pub struct Snapshot {
     pub claims: Vec<PersistentVolumeClaim>,
+    pub pods: Vec<Pod>,
     pub volumes: Vec<PersistentVolume>,
     pub classes: Vec<StorageClass>,
     pub nodes: Vec<Node>,
@@ -290,6 +365,7 @@ impl Snapshot {
     pub async fn read(client: &Client) -> Result<Snapshot, kube::Error> {
         Ok(Snapshot {
             claims: list_all(client).await?,
+            pods: list_all(client).await?,
             volumes: list_all(client).await?,
             classes: list_all(client).await?,
             nodes: list_all(client).await?,
@@ -303,11 +379,6 @@ impl Snapshot {
             snapshot_classes: list_dynamic(client, "VolumeSnapshotClass", "volumesnapshotclasses")
                 .await?,
         })
-    }
-
-    /// With the pods too, for the scheduler.
-    pub async fn with_pods(client: &Client) -> Result<(Snapshot, Vec<Pod>), kube::Error> {
-        Ok((Snapshot::read(client).await?, list_all(client).await?))
     }
 }
 

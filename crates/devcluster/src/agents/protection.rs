@@ -124,17 +124,16 @@ where
 pub mod agent {
     use std::time::Duration;
 
-    use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod};
+    use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
     use kube::{Api, Client};
 
     use super::{Action, drop_finalizer, plan};
+    use crate::agents::Reader;
     use crate::apiserver::{PV_PROTECTION, PVC_PROTECTION};
 
-    pub async fn pass(client: &Client) -> Result<(), kube::Error> {
-        let claims = super::super::list_all::<PersistentVolumeClaim>(client).await?;
-        let volumes = super::super::list_all::<PersistentVolume>(client).await?;
-        let pods = super::super::list_all::<Pod>(client).await?;
-        for action in plan(&claims, &volumes, &pods) {
+    async fn pass(reader: &Reader, client: &Client) -> Result<(), kube::Error> {
+        let cluster = reader.read().await?;
+        for action in plan(&cluster.claims, &cluster.volumes, &cluster.pods) {
             let done = match &action {
                 Action::ReleaseClaim { namespace, claim } => {
                     let api: Api<PersistentVolumeClaim> =
@@ -156,7 +155,8 @@ pub mod agent {
     }
 
     pub async fn run(client: Client, changes: crate::agents::Changes, every: Duration) {
-        run_on_change!(changes.subscribe(), every, pass(&client))
+        let reader = Reader::Shared(client.clone(), changes.clone());
+        run_on_change!(changes.subscribe(), every, pass(&reader, &client))
     }
 }
 

@@ -478,8 +478,9 @@ pub mod agent {
 
     use super::{
         Action, BETA_STORAGE_PROVISIONER, BIND_COMPLETED, BOUND_BY_CONTROLLER, STORAGE_PROVISIONER,
-        Snapshot, reconcile,
+        reconcile,
     };
+    use crate::agents::Reader;
 
     /// Apply one action.
     pub async fn apply(client: &Client, action: &Action) -> Result<(), kube::Error> {
@@ -593,7 +594,15 @@ pub mod agent {
         client: &Client,
         told: &mut HashSet<(String, &'static str)>,
     ) -> Result<(), kube::Error> {
-        for action in reconcile(&Snapshot::read(client).await?) {
+        pass_reading(&Reader::Api(client.clone()), client, told).await
+    }
+
+    async fn pass_reading(
+        reader: &Reader,
+        client: &Client,
+        told: &mut HashSet<(String, &'static str)>,
+    ) -> Result<(), kube::Error> {
+        for action in reconcile(&*reader.read().await?) {
             let event_for = match &action {
                 Action::ClaimEvent { uid, reason, .. } => {
                     let key = (uid.clone(), *reason);
@@ -620,7 +629,12 @@ pub mod agent {
     /// Run passes until the task is dropped.
     pub async fn run(client: Client, changes: crate::agents::Changes, every: Duration) {
         let mut told = HashSet::new();
-        run_on_change!(changes.subscribe(), every, pass(&client, &mut told))
+        let reader = Reader::Shared(client.clone(), changes.clone());
+        run_on_change!(
+            changes.subscribe(),
+            every,
+            pass_reading(&reader, &client, &mut told)
+        )
     }
 }
 

@@ -15,15 +15,73 @@ use k8s_openapi::api::storage::v1::StorageClass;
 use super::pvcontroller::misfit;
 
 /// What the scheduler sees.
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Copy)]
 pub struct ClusterView<'a> {
     pub nodes: &'a [Node],
-    /// Every pod (for the resources already used on each node).
-    pub pods: &'a [Pod],
+    /// What the pods on each node already use.
+    pub usage: &'a Usage,
     /// Claims in the pod's namespace.
     pub claims: &'a [PersistentVolumeClaim],
     pub volumes: &'a [PersistentVolume],
     pub classes: &'a [StorageClass],
+}
+
+impl Default for ClusterView<'_> {
+    fn default() -> Self {
+        static NONE: Usage = Usage(BTreeMap::new());
+        ClusterView {
+            nodes: &[],
+            usage: &NONE,
+            claims: &[],
+            volumes: &[],
+            classes: &[],
+        }
+    }
+}
+
+/// What the unfinished pods on each node request: computed once for a pass rather than from
+/// every pod for every node and every pending pod (which made a pass quadratic in pods).
+#[derive(Debug, Clone, Default)]
+pub struct Usage(BTreeMap<String, Used>);
+
+/// (pods, milli-CPU, memory bytes)
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Used {
+    pub pods: i64,
+    pub cpu: i128,
+    pub memory: i128,
+}
+
+impl Usage {
+    pub fn of(pods: &[Pod]) -> Usage {
+        let mut usage = Usage::default();
+        for p in pods {
+            let node = p.spec.as_ref().and_then(|s| s.node_name.as_deref());
+            let finished = matches!(
+                p.status.as_ref().and_then(|s| s.phase.as_deref()),
+                Some("Succeeded" | "Failed")
+            );
+            if let Some(node) = node.filter(|n| !n.is_empty())
+                && !finished
+            {
+                usage.add(node, p);
+            }
+        }
+        usage
+    }
+
+    /// Count `pod` on `node` (one just bound there).
+    pub fn add(&mut self, node: &str, pod: &Pod) {
+        let (cpu, memory) = requests(pod);
+        let used = self.0.entry(node.to_string()).or_default();
+        used.pods += 1;
+        used.cpu += cpu;
+        used.memory += memory;
+    }
+
+    pub fn on(&self, node: &str) -> Used {
+        self.0.get(node).copied().unwrap_or_default()
+    }
 }
 
 /// The decision for one pod.
@@ -115,16 +173,6 @@ fn allocatable(node: &Node, name: &str) -> Option<Quantity> {
         .as_ref()?
         .get(name)
         .and_then(|q| Quantity::try_from(q).ok())
-}
-
-fn active_on<'a>(pods: &'a [Pod], node: &'a str) -> impl Iterator<Item = &'a Pod> + 'a {
-    pods.iter().filter(move |p| {
-        p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(node)
-            && !matches!(
-                p.status.as_ref().and_then(|s| s.phase.as_deref()),
-                Some("Succeeded" | "Failed")
-            )
-    })
 }
 
 /// The claims a pod mounts.
@@ -260,13 +308,12 @@ pub fn schedule(pod: &Pod, view: &ClusterView<'_>) -> Decision {
                     })
             })
             .or_else(|| {
-                let used: Vec<&Pod> = active_on(view.pods, name).collect();
-                let (used_cpu, used_mem) = used.iter().fold((0, 0), |(c, m), p| {
-                    let (pc, pm) = requests(p);
-                    (c + pc, m + pm)
-                });
-                if allocatable(node, "pods").is_some_and(|max| used.len() as i64 + 1 > max.value())
-                {
+                let Used {
+                    pods: used_pods,
+                    cpu: used_cpu,
+                    memory: used_mem,
+                } = view.usage.on(name);
+                if allocatable(node, "pods").is_some_and(|max| used_pods + 1 > max.value()) {
                     Some("Too many pods".to_string())
                 } else if allocatable(node, "cpu")
                     .is_some_and(|max| used_cpu + cpu > max.milli_value())
@@ -303,7 +350,7 @@ pub fn schedule(pod: &Pod, view: &ClusterView<'_>) -> Decision {
             });
         match reason {
             Some(r) => *reasons.entry(r).or_default() += 1,
-            None => feasible.push((node, active_on(view.pods, name).count())),
+            None => feasible.push((node, view.usage.on(name).pods as usize)),
         }
     }
     // Fewest pods first, then by name: simple and deterministic.
@@ -349,6 +396,69 @@ mod tests {
             .enumerate()
             .map(|(i, n)| n.node(i))
             .collect()
+    }
+
+    /// Requests of unfinished pods count against their node, once per pass; a pod bound in the
+    /// pass counts for the next; the emptiest node that fits wins.
+    #[test]
+    fn requests_fill_nodes_and_finished_pods_free_them() {
+        let nodes = nodes();
+        let on = |node: &str, cpu: &str, phase: &str| -> Pod {
+            serde_json::from_value(json!({"metadata": {"name": "x"},
+                "spec": {"nodeName": node, "containers": [{"name": "c", "image": "x",
+                    "resources": {"requests": {"cpu": cpu, "memory": "1Gi"}}}]},
+                "status": {"phase": phase}}))
+            .unwrap()
+        };
+        // node-1 and node-3 (node-2 is tainted) have 8 CPUs each.
+        let pods = vec![
+            on("node-1", "7500m", "Running"),
+            on("node-3", "4", "Running"),
+            on("node-3", "4", "Succeeded"),
+        ];
+        let mut usage = Usage::of(&pods);
+        assert_eq!(
+            usage.on("node-3"),
+            Used {
+                pods: 1,
+                cpu: 4000,
+                memory: 1 << 30
+            }
+        );
+        let wants = |cpu: &str| {
+            pod(json!({"containers": [{"name": "c", "image": "x",
+                "resources": {"requests": {"cpu": cpu}}}]}))
+        };
+        let view = ClusterView {
+            nodes: &nodes,
+            usage: &usage,
+            ..Default::default()
+        };
+        assert_eq!(
+            schedule(&wants("1"), &view),
+            Decision::Bind {
+                node: "node-3".into(),
+                select_for: vec![]
+            }
+        );
+        usage.add("node-3", &on("node-3", "3500m", "Pending"));
+        let view = ClusterView {
+            nodes: &nodes,
+            usage: &usage,
+            ..Default::default()
+        };
+        let Decision::Unschedulable { message } = schedule(&wants("1"), &view) else {
+            panic!("both nodes are full");
+        };
+        assert!(message.contains("2 Insufficient cpu"), "{message}");
+        assert_eq!(
+            schedule(&wants("500m"), &view),
+            Decision::Bind {
+                node: "node-1".into(),
+                select_for: vec![]
+            },
+            "both have 500m left: the one with fewer pods"
+        );
     }
 
     #[test]
@@ -556,15 +666,31 @@ pub mod agent {
     use kube::{Api, Client};
     use serde_json::json;
 
-    use super::{ClusterView, Decision, schedule};
-    use crate::agents::{Snapshot, namespace};
+    use std::collections::HashMap;
+
+    use super::{ClusterView, Decision, Usage, schedule};
+    use crate::agents::{Reader, namespace};
 
     /// The annotation the scheduler sets on a WaitForFirstConsumer claim.
     pub const SELECTED_NODE: &str = "volume.kubernetes.io/selected-node";
 
-    /// One pass over the pending pods.
+    /// One pass over the pending pods, reading straight from the API.
     pub async fn pass(client: &Client) -> Result<(), kube::Error> {
-        let (cluster, all_pods) = Snapshot::with_pods(client).await?;
+        pass_reading(&Reader::Api(client.clone()), client).await
+    }
+
+    async fn pass_reading(reader: &Reader, client: &Client) -> Result<(), kube::Error> {
+        let cluster = reader.read().await?;
+        let all_pods = &cluster.pods;
+        let mut usage = Usage::of(all_pods);
+        // Claim names are per namespace: a pod sees only its own namespace's.
+        let mut by_namespace: HashMap<&str, Vec<PersistentVolumeClaim>> = HashMap::new();
+        for c in &cluster.claims {
+            by_namespace
+                .entry(namespace(c))
+                .or_default()
+                .push(c.clone());
+        }
         for pod in all_pods.iter().filter(|p| {
             let spec = p.spec.as_ref();
             spec.and_then(|s| s.node_name.as_deref())
@@ -577,17 +703,11 @@ pub mod agent {
             let ns = pod.metadata.namespace.clone().unwrap_or_default();
             let name = pod.metadata.name.clone().unwrap_or_default();
             let claims_api: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), &ns);
-            // Claim names are per namespace: the pod sees only its own namespace's.
-            let claims: Vec<PersistentVolumeClaim> = cluster
-                .claims
-                .iter()
-                .filter(|c| namespace(*c) == ns)
-                .cloned()
-                .collect();
+            let claims = by_namespace.get(ns.as_str()).map_or(&[][..], Vec::as_slice);
             let view = ClusterView {
                 nodes: &cluster.nodes,
-                pods: &all_pods,
-                claims: &claims,
+                usage: &usage,
+                claims,
                 volumes: &cluster.volumes,
                 classes: &cluster.classes,
             };
@@ -629,6 +749,8 @@ pub mod agent {
                         .await;
                     if bound.is_ok() {
                         tracing::info!(pod = %format!("{ns}/{name}"), %node, "bound pod");
+                        // The next pod of this pass sees what this one takes.
+                        usage.add(&node, pod);
                     }
                 }
                 Decision::Unschedulable { message } => {
@@ -668,6 +790,7 @@ pub mod agent {
 
     /// Run passes until the task is dropped.
     pub async fn run(client: Client, changes: crate::agents::Changes, every: Duration) {
-        run_on_change!(changes.subscribe(), every, pass(&client))
+        let reader = Reader::Shared(client.clone(), changes.clone());
+        run_on_change!(changes.subscribe(), every, pass_reading(&reader, &client))
     }
 }

@@ -309,7 +309,7 @@ pub mod agent {
     use serde_json::json;
 
     use super::{API_VERSION, Action, GROUP, plan};
-    use crate::agents::Snapshot;
+    use crate::agents::Reader;
     use crate::agents::localpath::NodeDirs;
     use crate::agents::localpath::agent::{copy_tree, remove};
     use crate::agents::retry::{Backoff, Retries, warn};
@@ -420,13 +420,16 @@ pub mod agent {
     /// is not redone every pass).
     pub struct Snapshotter {
         client: Client,
+        reader: Reader,
         dirs: NodeDirs,
         retries: Retries,
     }
 
     impl Snapshotter {
+        /// A snapshotter reading straight from the API.
         pub fn new(client: Client, dirs: NodeDirs) -> Snapshotter {
             Snapshotter {
+                reader: Reader::Api(client.clone()),
                 client,
                 dirs,
                 retries: Retries::new(Backoff::default()),
@@ -435,7 +438,7 @@ pub mod agent {
 
         pub async fn pass(&mut self) -> Result<(), kube::Error> {
             let client = &self.client;
-            let cluster = Snapshot::read(client).await?;
+            let cluster = self.reader.read().await?;
             let actions = plan(&self.dirs, &cluster, k8s_openapi::jiff::Timestamp::now());
             let subjects: Vec<_> = actions.iter().map(subject).collect();
             let live: HashSet<&str> = subjects.iter().flatten().map(|s| s.0.as_str()).collect();
@@ -491,7 +494,8 @@ pub mod agent {
         changes: crate::agents::Changes,
         every: Duration,
     ) {
-        let mut snapshotter = Snapshotter::new(client, dirs);
+        let mut snapshotter = Snapshotter::new(client.clone(), dirs);
+        snapshotter.reader = Reader::Shared(client, changes.clone());
         run_on_change!(changes.subscribe(), every, snapshotter.pass())
     }
 }

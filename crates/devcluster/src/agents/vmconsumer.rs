@@ -507,9 +507,16 @@ pub mod agent {
     }
 
     pub async fn read(client: &Client) -> Result<View, kube::Error> {
+        let vms = list::<VirtualMachine>(client).await?;
+        let vmis = list::<VirtualMachineInstance>(client).await?;
+        if vms.is_empty() && vmis.is_empty() {
+            // Everything this agent does is for a VM or its instance: the rest is not read
+            // (on a cluster busy with other work it would be most of this agent's cost).
+            return Ok(View::default());
+        }
         Ok(View {
-            vms: list::<VirtualMachine>(client).await?,
-            vmis: list::<VirtualMachineInstance>(client).await?,
+            vms,
+            vmis,
             dvs: list::<DataVolume>(client).await.unwrap_or_default(),
             claims: list::<PersistentVolumeClaim>(client).await?,
             pods: list::<Pod>(client).await?,
