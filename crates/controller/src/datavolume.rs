@@ -16,7 +16,7 @@ use k8s_openapi::api::core::v1::{Event, PersistentVolumeClaim, Pod};
 use k8s_openapi::api::storage::v1::StorageClass;
 use kube::api::{ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::controller::{Action, Controller};
-use kube::runtime::reflector::ReflectHandle;
+use kube::runtime::reflector::{ObjectRef, ReflectHandle};
 use kube::runtime::watcher;
 use kube::{Api, ResourceExt};
 use serde_json::json;
@@ -80,7 +80,15 @@ async fn observe(ctx: &Context, dv: &DataVolume) -> Result<Observed, kube::Error
             .get_opt(&cdi_core::populator::prime_name(&claim))
             .await?;
     }
-    if let Some(pod) = pods.get_opt(&cdi_core::import::pod_name(&claim)).await?
+    // Progress is read from a running worker only, and the claim says (from the pod's own
+    // changes) when it runs: no read of the pod on every pass of a waiting DataVolume.
+    let worker_running = claim
+        .annotations()
+        .get(cdi_api::ann::POD_PHASE)
+        .map(String::as_str)
+        == Some("Running");
+    if worker_running
+        && let Some(pod) = pods.get_opt(&cdi_core::import::pod_name(&claim)).await?
         && pod.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
     {
         let owner = cdi_core::import::owner_uid(&claim);
@@ -342,6 +350,16 @@ pub async fn run(ctx: Context, triggers: Triggers) -> anyhow::Result<()> {
         .owns(
             Api::<PersistentVolumeClaim>::all(client.clone()),
             watcher::Config::default(),
+        )
+        // A claim's events say what it waits for (provisioning, a first consumer) and change
+        // nothing the claim watch sees: they wake the DataVolume of the claim's name.
+        .watches(
+            Api::<Event>::all(client.clone()),
+            watcher::Config::default().fields("involvedObject.kind=PersistentVolumeClaim"),
+            |e: Event| {
+                let o = &e.involved_object;
+                Some(ObjectRef::new(o.name.as_deref()?).within(o.namespace.as_deref()?))
+            },
         )
         // From the shared caches: the pass they wake reads them with the change in.
         .watches_shared_stream(triggers.configs, every(store.clone()))

@@ -182,7 +182,9 @@ pub async fn reconcile(
         }
         return Ok(Action::await_change());
     }
-    Ok(Action::requeue(ctx.options.resync))
+    // The pod's changes wake this claim (it owns the pod): a timer would only cost, once for
+    // every worker waiting its turn on a busy cluster.
+    Ok(Action::await_change())
 }
 
 fn error_policy(claim: Arc<PersistentVolumeClaim>, error: &Error, ctx: Arc<Context>) -> Action {

@@ -69,10 +69,13 @@ pub async fn reconcile(
     let claims: Api<PersistentVolumeClaim> = Api::namespaced(ctx.client.clone(), &ns);
     let prime_name = populator::prime_name(&target);
     let resync = ctx.options.resync;
+    // What PVC prime waits for (provisioning, a consumer) is said in its events, which wake
+    // nothing here: they are copied on a slower timer than progress.
+    let slow = resync * 5;
     let Some(prime) = claims.get_opt(&prime_name).await? else {
         let sources: Api<VolumeImportSource> = Api::namespaced(ctx.client.clone(), &ns);
         let Some(source) = sources.get_opt(&source_name).await? else {
-            return Ok(Action::requeue(resync));
+            return Ok(Action::requeue(slow));
         };
         ctx.caches.ready().await;
         let class = target
@@ -82,7 +85,8 @@ pub async fn reconcile(
             .filter(|n| !n.is_empty())
             .and_then(|n| ctx.caches.classes.get(&ObjectRef::new(n)));
         let node = match populator::readiness(&target, class.as_deref()) {
-            Readiness::Wait => return Ok(Action::requeue(resync)),
+            // The selected node's annotation changes the target, which wakes this pass.
+            Readiness::Wait => return Ok(Action::requeue(slow)),
             Readiness::Refused(message) => {
                 ctx.events
                     .record(target.as_ref(), true, "ErrClaimNotValid", &message)
@@ -185,7 +189,15 @@ pub async fn reconcile(
         }
         return Ok(Action::await_change());
     }
-    Ok(Action::requeue(resync))
+    let prime_bound = prime.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Bound");
+    Ok(if progress.is_some() {
+        Action::requeue(resync)
+    } else if !prime_bound {
+        Action::requeue(slow)
+    } else {
+        // The worker's end reaches PVC prime's annotations, whose change wakes the target.
+        Action::await_change()
+    })
 }
 
 fn error_policy(target: Arc<PersistentVolumeClaim>, error: &Error, ctx: Arc<Context>) -> Action {

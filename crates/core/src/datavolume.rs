@@ -516,17 +516,13 @@ pub fn decide(s: &Snapshot<'_>) -> Plan {
         plan.delete_import_sources = kind.finished(dv, c, &status);
         placement(s, c, status.status.phase.as_ref(), &mut plan);
     }
-    let in_progress = |p: Option<&Phase>| {
-        matches!(
-            p,
-            Some(Phase::ImportInProgress) | Some(Phase::ImportScheduled)
-        )
-    };
+    // Progress is read from the running worker, which sends no events when it changes (as
+    // upstream: only while it runs). A scheduled worker's start, the claim's binding and the
+    // claim's events all wake this controller: looking again without one would only cost,
+    // for every DataVolume waiting its turn.
+    let in_progress = |p: Option<&Phase>| matches!(p, Some(Phase::ImportInProgress));
     let running = in_progress(dv.status.as_ref().and_then(|s| s.phase.as_ref()))
-        || in_progress(status.status.phase.as_ref())
-        // Events on a Pending claim (what it waits for) send no watch event to this controller.
-        || observed_claim.and_then(phase_of) == Some("Pending");
-    // Progress is read from the pod, which sends no events when it changes.
+        || in_progress(status.status.phase.as_ref());
     plan.requeue = if running {
         Requeue::Soon
     } else {
@@ -739,7 +735,8 @@ mod tests {
             Some(&Some("false".into()))
         );
         assert_eq!(phase(&plan), "Pending");
-        assert_eq!(plan.requeue, Requeue::Soon);
+        // The new claim's changes wake the controller: no looking again on a timer.
+        assert_eq!(plan.requeue, Requeue::OnChange);
         assert!(plan.creates());
         // A CSI driver: the populator path, through a VolumeImportSource made first.
         let plan = World::new("Immediate", true).decide(&d, None);
@@ -861,7 +858,8 @@ mod tests {
             ))
         );
         assert_eq!(phase(&plan), "WaitForFirstConsumer");
-        assert_eq!(plan.requeue, Requeue::Soon);
+        // The claim's next events wake the controller (it watches claims' events).
+        assert_eq!(plan.requeue, Requeue::OnChange);
         let bound = plan
             .status
             .as_ref()
@@ -1022,5 +1020,27 @@ mod tests {
             vec!["volume-import-source-dv-uid".to_string()]
         );
         assert_eq!(plan.requeue, Requeue::OnChange);
+    }
+
+    /// Progress is polled while the worker runs (it sends no events); a worker waiting to be
+    /// scheduled is not looked at on a timer (its start changes the claim, which wakes us).
+    #[test]
+    fn only_a_running_worker_is_polled() {
+        let world = World::new("Immediate", false);
+        let d = dv(http(), json!({}));
+        for (pod_phase, dv_phase, requeue) in [
+            ("Pending", "ImportScheduled", Requeue::OnChange),
+            ("Running", "ImportInProgress", Requeue::Soon),
+            ("Succeeded", "Succeeded", Requeue::OnChange),
+        ] {
+            let bound = claim(
+                "Bound",
+                Some("dv-uid"),
+                json!({(ann::POD_PHASE): pod_phase, (ann::IMPORT_POD_NAME): "importer-disk"}),
+            );
+            let plan = world.decide(&d, Some(&bound));
+            assert_eq!(phase(&plan), dv_phase);
+            assert_eq!(plan.requeue, requeue, "worker {pod_phase}");
+        }
     }
 }
