@@ -121,6 +121,13 @@ impl LabelSelector {
     }
 }
 
+/// The value at a dotted field path, as field selectors read it: a missing field is null.
+pub fn field<'a>(obj: &'a Value, path: &str) -> &'a Value {
+    path.split('.')
+        .try_fold(obj, |cur, seg| cur.get(seg))
+        .unwrap_or(&Value::Null)
+}
+
 /// A parsed field selector: (path, equal?, value).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct FieldSelector(pub Vec<(String, bool, String)>);
@@ -152,12 +159,8 @@ impl FieldSelector {
     /// Fields are dotted paths into the object; a missing field reads as "".
     pub fn matches(&self, obj: &Value) -> bool {
         self.0.iter().all(|(path, eq, value)| {
-            let mut cur = obj;
-            for seg in path.split('.') {
-                cur = cur.get(seg).unwrap_or(&Value::Null);
-            }
             // Compared in place: a list matches every object of its kind.
-            let same = match cur {
+            let same = match field(obj, path) {
                 Value::String(s) => s == value,
                 Value::Null => value.is_empty(),
                 Value::Bool(b) => value == if *b { "true" } else { "false" },

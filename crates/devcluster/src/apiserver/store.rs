@@ -35,14 +35,7 @@ type FieldIndex = HashMap<(String, String, &'static str, String), BTreeSet<Key>>
 /// A field's value as field selectors read it: a string, or "" when missing (other JSON values
 /// are not indexed: selectors on them fall back to a scan).
 fn field_value<'a>(obj: &'a Value, path: &str) -> Option<&'a str> {
-    let mut cur = obj;
-    for seg in path.split('.') {
-        match cur.get(seg) {
-            Some(v) => cur = v,
-            None => return Some(""),
-        }
-    }
-    match cur {
+    match super::selector::field(obj, path) {
         Value::String(s) => Some(s),
         Value::Null => Some(""),
         _ => None,
