@@ -14,13 +14,14 @@ use cdi_core::datavolume::{self, ClaimStep, Companion, Plan, PodStep, Requeue, S
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Event, PersistentVolumeClaim, Pod};
 use k8s_openapi::api::storage::v1::StorageClass;
-use kube::api::{ListParams, Patch, PatchParams, PostParams};
+use kube::api::{Patch, PatchParams, PostParams};
 use kube::runtime::controller::{Action, Controller};
-use kube::runtime::reflector::{ObjectRef, ReflectHandle};
+use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
 use kube::{Api, ResourceExt};
 use serde_json::json;
 
+use crate::cache::Changes;
 use crate::{Context, Error};
 
 /// Everything the decision needs, read once.
@@ -36,66 +37,54 @@ struct Observed {
     config: Option<CDIConfig>,
 }
 
-async fn observe(ctx: &Context, dv: &DataVolume) -> Result<Observed, kube::Error> {
+/// Read from the caches: the claim, PVC prime, the first-consumer pod and the worker pod are
+/// the stores' copies, whose changes wake this DataVolume after the store holds them. Only
+/// progress is asked of the worker itself.
+async fn observe(ctx: &Context, dv: &DataVolume) -> Observed {
     let ns = dv.namespace().unwrap_or_default();
-    let claims: Api<PersistentVolumeClaim> = Api::namespaced(ctx.client.clone(), &ns);
-    let claim = claims.get_opt(&dv.name_any()).await?;
+    let caches = &ctx.caches;
     let mut observed = Observed {
         claim: None,
         prime: None,
         claim_events: Vec::new(),
         progress: None,
         first_consumer: None,
-        classes: ctx.caches.classes(),
-        profiles: ctx.caches.profiles(),
-        drivers: ctx.caches.csi_drivers(),
-        config: ctx.caches.config(),
+        classes: caches.classes(),
+        profiles: caches.profiles(),
+        drivers: caches.csi_drivers(),
+        config: caches.config(),
     };
-    let Some(claim) = claim else {
-        return Ok(observed);
+    let Some(claim) = caches.claim(&ns, &dv.name_any()) else {
+        return observed;
     };
-    let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
     let pending = claim.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Pending");
     if pending {
-        let events: Api<Event> = Api::namespaced(ctx.client.clone(), &ns);
-        let selector = format!("involvedObject.name={}", claim.name_any());
-        observed.claim_events = events
-            .list(&ListParams::default().fields(&selector))
-            .await?
-            .items;
+        observed.claim_events = caches.claim_events(&ns, &claim.name_any());
     }
     if pending || dv.annotations().contains_key(cdi_api::ext::FIRST_CONSUMER) {
-        observed.first_consumer = pods
-            .get_opt(&cdi_core::first_consumer::pod_name(dv))
-            .await?
+        observed.first_consumer = caches
+            .pod(&ns, &cdi_core::first_consumer::pod_name(dv))
             // Only the pod made for this DataVolume is its to delete.
             .filter(|p| {
                 p.owner_references()
                     .iter()
                     .any(|o| Some(&o.uid) == dv.metadata.uid.as_ref())
-            });
+            })
+            .map(|p| p.as_ref().clone());
     }
     if cdi_core::populator::import_source_name(&claim).is_some() {
-        observed.prime = claims
-            .get_opt(&cdi_core::populator::prime_name(&claim))
-            .await?;
+        observed.prime = caches
+            .claim(&ns, &cdi_core::populator::prime_name(&claim))
+            .map(|p| p.as_ref().clone());
     }
-    // Progress is read from a running worker only, and the claim says (from the pod's own
-    // changes) when it runs: no read of the pod on every pass of a waiting DataVolume.
-    let worker_running = claim
-        .annotations()
-        .get(cdi_api::ann::POD_PHASE)
-        .map(String::as_str)
-        == Some("Running");
-    if worker_running
-        && let Some(pod) = pods.get_opt(&cdi_core::import::pod_name(&claim)).await?
+    if let Some(pod) = caches.pod(&ns, &cdi_core::import::pod_name(&claim))
         && pod.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
     {
         let owner = cdi_core::import::owner_uid(&claim);
         observed.progress = crate::progress::import_progress(&ctx.http, &pod, &owner).await;
     }
-    observed.claim = Some(claim);
-    Ok(observed)
+    observed.claim = Some(claim.as_ref().clone());
+    observed
 }
 
 /// Create `object`; already there is fine (a pass that failed half way is repeated).
@@ -120,12 +109,17 @@ where
 }
 
 /// Apply the plan, in its order.
-async fn execute(ctx: &Context, dv: &DataVolume, plan: Plan) -> Result<Action, Error> {
+async fn execute(
+    ctx: &Context,
+    dv: &DataVolume,
+    claim_version: Option<&str>,
+    plan: Plan,
+) -> Result<Action, Error> {
     let ns = dv.namespace().unwrap_or_default();
     let name = dv.name_any();
     // The cache can still hold a DataVolume that was just deleted; what is made for it would
     // outlive it (and start an import), so ask the API server before creating anything.
-    if plan.creates() && !crate::still_current(&ctx.client, dv).await? {
+    if plan.creates() && crate::live(&ctx.client, dv).await?.is_none() {
         return Ok(Action::await_change());
     }
     let sources: Api<VolumeImportSource> = Api::namespaced(ctx.client.clone(), &ns);
@@ -142,10 +136,12 @@ async fn execute(ctx: &Context, dv: &DataVolume, plan: Plan) -> Result<Action, E
             tracing::info!("created claim");
         }
         ClaimStep::Adopt(owners) => {
+            // The list replaces the claim's: from the cached claim, so only onto that version
+            // (a newer one says 409, and the pass is retried with it).
             merge(
                 &claims,
                 &name,
-                json!({"metadata": {"ownerReferences": owners}}),
+                json!({"metadata": {"ownerReferences": owners, "resourceVersion": claim_version}}),
             )
             .await?;
             tracing::info!("adopted claim");
@@ -241,7 +237,7 @@ pub async fn reconcile(dv: Arc<DataVolume>, ctx: Arc<Context>) -> Result<Action,
         return Ok(Action::await_change());
     }
     ctx.caches.ready().await;
-    let o = observe(&ctx, &dv).await?;
+    let o = observe(&ctx, &dv).await;
     let plan = datavolume::decide(&Snapshot {
         dv: &dv,
         claim: o.claim.as_ref(),
@@ -256,7 +252,11 @@ pub async fn reconcile(dv: Arc<DataVolume>, ctx: Arc<Context>) -> Result<Action,
         worker_image: &ctx.options.importer_image,
         now: k8s_openapi::jiff::Timestamp::now(),
     });
-    execute(&ctx, &dv, plan).await
+    let version = o
+        .claim
+        .as_ref()
+        .and_then(|c| c.metadata.resource_version.as_deref());
+    execute(&ctx, &dv, version, plan).await
 }
 
 fn error_policy(dv: Arc<DataVolume>, error: &Error, ctx: Arc<Context>) -> Action {
@@ -309,17 +309,21 @@ fn unrendered<T>(store: Store) -> impl Fn(T) -> Refs {
 
 /// The cache subscriptions the controller is woken by.
 pub struct Triggers {
-    configs: ReflectHandle<CDIConfig>,
-    profiles: ReflectHandle<StorageProfile>,
-    classes: ReflectHandle<StorageClass>,
+    configs: Changes<CDIConfig>,
+    profiles: Changes<StorageProfile>,
+    classes: Changes<StorageClass>,
+    claims: Changes<PersistentVolumeClaim>,
+    events: Changes<Event>,
 }
 
 impl Triggers {
-    pub fn subscribe(feeds: &crate::cache::Feeds) -> Triggers {
+    pub fn subscribe(feeds: &mut crate::cache::Feeds) -> Triggers {
         Triggers {
-            configs: feeds.configs(),
-            profiles: feeds.profiles(),
-            classes: feeds.classes(),
+            configs: feeds.configs.subscribe(),
+            profiles: feeds.profiles.subscribe(),
+            classes: feeds.classes.subscribe(),
+            claims: feeds.claims.subscribe(),
+            events: feeds.events.subscribe(),
         }
     }
 }
@@ -347,20 +351,13 @@ pub async fn run(ctx: Context, triggers: Triggers) -> anyhow::Result<()> {
         }
     };
     let controller = controller
-        .owns(
-            Api::<PersistentVolumeClaim>::all(client.clone()),
-            watcher::Config::default(),
-        )
+        .owns_shared_stream(triggers.claims)
         // A claim's events say what it waits for (provisioning, a first consumer) and change
         // nothing the claim watch sees: they wake the DataVolume of the claim's name.
-        .watches(
-            Api::<Event>::all(client.clone()),
-            watcher::Config::default().fields("involvedObject.kind=PersistentVolumeClaim"),
-            |e: Event| {
-                let o = &e.involved_object;
-                Some(ObjectRef::new(o.name.as_deref()?).within(o.namespace.as_deref()?))
-            },
-        )
+        .watches_shared_stream(triggers.events, |e: Arc<Event>| {
+            let o = &e.involved_object;
+            Some(ObjectRef::new(o.name.as_deref()?).within(o.namespace.as_deref()?))
+        })
         // From the shared caches: the pass they wake reads them with the change in.
         .watches_shared_stream(triggers.configs, every(store.clone()))
         // A claim that could not be rendered (no access modes, no such class) can be once its

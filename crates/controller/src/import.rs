@@ -12,10 +12,10 @@ use futures::StreamExt;
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use kube::runtime::controller::{Action, Controller};
-use kube::runtime::watcher;
 use kube::{Api, ResourceExt};
 use serde_json::json;
 
+use crate::cache::Changes;
 use crate::{Context, Error};
 
 /// Write the annotations (and add the labels) that differ from the claim's.
@@ -62,8 +62,10 @@ pub async fn reconcile(
     let claims: Api<PersistentVolumeClaim> = Api::namespaced(ctx.client.clone(), &ns);
     let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
     let pod_name = import::pod_name(&claim);
-    let pod = pods.get_opt(&pod_name).await?;
     ctx.caches.ready().await;
+    // The store's copy: the pod's changes wake this claim after the store holds them. A pod
+    // created by the previous pass and not yet seen is created again, which says 409.
+    let pod = ctx.caches.pod(&ns, &pod_name);
     let cfg = ctx.caches.config();
     let gate_on = cfg
         .as_ref()
@@ -78,7 +80,12 @@ pub async fn reconcile(
         if crate::placement::record(&ctx, &claim).await? || next == Next::WaitForConsumer {
             return Ok(Action::await_change());
         }
-        if !crate::still_current(&ctx.client, claim.as_ref()).await? {
+        // The claim and its pod come from two watches: a finished import's claim can lag
+        // behind its pod's deletion. The claim as it is now decides (its change wakes us).
+        let Some(claim) = crate::live(&ctx.client, claim.as_ref()).await? else {
+            return Ok(Action::await_change());
+        };
+        if import::next(&claim, gate_on) != next {
             return Ok(Action::await_change());
         }
         // Name the pod on the claim first, so a restart finds it.
@@ -112,13 +119,14 @@ pub async fn reconcile(
                 let (anns, message) = import::refused_pod(&claim, &pod_name, &e.message);
                 patch_annotations(&claims, &claim, &anns, &BTreeMap::new()).await?;
                 ctx.events
-                    .record(claim.as_ref(), true, import::ERR_CREATING_POD, &message)
+                    .record(&claim, true, import::ERR_CREATING_POD, &message)
                     .await;
                 return Err(kube::Error::Api(e).into());
             }
             Err(e) => return Err(e.into()),
         }
-        return Ok(Action::requeue(ctx.options.resync));
+        // The pod's creation wakes this claim.
+        return Ok(Action::await_change());
     };
 
     if let Some(message) = import::foreign_pod(&claim, &pod_name, &pod) {
@@ -145,6 +153,20 @@ pub async fn reconcile(
     }
     let mut anns = claim.annotations().clone();
     let outcome = import::update_from_pod(&mut anns, &pod);
+    // Once, by the pass that says so on the claim (the passes the pod's deletion wakes see it
+    // succeeded too), and before saying it, so a restart in between repeats it rather than
+    // losing it.
+    let said = claim.annotations().get(ann::POD_PHASE).map(String::as_str) == Some("Succeeded");
+    if outcome.complete && !said {
+        ctx.events
+            .record(
+                claim.as_ref(),
+                false,
+                "ImportSucceeded",
+                "Import Successful",
+            )
+            .await;
+    }
     patch_annotations(
         &claims,
         &claim,
@@ -167,17 +189,7 @@ pub async fn reconcile(
     }
     let scratch = import::scratch_just_requested(claim.annotations(), &anns);
     if outcome.complete || scratch {
-        if outcome.complete {
-            ctx.events
-                .record(
-                    claim.as_ref(),
-                    false,
-                    "ImportSucceeded",
-                    "Import Successful",
-                )
-                .await;
-        }
-        if import::delete_pod_when_done(&anns) {
+        if import::delete_pod_when_done(&anns) && pod.metadata.deletion_timestamp.is_none() {
             delete_pod(&pods, &pod_name).await?;
         }
         return Ok(Action::await_change());
@@ -192,28 +204,41 @@ fn error_policy(claim: Arc<PersistentVolumeClaim>, error: &Error, ctx: Arc<Conte
     Action::requeue(ctx.options.resync)
 }
 
-/// Run the controller over claims and the pods they own.
-pub async fn run(ctx: Context) -> anyhow::Result<()> {
-    let client = ctx.client.clone();
-    Controller::new(
-        Api::<PersistentVolumeClaim>::all(client.clone()),
-        watcher::Config::default(),
-    )
-    .owns(Api::<Pod>::all(client.clone()), watcher::Config::default())
-    .run(
-        |o, c| {
-            let metrics = c.metrics.clone();
-            let object = format!("{}/{}", o.namespace().unwrap_or_default(), o.name_any());
-            async move { crate::guarded(&metrics, "import", &object, reconcile(o, c)).await }
-        },
-        error_policy,
-        Arc::new(ctx),
-    )
-    .for_each(|r| async move {
-        if let Err(e) = r {
-            tracing::debug!(error = %e, "import controller");
+/// The cache subscriptions the controller is woken by.
+pub struct Triggers {
+    claims: Changes<PersistentVolumeClaim>,
+    pods: Changes<Pod>,
+}
+
+impl Triggers {
+    pub fn subscribe(feeds: &mut crate::cache::Feeds) -> Triggers {
+        Triggers {
+            claims: feeds.claims.subscribe(),
+            pods: feeds.pods.subscribe(),
         }
-    })
-    .await;
+    }
+}
+
+/// Run the controller over claims and the pods they own.
+pub async fn run(ctx: Context, triggers: Triggers) -> anyhow::Result<()> {
+    // The runner waits for the store's first list itself, which only one waiter may do.
+    ctx.caches.ready().await;
+    Controller::for_shared_stream(triggers.claims, ctx.caches.claims.clone())
+        .owns_shared_stream(triggers.pods)
+        .run(
+            |o, c| {
+                let metrics = c.metrics.clone();
+                let object = format!("{}/{}", o.namespace().unwrap_or_default(), o.name_any());
+                async move { crate::guarded(&metrics, "import", &object, reconcile(o, c)).await }
+            },
+            error_policy,
+            Arc::new(ctx),
+        )
+        .for_each(|r| async move {
+            if let Err(e) = r {
+                tracing::debug!(error = %e, "import controller");
+            }
+        })
+        .await;
     Ok(())
 }

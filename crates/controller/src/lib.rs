@@ -10,7 +10,7 @@
 //! - `placement` (used by the worker-pod controllers): what a claim's worker pods inherit from
 //!   the consumer its node was selected for.
 //!
-//! They share one [`Context`]: reflector stores of the cluster-wide objects (`cache`), the event
+//! They share one [`Context`]: reflector stores of what they read (`cache`), the event
 //! recorder (`events`), the metrics and one HTTP client for progress reads.
 //!
 //! Every reconciler is level-triggered and idempotent: killing the controller at any point and
@@ -144,10 +144,11 @@ pub async fn guarded<T>(
     result
 }
 
-/// Whether the API server still holds `obj` (same uid) and it is not being deleted. A reflector's
-/// cache can still hold an object that was just deleted; what a controller creates for it (with an
-/// owner reference to it) would be made for nothing, so creations ask first.
-pub async fn still_current<K>(client: &Client, obj: &K) -> Result<bool, kube::Error>
+/// `obj` as the API server holds it now, if it is still the same object (same uid) and not being
+/// deleted. A reflector's cache can still hold an object that was just deleted, or an older
+/// version of it; what a controller creates for it (with an owner reference to it) would be made
+/// for nothing, or for a state already past, so creations ask first.
+pub async fn live<K>(client: &Client, obj: &K) -> Result<Option<K>, kube::Error>
 where
     K: kube::Resource<DynamicType = (), Scope = kube::core::NamespaceResourceScope>
         + Clone
@@ -157,7 +158,7 @@ where
     let ns = obj.meta().namespace.as_deref().unwrap_or_default();
     let api: kube::Api<K> = kube::Api::namespaced(client.clone(), ns);
     let name = obj.meta().name.as_deref().unwrap_or_default();
-    Ok(api.get_opt(name).await?.is_some_and(|live| {
+    Ok(api.get_opt(name).await?.filter(|live| {
         live.meta().uid == obj.meta().uid && live.meta().deletion_timestamp.is_none()
     }))
 }
@@ -206,18 +207,20 @@ pub fn status_patch<S: serde::Serialize>(
 /// Run every controller until one of them stops (they do not, unless the client fails).
 pub async fn run_controllers(ctx: Context) -> anyhow::Result<()> {
     config::ensure(&ctx).await?;
-    let (caches, feeds) = cache::new();
+    let (caches, mut feeds) = cache::new();
     let ctx = Context { caches, ..ctx };
-    let triggers = datavolume::Triggers::subscribe(&feeds);
+    let dv_triggers = datavolume::Triggers::subscribe(&mut feeds);
+    let import_triggers = import::Triggers::subscribe(&mut feeds);
+    let populator_triggers = populator::Triggers::subscribe(&mut feeds);
     // Reconciles wait for the caches' first list themselves: the subscriptions must be read
     // from the start.
     tokio::select! {
         _ = feeds.run(ctx.client.clone()) => Err(anyhow::anyhow!("the caches stopped")),
         r = config::run(ctx.clone()) => r,
         r = storageprofile::run(ctx.clone()) => r,
-        r = datavolume::run(ctx.clone(), triggers) => r,
-        r = import::run(ctx.clone()) => r,
-        r = populator::run(ctx.clone()) => r,
+        r = datavolume::run(ctx.clone(), dv_triggers) => r,
+        r = import::run(ctx.clone(), import_triggers) => r,
+        r = populator::run(ctx.clone(), populator_triggers) => r,
     }
 }
 

@@ -9,33 +9,26 @@ use std::sync::Arc;
 use cdi_api::populators::VolumeImportSource;
 use cdi_core::populator::{self, Readiness};
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::{Event, PersistentVolume, PersistentVolumeClaim, Pod};
-use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use k8s_openapi::api::core::v1::{Event, PersistentVolume, PersistentVolumeClaim};
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::reflector::ObjectRef;
-use kube::runtime::watcher;
 use kube::{Api, ResourceExt};
 use serde_json::json;
 
+use crate::cache::Changes;
 use crate::{Context, Error};
 
 /// Re-emit PVC prime's events on the target, prefixed `[prime-…] : ` as upstream does; each
-/// once (the target's events are read once per pass, not once per copied event).
+/// once (compared with the target's events in the cache; one copied while the cache has not
+/// caught up is counted again by the recorder, not lost).
 async fn copy_events(ctx: &Context, prime: &PersistentVolumeClaim, target: &PersistentVolumeClaim) {
     let ns = prime.namespace().unwrap_or_default();
-    let api: Api<Event> = Api::namespaced(ctx.client.clone(), &ns);
-    let list = |name: String| {
-        let api = api.clone();
-        async move {
-            api.list(&ListParams::default().fields(&format!("involvedObject.name={name}")))
-                .await
-                .map(|l| l.items)
-        }
-    };
-    let (Ok(from), Ok(already)) = (list(prime.name_any()).await, list(target.name_any()).await)
-    else {
+    let from = ctx.caches.claim_events(&ns, &prime.name_any());
+    if from.is_empty() {
         return;
-    };
+    }
+    let already = ctx.caches.claim_events(&ns, &target.name_any());
     for e in from {
         let (Some(reason), Some(message)) = (e.reason, e.message) else {
             continue;
@@ -69,15 +62,25 @@ pub async fn reconcile(
     let claims: Api<PersistentVolumeClaim> = Api::namespaced(ctx.client.clone(), &ns);
     let prime_name = populator::prime_name(&target);
     let resync = ctx.options.resync;
-    // What PVC prime waits for (provisioning, a consumer) is said in its events, which wake
-    // nothing here: they are copied on a slower timer than progress.
+    // An import source created after its claim wakes nothing here: looked for again slowly.
     let slow = resync * 5;
-    let Some(prime) = claims.get_opt(&prime_name).await? else {
+    ctx.caches.ready().await;
+    // The store's copy: PVC prime's changes wake its target after the store holds them.
+    let Some(prime) = ctx.caches.claim(&ns, &prime_name) else {
+        // Bound (populated, or by someone else) or lost: there is nothing to make.
+        let phase = target.status.as_ref().and_then(|s| s.phase.as_deref());
+        let unbound = target
+            .spec
+            .as_ref()
+            .and_then(|s| s.volume_name.as_deref())
+            .is_none_or(str::is_empty);
+        if !unbound || phase == Some("Lost") {
+            return Ok(Action::await_change());
+        }
         let sources: Api<VolumeImportSource> = Api::namespaced(ctx.client.clone(), &ns);
         let Some(source) = sources.get_opt(&source_name).await? else {
             return Ok(Action::requeue(slow));
         };
-        ctx.caches.ready().await;
         let class = target
             .spec
             .as_ref()
@@ -86,7 +89,7 @@ pub async fn reconcile(
             .and_then(|n| ctx.caches.classes.get(&ObjectRef::new(n)));
         let node = match populator::readiness(&target, class.as_deref()) {
             // The selected node's annotation changes the target, which wakes this pass.
-            Readiness::Wait => return Ok(Action::requeue(slow)),
+            Readiness::Wait => return Ok(Action::await_change()),
             Readiness::Refused(message) => {
                 ctx.events
                     .record(target.as_ref(), true, "ErrClaimNotValid", &message)
@@ -99,16 +102,7 @@ pub async fn reconcile(
         if crate::placement::record(&ctx, &target).await? {
             return Ok(Action::await_change());
         }
-        let phase = target.status.as_ref().and_then(|s| s.phase.as_deref());
-        let unbound = target
-            .spec
-            .as_ref()
-            .and_then(|s| s.volume_name.as_deref())
-            .is_none_or(str::is_empty);
-        if unbound
-            && phase != Some("Lost")
-            && crate::still_current(&ctx.client, target.as_ref()).await?
-        {
+        if crate::live(&ctx.client, target.as_ref()).await?.is_some() {
             let preallocation = ctx
                 .caches
                 .config()
@@ -131,19 +125,18 @@ pub async fn reconcile(
                 Err(e) => return Err(e.into()),
             }
         }
-        return Ok(Action::requeue(resync));
+        // PVC prime's creation wakes its target.
+        return Ok(Action::await_change());
     };
 
     // Progress from the import pod of PVC prime, which reports under the target's UID.
     let mut progress = None;
-    if let Some(pod_name) = prime.annotations().get(cdi_api::ann::IMPORT_POD_NAME) {
-        let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
-        if let Some(pod) = pods.get_opt(pod_name).await?
-            && pod.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
-        {
-            let uid = target.metadata.uid.clone().unwrap_or_default();
-            progress = crate::progress::import_progress(&ctx.http, &pod, &uid).await;
-        }
+    if let Some(pod_name) = prime.annotations().get(cdi_api::ann::IMPORT_POD_NAME)
+        && let Some(pod) = ctx.caches.pod(&ns, pod_name)
+        && pod.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
+    {
+        let uid = target.metadata.uid.clone().unwrap_or_default();
+        progress = crate::progress::import_progress(&ctx.http, &pod, &uid).await;
     }
     let wanted = populator::mirrored(&target, &prime, progress.as_deref());
     let patch = cdi_core::import::annotation_patch(target.annotations(), &wanted, true);
@@ -189,13 +182,11 @@ pub async fn reconcile(
         }
         return Ok(Action::await_change());
     }
-    let prime_bound = prime.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Bound");
+    // Progress is read on a timer; everything else (PVC prime's binding, its events, the
+    // worker's end on its annotations) wakes the target.
     Ok(if progress.is_some() {
         Action::requeue(resync)
-    } else if !prime_bound {
-        Action::requeue(slow)
     } else {
-        // The worker's end reaches PVC prime's annotations, whose change wakes the target.
         Action::await_change()
     })
 }
@@ -205,31 +196,55 @@ fn error_policy(target: Arc<PersistentVolumeClaim>, error: &Error, ctx: Arc<Cont
     Action::requeue(ctx.options.resync)
 }
 
-/// Run the populator over claims; PVC prime's changes reach its target through the owner link.
-pub async fn run(ctx: Context) -> anyhow::Result<()> {
-    let client = ctx.client.clone();
-    Controller::new(
-        Api::<PersistentVolumeClaim>::all(client.clone()),
-        watcher::Config::default(),
-    )
-    .owns(
-        Api::<PersistentVolumeClaim>::all(client.clone()),
-        watcher::Config::default(),
-    )
-    .run(
-        |o, c| {
-            let metrics = c.metrics.clone();
-            let object = format!("{}/{}", o.namespace().unwrap_or_default(), o.name_any());
-            async move { crate::guarded(&metrics, "populator", &object, reconcile(o, c)).await }
-        },
-        error_policy,
-        Arc::new(ctx),
-    )
-    .for_each(|r| async move {
-        if let Err(e) = r {
-            tracing::debug!(error = %e, "populator");
+/// The cache subscriptions the populator is woken by.
+pub struct Triggers {
+    targets: Changes<PersistentVolumeClaim>,
+    primes: Changes<PersistentVolumeClaim>,
+    events: Changes<Event>,
+}
+
+impl Triggers {
+    pub fn subscribe(feeds: &mut crate::cache::Feeds) -> Triggers {
+        Triggers {
+            targets: feeds.claims.subscribe(),
+            primes: feeds.claims.subscribe(),
+            events: feeds.events.subscribe(),
         }
-    })
-    .await;
+    }
+}
+
+/// Run the populator over claims; PVC prime's changes reach its target through the owner link.
+pub async fn run(ctx: Context, triggers: Triggers) -> anyhow::Result<()> {
+    // The runner waits for the store's first list itself, which only one waiter may do.
+    ctx.caches.ready().await;
+    let claims = ctx.caches.claims.clone();
+    Controller::for_shared_stream(triggers.targets, ctx.caches.claims.clone())
+        .owns_shared_stream(triggers.primes)
+        // PVC prime's events (what its binding waits for) are copied to its target.
+        .watches_shared_stream(triggers.events, move |e: Arc<Event>| {
+            let o = &e.involved_object;
+            let prime =
+                claims.get(&ObjectRef::new(o.name.as_deref()?).within(o.namespace.as_deref()?))?;
+            let owner = prime
+                .owner_references()
+                .iter()
+                .find(|r| r.controller == Some(true) && r.kind == "PersistentVolumeClaim")?;
+            Some(ObjectRef::new(&owner.name).within(o.namespace.as_deref()?))
+        })
+        .run(
+            |o, c| {
+                let metrics = c.metrics.clone();
+                let object = format!("{}/{}", o.namespace().unwrap_or_default(), o.name_any());
+                async move { crate::guarded(&metrics, "populator", &object, reconcile(o, c)).await }
+            },
+            error_policy,
+            Arc::new(ctx),
+        )
+        .for_each(|r| async move {
+            if let Err(e) = r {
+                tracing::debug!(error = %e, "populator");
+            }
+        })
+        .await;
     Ok(())
 }

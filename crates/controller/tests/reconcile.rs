@@ -116,6 +116,41 @@ impl Cluster {
         .await;
     }
 
+    /// Wait until the stores the passes read hold what the API server holds: the claims, pods
+    /// and claim events of the namespace, each at its current version.
+    async fn synced(&self) {
+        fn versions<K: ResourceExt, D: std::ops::Deref<Target = K>>(
+            objects: impl IntoIterator<Item = D>,
+        ) -> Vec<(String, String)> {
+            let mut v: Vec<(String, String)> = objects
+                .into_iter()
+                .filter(|o| o.namespace().as_deref() == Some(NS))
+                .map(|o| (o.name_any(), o.resource_version().unwrap_or_default()))
+                .collect();
+            v.sort();
+            v
+        }
+        let lp = ListParams::default();
+        for _ in 0..1000 {
+            let claims = self.ns::<PersistentVolumeClaim>().list(&lp).await.unwrap();
+            let pods = self.ns::<Pod>().list(&lp).await.unwrap();
+            let events = self
+                .ns::<Event>()
+                .list(&ListParams::default().fields("involvedObject.kind=PersistentVolumeClaim"))
+                .await
+                .unwrap();
+            let caches = &self.ctx.caches;
+            if versions(claims.items.iter()) == versions(caches.claims.state())
+                && versions(pods.items.iter()) == versions(caches.pods.state())
+                && versions(events.items.iter()) == versions(caches.events.state())
+            {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        panic!("the caches never caught up with the API server");
+    }
+
     /// Wait until the caches show what was just written (the watch delivers it).
     async fn cached(&self, ready: impl Fn(&Caches) -> bool) {
         for _ in 0..1000 {
@@ -154,6 +189,7 @@ impl Cluster {
     /// One DataVolume pass over the DataVolume as the API server holds it now.
     async fn pass(&self) -> DataVolume {
         let dv: DataVolume = self.get("disk").await.unwrap();
+        self.synced().await;
         datavolume::reconcile(Arc::new(dv), self.ctx.clone())
             .await
             .unwrap();
@@ -217,6 +253,7 @@ async fn a_datavolume_gets_its_claim_then_an_importer() {
         Some("http://images.local/disk.qcow2")
     );
     // The import controller's pass makes the importer (the class binds at once).
+    c.synced().await;
     import::reconcile(Arc::new(claim.clone()), c.ctx.clone())
         .await
         .unwrap();
@@ -255,6 +292,7 @@ async fn with_a_csi_driver_the_populator_path_is_taken() {
         Some(source_name.as_str())
     );
     // The populator's pass makes PVC prime for it, and says so on the target.
+    c.synced().await;
     populator::reconcile(Arc::new(target.clone()), c.ctx.clone())
         .await
         .unwrap();
@@ -347,6 +385,7 @@ async fn without_a_consumer_no_importer_is_made() {
     let dv = c.pass().await;
     assert_eq!(phase(&dv), "WaitForFirstConsumer");
     let claim: PersistentVolumeClaim = c.get("disk").await.unwrap();
+    c.synced().await;
     import::reconcile(Arc::new(claim.clone()), c.ctx.clone())
         .await
         .unwrap();
@@ -451,6 +490,7 @@ async fn the_importers_end_reaches_the_claim_and_the_datavolume() {
     c.dv(json!({}), http()).await;
     c.pass().await;
     let claim: PersistentVolumeClaim = c.get("disk").await.unwrap();
+    c.synced().await;
     import::reconcile(Arc::new(claim), c.ctx.clone())
         .await
         .unwrap();
@@ -467,6 +507,7 @@ async fn the_importers_end_reaches_the_claim_and_the_datavolume() {
             "message": "{\"message\": \"Import Complete\"}"}}}]}),
     )
     .await;
+    c.synced().await;
     import::reconcile(Arc::new(claim), c.ctx.clone())
         .await
         .unwrap();
@@ -498,6 +539,7 @@ async fn a_pod_that_is_not_the_claims_importer_is_left_alone() {
         "spec": {"containers": [{"name": "c", "image": "busybox"}]}}),
     )
     .await;
+    c.synced().await;
     import::reconcile(Arc::new(claim), c.ctx.clone())
         .await
         .unwrap();
@@ -576,6 +618,7 @@ impl Cluster {
 
     async fn import_pass(&self, claim: &str) {
         let claim: PersistentVolumeClaim = self.get(claim).await.unwrap();
+        self.synced().await;
         import::reconcile(Arc::new(claim), self.ctx.clone())
             .await
             .unwrap();
@@ -720,6 +763,7 @@ async fn pvc_primes_importer_inherits_what_its_targets_consumer_tolerated() {
     c.select_node("disk", "node-2").await;
     let populate = || async {
         let target: PersistentVolumeClaim = c.get("disk").await.unwrap();
+        c.synced().await;
         populator::reconcile(Arc::new(target), c.ctx.clone())
             .await
             .unwrap();

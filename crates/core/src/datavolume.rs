@@ -229,9 +229,12 @@ impl Kind for Import {
         claim: &PersistentVolumeClaim,
         status: &Computed,
     ) -> Vec<String> {
-        // Upstream deletes the populator's source once the DataVolume succeeded.
+        // Upstream deletes the populator's source once the DataVolume succeeded: here in the
+        // pass that says so, before its status is written (a pass that fails or is cut short
+        // leaves the status as it was, and the next pass deletes again).
         let populating = crate::populator::import_source_name(claim).is_some();
-        if populating && status.status.phase == Some(Phase::Succeeded) {
+        let said = dv.status.as_ref().and_then(|s| s.phase.as_ref()) == Some(&Phase::Succeeded);
+        if populating && status.status.phase == Some(Phase::Succeeded) && !said {
             vec![import_source_name(dv)]
         } else {
             Vec::new()
@@ -1020,6 +1023,12 @@ mod tests {
             vec!["volume-import-source-dv-uid".to_string()]
         );
         assert_eq!(plan.requeue, Requeue::OnChange);
+        // Once the DataVolume says Succeeded, the source is gone: later passes leave it be.
+        let mut done = d.clone();
+        done.status = plan.status.map(|c| c.status);
+        let plan = world.decide(&done, Some(&target));
+        assert_eq!(phase(&plan), "Succeeded");
+        assert!(plan.delete_import_sources.is_empty());
     }
 
     /// Progress is polled while the worker runs (it sends no events); a worker waiting to be
