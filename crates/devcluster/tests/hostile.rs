@@ -1649,3 +1649,111 @@ async fn claims_kube_refuses_are_refused() {
         .await;
     assert_eq!(code, 200, "{body}");
 }
+
+/// What kube-apiserver refuses before anything else: a body that is not what its URL names (another
+/// kind, API version or namespace), an apply without a field manager, a field of the wrong type
+/// (named in the message). The health checks answer.
+#[tokio::test]
+async fn bodies_must_be_what_their_url_names() {
+    let http = Http::start(ApiServer::new()).await;
+    let bad = |message: &str| status(400, "BadRequest", message);
+    let secret = json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s"}});
+    let (code, body) = http.json("POST", CMS, &secret).await;
+    assert_eq!(code, 400, "{body}");
+    assert!(
+        body["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("Secret in version \"v1\" cannot be handled as a ConfigMap: "),
+        "{body}"
+    );
+    let other_group =
+        json!({"apiVersion": "apps/v1", "kind": "ConfigMap", "metadata": {"name": "c"}});
+    assert_eq!(
+        http.json("POST", CMS, &other_group).await,
+        (
+            400,
+            bad(
+                "the API version in the data (apps/v1) does not match the expected API version (v1)"
+            )
+        )
+    );
+    let elsewhere = bad(
+        "the namespace of the provided object does not match the namespace sent on the request",
+    );
+    let in_other = json!({"metadata": {"name": "c", "namespace": "kube-system"}});
+    assert_eq!(
+        http.json("POST", CMS, &in_other).await,
+        (400, elsewhere.clone())
+    );
+    // Nothing was created by the refusals; the same object in its own namespace is.
+    let (code, _) = http.get(&format!("{CMS}/c")).await;
+    assert_eq!(code, 404);
+    let (code, body) = http
+        .json(
+            "POST",
+            CMS,
+            &json!({"metadata": {"name": "c", "namespace": "default"}}),
+        )
+        .await;
+    assert_eq!(code, 201, "{body}");
+    let mut moved = body.clone();
+    moved["metadata"]["namespace"] = json!("kube-system");
+    assert_eq!(
+        http.json("PUT", &format!("{CMS}/c"), &moved).await,
+        (400, elsewhere)
+    );
+
+    // Server-side apply needs a field manager.
+    let (code, body) = http
+        .send(
+            "PATCH",
+            &format!("{CMS}/c"),
+            Some((
+                "application/apply-patch+yaml",
+                br#"{"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}, "data": {"a": "b"}}"#.to_vec(),
+            )),
+        )
+        .await;
+    assert_eq!(code, 422, "{body}");
+    assert_eq!(
+        body["message"],
+        "PatchOptions.meta.k8s.io \"\" is invalid: fieldManager: Required value: is required for apply patch"
+    );
+
+    // A field of the wrong type is named.
+    let (code, body) = http
+        .json("POST", CMS, &json!({"metadata": {"name": 7}}))
+        .await;
+    assert_eq!(
+        (code, body),
+        (
+            400,
+            bad(
+                "ConfigMap in version \"v1\" cannot be handled as a ConfigMap: json: cannot unmarshal number into Go struct field ObjectMeta.metadata.name of type string"
+            )
+        )
+    );
+    let (code, body) = http
+        .json(
+            "POST",
+            "/api/v1/namespaces/default/pods",
+            &json!({"metadata": {"name": "p"}, "spec": {"containers": [{"name": "c", "image": 5}]}}),
+        )
+        .await;
+    assert_eq!(code, 400, "{body}");
+    assert!(
+        body["message"].as_str().unwrap().ends_with(
+            "json: cannot unmarshal number into Go struct field spec.containers.image of type string"
+        ),
+        "{body}"
+    );
+
+    for path in ["/healthz", "/livez", "/readyz"] {
+        assert_eq!(
+            http.get(path).await,
+            (200, Value::String("ok".into())),
+            "{path}"
+        );
+    }
+}

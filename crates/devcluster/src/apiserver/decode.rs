@@ -146,9 +146,73 @@ fn typed<T: DeserializeOwned>(def: &ResourceDef, obj: &Value) -> ApiResult<()> {
     let mut obj = obj.clone();
     obj["apiVersion"] = json!(def.api_version());
     obj["kind"] = json!(def.kind);
-    serde_json::from_value::<T>(obj)
+    serde_path_to_error::deserialize::<_, T>(obj)
         .map(|_| ())
-        .map_err(|e| decode_error(def, e))
+        .map_err(|e| decode_error(def, unmarshal_error(def, "", &e)))
+}
+
+/// A type error as Go's `encoding/json` words it, naming the field:
+/// `json: cannot unmarshal number into Go struct field ObjectMeta.metadata.name of type string`.
+/// Go prefixes the path with the Go type holding the field; that is known here for the
+/// metadata's fields and the object's own, and left out deeper down. Other errors (a missing
+/// required field, a bad enum) keep serde's words, after the field's path.
+fn unmarshal_error(
+    def: &ResourceDef,
+    under: &str,
+    e: &serde_path_to_error::Error<serde_json::Error>,
+) -> String {
+    // Go's path leaves out list indices.
+    let mut segments: Vec<String> = e
+        .path()
+        .iter()
+        .filter_map(|s| match s {
+            serde_path_to_error::Segment::Map { key } => Some(key.clone()),
+            serde_path_to_error::Segment::Seq { .. } => None,
+            other => Some(other.to_string()),
+        })
+        .collect();
+    if !under.is_empty() {
+        segments.insert(0, under.to_string());
+    }
+    let path = segments.join(".");
+    let inner = e.inner().to_string();
+    // serde_json: "invalid type: integer `7`, expected a string at line 1 column 2"
+    let Some(rest) = inner.strip_prefix("invalid type: ") else {
+        return if path.is_empty() {
+            inner
+        } else {
+            format!("{path}: {inner}")
+        };
+    };
+    let got = match rest.split([' ', ',']).next().unwrap_or("") {
+        "integer" | "floating" => "number",
+        "string" => "string",
+        "boolean" => "bool",
+        "map" => "object",
+        "sequence" => "array",
+        "null" => "null",
+        other => other,
+    };
+    let expected = rest
+        .split_once("expected ")
+        .map(|(_, x)| x.split(" at line").next().unwrap_or(x))
+        .unwrap_or("");
+    let go_type = match expected {
+        "a string" => "string",
+        "a boolean" => "bool",
+        "i32" => "int32",
+        "i64" => "int64",
+        "f64" => "float64",
+        "a sequence" => "[]",
+        "a map" => "map",
+        other => other,
+    };
+    let holder = match segments.as_slice() {
+        [first, _] if first == "metadata" => "ObjectMeta.".to_string(),
+        [_] => format!("{}.", def.kind),
+        _ => String::new(),
+    };
+    format!("json: cannot unmarshal {got} into Go struct field {holder}{path} of type {go_type}")
 }
 
 /// Whether `def` is one of the built-in kinds (custom resources have their schema instead).
@@ -169,10 +233,11 @@ pub fn decode(def: &ResourceDef, obj: &mut Value) -> ApiResult<()> {
         }
     }
     if let Some(meta) = obj.get("metadata") {
-        serde_json::from_value::<k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta>(
-            meta.clone(),
-        )
-        .map_err(|e| decode_error(def, e))?;
+        serde_path_to_error::deserialize::<
+            _,
+            k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+        >(meta.clone())
+        .map_err(|e| decode_error(def, unmarshal_error(def, "metadata", &e)))?;
     }
     if !builtin(def) {
         return Ok(());

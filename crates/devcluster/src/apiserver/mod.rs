@@ -7,6 +7,7 @@ pub mod metrics;
 pub mod openapi;
 pub mod patch;
 pub mod protobuf;
+pub mod rbac;
 pub mod registry;
 pub mod schema;
 pub mod selector;

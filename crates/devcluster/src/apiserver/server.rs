@@ -140,8 +140,23 @@ impl Query {
     /// (ValidateCreateOptions and friends): `dryRun` may only be `All`, `fieldValidation` one
     /// of the known directives, `fieldManager` short and printable.
     fn write_options(&self, options_kind: &str) -> ApiResult<()> {
+        self.options_checked(options_kind, false)
+    }
+
+    /// The options of a PATCH: an apply must name its field manager.
+    fn patch_options(&self, apply: bool) -> ApiResult<()> {
+        self.options_checked("PatchOptions", apply)
+    }
+
+    fn options_checked(&self, options_kind: &str, apply: bool) -> ApiResult<()> {
         use super::validation::{BadValue, FieldError, go_quote};
         let mut errs = Vec::new();
+        if apply && self.get("fieldManager").is_none_or(|m| m.is_empty()) {
+            errs.push((
+                "fieldManager".to_string(),
+                "Required value: is required for apply patch".to_string(),
+            ));
+        }
         if let Some(manager) = self.get("fieldManager") {
             if manager.len() > 128 {
                 errs.push((
@@ -463,6 +478,17 @@ impl ApiServer {
 }
 
 async fn handle(State(server): State<ApiServer>, req: Request) -> Response {
+    // The health checks, as probes and `kubectl get --raw /readyz` ask them: this server is up
+    // and ready as soon as it answers.
+    if matches!(req.uri().path(), "/healthz" | "/livez" | "/readyz") && req.method() == Method::GET
+    {
+        return (
+            StatusCode::OK,
+            [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
+            "ok",
+        )
+            .into_response();
+    }
     if req.uri().path() == "/metrics" && req.method() == Method::GET {
         return (
             StatusCode::OK,
@@ -744,6 +770,35 @@ async fn read_object(req: Request) -> ApiResult<Value> {
     parse_object(&body_bytes(req).await?)
 }
 
+/// What kube-apiserver refuses before looking further: a body of another kind or API version
+/// than the URL's resource (a Secret POSTed to `configmaps`), or naming another namespace than
+/// the URL. A body may leave all three out; the URL supplies them.
+fn matches_url(def: &ResourceDef, ns: &str, obj: &Value) -> ApiResult<()> {
+    let api_version = obj["apiVersion"].as_str().unwrap_or("");
+    let kind = obj["kind"].as_str().unwrap_or("");
+    if !kind.is_empty() && kind != def.kind {
+        // The versioning decoder's wording, then why it cannot.
+        let version = api_version.rsplit('/').next().unwrap_or("");
+        return Err(ApiError::bad_request(format!(
+            "{kind} in version \"{version}\" cannot be handled as a {}: the body is a {kind}, and {} holds {} objects",
+            def.kind, def.plural, def.kind
+        )));
+    }
+    if !api_version.is_empty() && api_version != def.api_version() {
+        return Err(ApiError::bad_request(format!(
+            "the API version in the data ({api_version}) does not match the expected API version ({})",
+            def.api_version()
+        )));
+    }
+    let named = obj["metadata"]["namespace"].as_str().unwrap_or("");
+    if def.namespaced && !named.is_empty() && named != ns {
+        return Err(ApiError::bad_request(
+            "the namespace of the provided object does not match the namespace sent on the request",
+        ));
+    }
+    Ok(())
+}
+
 fn parse_object(bytes: &[u8]) -> ApiResult<Value> {
     let v: Value = serde_json::from_slice(bytes)
         .or_else(|_| serde_saphyr::from_slice::<Value>(bytes).map_err(|e| e.to_string()))
@@ -935,6 +990,7 @@ async fn collection(
             }
             q.write_options("CreateOptions")?;
             let obj = read_object(req).await?;
+            matches_url(def, &ns, &obj)?;
             if def.create_only {
                 let mut review = obj;
                 review["status"] =
@@ -1074,6 +1130,7 @@ async fn update(call: &Call, at: &Named, how: Write, req: Request) -> ApiResult<
     let status = how == Write::Status;
     call.q.write_options("UpdateOptions")?;
     let mut obj = read_object(req).await?;
+    matches_url(def, ns, &obj)?;
     let warnings = admit(def, &mut obj, &call.validation, how, Some(name.as_str()))?;
     if !status && let Ok(current) = res.get(ns, name) {
         validate_update(def, &expandable_classes(store, def), &current, &obj)?;
@@ -1099,7 +1156,7 @@ async fn patch(call: &Call, at: &Named, how: Write, req: Request) -> ApiResult<R
         .unwrap_or("")
         .to_string();
     let kind = PatchKind::from_content_type(&ct)?;
-    call.q.write_options("PatchOptions")?;
+    call.q.patch_options(kind == PatchKind::Apply)?;
     let body = body_bytes(req).await?;
     let mut warnings = Vec::new();
     // An apply claims the fields it sets and conflicts with other managers'.
@@ -1108,7 +1165,7 @@ async fn patch(call: &Call, at: &Named, how: Write, req: Request) -> ApiResult<R
             .or_else(|_| serde_saphyr::from_slice::<Value>(&body).map_err(|e| e.to_string()))
             .ok();
         Some(Owner {
-            manager: call.manager.clone().unwrap_or_else(|| "apply".into()),
+            manager: call.manager.clone().unwrap_or_default(),
             applied,
             force: call.force,
         })
