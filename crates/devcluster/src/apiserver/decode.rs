@@ -260,7 +260,7 @@ pub fn decode(def: &ResourceDef, obj: &mut Value) -> ApiResult<()> {
 }
 
 fn check_type(def: &ResourceDef, obj: &Value) -> ApiResult<()> {
-    use k8s_openapi::api::{apps, coordination, core, events, storage};
+    use k8s_openapi::api::{apps, coordination, core, events, rbac, storage};
     use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1 as apiext;
     match (def.group.as_str(), def.plural.as_str()) {
         ("", "namespaces") => typed::<core::v1::Namespace>(def, obj),
@@ -282,6 +282,12 @@ fn check_type(def: &ResourceDef, obj: &Value) -> ApiResult<()> {
             typed::<apiext::CustomResourceDefinition>(def, obj)
         }
         ("apps", "deployments") => typed::<apps::v1::Deployment>(def, obj),
+        ("rbac.authorization.k8s.io", "roles") => typed::<rbac::v1::Role>(def, obj),
+        ("rbac.authorization.k8s.io", "clusterroles") => typed::<rbac::v1::ClusterRole>(def, obj),
+        ("rbac.authorization.k8s.io", "rolebindings") => typed::<rbac::v1::RoleBinding>(def, obj),
+        ("rbac.authorization.k8s.io", "clusterrolebindings") => {
+            typed::<rbac::v1::ClusterRoleBinding>(def, obj)
+        }
         // The snapshot kinds have no k8s-openapi type; their maps were normalised above.
         _ => Ok(()),
     }

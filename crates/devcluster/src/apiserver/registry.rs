@@ -107,6 +107,46 @@ type Builtin = (
 /// The built-in kinds the system touches.
 const BUILTINS: &[Builtin] = &[
     (
+        "rbac.authorization.k8s.io",
+        "v1",
+        "Role",
+        "roles",
+        true,
+        &[],
+        &[],
+        &[],
+    ),
+    (
+        "rbac.authorization.k8s.io",
+        "v1",
+        "ClusterRole",
+        "clusterroles",
+        false,
+        &[],
+        &[],
+        &[],
+    ),
+    (
+        "rbac.authorization.k8s.io",
+        "v1",
+        "RoleBinding",
+        "rolebindings",
+        true,
+        &[],
+        &[],
+        &[],
+    ),
+    (
+        "rbac.authorization.k8s.io",
+        "v1",
+        "ClusterRoleBinding",
+        "clusterrolebindings",
+        false,
+        &[],
+        &[],
+        &[],
+    ),
+    (
         "",
         "v1",
         "Namespace",
@@ -362,21 +402,27 @@ impl Registry {
                 selectable_fields: vec![],
             });
         }
-        r.add(ResourceDef {
-            group: "authorization.k8s.io".into(),
-            version: "v1".into(),
-            kind: "SubjectAccessReview".into(),
-            plural: "subjectaccessreviews".into(),
-            singular: "subjectaccessreview".into(),
-            namespaced: false,
-            short_names: vec![],
-            categories: vec![],
-            subresources: vec![],
-            create_only: true,
-            schema: None,
-            printer_columns: vec![],
-            selectable_fields: vec![],
-        });
+        // Reviews: only created, answered by the RBAC authorizer, never stored.
+        for (kind, namespaced) in [
+            ("SubjectAccessReview", false),
+            ("LocalSubjectAccessReview", true),
+        ] {
+            r.add(ResourceDef {
+                group: "authorization.k8s.io".into(),
+                version: "v1".into(),
+                kind: kind.into(),
+                plural: format!("{}s", kind.to_lowercase()),
+                singular: kind.to_lowercase(),
+                namespaced,
+                short_names: vec![],
+                categories: vec![],
+                subresources: vec![],
+                create_only: true,
+                schema: None,
+                printer_columns: vec![],
+                selectable_fields: vec![],
+            });
+        }
         r
     }
 
