@@ -190,3 +190,24 @@ async fn aggregated_cluster_roles_follow_the_roles_they_select() {
     assert!(rules(roles.get("dv-view").await.unwrap()).is_empty());
     assert!(!review(&c, "alice", &[], "get", "a").await.0);
 }
+
+#[tokio::test]
+async fn every_namespace_has_its_default_service_account() {
+    use k8s_openapi::api::core::v1::ServiceAccount;
+    let server = ApiServer::new();
+    let c = client(&server);
+    for ns in ["default", "kube-system", "kube-public"] {
+        let accounts = Api::<ServiceAccount>::namespaced(c.clone(), ns);
+        assert!(accounts.get_opt("default").await.unwrap().is_some(), "{ns}");
+    }
+    namespace(&c, "a").await;
+    let accounts = Api::<ServiceAccount>::namespaced(c.clone(), "a");
+    let first = accounts.get("default").await.unwrap();
+    // Deleted, it is made again.
+    accounts
+        .delete("default", &DeleteParams::default())
+        .await
+        .unwrap();
+    let again = accounts.get("default").await.unwrap();
+    assert_ne!(first.metadata.uid, again.metadata.uid);
+}

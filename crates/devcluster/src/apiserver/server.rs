@@ -1258,6 +1258,13 @@ async fn delete(call: &Call, at: &Named, req: Request) -> ApiResult<Response> {
     if is_cluster_role(def) {
         aggregate_cluster_roles(store);
     }
+    if def.group.is_empty()
+        && def.plural == "serviceaccounts"
+        && name == super::store::DEFAULT_SERVICE_ACCOUNT
+        && !how.dry_run
+    {
+        ensure_default_service_account(store, ns);
+    }
     Ok(json_response(StatusCode::OK, &deleted))
 }
 
@@ -1635,6 +1642,10 @@ fn create(
         store.register(custom);
         return mark_established(store, def, &created);
     }
+    if !dry_run && def.group.is_empty() && def.plural == "namespaces" {
+        let ns = created["metadata"]["name"].as_str().unwrap_or("");
+        ensure_default_service_account(store, ns);
+    }
     if !dry_run && is_cluster_role(def) {
         aggregate_cluster_roles(store);
         // The role as aggregated, when it aggregates.
@@ -1642,6 +1653,22 @@ fn create(
         return Ok(res.get(ns, name).unwrap_or_else(|_| created.clone()));
     }
     Ok(created)
+}
+
+/// Make namespace `ns`'s `default` ServiceAccount, as kube's serviceaccount controller does for
+/// a new namespace and again when it is deleted (not in a namespace being deleted: the store
+/// refuses that).
+fn ensure_default_service_account(store: &Store, ns: &str) {
+    use super::store::DEFAULT_SERVICE_ACCOUNT;
+    let Some(def) = store.registry().get("", "v1", "serviceaccounts").cloned() else {
+        return;
+    };
+    if store.get(&def, ns, DEFAULT_SERVICE_ACCOUNT).is_ok() {
+        return;
+    }
+    let account = json!({"apiVersion": "v1", "kind": "ServiceAccount",
+        "metadata": {"name": DEFAULT_SERVICE_ACCOUNT}});
+    let _ = store.create(&def, ns, account, false, None);
 }
 
 fn is_cluster_role(def: &ResourceDef) -> bool {

@@ -229,6 +229,9 @@ pub enum Propagation {
 static UID_COUNTER: AtomicU64 = AtomicU64::new(0);
 
 /// A unique id in UUID form (not cryptographic: ids only need to be unique).
+/// The ServiceAccount every namespace has, which pods run as unless they name another.
+pub const DEFAULT_SERVICE_ACCOUNT: &str = "default";
+
 pub fn new_uid() -> String {
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -449,6 +452,20 @@ impl Store {
                     ns.to_string(),
                 ),
                 obj,
+            );
+            // Every namespace has its `default` ServiceAccount (kube's serviceaccount controller).
+            inner.objects.insert(
+                (
+                    String::new(),
+                    "serviceaccounts".into(),
+                    ns.to_string(),
+                    DEFAULT_SERVICE_ACCOUNT.into(),
+                ),
+                json!({
+                    "apiVersion": "v1",
+                    "kind": "ServiceAccount",
+                    "metadata": { "name": DEFAULT_SERVICE_ACCOUNT, "namespace": ns, "uid": new_uid(), "creationTimestamp": now(), "resourceVersion": "1" },
+                }),
             );
         }
         Store {
