@@ -156,8 +156,7 @@ pub async fn reconcile(
     // Once, by the pass that says so on the claim (the passes the pod's deletion wakes see it
     // succeeded too), and before saying it, so a restart in between repeats it rather than
     // losing it.
-    let said = claim.annotations().get(ann::POD_PHASE).map(String::as_str) == Some("Succeeded");
-    if outcome.complete && !said {
+    if outcome.complete && !import::is_complete(&claim) {
         ctx.events
             .record(
                 claim.as_ref(),
