@@ -40,6 +40,19 @@ pub enum DevCommand {
         #[arg(long, value_name = "FILE")]
         nodes: Option<PathBuf>,
     },
+    /// Print a kubeconfig for the development cluster: the admin's, or with `--user` one for a
+    /// user who may do only what RBAC grants NAME and its groups (a token the running cluster
+    /// accepts from then on, until it stops).
+    Kubeconfig {
+        #[arg(long, default_value_os_t = default_dir())]
+        dir: PathBuf,
+        /// The user's name.
+        #[arg(long, value_name = "NAME")]
+        user: Option<String>,
+        /// A group of the user (repeatable).
+        #[arg(long = "group", value_name = "GROUP", requires = "user")]
+        groups: Vec<String>,
+    },
     /// Stop the development cluster started by `cdi dev up`.
     Down {
         #[arg(long, default_value_os_t = default_dir())]
@@ -60,12 +73,9 @@ pub enum DevCommand {
         /// Where to listen (port 0 picks a free one).
         #[arg(long, default_value = "127.0.0.1:6443")]
         addr: SocketAddr,
-        /// Where to write the kubeconfig.
+        /// Where to write the kubeconfig (the admin's token and the CA to trust).
         #[arg(long, default_value_os_t = std::env::temp_dir().join("cdi-dev").join("kubeconfig"))]
         kubeconfig: PathBuf,
-        /// Serve HTTPS under a fresh self-signed CA (written into the kubeconfig).
-        #[arg(long)]
-        tls: bool,
     },
 }
 
@@ -125,33 +135,26 @@ pub fn run(command: &DevCommand) -> anyhow::Result<()> {
             up_in_background(dir, *addr, images, nodes.as_deref())
         }
         DevCommand::Down { dir } => down(dir),
+        DevCommand::Kubeconfig { dir, user, groups } => {
+            print!("{}", user_kubeconfig(dir, user.as_deref(), groups)?);
+            Ok(())
+        }
         DevCommand::Launcher { name, disks } => crate::launcher::run(name, disks),
-        DevCommand::Apiserver {
-            addr,
-            kubeconfig,
-            tls,
-        } => {
+        DevCommand::Apiserver { addr, kubeconfig } => {
             let runtime = tokio::runtime::Runtime::new().context("starting the runtime")?;
             runtime.block_on(async {
                 let server = ApiServer::new();
-                let listening = |e| anyhow::anyhow!("listening on {addr}: {e}");
-                let (bound, task, ca) = if *tls {
-                    let (bound, task, ca) = server.serve_tls(*addr).await.map_err(listening)?;
-                    (bound, task, Some(ca))
-                } else {
-                    let (bound, task) = server.serve(*addr).await.map_err(listening)?;
-                    (bound, task, None)
-                };
+                let (bound, task) = server
+                    .serve(*addr)
+                    .await
+                    .map_err(|e| anyhow::anyhow!("listening on {addr}: {e}"))?;
                 if let Some(dir) = kubeconfig.parent() {
                     std::fs::create_dir_all(dir)
                         .with_context(|| format!("creating {}", dir.display()))?;
                 }
-                let url = format!("{}://{bound}", if *tls { "https" } else { "http" });
-                std::fs::write(
-                    kubeconfig,
-                    apiserver::kubeconfig_with_ca(&url, ca.as_deref()),
-                )
-                .with_context(|| format!("writing {}", kubeconfig.display()))?;
+                let url = format!("https://{bound}");
+                apiserver::write_private(kubeconfig, &server.kubeconfig(&url))
+                    .with_context(|| format!("writing {}", kubeconfig.display()))?;
                 println!("API server: {url}");
                 println!("kubeconfig: {}", kubeconfig.display());
                 println!(
@@ -275,6 +278,63 @@ fn up_here(
         let _ = std::fs::remove_file(pid_file(dir));
         Ok(())
     })
+}
+
+/// The admin kubeconfig of the cluster up in `dir`, or one for `user` in `groups` with a fresh
+/// token added to the cluster's token file.
+fn user_kubeconfig(dir: &Path, user: Option<&str>, groups: &[String]) -> anyhow::Result<String> {
+    if running(dir).is_none() {
+        bail!(
+            "no development cluster is up in {}: start one with `cdi dev up --dir {}`",
+            dir.display(),
+            dir.display()
+        );
+    }
+    let admin_path = dir.join("kubeconfig");
+    let admin = std::fs::read_to_string(&admin_path)
+        .with_context(|| format!("reading {}", admin_path.display()))?;
+    let Some(user) = user else {
+        return Ok(admin);
+    };
+    // The token file is comma-separated, one user per line.
+    for name in std::iter::once(user).chain(groups.iter().map(String::as_str)) {
+        if name.trim().is_empty() || name.contains([',', '"', '\n', '\r']) {
+            bail!(
+                "{name:?} cannot be a user or group name here: it is empty or holds a comma, quote or newline"
+            );
+        }
+    }
+    let parsed: serde_json::Value = serde_saphyr::from_str(&admin)
+        .with_context(|| format!("reading {}", admin_path.display()))?;
+    let cluster = &parsed["clusters"][0]["cluster"];
+    let url = cluster["server"].as_str().unwrap_or_default();
+    let ca = cluster["certificate-authority-data"]
+        .as_str()
+        .map(|data| {
+            use base64::Engine;
+            base64::engine::general_purpose::STANDARD
+                .decode(data)
+                .map(|pem| String::from_utf8_lossy(&pem).into_owned())
+        })
+        .transpose()
+        .with_context(|| format!("reading the CA of {}", admin_path.display()))?;
+    let token = apiserver::auth::random_hex(24);
+    let line = apiserver::auth::token_line(&token, user, groups);
+    let tokens = cluster::token_file(dir);
+    {
+        use std::io::Write;
+        let mut file = std::fs::OpenOptions::new()
+            .append(true)
+            .open(&tokens)
+            .with_context(|| format!("opening {}", tokens.display()))?;
+        file.write_all(line.as_bytes())
+            .with_context(|| format!("writing {}", tokens.display()))?;
+    }
+    Ok(apiserver::kubeconfig(
+        url,
+        ca.as_deref(),
+        &apiserver::KubeconfigUser::Token(&token),
+    ))
 }
 
 fn up_in_background(

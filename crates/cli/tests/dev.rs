@@ -151,3 +151,72 @@ fn nodes_come_from_a_file() {
     assert_eq!(nodes, "core-1  2\nedge-1 edge 8\n");
     assert!(dir.join("nodes/edge-1").is_dir() && dir.join("nodes/core-1").is_dir());
 }
+
+/// kubectl with the kubeconfig at `path`: (success, stdout, stderr).
+fn kubectl_with(path: &std::path::Path, args: &[&str]) -> (bool, String, String) {
+    let out = std::process::Command::new("kubectl")
+        .args(args)
+        .env("KUBECONFIG", path)
+        .output()
+        .expect("kubectl is installed");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into(),
+        String::from_utf8_lossy(&out.stderr).into(),
+    )
+}
+
+#[test]
+fn a_user_kubeconfig_holds_what_rbac_grants_its_user_and_groups() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("cluster");
+    let (ok, _, err) = cdi(&["dev", "kubeconfig", "--user", "alice"], &dir);
+    assert!(!ok && err.contains("no development cluster is up"), "{err}");
+
+    let (ok, out, err) = cdi(&["dev", "up", "--addr", "127.0.0.1:0"], &dir);
+    assert!(ok, "{out}{err}");
+    let _down = Down(&dir);
+    let (ok, alice, err) = cdi(
+        &["dev", "kubeconfig", "--user", "alice", "--group", "devs"],
+        &dir,
+    );
+    assert!(ok, "{err}");
+    let path = tmp.path().join("alice");
+    std::fs::write(&path, alice).unwrap();
+
+    let (ok, who, err) = kubectl_with(&path, &["auth", "whoami", "-o", "json"]);
+    assert!(ok, "{err}");
+    let who: serde_json::Value = serde_json::from_str(&who).unwrap();
+    assert_eq!(who["status"]["userInfo"]["username"], "alice");
+    assert_eq!(
+        who["status"]["userInfo"]["groups"],
+        serde_json::json!(["devs", "system:authenticated"])
+    );
+    let (ok, _, err) = kubectl_with(&path, &["get", "pods"]);
+    assert!(
+        !ok && err.contains(
+            r#"pods is forbidden: User "alice" cannot list resource "pods" in API group "" in the namespace "default""#
+        ),
+        "{err}"
+    );
+    kubectl(
+        &dir,
+        &[
+            "create",
+            "rolebinding",
+            "devs-view",
+            "--clusterrole=view",
+            "--group=devs",
+        ],
+        None,
+    );
+    let (ok, _, err) = kubectl_with(&path, &["get", "pods"]);
+    assert!(ok, "{err}");
+    // The admin kubeconfig is the one `cdi dev up` wrote.
+    let (ok, admin, _) = cdi(&["dev", "kubeconfig"], &dir);
+    assert!(ok);
+    assert_eq!(
+        admin,
+        std::fs::read_to_string(dir.join("kubeconfig")).unwrap()
+    );
+}

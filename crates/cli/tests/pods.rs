@@ -65,7 +65,7 @@ spec:
     env: [{{name: POD_IP, valueFrom: {{fieldRef: {{fieldPath: status.podIP}}}}}}]
     ports: [{{name: http, containerPort: 8080}}]
     readinessProbe:
-      httpGet: {{path: /version, port: http}}
+      httpGet: {{path: /readyz, port: http, scheme: HTTPS}}
       periodSeconds: 1
 "#
     )

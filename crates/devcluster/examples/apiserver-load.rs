@@ -57,7 +57,10 @@ async fn main() -> anyhow_free::Result<()> {
     let rss_start = rss_mib();
     let server = ApiServer::new();
     let (addr, _task) = server.serve("127.0.0.1:0".parse().unwrap()).await?;
-    let client = Client::try_from(Config::new(format!("http://{addr}").parse().unwrap()))?;
+    let kubeconfig =
+        kube::config::Kubeconfig::from_yaml(&server.kubeconfig(&format!("https://{addr}")))?;
+    let config = Config::from_custom_kubeconfig(kubeconfig, &Default::default()).await?;
+    let client = Client::try_from(config)?;
     let api: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
 
     // Create.

@@ -45,6 +45,17 @@ impl Config {
     pub fn kubeconfig(&self) -> PathBuf {
         self.dir.join("kubeconfig")
     }
+
+    /// The static tokens the API server accepts besides the admin's and ServiceAccounts'
+    /// (`cdi dev kubeconfig --user` adds to it).
+    pub fn token_file(&self) -> PathBuf {
+        token_file(&self.dir)
+    }
+}
+
+/// The token file of the cluster whose state is in `dir`.
+pub fn token_file(dir: &std::path::Path) -> PathBuf {
+    dir.join("tokens.csv")
 }
 
 /// A running cluster; dropping it stops the agents and the server.
@@ -298,12 +309,17 @@ pub async fn start(config: &Config) -> anyhow::Result<Running> {
     std::fs::create_dir_all(&config.dir)
         .with_context(|| format!("creating {}", config.dir.display()))?;
     // The protection agent runs with the others: claims in use are kept.
-    let server = ApiServer::new().protecting_storage();
+    // Tokens of an earlier run mean nothing to this one's users.
+    apiserver::write_private(&config.token_file(), "")
+        .with_context(|| format!("writing {}", config.token_file().display()))?;
+    let server = ApiServer::new()
+        .protecting_storage()
+        .with_token_file(config.token_file());
     let (bound, server_task) = server
         .serve(config.addr)
         .await
         .with_context(|| format!("listening on {}", config.addr))?;
-    let url = format!("http://{bound}");
+    let url = format!("https://{bound}");
     tracing::info!(target: "cdi_devcluster::apiserver", %url, "API server listening");
     let client = Client::new(server.router(), "default");
     let nodes: Api<Node> = Api::all(client.clone());
@@ -345,7 +361,7 @@ pub async fn start(config: &Config) -> anyhow::Result<Running> {
     let (agents, kubelets) = spawn_all(&client, &dirs, &node_names, &config.kubelet, config.every);
     tasks.extend(agents);
     let kubeconfig = config.kubeconfig();
-    std::fs::write(&kubeconfig, apiserver::kubeconfig(&url))
+    apiserver::write_private(&kubeconfig, &server.kubeconfig(&url))
         .with_context(|| format!("writing {}", kubeconfig.display()))?;
     Ok(Running {
         url,

@@ -27,8 +27,8 @@ impl Http {
         }
         let (addr, _task) = server.serve("127.0.0.1:0".parse().unwrap()).await.unwrap();
         Http {
-            base: format!("http://{addr}"),
-            client: reqwest::Client::new(),
+            base: format!("https://{addr}"),
+            client: admin_client(&server),
             _server: server,
         }
     }
@@ -121,4 +121,19 @@ async fn quantities_as_strings_or_integers_are_accepted() {
             "stored as sent"
         );
     }
+}
+
+/// An HTTP client that trusts the server's CA and sends the admin's token with every request.
+fn admin_client(server: &ApiServer) -> reqwest::Client {
+    let mut headers = reqwest::header::HeaderMap::new();
+    let token = format!("Bearer {}", server.admin_token());
+    headers.insert(
+        reqwest::header::AUTHORIZATION,
+        token.parse().expect("a token is a header value"),
+    );
+    reqwest::Client::builder()
+        .add_root_certificate(reqwest::Certificate::from_pem(server.ca_pem().as_bytes()).unwrap())
+        .default_headers(headers)
+        .build()
+        .expect("an HTTP client")
 }

@@ -316,8 +316,8 @@ impl Http {
     async fn start(server: ApiServer) -> Http {
         let (addr, _task) = server.serve("127.0.0.1:0".parse().unwrap()).await.unwrap();
         Http {
-            base: format!("http://{addr}"),
-            client: reqwest::Client::new(),
+            base: format!("https://{addr}"),
+            client: admin_client(&server),
             _server: server,
         }
     }
@@ -890,11 +890,7 @@ async fn the_python_client_watches() {
     let (addr, _task) = server.serve("127.0.0.1:0".parse().unwrap()).await.unwrap();
     let dir = tempfile::tempdir().unwrap();
     let kubeconfig = dir.path().join("kubeconfig");
-    std::fs::write(
-        &kubeconfig,
-        cdi_devcluster::apiserver::kubeconfig(&format!("http://{addr}")),
-    )
-    .unwrap();
+    std::fs::write(&kubeconfig, server.kubeconfig(&format!("https://{addr}"))).unwrap();
     // Seen first (as the watch's initial state), it says the watch is established.
     cms.create(&PostParams::default(), &cm("marker"))
         .await
@@ -1756,4 +1752,19 @@ async fn bodies_must_be_what_their_url_names() {
             "{path}"
         );
     }
+}
+
+/// An HTTP client that trusts the server's CA and sends the admin's token with every request.
+fn admin_client(server: &ApiServer) -> reqwest::Client {
+    let mut headers = reqwest::header::HeaderMap::new();
+    let token = format!("Bearer {}", server.admin_token());
+    headers.insert(
+        reqwest::header::AUTHORIZATION,
+        token.parse().expect("a token is a header value"),
+    );
+    reqwest::Client::builder()
+        .add_root_certificate(reqwest::Certificate::from_pem(server.ca_pem().as_bytes()).unwrap())
+        .default_headers(headers)
+        .build()
+        .expect("an HTTP client")
 }

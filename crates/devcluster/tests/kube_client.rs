@@ -606,11 +606,8 @@ async fn pods_on_a_node_are_deleted_gracefully() {
 #[tokio::test]
 async fn tls_with_the_written_kubeconfig() {
     let server = ApiServer::new();
-    let (addr, _task, ca) = server
-        .serve_tls("127.0.0.1:0".parse().unwrap())
-        .await
-        .unwrap();
-    let yaml = cdi_devcluster::apiserver::kubeconfig_with_ca(&format!("https://{addr}"), Some(&ca));
+    let (addr, _task) = server.serve("127.0.0.1:0".parse().unwrap()).await.unwrap();
+    let yaml = server.kubeconfig(&format!("https://{addr}"));
     let kubeconfig = kube::config::Kubeconfig::from_yaml(&yaml).unwrap();
     let config = kube::Config::from_custom_kubeconfig(
         kubeconfig,

@@ -3,7 +3,7 @@
 use std::path::Path;
 use std::process::Command;
 
-use cdi_devcluster::apiserver::{self, ApiServer};
+use cdi_devcluster::apiserver::ApiServer;
 
 struct Kubectl {
     kubeconfig: std::path::PathBuf,
@@ -39,11 +39,7 @@ async fn kubectl_applies_gets_watches_patches_and_deletes() {
     let (addr, _task) = server.serve("127.0.0.1:0".parse().unwrap()).await.unwrap();
     let dir = tempfile::tempdir().unwrap();
     let kubeconfig = dir.path().join("kubeconfig");
-    std::fs::write(
-        &kubeconfig,
-        apiserver::kubeconfig(&format!("http://{addr}")),
-    )
-    .unwrap();
+    std::fs::write(&kubeconfig, server.kubeconfig(&format!("https://{addr}"))).unwrap();
     let k = Kubectl { kubeconfig };
 
     let crds = dir.path().join("crds.yaml");
@@ -196,17 +192,10 @@ async fn kubectl_applies_gets_watches_patches_and_deletes() {
 #[tokio::test(flavor = "multi_thread")]
 async fn kubectl_over_tls_trusts_the_written_ca() {
     let server = ApiServer::new();
-    let (addr, _task, ca) = server
-        .serve_tls("127.0.0.1:0".parse().unwrap())
-        .await
-        .unwrap();
+    let (addr, _task) = server.serve("127.0.0.1:0".parse().unwrap()).await.unwrap();
     let dir = tempfile::tempdir().unwrap();
     let kubeconfig = dir.path().join("kubeconfig");
-    std::fs::write(
-        &kubeconfig,
-        apiserver::kubeconfig_with_ca(&format!("https://{addr}"), Some(&ca)),
-    )
-    .unwrap();
+    std::fs::write(&kubeconfig, server.kubeconfig(&format!("https://{addr}"))).unwrap();
     let k = Kubectl { kubeconfig };
     let out = k.ok(&["get", "namespaces", "-o", "name"]).await;
     assert_eq!(
@@ -228,11 +217,7 @@ async fn kubectl_create_generators_send_protobuf() {
     let (addr, _task) = server.serve("127.0.0.1:0".parse().unwrap()).await.unwrap();
     let dir = tempfile::tempdir().unwrap();
     let kubeconfig = dir.path().join("kubeconfig");
-    std::fs::write(
-        &kubeconfig,
-        apiserver::kubeconfig(&format!("http://{addr}")),
-    )
-    .unwrap();
+    std::fs::write(&kubeconfig, server.kubeconfig(&format!("https://{addr}"))).unwrap();
     let k = Kubectl { kubeconfig };
     let out = k.ok(&["create", "namespace", "x"]).await;
     assert!(out.contains("namespace/x created"), "{out}");
@@ -298,11 +283,7 @@ async fn kubectl_gets_events_of_either_api() {
     let (addr, _task) = server.serve("127.0.0.1:0".parse().unwrap()).await.unwrap();
     let dir = tempfile::tempdir().unwrap();
     let kubeconfig = dir.path().join("kubeconfig");
-    std::fs::write(
-        &kubeconfig,
-        apiserver::kubeconfig(&format!("http://{addr}")),
-    )
-    .unwrap();
+    std::fs::write(&kubeconfig, server.kubeconfig(&format!("https://{addr}"))).unwrap();
     let k = Kubectl { kubeconfig };
     let event = dir.path().join("event.yaml");
     let now = jiff::Timestamp::now().strftime("%Y-%m-%dT%H:%M:%S.000000Z");

@@ -167,6 +167,31 @@ impl ApiError {
         ApiError::new(403, "Forbidden", message)
     }
 
+    /// kube's answer to a request without valid credentials.
+    pub fn unauthorized() -> Self {
+        ApiError::new(401, "Unauthorized", "Unauthorized")
+    }
+
+    pub fn internal(message: impl Into<String>) -> Self {
+        ApiError::new(500, "InternalError", message)
+    }
+
+    /// kube's 403 for a request the authorizer did not allow, with the object it named.
+    pub fn forbidden_request(user: &super::rbac::UserInfo, a: &super::rbac::Attributes) -> Self {
+        let err = ApiError::forbidden(super::rbac::forbidden_message(user, a));
+        if !a.resource_request {
+            return err;
+        }
+        let mut details = json!({"group": a.api_group, "kind": a.resource});
+        if !a.name.is_empty() {
+            details["name"] = a.name.clone().into();
+        }
+        ApiError {
+            details: Some(details),
+            ..err
+        }
+    }
+
     pub fn path_not_found() -> Self {
         ApiError::new(
             404,

@@ -1,11 +1,13 @@
 //! An in-memory Kubernetes API server, faithful enough to Kubernetes' API semantics that kube-rs
 //! controllers and kubectl run against it unchanged (SPEC §7).
 
+pub mod auth;
 pub mod decode;
 pub mod errors;
 pub mod metrics;
 pub mod openapi;
 pub mod patch;
+pub mod pki;
 pub mod protobuf;
 pub mod rbac;
 pub mod registry;
@@ -19,24 +21,45 @@ pub mod view;
 
 pub use server::{ApiServer, PV_PROTECTION, PVC_PROTECTION};
 
-/// A kubeconfig for clients of a server at `url`. The server trusts loopback; the token is there
-/// only so that kubectl does not prompt for credentials over https.
-pub fn kubeconfig(url: &str) -> String {
-    kubeconfig_with_ca(url, None)
+/// How a kubeconfig's user proves who it is.
+pub enum KubeconfigUser<'a> {
+    /// A bearer token (the admin's, or a ServiceAccount's).
+    Token(&'a str),
+    /// A client certificate and its key, both PEM, signed by the cluster's CA.
+    Certificate { cert_pem: &'a str, key_pem: &'a str },
 }
 
-/// A kubeconfig that trusts `ca_pem` for an `https://` server.
-pub fn kubeconfig_with_ca(url: &str, ca_pem: Option<&str>) -> String {
+/// A kubeconfig for a client of the server at `url`, trusting `ca_pem` for an `https://` one.
+pub fn kubeconfig(url: &str, ca_pem: Option<&str>, user: &KubeconfigUser) -> String {
     use base64::Engine;
+    let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
     let ca = ca_pem
-        .map(|pem| {
-            format!(
-                "\n    certificate-authority-data: {}",
-                base64::engine::general_purpose::STANDARD.encode(pem)
-            )
-        })
+        .map(|pem| format!("\n    certificate-authority-data: {}", b64(pem)))
         .unwrap_or_default();
+    let credentials = match user {
+        KubeconfigUser::Token(token) => format!("token: {token}"),
+        KubeconfigUser::Certificate { cert_pem, key_pem } => format!(
+            "client-certificate-data: {}\n    client-key-data: {}",
+            b64(cert_pem),
+            b64(key_pem)
+        ),
+    };
     format!(
-        "apiVersion: v1\nkind: Config\nclusters:\n- name: cdi-dev\n  cluster:\n    server: {url}{ca}\nusers:\n- name: cdi-dev\n  user:\n    token: cdi-dev\ncontexts:\n- name: cdi-dev\n  context:\n    cluster: cdi-dev\n    user: cdi-dev\n    namespace: default\ncurrent-context: cdi-dev\n"
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: cdi-dev\n  cluster:\n    server: {url}{ca}\nusers:\n- name: cdi-dev\n  user:\n    {credentials}\ncontexts:\n- name: cdi-dev\n  context:\n    cluster: cdi-dev\n    user: cdi-dev\n    namespace: default\ncurrent-context: cdi-dev\n"
     )
+}
+
+/// Write a file only its owner may read (a kubeconfig holds credentials).
+pub fn write_private(path: &std::path::Path, contents: &str) -> std::io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(path)?;
+    // An existing file keeps its mode through open: narrow it too.
+    file.set_permissions(std::os::unix::fs::PermissionsExt::from_mode(0o600))?;
+    file.write_all(contents.as_bytes())
 }

@@ -1,5 +1,6 @@
 //! Kubernetes' protobuf encoding, for the few kinds kubectl's generators send that way
-//! (`kubectl create namespace|configmap|secret|serviceaccount`): client-go does not fall back to
+//! (`kubectl create namespace|configmap|secret|serviceaccount|token|role|rolebinding|
+//! clusterrole|clusterrolebinding`, `kubectl auth can-i` and `whoami`): client-go does not fall back to
 //! JSON on a 415. Other kinds still get the 415.
 //!
 //! The envelope is `k8s\0` and a `runtime.Unknown` {1: typeMeta {1: apiVersion, 2: kind},
@@ -110,6 +111,111 @@ fn object_meta(b: &[u8]) -> Option<Value> {
     Some(Value::Object(meta))
 }
 
+/// Append `item` to the list `obj[key]`.
+fn push(obj: &mut Value, key: &str, item: Value) {
+    match obj[key].as_array_mut() {
+        Some(list) => list.push(item),
+        None => obj[key] = json!([item]),
+    }
+}
+
+/// A PolicyRule {1: verbs, 2: apiGroups, 3: resources, 4: resourceNames, 5: nonResourceURLs}.
+fn policy_rule(b: &[u8]) -> Option<Value> {
+    let mut rule = json!({});
+    for (n, w) in fields(b)? {
+        let key = match n {
+            1 => "verbs",
+            2 => "apiGroups",
+            3 => "resources",
+            4 => "resourceNames",
+            5 => "nonResourceURLs",
+            _ => continue,
+        };
+        if let Wire::Bytes(v) = w {
+            push(&mut rule, key, text(v)?);
+        }
+    }
+    Some(rule)
+}
+
+/// A message of string fields, named by number.
+fn string_fields(b: &[u8], names: &[(u64, &str)]) -> Option<Value> {
+    let mut out = Map::new();
+    for (n, w) in fields(b)? {
+        let Some((_, name)) = names.iter().find(|(k, _)| *k == n) else {
+            continue;
+        };
+        if let Wire::Bytes(v) = w {
+            out.insert(name.to_string(), text(v)?);
+        }
+    }
+    Some(Value::Object(out))
+}
+
+/// A SelfSubjectAccessReviewSpec {1: resourceAttributes {1: namespace, 2: verb, 3: group,
+/// 4: version, 5: resource, 6: subresource, 7: name}, 2: nonResourceAttributes {1: path,
+/// 2: verb}}, as `kubectl auth can-i` sends it.
+fn access_review_spec(b: &[u8]) -> Option<Value> {
+    let mut spec = json!({});
+    for (n, w) in fields(b)? {
+        match (n, w) {
+            (1, Wire::Bytes(r)) => {
+                spec["resourceAttributes"] = string_fields(
+                    r,
+                    &[
+                        (1, "namespace"),
+                        (2, "verb"),
+                        (3, "group"),
+                        (4, "version"),
+                        (5, "resource"),
+                        (6, "subresource"),
+                        (7, "name"),
+                    ],
+                )?
+            }
+            (2, Wire::Bytes(p)) => {
+                spec["nonResourceAttributes"] = string_fields(p, &[(1, "path"), (2, "verb")])?
+            }
+            _ => {}
+        }
+    }
+    Some(spec)
+}
+
+/// A TokenRequestSpec {1: audiences, 3: boundObjectRef {1: kind, 2: apiVersion, 3: name,
+/// 4: uid}, 4: expirationSeconds}, as `kubectl create token` sends it.
+fn token_request_spec(b: &[u8]) -> Option<Value> {
+    let mut spec = json!({});
+    let mut audiences = Vec::new();
+    for (n, w) in fields(b)? {
+        match (n, w) {
+            (1, Wire::Bytes(a)) => audiences.push(text(a)?),
+            (3, Wire::Bytes(r)) => {
+                let mut reference = Map::new();
+                for (n, w) in fields(r)? {
+                    let key = match n {
+                        1 => "kind",
+                        2 => "apiVersion",
+                        3 => "name",
+                        4 => "uid",
+                        _ => continue,
+                    };
+                    if let Wire::Bytes(v) = w {
+                        reference.insert(key.into(), text(v)?);
+                    }
+                }
+                spec["boundObjectRef"] = Value::Object(reference);
+            }
+            (4, Wire::Varint(v)) => spec["expirationSeconds"] = json!(v as i64),
+            _ => {}
+        }
+    }
+    if !audiences.is_empty() {
+        spec["audiences"] = json!(audiences);
+    }
+    Some(spec)
+}
+
 /// The object in a protobuf body, for the kinds above.
 fn object(api_version: &str, kind: &str, raw: &[u8]) -> Option<Value> {
     let mut obj = json!({"apiVersion": api_version, "kind": kind});
@@ -136,7 +242,34 @@ fn object(api_version: &str, kind: &str, raw: &[u8]) -> Option<Value> {
                     obj["spec"] = json!({"finalizers": finalizers});
                 }
             }
-            ("Namespace" | "ServiceAccount", _, _) => {}
+            ("TokenRequest", 2, Wire::Bytes(b)) => obj["spec"] = token_request_spec(b)?,
+            ("SelfSubjectAccessReview", 2, Wire::Bytes(b)) => obj["spec"] = access_review_spec(b)?,
+            ("Role" | "ClusterRole", 2, Wire::Bytes(b)) => push(&mut obj, "rules", policy_rule(b)?),
+            ("RoleBinding" | "ClusterRoleBinding", 2, Wire::Bytes(b)) => push(
+                &mut obj,
+                "subjects",
+                string_fields(
+                    b,
+                    &[(1, "kind"), (2, "apiGroup"), (3, "name"), (4, "namespace")],
+                )?,
+            ),
+            ("RoleBinding" | "ClusterRoleBinding", 3, Wire::Bytes(b)) => {
+                obj["roleRef"] = string_fields(b, &[(1, "apiGroup"), (2, "kind"), (3, "name")])?
+            }
+            ("Role" | "ClusterRole" | "RoleBinding" | "ClusterRoleBinding", _, _) => {}
+            ("SelfSubjectRulesReview", 2, Wire::Bytes(b)) => {
+                obj["spec"] = string_fields(b, &[(1, "namespace")])?
+            }
+            (
+                "Namespace"
+                | "ServiceAccount"
+                | "TokenRequest"
+                | "SelfSubjectAccessReview"
+                | "SelfSubjectRulesReview"
+                | "SelfSubjectReview",
+                _,
+                _,
+            ) => {}
             ("ConfigMap" | "Secret", _, _) => {}
             _ => return None,
         }
@@ -178,7 +311,12 @@ pub fn decode(bytes: &[u8]) -> ApiResult<Value> {
                 _ => {}
             }
         }
-        if api_version != "v1" {
+        if !matches!(
+            api_version,
+            "v1" | "authentication.k8s.io/v1"
+                | "authorization.k8s.io/v1"
+                | "rbac.authorization.k8s.io/v1"
+        ) {
             return None;
         }
         object(api_version, kind, raw)

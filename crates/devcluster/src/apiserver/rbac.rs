@@ -318,6 +318,311 @@ pub fn forbidden_message(user: &UserInfo, a: &Attributes) -> String {
     }
 }
 
+/// A rule of `verbs` on `resources` in each of `groups`.
+fn rule(groups: &[&str], resources: &[&str], verbs: &[&str]) -> serde_json::Value {
+    serde_json::json!({"apiGroups": groups, "resources": resources, "verbs": verbs})
+}
+
+fn url_rule(urls: &[&str], verbs: &[&str]) -> serde_json::Value {
+    serde_json::json!({"nonResourceURLs": urls, "verbs": verbs})
+}
+
+const READ: &[&str] = &["get", "list", "watch"];
+const WRITE: &[&str] = &["create", "delete", "deletecollection", "patch", "update"];
+const AGGREGATE: &str = "rbac.authorization.k8s.io/aggregate-to-";
+
+/// The ClusterRoles kube-apiserver creates at start (`bootstrappolicy`), as far as this cluster
+/// serves their resources: `cluster-admin`; `admin`, `edit` and `view`, which aggregate the
+/// `system:aggregate-to-*` roles and whatever an installer labels for them (`view` feeds `edit`,
+/// `edit` feeds `admin`); discovery, the self reviews and health for every authenticated user;
+/// and `system:auth-delegator` for servers that delegate authentication and authorization.
+/// Aggregated rules are filled in.
+pub fn bootstrap_cluster_roles() -> Vec<ClusterRole> {
+    use serde_json::json;
+    let role = |name: &str, labels: serde_json::Value, rules: Vec<serde_json::Value>| {
+        json!({"metadata": {"name": name, "labels": labels,
+            "annotations": {"rbac.authorization.kubernetes.io/autoupdate": "true"}},
+            "rules": rules})
+    };
+    let aggregating = |name: &str, into: Option<&str>| {
+        let mut labels = json!({"kubernetes.io/bootstrapping": "rbac-defaults"});
+        if let Some(into) = into {
+            labels[format!("{AGGREGATE}{into}")] = json!("true");
+        }
+        json!({"metadata": {"name": name, "labels": labels,
+            "annotations": {"rbac.authorization.kubernetes.io/autoupdate": "true"}},
+            "aggregationRule": {"clusterRoleSelectors": [
+                {"matchLabels": {format!("{AGGREGATE}{name}"): "true"}}]},
+            "rules": []})
+    };
+    let defaults = || json!({"kubernetes.io/bootstrapping": "rbac-defaults"});
+    let feeding = |into: &str| {
+        let mut l = defaults();
+        l[format!("{AGGREGATE}{into}")] = json!("true");
+        l
+    };
+    let workloads = [
+        "deployments",
+        "deployments/scale",
+        "replicasets",
+        "replicasets/scale",
+        "statefulsets",
+        "statefulsets/scale",
+        "daemonsets",
+    ];
+    let mut roles = vec![
+        role(
+            "cluster-admin",
+            defaults(),
+            vec![rule(&["*"], &["*"], &["*"]), url_rule(&["*"], &["*"])],
+        ),
+        aggregating("admin", None),
+        aggregating("edit", Some("admin")),
+        aggregating("view", Some("edit")),
+        role(
+            "system:aggregate-to-admin",
+            feeding("admin"),
+            vec![
+                rule(
+                    &["rbac.authorization.k8s.io"],
+                    &["rolebindings", "roles"],
+                    &[
+                        "create",
+                        "delete",
+                        "deletecollection",
+                        "get",
+                        "list",
+                        "patch",
+                        "update",
+                        "watch",
+                    ],
+                ),
+                rule(
+                    &["authorization.k8s.io"],
+                    &["localsubjectaccessreviews"],
+                    &["create"],
+                ),
+            ],
+        ),
+        role(
+            "system:aggregate-to-edit",
+            feeding("edit"),
+            vec![
+                rule(&[""], &["serviceaccounts"], &["impersonate"]),
+                rule(
+                    &[""],
+                    &[
+                        "pods",
+                        "pods/attach",
+                        "pods/exec",
+                        "pods/portforward",
+                        "pods/proxy",
+                    ],
+                    WRITE,
+                ),
+                rule(&[""], &["pods/eviction"], &["create"]),
+                rule(
+                    &[""],
+                    &[
+                        "configmaps",
+                        "events",
+                        "persistentvolumeclaims",
+                        "replicationcontrollers",
+                        "replicationcontrollers/scale",
+                        "secrets",
+                        "serviceaccounts",
+                        "services",
+                        "services/proxy",
+                    ],
+                    WRITE,
+                ),
+                rule(&[""], &["serviceaccounts/token"], &["create"]),
+                rule(
+                    &["apps"],
+                    &[&workloads[..], &["deployments/rollback"]].concat(),
+                    WRITE,
+                ),
+                rule(&["batch"], &["cronjobs", "jobs"], WRITE),
+                rule(&["discovery.k8s.io"], &["endpointslices"], WRITE),
+                rule(
+                    &[""],
+                    &[
+                        "pods/attach",
+                        "pods/exec",
+                        "pods/portforward",
+                        "pods/proxy",
+                        "secrets",
+                        "services/proxy",
+                    ],
+                    READ,
+                ),
+            ],
+        ),
+        role(
+            "system:aggregate-to-view",
+            feeding("view"),
+            vec![
+                rule(
+                    &[""],
+                    &[
+                        "configmaps",
+                        "endpoints",
+                        "persistentvolumeclaims",
+                        "persistentvolumeclaims/status",
+                        "pods",
+                        "replicationcontrollers",
+                        "replicationcontrollers/scale",
+                        "serviceaccounts",
+                        "services",
+                        "services/status",
+                    ],
+                    READ,
+                ),
+                rule(
+                    &[""],
+                    &[
+                        "bindings",
+                        "events",
+                        "limitranges",
+                        "namespaces/status",
+                        "pods/log",
+                        "pods/status",
+                        "replicationcontrollers/status",
+                        "resourcequotas",
+                        "resourcequotas/status",
+                    ],
+                    READ,
+                ),
+                rule(&[""], &["namespaces"], READ),
+                rule(&["discovery.k8s.io"], &["endpointslices"], READ),
+                rule(
+                    &["apps"],
+                    &[
+                        &workloads[..],
+                        &[
+                            "controllerrevisions",
+                            "daemonsets/status",
+                            "deployments/status",
+                            "replicasets/status",
+                            "statefulsets/status",
+                        ],
+                    ]
+                    .concat(),
+                    READ,
+                ),
+                rule(&["batch"], &["cronjobs", "jobs"], READ),
+            ],
+        ),
+        role(
+            "system:discovery",
+            defaults(),
+            vec![url_rule(
+                &[
+                    "/api",
+                    "/api/*",
+                    "/apis",
+                    "/apis/*",
+                    "/healthz",
+                    "/livez",
+                    "/openapi",
+                    "/openapi/*",
+                    "/readyz",
+                    "/version",
+                    "/version/",
+                ],
+                &["get"],
+            )],
+        ),
+        role(
+            "system:public-info-viewer",
+            defaults(),
+            vec![url_rule(
+                &["/healthz", "/livez", "/readyz", "/version", "/version/"],
+                &["get"],
+            )],
+        ),
+        role(
+            "system:basic-user",
+            defaults(),
+            vec![
+                rule(
+                    &["authorization.k8s.io"],
+                    &["selfsubjectaccessreviews", "selfsubjectrulesreviews"],
+                    &["create"],
+                ),
+                rule(
+                    &["authentication.k8s.io"],
+                    &["selfsubjectreviews"],
+                    &["create"],
+                ),
+            ],
+        ),
+        role(
+            "system:auth-delegator",
+            defaults(),
+            vec![
+                rule(&["authentication.k8s.io"], &["tokenreviews"], &["create"]),
+                rule(
+                    &["authorization.k8s.io"],
+                    &["subjectaccessreviews"],
+                    &["create"],
+                ),
+            ],
+        ),
+    ];
+    // The one the scheduler and PV controller of a real cluster would need is `cluster-admin`
+    // here: they run inside the server's process as the admin.
+    let mut policy = Policy {
+        cluster_roles: roles
+            .drain(..)
+            .map(|r| serde_json::from_value(r).expect("a bootstrap ClusterRole"))
+            .collect(),
+        ..Default::default()
+    };
+    for _ in 0..4 {
+        for (name, rules) in policy.aggregated() {
+            if let Some(r) = policy
+                .cluster_roles
+                .iter_mut()
+                .find(|r| r.metadata.name.as_deref() == Some(name.as_str()))
+            {
+                r.rules = Some(rules);
+            }
+        }
+    }
+    policy.cluster_roles
+}
+
+/// The bindings kube-apiserver creates at start: `system:masters` to `cluster-admin`, every
+/// authenticated user to discovery, the self reviews and health, and everyone (authenticated or
+/// not) to health and version.
+pub fn bootstrap_cluster_role_bindings() -> Vec<ClusterRoleBinding> {
+    use serde_json::json;
+    let binding = |name: &str, groups: &[&str]| {
+        let subjects: Vec<_> = groups
+            .iter()
+            .map(|g| json!({"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": g}))
+            .collect();
+        serde_json::from_value(json!({
+            "metadata": {"name": name,
+                "labels": {"kubernetes.io/bootstrapping": "rbac-defaults"},
+                "annotations": {"rbac.authorization.kubernetes.io/autoupdate": "true"}},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
+            "subjects": subjects,
+        }))
+        .expect("a bootstrap ClusterRoleBinding")
+    };
+    vec![
+        binding("cluster-admin", &[MASTERS]),
+        binding("system:discovery", &["system:authenticated"]),
+        binding("system:basic-user", &["system:authenticated"]),
+        binding(
+            "system:public-info-viewer",
+            &["system:authenticated", "system:unauthenticated"],
+        ),
+    ]
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

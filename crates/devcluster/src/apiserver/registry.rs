@@ -78,6 +78,7 @@ impl ResourceDef {
         for sub in &self.subresources {
             let (kind, verbs) = match sub.as_str() {
                 "binding" => ("Binding", vec!["create"]),
+                "token" => ("TokenRequest", vec!["create"]),
                 _ => (self.kind.as_str(), vec!["get", "patch", "update"]),
             };
             out.push(json!({
@@ -187,7 +188,7 @@ const BUILTINS: &[Builtin] = &[
         true,
         &["sa"],
         &[],
-        &[],
+        &["token"],
     ),
     ("", "v1", "Event", "events", true, &["ev"], &[], &[]),
     (
@@ -402,13 +403,18 @@ impl Registry {
                 selectable_fields: vec![],
             });
         }
-        // Reviews: only created, answered by the RBAC authorizer, never stored.
-        for (kind, namespaced) in [
-            ("SubjectAccessReview", false),
-            ("LocalSubjectAccessReview", true),
+        // Reviews: only created, answered by the authenticator or the RBAC authorizer, never
+        // stored.
+        for (group, kind, namespaced) in [
+            ("authorization.k8s.io", "SubjectAccessReview", false),
+            ("authorization.k8s.io", "LocalSubjectAccessReview", true),
+            ("authorization.k8s.io", "SelfSubjectAccessReview", false),
+            ("authorization.k8s.io", "SelfSubjectRulesReview", false),
+            ("authentication.k8s.io", "TokenReview", false),
+            ("authentication.k8s.io", "SelfSubjectReview", false),
         ] {
             r.add(ResourceDef {
-                group: "authorization.k8s.io".into(),
+                group: group.into(),
                 version: "v1".into(),
                 kind: kind.into(),
                 plural: format!("{}s", kind.to_lowercase()),

@@ -12,8 +12,10 @@ use axum::response::{IntoResponse, Response};
 use futures::future::BoxFuture;
 use serde_json::{Value, json};
 
+use super::auth::{Authenticator, Peer};
 use super::errors::{ApiError, ApiResult};
 use super::patch::{self, PatchKind};
+use super::rbac::{Attributes, UserInfo};
 use super::registry::{Registry, ResourceDef};
 use super::selector::{FieldSelector, LabelSelector};
 use super::store::{
@@ -30,6 +32,10 @@ pub struct ApiServer {
     protect_storage: bool,
     /// Requests answered, for `/metrics`.
     metrics: Arc<super::metrics::Metrics>,
+    /// The credentials it accepts.
+    auth: Arc<Authenticator>,
+    /// The CA its serving certificate comes from.
+    ca: Arc<super::pki::Ca>,
 }
 
 impl Default for ApiServer {
@@ -227,7 +233,7 @@ fn query(req: &Request) -> Query {
 }
 
 /// Percent-decoding of a path segment (no `+` for spaces there).
-fn decode_segment(s: &str) -> String {
+pub(crate) fn decode_segment(s: &str) -> String {
     decode(&s.replace('+', "%2B"))
 }
 
@@ -265,6 +271,8 @@ impl ApiServer {
             store: Arc::new(Store::new(Registry::with_builtins())),
             protect_storage: false,
             metrics: Default::default(),
+            auth: Default::default(),
+            ca: Arc::new(super::pki::Ca::generate().expect("generating the cluster CA")),
         }
     }
 
@@ -274,6 +282,8 @@ impl ApiServer {
             store: Arc::new(Store::with_history(Registry::with_builtins(), history)),
             protect_storage: false,
             metrics: Default::default(),
+            auth: Default::default(),
+            ca: Arc::new(super::pki::Ca::generate().expect("generating the cluster CA")),
         }
     }
 
@@ -285,73 +295,74 @@ impl ApiServer {
         self
     }
 
+    /// Also accept the static tokens listed in `file` (`token,user,uid,"group1,group2"` per
+    /// line, kube-apiserver's `--token-auth-file`), read as it is when a token is checked.
+    pub fn with_token_file(mut self, file: std::path::PathBuf) -> ApiServer {
+        Arc::get_mut(&mut self.auth)
+            .expect("a server is configured before it is shared")
+            .set_token_file(file);
+        self
+    }
+
     pub fn store(&self) -> &Arc<Store> {
         &self.store
     }
 
-    /// The server as a router: hand it to `kube::Client::new` in-process, or serve it.
+    /// The server in-process, for `kube::Client::new`: its requests come from the admin unless
+    /// they carry a token of their own.
     pub fn router(&self) -> axum::Router {
+        self.router_as(super::auth::admin())
+    }
+
+    /// The server in-process, its requests coming from `user` unless they carry a token.
+    pub fn router_as(&self, user: UserInfo) -> axum::Router {
+        self.app()
+            .layer(axum::middleware::map_request(move |mut req: Request| {
+                let user = user.clone();
+                async move {
+                    req.extensions_mut().insert(Peer(user));
+                    req
+                }
+            }))
+    }
+
+    /// The server as the network sees it: every request authenticates itself.
+    fn app(&self) -> axum::Router {
         axum::Router::new()
             .fallback(handle)
             .with_state(self.clone())
     }
 
-    /// Listen on `addr` (port 0 for any); returns the bound address and the serving task.
+    /// The bearer token of the admin (`system:masters`).
+    pub fn admin_token(&self) -> &str {
+        self.auth.admin_token()
+    }
+
+    /// The credentials this server accepts: to mint ServiceAccount tokens, as the kubelet does.
+    pub fn authenticator(&self) -> &Arc<Authenticator> {
+        &self.auth
+    }
+
+    /// A kubeconfig for the admin of this server, listening at `url`.
+    pub fn kubeconfig(&self, url: &str) -> String {
+        super::kubeconfig(
+            url,
+            Some(self.ca_pem()),
+            &super::KubeconfigUser::Token(self.admin_token()),
+        )
+    }
+
+    /// Listen on `addr` (port 0 for any) with TLS, as kube-apiserver's secure port: clients
+    /// trust [`ApiServer::ca_pem`] and send a bearer token (kubectl sends none over plain HTTP).
+    /// Returns the bound address and the serving task.
     pub async fn serve(
         &self,
         addr: SocketAddr,
     ) -> std::io::Result<(SocketAddr, tokio::task::JoinHandle<()>)> {
         let listener = tokio::net::TcpListener::bind(addr).await?;
         let bound = listener.local_addr()?;
-        let router = self.router();
-        let task = tokio::spawn(async move {
-            let _ = axum::serve(listener, router).await;
-        });
-        Ok((bound, task))
-    }
-
-    /// Listen on `addr` with TLS, under a fresh self-signed CA; returns the bound address, the
-    /// serving task and the CA certificate (PEM) clients should trust.
-    pub async fn serve_tls(
-        &self,
-        addr: SocketAddr,
-    ) -> std::io::Result<(SocketAddr, tokio::task::JoinHandle<()>, String)> {
-        let tls_error =
-            |e: &dyn std::fmt::Display| std::io::Error::other(format!("TLS setup: {e}"));
-        let ca_key = rcgen::KeyPair::generate().map_err(|e| tls_error(&e))?;
-        let mut ca_params =
-            rcgen::CertificateParams::new(Vec::<String>::new()).map_err(|e| tls_error(&e))?;
-        ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
-        ca_params
-            .distinguished_name
-            .push(rcgen::DnType::CommonName, "cdi dev API server CA");
-        let ca = ca_params.self_signed(&ca_key).map_err(|e| tls_error(&e))?;
-        let issuer = rcgen::Issuer::new(ca_params, ca_key);
-        let key = rcgen::KeyPair::generate().map_err(|e| tls_error(&e))?;
-        let params = rcgen::CertificateParams::new(vec![
-            "localhost".into(),
-            "127.0.0.1".into(),
-            addr.ip().to_string(),
-        ])
-        .map_err(|e| tls_error(&e))?;
-        let cert = params.signed_by(&key, &issuer).map_err(|e| tls_error(&e))?;
-        let config = rustls::ServerConfig::builder_with_provider(Arc::new(
-            rustls::crypto::aws_lc_rs::default_provider(),
-        ))
-        .with_safe_default_protocol_versions()
-        .map_err(|e| tls_error(&e))?
-        .with_no_client_auth()
-        .with_single_cert(
-            vec![cert.der().clone()],
-            rustls::pki_types::PrivateKeyDer::Pkcs8(key.serialize_der().into()),
-        )
-        .map_err(|e| tls_error(&e))?;
-        let mut config = config;
-        config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
-        let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
-        let listener = tokio::net::TcpListener::bind(addr).await?;
-        let bound = listener.local_addr()?;
-        let router = self.router();
+        let acceptor = tokio_rustls::TlsAcceptor::from(self.ca.server_config(bound, &[])?);
+        let router = self.app();
         let task = tokio::spawn(async move {
             while let Ok((stream, _)) = listener.accept().await {
                 let (acceptor, router) = (acceptor.clone(), router.clone());
@@ -363,12 +374,17 @@ impl ApiServer {
                     let _ = hyper_util::server::conn::auto::Builder::new(
                         hyper_util::rt::TokioExecutor::new(),
                     )
-                    .serve_connection(hyper_util::rt::TokioIo::new(tls), service)
+                    .serve_connection_with_upgrades(hyper_util::rt::TokioIo::new(tls), service)
                     .await;
                 });
             }
         });
-        Ok((bound, task, ca.pem()))
+        Ok((bound, task))
+    }
+
+    /// The certificate of the CA that signed the serving certificate (PEM).
+    pub fn ca_pem(&self) -> &str {
+        self.ca.cert_pem()
     }
 
     fn route(&self, path: &str) -> ApiResult<Target> {
@@ -489,6 +505,15 @@ async fn handle(State(server): State<ApiServer>, req: Request) -> Response {
         )
             .into_response();
     }
+    let user = match server.admit_request(&req) {
+        Ok(who) => who,
+        Err(e) => {
+            server
+                .metrics
+                .count(describe(&req, None, &query(&req)), e.code);
+            return e.into_response();
+        }
+    };
     if req.uri().path() == "/metrics" && req.method() == Method::GET {
         return (
             StatusCode::OK,
@@ -502,7 +527,7 @@ async fn handle(State(server): State<ApiServer>, req: Request) -> Response {
     }
     // Routed and parsed once, for the request and for its count.
     let target = server.route(req.uri().path());
-    let call = Call::new(&server, &req);
+    let call = Call::new(&server, &req, user);
     let counted = describe(&req, target.as_ref().ok(), &call.q);
     let response = match dispatch(target, call, req).await {
         Ok(r) => r,
@@ -510,6 +535,53 @@ async fn handle(State(server): State<ApiServer>, req: Request) -> Response {
     };
     server.metrics.count(counted, response.status().as_u16());
     response
+}
+
+impl ApiServer {
+    /// Who sends `req`, once authenticated, impersonation checked and the
+    /// request authorized: 401 without valid credentials, 403 where RBAC grants nothing.
+    fn admit_request(&self, req: &Request) -> ApiResult<UserInfo> {
+        let requester = match super::auth::bearer(req.headers()) {
+            Some(token) => self
+                .auth
+                .verify(token, super::auth::AUDIENCE, &Live(&self.store))
+                .ok_or_else(ApiError::unauthorized)?,
+            None => match req.extensions().get::<Peer>() {
+                Some(Peer(user)) => user.clone(),
+                None => return Err(ApiError::unauthorized()),
+            },
+        };
+        let allowed = |user: &UserInfo, a: &Attributes| self.allows(user, a);
+        let user = super::auth::impersonate(requester, req.headers(), &allowed)?;
+        let q = query(req);
+        let attributes = super::auth::request_attributes(
+            req.method().as_str(),
+            req.uri().path(),
+            q.flag("watch"),
+            q.get("fieldSelector").map(String::as_str),
+        );
+        if !self.allows(&user, &attributes) {
+            return Err(ApiError::forbidden_request(&user, &attributes));
+        }
+        Ok(user)
+    }
+
+    /// The authorizer: `system:masters` may do anything, everyone else what RBAC grants.
+    fn allows(&self, user: &UserInfo, a: &Attributes) -> bool {
+        user.groups.iter().any(|g| g == super::rbac::MASTERS)
+            || rbac_policy(&self.store).authorize(user, a).is_some()
+    }
+}
+
+/// The uids the authenticator checks tokens against.
+struct Live<'a>(&'a Store);
+
+impl super::auth::Lookup for Live<'_> {
+    fn uid(&self, plural: &str, namespace: &str, name: &str) -> Option<String> {
+        let def = self.0.registry().get("", "v1", plural)?.clone();
+        let obj = self.0.get(&def, namespace, name).ok()?;
+        obj["metadata"]["uid"].as_str().map(str::to_string)
+    }
 }
 
 /// How kube-apiserver's request metrics label a request: the verb as its authorizer names it,
@@ -873,6 +945,9 @@ async fn dispatch(target: ApiResult<Target>, call: Call, req: Request) -> ApiRes
 /// What every handler of a request needs besides its target.
 struct Call {
     store: Arc<Store>,
+    /// Who the request acts as.
+    user: UserInfo,
+    auth: Arc<Authenticator>,
     /// Created claims and volumes get the in-use protection finalizers.
     protect_storage: bool,
     q: Query,
@@ -887,12 +962,14 @@ struct Call {
 }
 
 impl Call {
-    fn new(server: &ApiServer, req: &Request) -> Call {
+    fn new(server: &ApiServer, req: &Request, user: UserInfo) -> Call {
         let q = query(req);
         let manager = q.get("fieldManager").cloned().filter(|m| !m.is_empty());
         let force = q.flag("force");
         Call {
             store: server.store.clone(),
+            user,
+            auth: server.auth.clone(),
             protect_storage: server.protect_storage,
             method: req.method().clone(),
             accept: req
@@ -994,7 +1071,7 @@ async fn collection(
             matches_url(def, &ns, &obj)?;
             if def.create_only {
                 let mut review = obj;
-                review["status"] = access_review(&call.store, def, &ns, &review)?;
+                review["status"] = answer_review(call, def, &ns, &review)?;
                 return Ok(json_response(StatusCode::CREATED, &review));
             }
             let mut obj = obj;
@@ -1077,6 +1154,11 @@ const SUBRESOURCES: &[Subresource] = &[
         name: "binding",
         served: |def| declares(def, "binding"),
         handle: |call, at, req| Box::pin(binding(call, at, req)),
+    },
+    Subresource {
+        name: "token",
+        served: |def| declares(def, "token"),
+        handle: |call, at, req| Box::pin(token_request(call, at, req)),
     },
 ];
 
@@ -1325,6 +1407,124 @@ async fn binding(call: &Call, at: &Named, req: Request) -> ApiResult<Response> {
         StatusCode::CREATED,
         &json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}),
     ))
+}
+
+/// A TokenRequest (`serviceaccounts/token`, as `kubectl create token` and the kubelet ask it):
+/// a signed token of the ServiceAccount for the audiences asked, bound to a pod if asked.
+async fn token_request(call: &Call, at: &Named, req: Request) -> ApiResult<Response> {
+    if call.method != Method::POST {
+        return Err(call.not_supported(&at.res.def, "token"));
+    }
+    let Named { res, ns, name } = at;
+    let mut request = read_object(req).await?;
+    let account = res.get(ns, name)?;
+    let spec = &request["spec"];
+    let invalid = |field: &str, value: &str, message: &str| {
+        ApiError::invalid(
+            "TokenRequest.authentication.k8s.io",
+            name,
+            vec![(field.into(), format!("Invalid value: {value}: {message}"))],
+        )
+    };
+    let seconds = match &spec["expirationSeconds"] {
+        Value::Null => super::auth::DEFAULT_TOKEN_SECONDS,
+        v => v.as_i64().ok_or_else(|| {
+            invalid(
+                "spec.expirationSeconds",
+                &v.to_string(),
+                "must be an integer",
+            )
+        })?,
+    };
+    if seconds < super::auth::MIN_TOKEN_SECONDS {
+        return Err(invalid(
+            "spec.expirationSeconds",
+            &seconds.to_string(),
+            "may not specify a duration less than 10 minutes",
+        ));
+    }
+    if seconds > 1 << 32 {
+        return Err(invalid(
+            "spec.expirationSeconds",
+            &seconds.to_string(),
+            "may not specify a duration larger than 2^32 seconds",
+        ));
+    }
+    let mut audiences: Vec<String> = spec["audiences"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|a| a.as_str().map(str::to_string))
+        .collect();
+    if audiences.is_empty() {
+        audiences.push(super::auth::AUDIENCE.into());
+    }
+    let bound = &spec["boundObjectRef"];
+    let pod = match bound["kind"].as_str() {
+        None => None,
+        Some("Pod") => {
+            let pod_name = bound["name"].as_str().unwrap_or("");
+            let def = call
+                .store
+                .registry()
+                .get("", "v1", "pods")
+                .cloned()
+                .ok_or_else(ApiError::path_not_found)?;
+            let pod = call.store.get(&def, ns, pod_name)?;
+            let uid = pod["metadata"]["uid"].as_str().unwrap_or("").to_string();
+            if let Some(asked) = bound["uid"].as_str().filter(|u| !u.is_empty())
+                && asked != uid
+            {
+                return Err(ApiError {
+                    message: format!(
+                        "Operation cannot be fulfilled on Pod {pod_name:?}: the UID in the bound object reference ({asked}) does not match the UID in record. The object might have been deleted and then recreated"
+                    ),
+                    ..ApiError::conflict("", "pods", pod_name)
+                });
+            }
+            let runs_as = pod["spec"]["serviceAccountName"]
+                .as_str()
+                .filter(|s| !s.is_empty())
+                .unwrap_or(super::store::DEFAULT_SERVICE_ACCOUNT);
+            if runs_as != name {
+                return Err(ApiError::bad_request(format!(
+                    "cannot bind token for serviceaccount {name:?} to pod running with different serviceaccount name."
+                )));
+            }
+            Some((pod_name.to_string(), uid))
+        }
+        Some(kind) => {
+            return Err(ApiError::bad_request(format!(
+                "cannot bind token to object of type {kind}"
+            )));
+        }
+    };
+    let (token, expires) = call.auth.mint(&super::auth::TokenFor {
+        namespace: ns.clone(),
+        service_account: (
+            name.clone(),
+            account["metadata"]["uid"]
+                .as_str()
+                .unwrap_or("")
+                .to_string(),
+        ),
+        pod,
+        audiences: audiences.clone(),
+        seconds,
+    });
+    request["apiVersion"] = json!("authentication.k8s.io/v1");
+    request["kind"] = json!("TokenRequest");
+    request["metadata"]["name"] = json!(name);
+    request["metadata"]["namespace"] = json!(ns);
+    request["spec"]["audiences"] = json!(audiences);
+    request["spec"]["expirationSeconds"] = json!(seconds);
+    request["status"] = json!({
+        "token": token,
+        "expirationTimestamp": jiff::Timestamp::from_second(expires)
+            .map(|t| t.to_string())
+            .unwrap_or_default(),
+    });
+    Ok(json_response(StatusCode::CREATED, &request))
 }
 
 /// What a write is, for admission.
@@ -1774,16 +1974,82 @@ fn aggregate_cluster_roles(store: &Store) {
     }
 }
 
+/// The status of a review: access reviews answered by the RBAC authorizer, a TokenReview by the
+/// authenticator, a SelfSubjectReview with the caller.
+fn answer_review(call: &Call, def: &ResourceDef, ns: &str, review: &Value) -> ApiResult<Value> {
+    match def.kind.as_str() {
+        "SelfSubjectAccessReview" => access_review(&call.store, def, ns, review, Some(&call.user)),
+        "SelfSubjectRulesReview" => Ok(rules_review(&call.store, &call.user, review)),
+        "TokenReview" => Ok(token_review(call, review)),
+        "SelfSubjectReview" => Ok(json!({"userInfo": super::auth::user_json(&call.user)})),
+        _ => access_review(&call.store, def, ns, review, None),
+    }
+}
+
+/// What the caller may do in `spec.namespace` (cluster-wide rules included), as
+/// `kubectl auth can-i --list` shows it.
+fn rules_review(store: &Store, user: &UserInfo, review: &Value) -> Value {
+    let ns = review["spec"]["namespace"].as_str().unwrap_or("");
+    let (mut resource_rules, mut path_rules) = (Vec::new(), Vec::new());
+    for (_, rule) in rbac_policy(store).rules_for(user, ns) {
+        let mut out = json!({"verbs": rule.verbs});
+        if let Some(urls) = rule.non_resource_urls.filter(|u| !u.is_empty()) {
+            out["nonResourceURLs"] = json!(urls);
+            if !path_rules.contains(&out) {
+                path_rules.push(out);
+            }
+            continue;
+        }
+        out["apiGroups"] = json!(rule.api_groups.unwrap_or_default());
+        out["resources"] = json!(rule.resources.unwrap_or_default());
+        if let Some(names) = rule.resource_names.filter(|n| !n.is_empty()) {
+            out["resourceNames"] = json!(names);
+        }
+        if !resource_rules.contains(&out) {
+            resource_rules.push(out);
+        }
+    }
+    json!({"resourceRules": resource_rules, "nonResourceRules": path_rules, "incomplete": false})
+}
+
+/// Whether `spec.token` authenticates, for `spec.audiences` (this server's own by default).
+fn token_review(call: &Call, review: &Value) -> Value {
+    let token = review["spec"]["token"].as_str().unwrap_or("");
+    let asked: Vec<String> = review["spec"]["audiences"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|a| a.as_str().map(str::to_string))
+        .collect();
+    let audiences = if asked.is_empty() {
+        vec![super::auth::AUDIENCE.to_string()]
+    } else {
+        asked
+    };
+    for audience in &audiences {
+        if let Some(user) = call.auth.verify(token, audience, &Live(&call.store)) {
+            return json!({"authenticated": true, "user": super::auth::user_json(&user), "audiences": [audience]});
+        }
+    }
+    json!({"authenticated": false, "user": {}, "error": "invalid bearer token"})
+}
+
 /// A SubjectAccessReview (or LocalSubjectAccessReview) answered by the RBAC authorizer: whether
 /// the user or groups in its spec may do what it asks.
-fn access_review(store: &Store, def: &ResourceDef, ns: &str, review: &Value) -> ApiResult<Value> {
-    use super::rbac::{Attributes, UserInfo};
+fn access_review(
+    store: &Store,
+    def: &ResourceDef,
+    ns: &str,
+    review: &Value,
+    caller: Option<&UserInfo>,
+) -> ApiResult<Value> {
     use super::validation::FieldError;
     let spec = &review["spec"];
     let resource = spec.get("resourceAttributes").filter(|v| v.is_object());
     let path = spec.get("nonResourceAttributes").filter(|v| v.is_object());
     let text = |v: &Value, k: &str| v[k].as_str().unwrap_or("").to_string();
-    let user = UserInfo {
+    // A SelfSubjectAccessReview asks about its caller.
+    let user = caller.cloned().unwrap_or_else(|| UserInfo {
         name: text(spec, "user"),
         uid: text(spec, "uid"),
         groups: spec["groups"]
@@ -1792,7 +2058,7 @@ fn access_review(store: &Store, def: &ResourceDef, ns: &str, review: &Value) -> 
             .flatten()
             .filter_map(|g| g.as_str().map(String::from))
             .collect(),
-    };
+    });
     let mut errs = Vec::new();
     if resource.is_some() && path.is_some() {
         errs.push(
@@ -1815,7 +2081,7 @@ fn access_review(store: &Store, def: &ResourceDef, ns: &str, review: &Value) -> 
             .cause(),
         );
     }
-    if user.name.is_empty() && user.groups.is_empty() {
+    if caller.is_none() && user.name.is_empty() && user.groups.is_empty() {
         errs.push(
             FieldError::invalid(
                 "spec.user",

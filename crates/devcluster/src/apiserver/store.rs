@@ -468,6 +468,32 @@ impl Store {
                 }),
             );
         }
+        // The RBAC policy kube-apiserver bootstraps (its rbac/bootstrap-roles post-start hook).
+        let rbac = "rbac.authorization.k8s.io";
+        let roles = super::rbac::bootstrap_cluster_roles()
+            .into_iter()
+            .map(|r| ("clusterroles", "ClusterRole", serde_json::to_value(r)));
+        let bindings = super::rbac::bootstrap_cluster_role_bindings()
+            .into_iter()
+            .map(|b| {
+                (
+                    "clusterrolebindings",
+                    "ClusterRoleBinding",
+                    serde_json::to_value(b),
+                )
+            });
+        for (plural, kind, obj) in roles.chain(bindings) {
+            let mut obj = obj.expect("RBAC objects serialize");
+            let name = obj["metadata"]["name"].as_str().unwrap_or("").to_string();
+            obj["apiVersion"] = json!(format!("{rbac}/v1"));
+            obj["kind"] = json!(kind);
+            obj["metadata"]["uid"] = json!(new_uid());
+            obj["metadata"]["creationTimestamp"] = json!(now());
+            obj["metadata"]["resourceVersion"] = json!("1");
+            inner
+                .objects
+                .insert((rbac.into(), plural.into(), String::new(), name), obj);
+        }
         Store {
             inner: Mutex::new(inner),
             history: Mutex::new(History {
