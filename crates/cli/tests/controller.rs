@@ -839,13 +839,12 @@ spec:
     );
     let launcher = &pods["items"][0];
     assert_eq!(launcher["spec"]["nodeName"], "node-2");
-    let log = std::fs::read_to_string(
-        s.dir
-            .join("nodes/node-2/pods")
-            .join(launcher["metadata"]["uid"].as_str().unwrap())
-            .join("logs/compute.log"),
-    )
-    .unwrap();
+    // What the launcher printed, as a user reads it.
+    let log = kubectl(
+        &s.dir,
+        &["logs", launcher["metadata"]["name"].as_str().unwrap()],
+        None,
+    );
     let usable = cdi_core::size::usable_space(1 << 30, "0.06".parse().unwrap());
     assert!(
         log.contains(&format!("raw, virtual size {usable} bytes")),

@@ -233,6 +233,11 @@ fn spawn_all(
             changes.clone(),
             every,
         )),
+        tokio::spawn(crate::agents::workloads::agent::run(
+            client.clone(),
+            changes.clone(),
+            every,
+        )),
     ];
     for driver in [Driver::LocalPath, Driver::Csi] {
         tasks.push(tokio::spawn(localpath::agent::run(
@@ -312,9 +317,13 @@ pub async fn start(config: &Config) -> anyhow::Result<Running> {
     // Tokens of an earlier run mean nothing to this one's users.
     apiserver::write_private(&config.token_file(), "")
         .with_context(|| format!("writing {}", config.token_file().display()))?;
+    let dirs = NodeDirs {
+        root: config.dir.join("nodes"),
+    };
     let server = ApiServer::new()
         .protecting_storage()
-        .with_token_file(config.token_file());
+        .with_token_file(config.token_file())
+        .with_pod_logs(std::sync::Arc::new(dirs.clone()));
     let (bound, server_task) = server
         .serve(config.addr)
         .await
@@ -323,9 +332,6 @@ pub async fn start(config: &Config) -> anyhow::Result<Running> {
     tracing::info!(target: "cdi_devcluster::apiserver", %url, "API server listening");
     let client = Client::new(server.router(), "default");
     let nodes: Api<Node> = Api::all(client.clone());
-    let dirs = NodeDirs {
-        root: config.dir.join("nodes"),
-    };
     for (i, n) in config.nodes.iter().enumerate() {
         let dir = dirs.node(&n.name);
         std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;

@@ -49,6 +49,7 @@ pub mod retry;
 pub mod scheduler;
 pub mod snapshots;
 pub mod vmconsumer;
+pub mod workloads;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -190,6 +191,8 @@ impl Changes {
             watch::<cdi_api::DataVolume>(client, &tx),
             watch::<VirtualMachine>(client, &tx),
             watch::<VirtualMachineInstance>(client, &tx),
+            watch::<k8s_openapi::api::apps::v1::Deployment>(client, &tx),
+            watch::<k8s_openapi::api::apps::v1::ReplicaSet>(client, &tx),
         ];
         for (kind, plural) in [
             ("VolumeSnapshot", "volumesnapshots"),
@@ -350,7 +353,7 @@ async fn list_dynamic(
         .collect())
 }
 
-async fn list_all<K>(client: &Client) -> Result<Vec<K>, kube::Error>
+pub(crate) async fn list_all<K>(client: &Client) -> Result<Vec<K>, kube::Error>
 where
     K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
     K::DynamicType: Default,

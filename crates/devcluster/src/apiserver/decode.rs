@@ -267,6 +267,7 @@ fn check_type(def: &ResourceDef, obj: &Value) -> ApiResult<()> {
         ("", "nodes") => typed::<core::v1::Node>(def, obj),
         ("", "pods") => typed::<core::v1::Pod>(def, obj),
         ("", "services") => typed::<core::v1::Service>(def, obj),
+        ("", "endpoints") => typed::<core::v1::Endpoints>(def, obj),
         ("", "configmaps") => typed::<core::v1::ConfigMap>(def, obj),
         ("", "secrets") => typed::<core::v1::Secret>(def, obj),
         ("", "serviceaccounts") => typed::<core::v1::ServiceAccount>(def, obj),
@@ -282,6 +283,7 @@ fn check_type(def: &ResourceDef, obj: &Value) -> ApiResult<()> {
             typed::<apiext::CustomResourceDefinition>(def, obj)
         }
         ("apps", "deployments") => typed::<apps::v1::Deployment>(def, obj),
+        ("apps", "replicasets") => typed::<apps::v1::ReplicaSet>(def, obj),
         ("rbac.authorization.k8s.io", "roles") => typed::<rbac::v1::Role>(def, obj),
         ("rbac.authorization.k8s.io", "clusterroles") => typed::<rbac::v1::ClusterRole>(def, obj),
         ("rbac.authorization.k8s.io", "rolebindings") => typed::<rbac::v1::RoleBinding>(def, obj),

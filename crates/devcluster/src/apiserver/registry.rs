@@ -79,6 +79,7 @@ impl ResourceDef {
             let (kind, verbs) = match sub.as_str() {
                 "binding" => ("Binding", vec!["create"]),
                 "token" => ("TokenRequest", vec!["create"]),
+                "scale" => ("Scale", vec!["get", "patch", "update"]),
                 _ => (self.kind.as_str(), vec!["get", "patch", "update"]),
             };
             out.push(json!({
@@ -178,6 +179,7 @@ const BUILTINS: &[Builtin] = &[
         &["all"],
         &["status"],
     ),
+    ("", "v1", "Endpoints", "endpoints", true, &["ep"], &[], &[]),
     ("", "v1", "ConfigMap", "configmaps", true, &["cm"], &[], &[]),
     ("", "v1", "Secret", "secrets", true, &[], &[], &[]),
     (
@@ -299,7 +301,17 @@ const BUILTINS: &[Builtin] = &[
         true,
         &["deploy"],
         &["all"],
-        &["status"],
+        &["status", "scale"],
+    ),
+    (
+        "apps",
+        "v1",
+        "ReplicaSet",
+        "replicasets",
+        true,
+        &["rs"],
+        &["all"],
+        &["status", "scale"],
     ),
 ];
 
@@ -334,6 +346,18 @@ fn builtin_columns(group: &str, plural: &str) -> Vec<Value> {
             col("Reason", ".reason", 0),
             col("Object", ".regarding.name", 0),
             col("Message", ".note", 0),
+        ],
+        ("apps", "deployments") => vec![
+            col("Ready", "#deployment.ready", 0),
+            col("Up-to-date", ".status.updatedReplicas", 0),
+            col("Available", ".status.availableReplicas", 0),
+            age(),
+        ],
+        ("apps", "replicasets") => vec![
+            col("Desired", ".spec.replicas", 0),
+            col("Current", ".status.replicas", 0),
+            col("Ready", ".status.readyReplicas", 0),
+            age(),
         ],
         // `#…` paths are cells computed as kubectl's pod printer does (see `table`).
         ("", "pods") => vec![

@@ -36,6 +36,22 @@ pub struct ApiServer {
     auth: Arc<Authenticator>,
     /// The CA its serving certificate comes from.
     ca: Arc<super::pki::Ca>,
+    /// Where the kubelets keep containers' logs, for `pods/log`.
+    pod_logs: Option<Arc<dyn PodLogs>>,
+}
+
+/// Where a node's kubelet keeps the logs of containers, which `pods/log` reads as kube-apiserver
+/// asks the kubelet for them.
+pub trait PodLogs: Send + Sync {
+    /// The log of run `instance` (its restart count then) of `container` of pod `pod_uid` on
+    /// `node`.
+    fn log_file(
+        &self,
+        node: &str,
+        pod_uid: &str,
+        container: &str,
+        instance: u32,
+    ) -> std::path::PathBuf;
 }
 
 impl Default for ApiServer {
@@ -267,23 +283,27 @@ fn decode(s: &str) -> String {
 
 impl ApiServer {
     pub fn new() -> ApiServer {
-        ApiServer {
-            store: Arc::new(Store::new(Registry::with_builtins())),
-            protect_storage: false,
-            metrics: Default::default(),
-            auth: Default::default(),
-            ca: Arc::new(super::pki::Ca::generate().expect("generating the cluster CA")),
-        }
+        Self::with_store(Store::new(Registry::with_builtins()))
     }
 
     /// A server whose watches can resume only within the last `history` changes.
     pub fn with_history(history: usize) -> ApiServer {
+        Self::with_store(Store::with_history(Registry::with_builtins(), history))
+    }
+
+    fn with_store(store: Store) -> ApiServer {
+        let ca = super::pki::Ca::generate().expect("generating the cluster CA");
+        store.set_root_ca(ca.cert_pem().to_string());
+        for ns in ["default", "kube-system", "kube-public"] {
+            ensure_root_ca(&store, ns);
+        }
         ApiServer {
-            store: Arc::new(Store::with_history(Registry::with_builtins(), history)),
+            store: Arc::new(store),
             protect_storage: false,
             metrics: Default::default(),
             auth: Default::default(),
-            ca: Arc::new(super::pki::Ca::generate().expect("generating the cluster CA")),
+            ca: Arc::new(ca),
+            pod_logs: None,
         }
     }
 
@@ -301,6 +321,12 @@ impl ApiServer {
         Arc::get_mut(&mut self.auth)
             .expect("a server is configured before it is shared")
             .set_token_file(file);
+        self
+    }
+
+    /// Serve `pods/log` from where the kubelets keep containers' logs.
+    pub fn with_pod_logs(mut self, logs: Arc<dyn PodLogs>) -> ApiServer {
+        self.pod_logs = Some(logs);
         self
     }
 
@@ -361,7 +387,9 @@ impl ApiServer {
     ) -> std::io::Result<(SocketAddr, tokio::task::JoinHandle<()>)> {
         let listener = tokio::net::TcpListener::bind(addr).await?;
         let bound = listener.local_addr()?;
-        let acceptor = tokio_rustls::TlsAcceptor::from(self.ca.server_config(bound, &[])?);
+        let acceptor =
+            tokio_rustls::TlsAcceptor::from(self.ca.server_config(bound, &KUBERNETES_NAMES)?);
+        publish_kubernetes_service(&self.store, bound);
         let router = self.app();
         let task = tokio::spawn(async move {
             while let Ok((stream, _)) = listener.accept().await {
@@ -947,6 +975,7 @@ struct Call {
     store: Arc<Store>,
     /// Who the request acts as.
     user: UserInfo,
+    pod_logs: Option<Arc<dyn PodLogs>>,
     auth: Arc<Authenticator>,
     /// Created claims and volumes get the in-use protection finalizers.
     protect_storage: bool,
@@ -969,6 +998,7 @@ impl Call {
         Call {
             store: server.store.clone(),
             user,
+            pod_logs: server.pod_logs.clone(),
             auth: server.auth.clone(),
             protect_storage: server.protect_storage,
             method: req.method().clone(),
@@ -1154,6 +1184,16 @@ const SUBRESOURCES: &[Subresource] = &[
         name: "binding",
         served: |def| declares(def, "binding"),
         handle: |call, at, req| Box::pin(binding(call, at, req)),
+    },
+    Subresource {
+        name: "scale",
+        served: |def| declares(def, "scale"),
+        handle: |call, at, req| Box::pin(scale(call, at, req)),
+    },
+    Subresource {
+        name: "log",
+        served: |def| def.group.is_empty() && def.plural == "pods",
+        handle: |call, at, req| Box::pin(pod_log(call, at, req)),
     },
     Subresource {
         name: "token",
@@ -1347,6 +1387,13 @@ async fn delete(call: &Call, at: &Named, req: Request) -> ApiResult<Response> {
     {
         ensure_default_service_account(store, ns);
     }
+    if def.group.is_empty()
+        && def.plural == "configmaps"
+        && name == super::store::ROOT_CA_CONFIG_MAP
+        && !how.dry_run
+    {
+        ensure_root_ca(store, ns);
+    }
     Ok(json_response(StatusCode::OK, &deleted))
 }
 
@@ -1407,6 +1454,256 @@ async fn binding(call: &Call, at: &Named, req: Request) -> ApiResult<Response> {
         StatusCode::CREATED,
         &json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}),
     ))
+}
+
+/// How a write of `scale` makes the next Scale from the current one.
+type ScaleChange = dyn Fn(&Value) -> ApiResult<Value> + Send + Sync;
+
+/// The `scale` subresource (autoscaling/v1 Scale) of an object with `spec.replicas`, as
+/// `kubectl scale` reads and patches it: `spec.replicas`, and the pods' count and selector.
+async fn scale(call: &Call, at: &Named, req: Request) -> ApiResult<Response> {
+    let Named { res, ns, name } = at;
+    let as_scale = |obj: &Value| {
+        let selector = obj["spec"]["selector"]["matchLabels"]
+            .as_object()
+            .map(|m| {
+                m.iter()
+                    .map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or("")))
+                    .collect::<Vec<_>>()
+                    .join(",")
+            })
+            .unwrap_or_default();
+        let meta = &obj["metadata"];
+        json!({"apiVersion": "autoscaling/v1", "kind": "Scale",
+            "metadata": {"name": meta["name"], "namespace": meta["namespace"], "uid": meta["uid"],
+                "resourceVersion": meta["resourceVersion"],
+                "creationTimestamp": meta["creationTimestamp"]},
+            "spec": {"replicas": obj["spec"]["replicas"].as_i64().unwrap_or(1)},
+            "status": {"replicas": obj["status"]["replicas"].as_i64().unwrap_or(0),
+                "selector": selector}})
+    };
+    let next_scale: Box<ScaleChange> = match call.method {
+        Method::GET => {
+            return Ok(json_response(
+                StatusCode::OK,
+                &as_scale(&res.get(ns, name)?),
+            ));
+        }
+        Method::PUT => {
+            let body = read_object(req).await?;
+            Box::new(move |_| Ok(body.clone()))
+        }
+        Method::PATCH => {
+            let ct = req
+                .headers()
+                .get(header::CONTENT_TYPE)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or("")
+                .to_string();
+            let kind = PatchKind::from_content_type(&ct)?;
+            let body = body_bytes(req).await?;
+            Box::new(move |current| patch::apply(kind, current, &body))
+        }
+        _ => return Err(call.not_supported(&res.def, "scale")),
+    };
+    let def = res.def.clone();
+    let updated = res.modify(ns, name, &call.write(false), |current| {
+        let wanted = next_scale(&as_scale(current))?;
+        let asked_version = wanted["metadata"]["resourceVersion"].as_str().unwrap_or("");
+        if call.method == Method::PUT
+            && !asked_version.is_empty()
+            && Some(asked_version) != current["metadata"]["resourceVersion"].as_str()
+        {
+            return Err(ApiError::conflict(&def.group, &def.plural, name));
+        }
+        let replicas = wanted["spec"]["replicas"].as_i64().unwrap_or(0);
+        if replicas < 0 {
+            return Err(ApiError::invalid(
+                "Scale.autoscaling",
+                name,
+                vec![(
+                    "spec.replicas".into(),
+                    format!("Invalid value: {replicas}: must be greater than or equal to 0"),
+                )],
+            ));
+        }
+        let mut next = current.clone();
+        next["spec"]["replicas"] = json!(replicas);
+        Ok(next)
+    })?;
+    Ok(json_response(StatusCode::OK, &as_scale(&updated)))
+}
+
+/// `pods/log` as `kubectl logs` asks it: the current run of a container (`container`, needed when
+/// the pod has several), or the one before (`previous`), its last `tailLines` lines or
+/// `limitBytes` bytes, and with `follow` what it writes until it ends.
+async fn pod_log(call: &Call, at: &Named, _req: Request) -> ApiResult<Response> {
+    if call.method != Method::GET {
+        return Err(call.not_supported(&at.res.def, "log"));
+    }
+    let Named { res, ns, name } = at;
+    let pod = res.get(ns, name)?;
+    let bad = |m: String| ApiError::bad_request(m);
+    let containers: Vec<&str> = ["initContainers", "containers"]
+        .iter()
+        .flat_map(|k| pod["spec"][*k].as_array().into_iter().flatten())
+        .filter_map(|c| c["name"].as_str())
+        .collect();
+    let mains: Vec<&str> = pod["spec"]["containers"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|c| c["name"].as_str())
+        .collect();
+    let container = match call.q.get("container").filter(|c| !c.is_empty()) {
+        Some(c) if containers.contains(&c.as_str()) => c.clone(),
+        Some(c) => {
+            return Err(bad(format!("container {c} is not valid for pod {name}")));
+        }
+        None if mains.len() == 1 => mains[0].to_string(),
+        None => {
+            return Err(bad(format!(
+                "a container name must be specified for pod {name}, choose one of: [{}]",
+                mains.join(" ")
+            )));
+        }
+    };
+    let status = ["initContainerStatuses", "containerStatuses"]
+        .iter()
+        .flat_map(|k| pod["status"][*k].as_array().into_iter().flatten())
+        .find(|s| s["name"] == container.as_str())
+        .cloned()
+        .unwrap_or(Value::Null);
+    let restarts = status["restartCount"].as_u64().unwrap_or(0) as u32;
+    let state = &status["state"];
+    let ended_before = status["lastState"]["terminated"].is_object() && restarts > 0;
+    let previous = call.q.flag("previous");
+    // As the kubelet picks the run: the current one once it has started, else (waiting to
+    // restart) the one that ended last; `previous`, the one that ended last.
+    let instance = if previous {
+        ended_before.then(|| restarts - 1).ok_or_else(|| {
+            bad(format!(
+                "previous terminated container {container:?} in pod {name:?} not found"
+            ))
+        })?
+    } else if state["running"].is_object() || state["terminated"].is_object() {
+        restarts
+    } else if ended_before {
+        restarts - 1
+    } else {
+        let reason = state["waiting"]["reason"]
+            .as_str()
+            .unwrap_or("ContainerCreating");
+        return Err(bad(format!(
+            "container {container:?} in pod {name:?} is waiting to start: {reason}"
+        )));
+    };
+    let node = pod["spec"]["nodeName"].as_str().unwrap_or("");
+    let Some(logs) = call.pod_logs.as_ref().filter(|_| !node.is_empty()) else {
+        return Err(bad(format!(
+            "container {container:?} in pod {name:?} has no logs on this cluster"
+        )));
+    };
+    let uid = pod["metadata"]["uid"].as_str().unwrap_or("");
+    let file = logs.log_file(node, uid, &container, instance);
+    let text = std::fs::read(&file).unwrap_or_default();
+    let tail = call.q.int("tailLines")?.filter(|n| *n >= 0);
+    let limit = call.q.int("limitBytes")?.filter(|n| *n > 0);
+    let mut head = text.as_slice();
+    if let Some(n) = tail {
+        head = tail_lines(head, n as usize);
+    }
+    if let Some(limit) = limit {
+        head = &head[..head.len().min(limit as usize)];
+    }
+    let text_plain = [(header::CONTENT_TYPE, "text/plain")];
+    if !call.q.flag("follow") || previous {
+        return Ok((StatusCode::OK, text_plain, head.to_vec()).into_response());
+    }
+    // Follow: what is there, then what the run writes, until it is no longer the running one.
+    let store = call.store.clone();
+    let def = res.def.clone();
+    let (ns, name) = (ns.clone(), name.clone());
+    let first = head.to_vec();
+    let mut offset = text.len() as u64;
+    let stream = body_stream(move |tx| async move {
+        if tx.send(Ok(Bytes::from(first))).await.is_err() {
+            return;
+        }
+        let mut changes = store.subscribe();
+        loop {
+            let running = store.get(&def, &ns, &name).ok().is_some_and(|pod| {
+                ["initContainerStatuses", "containerStatuses"]
+                    .iter()
+                    .flat_map(|k| pod["status"][*k].as_array().cloned().unwrap_or_default())
+                    .any(|s| {
+                        s["name"] == container.as_str()
+                            && s["restartCount"].as_u64().unwrap_or(0) as u32 == instance
+                            && s["state"]["running"].is_object()
+                    })
+            });
+            let more = read_from(&file, &mut offset);
+            if !more.is_empty() && tx.send(Ok(Bytes::from(more))).await.is_err() {
+                return;
+            }
+            if !running {
+                let rest = read_from(&file, &mut offset);
+                if !rest.is_empty() {
+                    let _ = tx.send(Ok(Bytes::from(rest))).await;
+                }
+                return;
+            }
+            // The log grows between changes of the cluster too: look again soon.
+            let _ = tokio::time::timeout(Duration::from_millis(200), changes.changed()).await;
+        }
+    });
+    Ok((StatusCode::OK, text_plain, Body::from_stream(stream)).into_response())
+}
+
+/// The last `n` lines of `text`.
+fn tail_lines(text: &[u8], n: usize) -> &[u8] {
+    if n == 0 {
+        return &[];
+    }
+    let body = text.strip_suffix(b"\n").unwrap_or(text);
+    let mut seen = 0;
+    for (i, b) in body.iter().enumerate().rev() {
+        if *b == b'\n' {
+            seen += 1;
+            if seen == n {
+                return &text[i + 1..];
+            }
+        }
+    }
+    text
+}
+
+/// What `file` holds past `offset`, moving it on.
+fn read_from(file: &std::path::Path, offset: &mut u64) -> Vec<u8> {
+    use std::io::{Read, Seek, SeekFrom};
+    let mut out = Vec::new();
+    if let Ok(mut f) = std::fs::File::open(file)
+        && f.seek(SeekFrom::Start(*offset)).is_ok()
+    {
+        let _ = f.read_to_end(&mut out);
+    }
+    *offset += out.len() as u64;
+    out
+}
+
+/// A body stream fed by `produce` through a channel.
+fn body_stream<F, Fut>(
+    produce: F,
+) -> impl futures::Stream<Item = Result<Bytes, std::io::Error>> + Send + 'static
+where
+    F: FnOnce(tokio::sync::mpsc::Sender<Result<Bytes, std::io::Error>>) -> Fut,
+    Fut: std::future::Future<Output = ()> + Send + 'static,
+{
+    let (tx, rx) = tokio::sync::mpsc::channel(16);
+    tokio::spawn(produce(tx));
+    futures::stream::unfold(rx, |mut rx| async move {
+        rx.recv().await.map(|item| (item, rx))
+    })
 }
 
 /// A TokenRequest (`serviceaccounts/token`, as `kubectl create token` and the kubelet ask it):
@@ -1837,6 +2134,9 @@ fn create(
     if def.group.is_empty() && def.plural == "persistentvolumeclaims" {
         default_storage_class(store, &mut obj);
     }
+    if def.group.is_empty() && def.plural == "pods" {
+        admit_service_account(store, ns, &mut obj)?;
+    }
     let created = res.create(ns, obj, dry_run, owner)?;
     if let (Some(custom), false) = (custom, dry_run) {
         store.register(custom);
@@ -1845,6 +2145,7 @@ fn create(
     if !dry_run && def.group.is_empty() && def.plural == "namespaces" {
         let ns = created["metadata"]["name"].as_str().unwrap_or("");
         ensure_default_service_account(store, ns);
+        ensure_root_ca(store, ns);
     }
     if !dry_run && is_cluster_role(def) {
         aggregate_cluster_roles(store);
@@ -1869,6 +2170,138 @@ fn ensure_default_service_account(store: &Store, ns: &str) {
     let account = json!({"apiVersion": "v1", "kind": "ServiceAccount",
         "metadata": {"name": DEFAULT_SERVICE_ACCOUNT}});
     let _ = store.create(&def, ns, account, false, None);
+}
+
+/// Publish the cluster's CA as `kube-root-ca.crt` in namespace `ns`, as kube-controller-manager's
+/// root CA publisher does (again when it is deleted).
+fn ensure_root_ca(store: &Store, ns: &str) {
+    use super::store::ROOT_CA_CONFIG_MAP;
+    let (Some(def), Some(pem)) = (
+        store.registry().get("", "v1", "configmaps").cloned(),
+        store.root_ca(),
+    ) else {
+        return;
+    };
+    if store.get(&def, ns, ROOT_CA_CONFIG_MAP).is_ok() {
+        return;
+    }
+    let config_map = json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": ROOT_CA_CONFIG_MAP, "annotations": {"kubernetes.io/description":
+            "Contains a CA bundle that can be used to verify the kube-apiserver when using internal endpoints such as the internal service IP or kubernetes.default.svc. No other usage is guaranteed across distributions of Kubernetes clusters."}},
+        "data": {"ca.crt": pem}});
+    let _ = store.create(&def, ns, config_map, false, None);
+}
+
+/// Where a pod's ServiceAccount credentials are mounted.
+pub const SERVICE_ACCOUNT_DIR: &str = "/var/run/secrets/kubernetes.io/serviceaccount";
+/// The lifetime the ServiceAccount admission plugin asks for a pod's token (kube's 3607 s).
+const POD_TOKEN_SECONDS: i64 = 3607;
+
+/// kube's ServiceAccount admission plugin on a new pod: it runs as `default` unless it names
+/// another ServiceAccount, which must exist; unless the pod or its ServiceAccount opts out
+/// (`automountServiceAccountToken: false`), a projected volume with a token bound to the pod,
+/// the cluster CA and the namespace is mounted at [`SERVICE_ACCOUNT_DIR`] in every container.
+fn admit_service_account(store: &Store, ns: &str, pod: &mut Value) -> ApiResult<()> {
+    if !pod["spec"].is_object() {
+        return Ok(());
+    }
+    let account = pod["spec"]["serviceAccountName"]
+        .as_str()
+        .filter(|s| !s.is_empty())
+        .or_else(|| {
+            pod["spec"]["serviceAccount"]
+                .as_str()
+                .filter(|s| !s.is_empty())
+        })
+        .unwrap_or(super::store::DEFAULT_SERVICE_ACCOUNT)
+        .to_string();
+    pod["spec"]["serviceAccountName"] = json!(account);
+    pod["spec"]["serviceAccount"] = json!(account);
+    let def = store
+        .registry()
+        .get("", "v1", "serviceaccounts")
+        .cloned()
+        .ok_or_else(ApiError::path_not_found)?;
+    let found = store.get(&def, ns, &account).map_err(|_| {
+        let name = pod["metadata"]["name"].as_str().unwrap_or("");
+        ApiError::forbidden(format!(
+            "pods {name:?} is forbidden: error looking up service account {ns}/{account}: serviceaccount {account:?} not found"
+        ))
+    })?;
+    let automount = pod["spec"]["automountServiceAccountToken"]
+        .as_bool()
+        .or_else(|| found["automountServiceAccountToken"].as_bool())
+        .unwrap_or(true);
+    if !automount {
+        return Ok(());
+    }
+    let mounted = |c: &Value| {
+        c["volumeMounts"]
+            .as_array()
+            .is_some_and(|m| m.iter().any(|m| m["mountPath"] == SERVICE_ACCOUNT_DIR))
+    };
+    let volume = format!("kube-api-access-{}", &super::auth::random_hex(3)[..5]);
+    let mut needed = false;
+    for list in ["initContainers", "containers"] {
+        for c in pod["spec"][list].as_array_mut().into_iter().flatten() {
+            if !c.is_object() || mounted(c) {
+                continue;
+            }
+            needed = true;
+            let mount = json!({"name": volume, "readOnly": true, "mountPath": SERVICE_ACCOUNT_DIR});
+            match c["volumeMounts"].as_array_mut() {
+                Some(mounts) => mounts.push(mount),
+                None => c["volumeMounts"] = json!([mount]),
+            }
+        }
+    }
+    if needed {
+        let projected = json!({"name": volume, "projected": {"defaultMode": 420, "sources": [
+            {"serviceAccountToken": {"expirationSeconds": POD_TOKEN_SECONDS, "path": "token"}},
+            {"configMap": {"name": super::store::ROOT_CA_CONFIG_MAP,
+                "items": [{"key": "ca.crt", "path": "ca.crt"}]}},
+            {"downwardAPI": {"items": [{"path": "namespace",
+                "fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.namespace"}}]}}]}});
+        match pod["spec"]["volumes"].as_array_mut() {
+            Some(volumes) => volumes.push(projected),
+            None => pod["spec"]["volumes"] = json!([projected]),
+        }
+    }
+    Ok(())
+}
+
+/// The names the API server is known by inside the cluster, in its serving certificate.
+const KUBERNETES_NAMES: [&str; 4] = [
+    "kubernetes",
+    "kubernetes.default",
+    "kubernetes.default.svc",
+    "kubernetes.default.svc.cluster.local",
+];
+
+/// The `kubernetes` Service in `default` and its Endpoints, pointing at where the server listens,
+/// as kube-apiserver keeps them: what pods' `KUBERNETES_SERVICE_HOST`/`_PORT` come from.
+fn publish_kubernetes_service(store: &Store, at: SocketAddr) {
+    let registry = store.registry();
+    let (Some(services), Some(endpoints)) = (
+        registry.get("", "v1", "services").cloned(),
+        registry.get("", "v1", "endpoints").cloned(),
+    ) else {
+        return;
+    };
+    let (ip, port) = (at.ip().to_string(), at.port());
+    let service = json!({"apiVersion": "v1", "kind": "Service",
+        "metadata": {"name": "kubernetes", "labels": {"component": "apiserver", "provider": "kubernetes"}},
+        "spec": {"type": "ClusterIP", "clusterIP": ip, "clusterIPs": [ip],
+            "ports": [{"name": "https", "port": port, "protocol": "TCP", "targetPort": port}],
+            "sessionAffinity": "None"}});
+    let addresses = json!({"apiVersion": "v1", "kind": "Endpoints",
+        "metadata": {"name": "kubernetes", "labels": {"endpointslice.kubernetes.io/skip-mirror": "true"}},
+        "subsets": [{"addresses": [{"ip": ip}],
+            "ports": [{"name": "https", "port": port, "protocol": "TCP"}]}]});
+    for (def, obj) in [(services, service), (endpoints, addresses)] {
+        let _ = store.delete(&def, "default", "kubernetes", &DeleteOptions::default());
+        let _ = store.create(&def, "default", obj, false, None);
+    }
 }
 
 fn is_cluster_role(def: &ResourceDef) -> bool {

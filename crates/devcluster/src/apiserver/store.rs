@@ -190,6 +190,8 @@ pub struct Store {
     history: Mutex<History>,
     /// The newest version, for watchers to wake on.
     notify: tokio::sync::watch::Sender<u64>,
+    /// The cluster CA every namespace's `kube-root-ca.crt` ConfigMap publishes.
+    root_ca: std::sync::OnceLock<String>,
 }
 
 /// List options after parsing.
@@ -231,6 +233,8 @@ static UID_COUNTER: AtomicU64 = AtomicU64::new(0);
 /// A unique id in UUID form (not cryptographic: ids only need to be unique).
 /// The ServiceAccount every namespace has, which pods run as unless they name another.
 pub const DEFAULT_SERVICE_ACCOUNT: &str = "default";
+/// The ConfigMap in every namespace that holds the cluster's CA (`ca.crt`).
+pub const ROOT_CA_CONFIG_MAP: &str = "kube-root-ca.crt";
 
 pub fn new_uid() -> String {
     let nanos = std::time::SystemTime::now()
@@ -504,11 +508,21 @@ impl Store {
                 last: 1,
             }),
             notify: tokio::sync::watch::Sender::new(1),
+            root_ca: std::sync::OnceLock::new(),
         }
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
         self.inner.lock().expect("store lock")
+    }
+
+    /// Set once, by the server that owns the CA.
+    pub fn set_root_ca(&self, pem: String) {
+        let _ = self.root_ca.set(pem);
+    }
+
+    pub fn root_ca(&self) -> Option<&str> {
+        self.root_ca.get().map(String::as_str)
     }
 
     pub fn registry(&self) -> Arc<Registry> {
@@ -521,6 +535,11 @@ impl Store {
 
     fn history(&self) -> std::sync::MutexGuard<'_, History> {
         self.history.lock().expect("history lock")
+    }
+
+    /// A signal on every change (the newest resource version).
+    pub fn subscribe(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.notify.subscribe()
     }
 
     /// Subscribe to changes, with the retained history of changes after `since` (None: none).

@@ -280,6 +280,10 @@ pub fn table(
                 .map(|(_, ty, _, path, _)| {
                     let v = if path.starts_with("#pod.") {
                         pod_cell(obj, path)
+                    } else if path == "#deployment.ready" {
+                        let ready = obj["status"]["readyReplicas"].as_i64().unwrap_or(0);
+                        let want = obj["spec"]["replicas"].as_i64().unwrap_or(1);
+                        json!(format!("{ready}/{want}"))
                     } else if path == "#event.lastSeen" {
                         event_last_seen(obj)
                     } else if path == "#storage.status" {

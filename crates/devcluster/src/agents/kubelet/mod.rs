@@ -138,7 +138,7 @@ impl Kubelet {
     }
 
     fn pod_dir(&self, uid: &str) -> PodDir {
-        PodDir(self.dir.join("pods").join(uid))
+        pod_dir(&self.dir, uid)
     }
 
     /// Remove a pod's directory, unless its uid could name anything but one directory below
@@ -273,6 +273,24 @@ pub async fn run(
     let mut kubelet = Kubelet::new(client, &node, dir, config, every);
     kubelet.poke = Some(changes.clone());
     run_on_change!(changes.subscribe(), every, kubelet.pass())
+}
+
+/// A pod's directory in its node's directory.
+fn pod_dir(node_dir: &std::path::Path, uid: &str) -> PodDir {
+    PodDir(node_dir.join("pods").join(uid))
+}
+
+/// The kubelets keep containers' logs in the pods' directories: `pods/log` reads them there.
+impl crate::apiserver::server::PodLogs for crate::agents::localpath::NodeDirs {
+    fn log_file(
+        &self,
+        node: &str,
+        pod_uid: &str,
+        container: &str,
+        instance: u32,
+    ) -> std::path::PathBuf {
+        pod_dir(&self.node(node), pod_uid).log(container, instance)
+    }
 }
 
 #[cfg(test)]

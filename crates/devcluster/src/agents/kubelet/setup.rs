@@ -45,7 +45,8 @@ impl Blocked {
     }
 }
 
-/// A pod's directory on its node: `volumes/<name>`, `containers/<name>/root`, `logs/<name>.log`.
+/// A pod's directory on its node: `volumes/<name>`, `containers/<name>/root`,
+/// `logs/<name>/<restart count>.log`.
 #[derive(Debug, Clone)]
 pub struct PodDir(pub PathBuf);
 
@@ -58,8 +59,14 @@ impl PodDir {
         self.0.join("containers").join(container).join("root")
     }
 
-    pub fn log(&self, container: &str) -> PathBuf {
-        self.0.join("logs").join(format!("{container}.log"))
+    /// The log of a container's `instance`-th run (its restart count then), as the kubelet keeps
+    /// the current and the previous one.
+    pub fn log(&self, container: &str, instance: u32) -> PathBuf {
+        self.logs(container).join(format!("{instance}.log"))
+    }
+
+    pub fn logs(&self, container: &str) -> PathBuf {
+        self.0.join("logs").join(container)
     }
 }
 
@@ -552,6 +559,13 @@ pub async fn volumes(
                 );
             }
             write(&files, d.default_mode)?
+        } else if let Some(p) = &v.projected {
+            let mut files = BTreeMap::new();
+            for source in p.sources.iter().flatten() {
+                files
+                    .extend(projected_source(client, pod, pod_ip, host_ip, &v.name, source).await?);
+            }
+            write(&files, Some(p.default_mode.unwrap_or(0o644)))?
         } else if v.empty_dir.is_some() {
             std::fs::create_dir_all(&here).map_err(|e| io_blocked("creating an emptyDir", e))?;
             HostVolume {
@@ -568,13 +582,199 @@ pub async fn volumes(
         } else {
             return Err(Blocked::Config(format!(
                 "volume \"{}\" is of a type the cdi dev kubelet does not mount: it mounts \
-                 persistentVolumeClaim, secret, configMap, downwardAPI, emptyDir and hostPath",
+                 persistentVolumeClaim, secret, configMap, downwardAPI, projected, emptyDir and \
+                 hostPath",
                 v.name
             )));
         };
         out.insert(v.name.clone(), volume);
     }
     Ok(out)
+}
+
+/// The files of one source of a projected volume: a Secret's or ConfigMap's keys, downward API
+/// fields, or a ServiceAccount token bound to the pod (asked of the API server as the kubelet
+/// asks it, with a TokenRequest).
+async fn projected_source(
+    client: &Client,
+    pod: &Pod,
+    pod_ip: Ipv4Addr,
+    host_ip: Ipv4Addr,
+    volume: &str,
+    source: &k8s_openapi::api::core::v1::VolumeProjection,
+) -> Result<BTreeMap<String, Vec<u8>>, Blocked> {
+    let ns = pod_ns(pod);
+    if let Some(s) = &source.secret {
+        let optional = s.optional.unwrap_or(false);
+        let data = secret_data(client, ns, &s.name, optional).await?;
+        return select(
+            data.unwrap_or_default(),
+            s.items.as_ref(),
+            &format!("Secret {ns}/{}", s.name),
+            optional,
+        );
+    }
+    if let Some(c) = &source.config_map {
+        let optional = c.optional.unwrap_or(false);
+        let data = config_map_data(client, ns, &c.name, optional).await?;
+        return select(
+            data.unwrap_or_default(),
+            c.items.as_ref(),
+            &format!("ConfigMap {ns}/{}", c.name),
+            optional,
+        );
+    }
+    if let Some(d) = &source.downward_api {
+        let mut files = BTreeMap::new();
+        for item in d.items.iter().flatten() {
+            let Some(f) = &item.field_ref else {
+                return Err(Blocked::Config(format!(
+                    "volume \"{volume}\": only fieldRef items are supported by the cdi dev kubelet"
+                )));
+            };
+            files.insert(
+                item.path.clone(),
+                field(pod, pod_ip, host_ip, f)?.into_bytes(),
+            );
+        }
+        return Ok(files);
+    }
+    if let Some(t) = &source.service_account_token {
+        let token = service_account_token(client, pod, t).await?;
+        return Ok(BTreeMap::from([(t.path.clone(), token.into_bytes())]));
+    }
+    Err(Blocked::Config(format!(
+        "volume \"{volume}\": a projected source of a kind the cdi dev kubelet does not write \
+         (it writes secret, configMap, downwardAPI and serviceAccountToken)"
+    )))
+}
+
+/// A token of the pod's ServiceAccount, bound to the pod, for `source`'s audience and lifetime.
+async fn service_account_token(
+    client: &Client,
+    pod: &Pod,
+    source: &k8s_openapi::api::core::v1::ServiceAccountTokenProjection,
+) -> Result<String, Blocked> {
+    use k8s_openapi::api::authentication::v1::{
+        BoundObjectReference, TokenRequest, TokenRequestSpec,
+    };
+    let ns = pod_ns(pod);
+    let account = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.service_account_name.clone())
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| "default".into());
+    let request = TokenRequest {
+        spec: TokenRequestSpec {
+            audiences: source.audience.clone().into_iter().collect(),
+            expiration_seconds: source.expiration_seconds,
+            bound_object_ref: Some(BoundObjectReference {
+                api_version: Some("v1".into()),
+                kind: Some("Pod".into()),
+                name: pod.metadata.name.clone(),
+                uid: pod.metadata.uid.clone(),
+            }),
+        },
+        ..Default::default()
+    };
+    let accounts: Api<k8s_openapi::api::core::v1::ServiceAccount> =
+        Api::namespaced(client.clone(), ns);
+    let answer = accounts
+        .create_token_request(&account, &Default::default(), &request)
+        .await
+        .map_err(|e| {
+            Blocked::Waiting(format!(
+                "requesting a token of ServiceAccount {ns}/{account}: {e}"
+            ))
+        })?;
+    answer
+        .status
+        .map(|s| s.token)
+        .ok_or_else(|| Blocked::Waiting(format!("no token for ServiceAccount {ns}/{account}")))
+}
+
+/// The ServiceAccount token sources of a pod's projected volumes.
+fn token_sources(
+    pod: &Pod,
+) -> impl Iterator<
+    Item = (
+        &Volume,
+        Option<i32>,
+        &k8s_openapi::api::core::v1::ServiceAccountTokenProjection,
+    ),
+> {
+    let volumes = pod.spec.as_ref().and_then(|s| s.volumes.as_ref());
+    volumes.into_iter().flatten().flat_map(|v| {
+        let p = v.projected.as_ref();
+        let sources = p.and_then(|p| p.sources.as_ref()).into_iter().flatten();
+        sources.filter_map(move |s| {
+            let t = s.service_account_token.as_ref()?;
+            Some((v, p.and_then(|p| p.default_mode), t))
+        })
+    })
+}
+
+/// The shortest lifetime of the pod's projected tokens, in seconds (kube's minimum is 600).
+pub fn token_lifetime(pod: &Pod) -> Option<u64> {
+    token_sources(pod)
+        .map(|(_, _, t)| t.expiration_seconds.unwrap_or(3600).max(600) as u64)
+        .min()
+}
+
+/// Write fresh ServiceAccount tokens into the pod's projected volumes, as the kubelet renews
+/// them before they expire. Each file is replaced by a rename inside its directory, which a
+/// container may have mounted.
+pub async fn renew_tokens(client: &Client, pod: &Pod, dir: &PodDir) {
+    use std::os::unix::fs::PermissionsExt;
+    for (v, mode, t) in token_sources(pod) {
+        let Ok(token) = service_account_token(client, pod, t).await else {
+            continue;
+        };
+        let Ok(rel) = relative(&t.path) else { continue };
+        let path = dir.volume(&v.name).join(rel);
+        let fresh = path.with_extension("renewing");
+        let written = std::fs::write(&fresh, token.as_bytes())
+            .and_then(|()| {
+                let mode = mode.unwrap_or(0o644) as u32 & 0o777;
+                std::fs::set_permissions(&fresh, std::fs::Permissions::from_mode(mode))
+            })
+            .and_then(|()| std::fs::rename(&fresh, &path));
+        if let Err(e) = written {
+            tracing::warn!(volume = %v.name, error = %e, "renewing a token");
+        }
+    }
+}
+
+/// The variables of the `kubernetes` Service every container gets (`KUBERNETES_SERVICE_HOST`
+/// and `_PORT`, and the Docker-link ones), which in-cluster clients find the API server by.
+pub async fn kubernetes_service_env(client: &Client) -> Vec<(String, String)> {
+    let services: Api<k8s_openapi::api::core::v1::Service> =
+        Api::namespaced(client.clone(), "default");
+    let Ok(Some(service)) = services.get_opt("kubernetes").await else {
+        return Vec::new();
+    };
+    let spec = service.spec.unwrap_or_default();
+    let (Some(ip), Some(port)) = (
+        spec.cluster_ip.filter(|ip| !ip.is_empty() && ip != "None"),
+        spec.ports.and_then(|p| p.into_iter().next()),
+    ) else {
+        return Vec::new();
+    };
+    let n = port.port;
+    vec![
+        ("KUBERNETES_SERVICE_HOST".into(), ip.clone()),
+        ("KUBERNETES_SERVICE_PORT".into(), n.to_string()),
+        ("KUBERNETES_SERVICE_PORT_HTTPS".into(), n.to_string()),
+        ("KUBERNETES_PORT".into(), format!("tcp://{ip}:{n}")),
+        (
+            format!("KUBERNETES_PORT_{n}_TCP"),
+            format!("tcp://{ip}:{n}"),
+        ),
+        (format!("KUBERNETES_PORT_{n}_TCP_PROTO"), "tcp".into()),
+        (format!("KUBERNETES_PORT_{n}_TCP_PORT"), n.to_string()),
+        (format!("KUBERNETES_PORT_{n}_TCP_ADDR"), ip),
+    ]
 }
 
 /// One key of a Secret's or ConfigMap's data (`None` when it or its source is optional and
@@ -607,7 +807,8 @@ pub async fn environment(
     host_ip: Ipv4Addr,
 ) -> Result<Vec<(String, String)>, Blocked> {
     let ns = pod_ns(pod);
-    let mut env: Vec<(String, String)> = Vec::new();
+    // The service variables come first: what the container sets wins.
+    let mut env: Vec<(String, String)> = kubernetes_service_env(client).await;
     let set = |env: &mut Vec<(String, String)>, k: String, v: String| {
         env.retain(|(name, _)| *name != k);
         env.push((k, v));

@@ -82,7 +82,11 @@ struct Launch {
     env: Vec<(String, String)>,
     root: PathBuf,
     termination_log: PathBuf,
-    log: PathBuf,
+    /// Where its runs' logs go, one file per run.
+    logs: PathBuf,
+    /// The host directory of the volume mounted at the ServiceAccount path, which the process
+    /// sees there for real where the kubelet can give it a mount namespace.
+    service_account: Option<PathBuf>,
 }
 
 /// Kills what is left of a process group when dropped (the pod's worker was stopped or
@@ -189,12 +193,19 @@ async fn prepare(ctx: &Ctx, pod: &Pod, dir: &PodDir, ip: Ipv4Addr) -> Result<Vec
         if !capacities.is_empty() {
             env.push((cdi_core::devpod::CAPACITY_ENV.into(), capacities));
         }
+        let service_account = c
+            .volume_mounts
+            .iter()
+            .flatten()
+            .find(|m| m.mount_path.trim_end_matches('/') == SERVICE_ACCOUNT_DIR)
+            .map(|m| dir.volume(&m.name));
         out.push(Launch {
             argv,
             env,
             root,
             termination_log,
-            log: dir.log(&c.name),
+            logs: dir.logs(&c.name),
+            service_account,
         });
     }
     Ok(out)
@@ -246,6 +257,7 @@ fn exit_of(
     status: std::io::Result<ExitStatus>,
     spec: &ContainerSpec,
     launch: &Launch,
+    instance: u32,
     started_at: Timestamp,
     container_id: String,
 ) -> Exit {
@@ -263,7 +275,7 @@ fn exit_of(
         &file,
         spec.termination_message_policy.as_deref(),
         exit_code,
-        &log_tail(&launch.log),
+        &log_tail(&launch.log(instance)),
     );
     if let Err(e) = &status {
         message = Some(format!("waiting for the process: {e}"));
@@ -373,7 +385,7 @@ async fn run_container(
         }
         let _ = setup::empty_termination_log(&launch.termination_log);
         let started_at = Timestamp::now();
-        let exit = match spawn(launch) {
+        let exit = match spawn(launch, restarts) {
             Err(e) => {
                 let message = format!("failed to start {:?}: {e}", launch.argv[0]);
                 event(
@@ -431,7 +443,7 @@ async fn run_container(
                     }
                 };
                 prober.abort();
-                exit_of(status, spec, launch, started_at, container_id)
+                exit_of(status, spec, launch, restarts, started_at, container_id)
             }
         };
         let again = match slot {
@@ -448,14 +460,14 @@ async fn run_container(
             };
         }
         restarts += 1;
-        let delay = ctx.backoff.delay(u32::try_from(restarts).unwrap_or(0));
+        let delay = ctx.backoff.delay(restarts);
         let message = format!(
             "back-off {delay:?} restarting failed container={} pod={name}_{ns}({uid})",
             spec.name
         );
         shared.container(slot, |c| {
             c.last = Some(exit.clone());
-            c.restarts = restarts;
+            c.restarts = i32::try_from(restarts).unwrap_or(i32::MAX);
             c.state = State::waiting("CrashLoopBackOff", Some(message));
         });
         event(
@@ -479,18 +491,69 @@ async fn run_container(
     }
 }
 
-fn spawn(launch: &Launch) -> std::io::Result<tokio::process::Child> {
-    if let Some(parent) = launch.log.parent() {
-        std::fs::create_dir_all(parent)?;
+use crate::apiserver::server::SERVICE_ACCOUNT_DIR;
+
+/// Whether this kubelet can give a process a mount namespace of its own (it runs as root and
+/// util-linux's `unshare` works here); checked once.
+fn can_unshare() -> bool {
+    static CAN: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *CAN.get_or_init(|| {
+        rustix::process::geteuid().is_root()
+            && std::fs::create_dir_all("/var/run/secrets").is_ok()
+            && std::process::Command::new(UNSHARE)
+                .args(["--mount", "--propagation", "private", "true"])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status()
+                .is_ok_and(|s| s.success())
+    })
+}
+
+const UNSHARE: &str = "/usr/bin/unshare";
+
+/// In a private mount namespace, a tmpfs over `/var/run/secrets` (so nothing shows on the host)
+/// and the volume bound at the ServiceAccount path; then the container's program, in the same
+/// process (`unshare` and `sh` exec).
+const IN_NAMESPACE: &str = "set -e; mount -t tmpfs -o mode=0755,size=1m cdi-dev-secrets /var/run/secrets; \
+    mkdir -p \"$CDI_DEV_SA_PATH\"; mount --bind \"$0\" \"$CDI_DEV_SA_PATH\"; \
+    unset CDI_DEV_SA_PATH; exec \"$@\"";
+
+impl Launch {
+    fn log(&self, instance: u32) -> PathBuf {
+        self.logs.join(format!("{instance}.log"))
+    }
+}
+
+fn spawn(launch: &Launch, instance: u32) -> std::io::Result<tokio::process::Child> {
+    std::fs::create_dir_all(&launch.logs)?;
+    // The run before the previous one is no longer kept.
+    if let Some(old) = instance.checked_sub(2) {
+        let _ = std::fs::remove_file(launch.log(old));
     }
     let log = std::fs::File::options()
         .create(true)
         .append(true)
-        .open(&launch.log)?;
-    tokio::process::Command::new(&launch.argv[0])
-        .args(&launch.argv[1..])
+        .open(launch.log(instance))?;
+    let mut argv: Vec<std::ffi::OsString> = launch.argv.iter().map(Into::into).collect();
+    let mut env = launch.env.clone();
+    if let Some(dir) = launch.service_account.as_ref().filter(|_| can_unshare()) {
+        let wrapped: Vec<std::ffi::OsString> = vec![
+            UNSHARE.into(),
+            "--mount".into(),
+            "--propagation".into(),
+            "private".into(),
+            "/bin/sh".into(),
+            "-c".into(),
+            IN_NAMESPACE.into(),
+            dir.into(),
+        ];
+        argv = wrapped.into_iter().chain(argv).collect();
+        env.push(("CDI_DEV_SA_PATH".into(), SERVICE_ACCOUNT_DIR.into()));
+    }
+    tokio::process::Command::new(&argv[0])
+        .args(&argv[1..])
         .env_clear()
-        .envs(launch.env.iter().map(|(k, v)| (k, v)))
+        .envs(env.iter().map(|(k, v)| (k, v)))
         .current_dir(&launch.root)
         .stdin(Stdio::null())
         .stdout(log.try_clone()?)
@@ -618,6 +681,16 @@ pub async fn run_pod(ctx: Ctx, pod: Pod, dir: PodDir, ip: Ipv4Addr, mut stop: St
             }
         }
     };
+    // The kubelet renews projected tokens at 80% of their lifetime.
+    let renewer = setup::token_lifetime(&pod).map(|seconds| {
+        let (client, pod, dir) = (ctx.client.clone(), pod.clone(), dir.clone());
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(Duration::from_secs(seconds * 4 / 5)).await;
+                setup::renew_tokens(&client, &pod, &dir).await;
+            }
+        })
+    });
     if let Some(launches) = launches {
         let (init_launches, main_launches) = launches.split_at(init_specs.len());
         shared.update(|run| {
@@ -659,6 +732,9 @@ pub async fn run_pod(ctx: Ctx, pod: Pod, dir: PodDir, ip: Ipv4Addr, mut stop: St
                     });
             futures::future::join_all(runs).await;
         }
+    }
+    if let Some(renewer) = renewer {
+        renewer.abort();
     }
     done.store(true, std::sync::atomic::Ordering::SeqCst);
     shared.changed.notify_one();
