@@ -187,6 +187,13 @@ const COMPONENT_LOGS: &[(&str, &[&str])] = &[
     ("kubelet.log", &["cdi_devcluster::agents::kubelet"]),
     ("snapshotter.log", &["cdi_devcluster::agents::snapshots"]),
     ("vm-consumer.log", &["cdi_devcluster::agents::vmconsumer"]),
+    (
+        "controller-manager.log",
+        &[
+            "cdi_devcluster::agents::workloads",
+            "cdi_devcluster::agents::services",
+        ],
+    ),
 ];
 
 fn pid_file(dir: &Path) -> PathBuf {

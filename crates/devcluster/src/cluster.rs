@@ -191,9 +191,40 @@ pub fn spawn_agents(
     kubelet_config: &KubeletConfig,
     every: Duration,
 ) -> Vec<tokio::task::JoinHandle<()>> {
-    let (mut tasks, kubelets) = spawn_all(client, dirs, nodes, kubelet_config, every);
+    let records = crate::agents::services::agent::Records::default();
+    let (mut tasks, kubelets) = spawn_all(client, dirs, nodes, kubelet_config, every, records);
     tasks.append(&mut kubelets.into_tasks());
     tasks
+}
+
+/// The cluster DNS server, on port 53 of a free address of 127.53.0.0/16 (port 53: the only one
+/// a resolv.conf can name). None where this process may not bind it (not root).
+async fn start_dns(
+    records: crate::agents::services::agent::Records,
+) -> Option<(std::net::Ipv4Addr, tokio::task::JoinHandle<()>)> {
+    for _ in 0..16 {
+        let pick = crate::apiserver::auth::random_hex(2);
+        let (a, b) = (
+            u8::from_str_radix(&pick[..2], 16).unwrap_or(1).max(1),
+            u8::from_str_radix(&pick[2..], 16)
+                .unwrap_or(1)
+                .clamp(1, 254),
+        );
+        let ip = std::net::Ipv4Addr::new(127, 53, a, b);
+        match tokio::net::UdpSocket::bind((ip, 53)).await {
+            Ok(socket) => {
+                let task = tokio::spawn(crate::agents::services::agent::serve_dns(socket, records));
+                return Some((ip, task));
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => continue,
+            Err(e) => {
+                tracing::info!(target: "cdi_devcluster::agents::services", error = %e,
+                    "no cluster DNS: binding port 53 needs root");
+                return None;
+            }
+        }
+    }
+    None
 }
 
 /// The cluster-wide agents' tasks, and the kubelets apart (they can be restarted).
@@ -203,6 +234,7 @@ fn spawn_all(
     nodes: &[String],
     kubelet_config: &KubeletConfig,
     every: Duration,
+    dns: crate::agents::services::agent::Records,
 ) -> (Vec<tokio::task::JoinHandle<()>>, Kubelets) {
     // One set of watches wakes them all; it goes with the last of them.
     let changes = crate::agents::Changes::start(client);
@@ -237,6 +269,12 @@ fn spawn_all(
             client.clone(),
             changes.clone(),
             every,
+        )),
+        tokio::spawn(crate::agents::services::agent::run(
+            client.clone(),
+            changes.clone(),
+            every,
+            dns,
         )),
     ];
     for driver in [Driver::LocalPath, Driver::Csi] {
@@ -364,7 +402,15 @@ pub async fn start(config: &Config) -> anyhow::Result<Running> {
     }
     let node_names: Vec<String> = config.nodes.iter().map(|n| n.name.clone()).collect();
     let mut tasks = vec![server_task];
-    let (agents, kubelets) = spawn_all(&client, &dirs, &node_names, &config.kubelet, config.every);
+    let records = crate::agents::services::agent::Records::default();
+    let mut kubelet = config.kubelet.clone();
+    if let Some((ip, dns)) = start_dns(records.clone()).await {
+        tracing::info!(target: "cdi_devcluster::agents::services", %ip, "cluster DNS listening");
+        kubelet.dns = Some(ip);
+        tasks.push(dns);
+    }
+    let (agents, kubelets) =
+        spawn_all(&client, &dirs, &node_names, &kubelet, config.every, records);
     tasks.extend(agents);
     let kubeconfig = config.kubeconfig();
     apiserver::write_private(&kubeconfig, &server.kubeconfig(&url))

@@ -47,6 +47,7 @@ pub mod protection;
 pub mod pvcontroller;
 pub mod retry;
 pub mod scheduler;
+pub mod services;
 pub mod snapshots;
 pub mod vmconsumer;
 pub mod workloads;
@@ -193,6 +194,7 @@ impl Changes {
             watch::<VirtualMachineInstance>(client, &tx),
             watch::<k8s_openapi::api::apps::v1::Deployment>(client, &tx),
             watch::<k8s_openapi::api::apps::v1::ReplicaSet>(client, &tx),
+            watch::<k8s_openapi::api::core::v1::Service>(client, &tx),
         ];
         for (kind, plural) in [
             ("VolumeSnapshot", "volumesnapshots"),

@@ -58,6 +58,45 @@ pub enum Action {
     },
 }
 
+impl std::fmt::Display for Action {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Action::CreatePod { namespace, pod } => write!(
+                f,
+                "create a pod {namespace}/{}*",
+                pod.metadata.generate_name.as_deref().unwrap_or("")
+            ),
+            Action::DeletePod { namespace, name } => write!(f, "delete pod {namespace}/{name}"),
+            Action::CreateReplicaSet {
+                namespace,
+                replica_set,
+            } => write!(
+                f,
+                "create ReplicaSet {namespace}/{}",
+                replica_set.metadata.name.as_deref().unwrap_or("")
+            ),
+            Action::ScaleReplicaSet {
+                namespace,
+                name,
+                replicas,
+                ..
+            } => write!(f, "scale ReplicaSet {namespace}/{name} to {replicas}"),
+            Action::ReplicaSetStatus {
+                namespace, name, ..
+            } => write!(f, "status of ReplicaSet {namespace}/{name}"),
+            Action::DeploymentStatus {
+                namespace,
+                name,
+                revision,
+                ..
+            } => write!(
+                f,
+                "status of Deployment {namespace}/{name} (revision {revision})"
+            ),
+        }
+    }
+}
+
 fn controller_uid<T: kube::Resource>(o: &T) -> Option<&str> {
     o.meta()
         .owner_references
@@ -523,11 +562,11 @@ pub mod agent {
         let deployments: Vec<Deployment> = list_all(client).await?;
         let sets: Vec<ReplicaSet> = list_all(client).await?;
         for action in plan(&deployments, &sets, &cluster.pods) {
-            let done = apply(client, &action).await;
+            let what = action.to_string();
             // A conflict or a vanished object is decided again on the next pass.
-            match done {
-                Ok(()) => tracing::info!(?action, "done"),
-                Err(e) => tracing::warn!(error = %e, ?action, "failed"),
+            match apply(client, &action).await {
+                Ok(()) => tracing::info!("{what}"),
+                Err(e) => tracing::warn!(error = %e, "{what} failed"),
             }
         }
         Ok(())

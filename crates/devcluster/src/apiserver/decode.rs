@@ -268,6 +268,9 @@ fn check_type(def: &ResourceDef, obj: &Value) -> ApiResult<()> {
         ("", "pods") => typed::<core::v1::Pod>(def, obj),
         ("", "services") => typed::<core::v1::Service>(def, obj),
         ("", "endpoints") => typed::<core::v1::Endpoints>(def, obj),
+        ("discovery.k8s.io", "endpointslices") => {
+            typed::<k8s_openapi::api::discovery::v1::EndpointSlice>(def, obj)
+        }
         ("", "configmaps") => typed::<core::v1::ConfigMap>(def, obj),
         ("", "secrets") => typed::<core::v1::Secret>(def, obj),
         ("", "serviceaccounts") => typed::<core::v1::ServiceAccount>(def, obj),

@@ -180,6 +180,16 @@ const BUILTINS: &[Builtin] = &[
         &["status"],
     ),
     ("", "v1", "Endpoints", "endpoints", true, &["ep"], &[], &[]),
+    (
+        "discovery.k8s.io",
+        "v1",
+        "EndpointSlice",
+        "endpointslices",
+        true,
+        &[],
+        &[],
+        &[],
+    ),
     ("", "v1", "ConfigMap", "configmaps", true, &["cm"], &[], &[]),
     ("", "v1", "Secret", "secrets", true, &[], &[], &[]),
     (
@@ -352,6 +362,13 @@ fn builtin_columns(group: &str, plural: &str) -> Vec<Value> {
             col("Up-to-date", ".status.updatedReplicas", 0),
             col("Available", ".status.availableReplicas", 0),
             age(),
+        ],
+        ("", "services") => vec![
+            col("Type", ".spec.type", 0),
+            col("Cluster-IP", ".spec.clusterIP", 0),
+            col("Ports", "#service.ports", 0),
+            age(),
+            col("Selector", "#service.selector", 1),
         ],
         ("apps", "replicasets") => vec![
             col("Desired", ".spec.replicas", 0),

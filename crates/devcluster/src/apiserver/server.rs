@@ -2137,6 +2137,9 @@ fn create(
     if def.group.is_empty() && def.plural == "pods" {
         admit_service_account(store, ns, &mut obj)?;
     }
+    if def.group.is_empty() && def.plural == "services" && !dry_run {
+        allocate_cluster_ip(store, &mut obj)?;
+    }
     let created = res.create(ns, obj, dry_run, owner)?;
     if let (Some(custom), false) = (custom, dry_run) {
         store.register(custom);
@@ -2267,6 +2270,96 @@ fn admit_service_account(store: &Store, ns: &str, pod: &mut Value) -> ApiResult<
             None => pod["spec"]["volumes"] = json!([projected]),
         }
     }
+    Ok(())
+}
+
+/// Where Services' cluster IPs come from (kube's `--service-cluster-ip-range`; all of
+/// 127.0.0.0/8 is local here, so a forwarder can listen on each).
+pub const SERVICE_RANGE: (u32, u32) = (0x7f60_0000, 12);
+
+/// kube's Service REST on create: the defaults (type ClusterIP, TCP, `targetPort` = `port`,
+/// session affinity None) and a cluster IP from [`SERVICE_RANGE`], picked at random among the
+/// free ones, as kube's allocator does; one asked for must be free.
+fn allocate_cluster_ip(store: &Store, svc: &mut Value) -> ApiResult<()> {
+    if !svc["spec"].is_object() {
+        return Ok(());
+    }
+    let spec = &mut svc["spec"];
+    if spec["type"].as_str().is_none_or(str::is_empty) {
+        spec["type"] = json!("ClusterIP");
+    }
+    if spec["sessionAffinity"].is_null() {
+        spec["sessionAffinity"] = json!("None");
+    }
+    for port in spec["ports"].as_array_mut().into_iter().flatten() {
+        if port["protocol"].is_null() {
+            port["protocol"] = json!("TCP");
+        }
+        if port["targetPort"].is_null() {
+            port["targetPort"] = port["port"].clone();
+        }
+    }
+    if spec["type"] == "ExternalName" {
+        return Ok(());
+    }
+    let asked = spec["clusterIP"].as_str().unwrap_or("").to_string();
+    if asked == "None" {
+        spec["clusterIPs"] = json!(["None"]);
+        return Ok(());
+    }
+    let def = store
+        .registry()
+        .get("", "v1", "services")
+        .cloned()
+        .ok_or_else(ApiError::path_not_found)?;
+    let (services, _, _) = store.list(&def, None, &ListOptions::default());
+    let used: BTreeSet<String> = services
+        .iter()
+        .filter_map(|s| s["spec"]["clusterIP"].as_str().map(str::to_string))
+        .collect();
+    let name = svc["metadata"]["name"].as_str().unwrap_or("").to_string();
+    let ip = if asked.is_empty() {
+        let (base, bits) = SERVICE_RANGE;
+        let size = 1u32 << (32 - bits);
+        let start = u32::from_str_radix(&super::auth::random_hex(4), 16).unwrap_or(0) % size;
+        (0..size)
+            .map(|i| std::net::Ipv4Addr::from(base + (start + i) % size))
+            // Neither the network's address nor its broadcast, as kube leaves them.
+            .filter(|ip| !matches!(u32::from(*ip) - base, 0) && u32::from(*ip) - base != size - 1)
+            .map(|ip| ip.to_string())
+            .find(|ip| !used.contains(ip))
+            .ok_or_else(|| ApiError::internal("no cluster IP is free"))?
+    } else {
+        if asked.parse::<std::net::Ipv4Addr>().is_err() {
+            return Err(ApiError::invalid(
+                "Service",
+                &name,
+                vec![(
+                    "spec.clusterIPs[0]".into(),
+                    format!(
+                        "Invalid value: {asked:?}: must be a valid IP address, (e.g. 10.9.8.7 or 2001:db8::ffff)"
+                    ),
+                )],
+            ));
+        }
+        if used.contains(&asked) {
+            return Err(ApiError::invalid(
+                "Service",
+                &name,
+                vec![(
+                    "spec.clusterIPs".into(),
+                    format!(
+                        "Invalid value: []string{{{asked:?}}}: failed to allocate IP {asked}: provided IP is already allocated"
+                    ),
+                )],
+            ));
+        }
+        asked
+    };
+    svc["spec"]["clusterIP"] = json!(ip);
+    svc["spec"]["clusterIPs"] = json!([ip]);
+    svc["spec"]["ipFamilies"] = json!(["IPv4"]);
+    svc["spec"]["ipFamilyPolicy"] = json!("SingleStack");
     Ok(())
 }
 

@@ -280,6 +280,28 @@ pub fn table(
                 .map(|(_, ty, _, path, _)| {
                     let v = if path.starts_with("#pod.") {
                         pod_cell(obj, path)
+                    } else if path == "#service.ports" {
+                        let ports: Vec<String> = obj["spec"]["ports"]
+                            .as_array()
+                            .into_iter()
+                            .flatten()
+                            .map(|p| {
+                                format!(
+                                    "{}/{}",
+                                    p["port"].as_i64().unwrap_or(0),
+                                    p["protocol"].as_str().unwrap_or("TCP")
+                                )
+                            })
+                            .collect();
+                        json!(if ports.is_empty() { "<none>".to_string() } else { ports.join(",") })
+                    } else if path == "#service.selector" {
+                        let selector: Vec<String> = obj["spec"]["selector"]
+                            .as_object()
+                            .into_iter()
+                            .flatten()
+                            .map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or("")))
+                            .collect();
+                        json!(if selector.is_empty() { "<none>".to_string() } else { selector.join(",") })
                     } else if path == "#deployment.ready" {
                         let ready = obj["status"]["readyReplicas"].as_i64().unwrap_or(0);
                         let want = obj["spec"]["replicas"].as_i64().unwrap_or(1);

@@ -30,6 +30,9 @@ use setup::PodDir;
 pub struct KubeletConfig {
     pub images: ImageMap,
     pub backoff: Backoff,
+    /// The cluster's DNS server (kubelet's `--cluster-dns`), which pods of the `ClusterFirst`
+    /// DNS policy resolve through.
+    pub dns: Option<Ipv4Addr>,
 }
 
 impl Default for KubeletConfig {
@@ -37,6 +40,7 @@ impl Default for KubeletConfig {
         KubeletConfig {
             images: ImageMap::default(),
             backoff: Backoff::KUBELET,
+            dns: None,
         }
     }
 }
@@ -203,6 +207,7 @@ impl Kubelet {
                         backoff: self.config.backoff,
                         every: self.every,
                         host_ip,
+                        dns: self.config.dns,
                     };
                     let dir = self.pod_dir(&uid);
                     let (stop, stop_rx) = watch::channel(None);

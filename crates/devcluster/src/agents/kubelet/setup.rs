@@ -746,35 +746,107 @@ pub async fn renew_tokens(client: &Client, pod: &Pod, dir: &PodDir) {
     }
 }
 
-/// The variables of the `kubernetes` Service every container gets (`KUBERNETES_SERVICE_HOST`
-/// and `_PORT`, and the Docker-link ones), which in-cluster clients find the API server by.
-pub async fn kubernetes_service_env(client: &Client) -> Vec<(String, String)> {
-    let services: Api<k8s_openapi::api::core::v1::Service> =
-        Api::namespaced(client.clone(), "default");
-    let Ok(Some(service)) = services.get_opt("kubernetes").await else {
+/// The variables of one Service, as the kubelet sets them (`<NAME>_SERVICE_HOST`, `_PORT`,
+/// `_PORT_<PORT NAME>`, and the Docker-link ones).
+fn service_variables(service: &k8s_openapi::api::core::v1::Service) -> Vec<(String, String)> {
+    let spec = service.spec.clone().unwrap_or_default();
+    let Some(ip) = spec.cluster_ip.filter(|ip| !ip.is_empty() && ip != "None") else {
         return Vec::new();
     };
-    let spec = service.spec.unwrap_or_default();
-    let (Some(ip), Some(port)) = (
-        spec.cluster_ip.filter(|ip| !ip.is_empty() && ip != "None"),
-        spec.ports.and_then(|p| p.into_iter().next()),
-    ) else {
+    let ports = spec.ports.unwrap_or_default();
+    let Some(first) = ports.first() else {
         return Vec::new();
     };
-    let n = port.port;
-    vec![
-        ("KUBERNETES_SERVICE_HOST".into(), ip.clone()),
-        ("KUBERNETES_SERVICE_PORT".into(), n.to_string()),
-        ("KUBERNETES_SERVICE_PORT_HTTPS".into(), n.to_string()),
-        ("KUBERNETES_PORT".into(), format!("tcp://{ip}:{n}")),
-        (
-            format!("KUBERNETES_PORT_{n}_TCP"),
-            format!("tcp://{ip}:{n}"),
-        ),
-        (format!("KUBERNETES_PORT_{n}_TCP_PROTO"), "tcp".into()),
-        (format!("KUBERNETES_PORT_{n}_TCP_PORT"), n.to_string()),
-        (format!("KUBERNETES_PORT_{n}_TCP_ADDR"), ip),
-    ]
+    let upper = |s: &str| s.to_uppercase().replace('-', "_");
+    let prefix = upper(service.metadata.name.as_deref().unwrap_or(""));
+    let mut out = vec![
+        (format!("{prefix}_SERVICE_HOST"), ip.clone()),
+        (format!("{prefix}_SERVICE_PORT"), first.port.to_string()),
+    ];
+    for p in &ports {
+        if let Some(name) = p.name.as_deref().filter(|n| !n.is_empty()) {
+            out.push((
+                format!("{prefix}_SERVICE_PORT_{}", upper(name)),
+                p.port.to_string(),
+            ));
+        }
+    }
+    let proto = |p: &k8s_openapi::api::core::v1::ServicePort| {
+        p.protocol.clone().unwrap_or_else(|| "TCP".into())
+    };
+    out.push((
+        format!("{prefix}_PORT"),
+        format!("{}://{ip}:{}", proto(first).to_lowercase(), first.port),
+    ));
+    for p in &ports {
+        let (n, pr) = (p.port, proto(p));
+        let base = format!("{prefix}_PORT_{n}_{}", pr.to_uppercase());
+        out.push((base.clone(), format!("{}://{ip}:{n}", pr.to_lowercase())));
+        out.push((format!("{base}_PROTO"), pr.to_lowercase()));
+        out.push((format!("{base}_PORT"), n.to_string()));
+        out.push((format!("{base}_ADDR"), ip.clone()));
+    }
+    out
+}
+
+/// The Service variables a container gets: those of the `kubernetes` Service (which in-cluster
+/// clients find the API server by), and, unless the pod turns service links off, those of every
+/// Service in its namespace.
+pub async fn service_env(client: &Client, pod: &Pod) -> Vec<(String, String)> {
+    use k8s_openapi::api::core::v1::Service;
+    let ns = pod_ns(pod);
+    let links = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.enable_service_links)
+        .unwrap_or(true);
+    let mut services: Vec<Service> = Vec::new();
+    if links {
+        let here: Api<Service> = Api::namespaced(client.clone(), ns);
+        if let Ok(list) = here.list(&Default::default()).await {
+            services.extend(list.items.into_iter().filter(|s| {
+                !(ns == "default" && s.metadata.name.as_deref() == Some("kubernetes"))
+            }));
+        }
+    }
+    let default: Api<Service> = Api::namespaced(client.clone(), "default");
+    if let Ok(Some(kubernetes)) = default.get_opt("kubernetes").await {
+        services.push(kubernetes);
+    }
+    services.iter().flat_map(service_variables).collect()
+}
+
+/// The pod's resolver configuration, as the kubelet writes it for the `ClusterFirst` policy (the
+/// default): the cluster's DNS server first, searching the pod's namespace, then the host's
+/// servers (the cluster's refuses names outside the cluster domain). None: the host's own
+/// (policy `Default`, or no cluster DNS).
+pub fn resolv_conf(pod: &Pod, dir: &PodDir, dns: Option<Ipv4Addr>) -> io::Result<Option<PathBuf>> {
+    let policy = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.dns_policy.as_deref())
+        .unwrap_or("ClusterFirst");
+    let Some(dns) = dns.filter(|_| matches!(policy, "ClusterFirst" | "ClusterFirstWithHostNet"))
+    else {
+        return Ok(None);
+    };
+    let ns = pod_ns(pod);
+    let domain = crate::agents::services::DOMAIN;
+    let host = std::fs::read_to_string("/etc/resolv.conf").unwrap_or_default();
+    let upstream: String = host
+        .lines()
+        .filter(|l| l.trim_start().starts_with("nameserver"))
+        .map(|l| format!("{}\n", l.trim()))
+        .collect();
+    let text = format!(
+        "search {ns}.svc.{domain} svc.{domain} {domain}\nnameserver {dns}\n{upstream}options ndots:5\n"
+    );
+    let path = dir.0.join("etc").join("resolv.conf");
+    if let Some(parent) = path.parent() {
+        std::fs::create_dir_all(parent)?;
+    }
+    std::fs::write(&path, text)?;
+    Ok(Some(path))
 }
 
 /// One key of a Secret's or ConfigMap's data (`None` when it or its source is optional and
@@ -808,7 +880,7 @@ pub async fn environment(
 ) -> Result<Vec<(String, String)>, Blocked> {
     let ns = pod_ns(pod);
     // The service variables come first: what the container sets wins.
-    let mut env: Vec<(String, String)> = kubernetes_service_env(client).await;
+    let mut env: Vec<(String, String)> = service_env(client, pod).await;
     let set = |env: &mut Vec<(String, String)>, k: String, v: String| {
         env.retain(|(name, _)| *name != k);
         env.push((k, v));

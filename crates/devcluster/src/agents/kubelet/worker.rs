@@ -31,6 +31,7 @@ pub struct Ctx {
     pub backoff: Backoff,
     pub every: Duration,
     pub host_ip: Ipv4Addr,
+    pub dns: Option<Ipv4Addr>,
 }
 
 /// `None` while the pod runs; the grace period once it is to stop.
@@ -87,6 +88,8 @@ struct Launch {
     /// The host directory of the volume mounted at the ServiceAccount path, which the process
     /// sees there for real where the kubelet can give it a mount namespace.
     service_account: Option<PathBuf>,
+    /// The pod's resolver configuration, seen at `/etc/resolv.conf` likewise.
+    resolv_conf: Option<PathBuf>,
 }
 
 /// Kills what is left of a process group when dropped (the pod's worker was stopped or
@@ -153,6 +156,8 @@ async fn prepare(ctx: &Ctx, pod: &Pod, dir: &PodDir, ip: Ipv4Addr) -> Result<Vec
     // Before anything is made from the pod's names and paths.
     setup::check(pod)?;
     let volumes = setup::volumes(&ctx.client, pod, dir, ip, ctx.host_ip).await?;
+    let resolv_conf = setup::resolv_conf(pod, dir, ctx.dns)
+        .map_err(|e| Blocked::Config(format!("writing the pod's resolv.conf: {e}")))?;
     let spec = pod.spec.clone().unwrap_or_default();
     let (_, name) = full_name(pod);
     let root_env = cdi_core::devpod::ROOT_ENV;
@@ -206,6 +211,7 @@ async fn prepare(ctx: &Ctx, pod: &Pod, dir: &PodDir, ip: Ipv4Addr) -> Result<Vec
             termination_log,
             logs: dir.logs(&c.name),
             service_account,
+            resolv_conf: resolv_conf.clone(),
         });
     }
     Ok(out)
@@ -511,12 +517,17 @@ fn can_unshare() -> bool {
 
 const UNSHARE: &str = "/usr/bin/unshare";
 
-/// In a private mount namespace, a tmpfs over `/var/run/secrets` (so nothing shows on the host)
-/// and the volume bound at the ServiceAccount path; then the container's program, in the same
-/// process (`unshare` and `sh` exec).
-const IN_NAMESPACE: &str = "set -e; mount -t tmpfs -o mode=0755,size=1m cdi-dev-secrets /var/run/secrets; \
-    mkdir -p \"$CDI_DEV_SA_PATH\"; mount --bind \"$0\" \"$CDI_DEV_SA_PATH\"; \
-    unset CDI_DEV_SA_PATH; exec \"$@\"";
+/// In a private mount namespace: a tmpfs over `/var/run/secrets` (so nothing shows on the host)
+/// with the ServiceAccount volume bound at its path, and the pod's resolv.conf over
+/// `/etc/resolv.conf`, each where given; then the container's program, in the same process
+/// (`unshare` and `sh` exec).
+const IN_NAMESPACE: &str = "set -e; \
+    if [ -n \"$CDI_DEV_SA\" ]; then \
+      mount -t tmpfs -o mode=0755,size=1m cdi-dev-secrets /var/run/secrets; \
+      mkdir -p /var/run/secrets/kubernetes.io/serviceaccount; \
+      mount --bind \"$CDI_DEV_SA\" /var/run/secrets/kubernetes.io/serviceaccount; fi; \
+    if [ -n \"$CDI_DEV_RESOLV\" ]; then mount --bind \"$CDI_DEV_RESOLV\" /etc/resolv.conf; fi; \
+    unset CDI_DEV_SA CDI_DEV_RESOLV; exec \"$@\"";
 
 impl Launch {
     fn log(&self, instance: u32) -> PathBuf {
@@ -536,7 +547,11 @@ fn spawn(launch: &Launch, instance: u32) -> std::io::Result<tokio::process::Chil
         .open(launch.log(instance))?;
     let mut argv: Vec<std::ffi::OsString> = launch.argv.iter().map(Into::into).collect();
     let mut env = launch.env.clone();
-    if let Some(dir) = launch.service_account.as_ref().filter(|_| can_unshare()) {
+    let mounts = [
+        ("CDI_DEV_SA", &launch.service_account),
+        ("CDI_DEV_RESOLV", &launch.resolv_conf),
+    ];
+    if mounts.iter().any(|(_, m)| m.is_some()) && can_unshare() {
         let wrapped: Vec<std::ffi::OsString> = vec![
             UNSHARE.into(),
             "--mount".into(),
@@ -545,10 +560,14 @@ fn spawn(launch: &Launch, instance: u32) -> std::io::Result<tokio::process::Chil
             "/bin/sh".into(),
             "-c".into(),
             IN_NAMESPACE.into(),
-            dir.into(),
+            "cdi-dev-pod".into(),
         ];
         argv = wrapped.into_iter().chain(argv).collect();
-        env.push(("CDI_DEV_SA_PATH".into(), SERVICE_ACCOUNT_DIR.into()));
+        for (var, path) in mounts {
+            if let Some(path) = path {
+                env.push((var.into(), path.to_string_lossy().into_owned()));
+            }
+        }
     }
     tokio::process::Command::new(&argv[0])
         .args(&argv[1..])
