@@ -287,6 +287,12 @@ fn check_type(def: &ResourceDef, obj: &Value) -> ApiResult<()> {
         }
         ("apps", "deployments") => typed::<apps::v1::Deployment>(def, obj),
         ("apps", "replicasets") => typed::<apps::v1::ReplicaSet>(def, obj),
+        ("admissionregistration.k8s.io", "mutatingwebhookconfigurations") => typed::<
+            k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration,
+        >(def, obj),
+        ("admissionregistration.k8s.io", "validatingwebhookconfigurations") => typed::<
+            k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration,
+        >(def, obj),
         ("rbac.authorization.k8s.io", "roles") => typed::<rbac::v1::Role>(def, obj),
         ("rbac.authorization.k8s.io", "clusterroles") => typed::<rbac::v1::ClusterRole>(def, obj),
         ("rbac.authorization.k8s.io", "rolebindings") => typed::<rbac::v1::RoleBinding>(def, obj),

@@ -1,6 +1,7 @@
 //! An in-memory Kubernetes API server, faithful enough to Kubernetes' API semantics that kube-rs
 //! controllers and kubectl run against it unchanged (SPEC §7).
 
+pub mod admission;
 pub mod auth;
 pub mod decode;
 pub mod errors;

@@ -228,7 +228,7 @@ impl Policy {
 }
 
 /// Whether a label selector (matchLabels and matchExpressions) selects `labels`.
-fn selects(
+pub(crate) fn selects(
     s: &k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector,
     labels: &std::collections::BTreeMap<String, String>,
 ) -> bool {

@@ -1105,7 +1105,22 @@ async fn collection(
                 return Ok(json_response(StatusCode::CREATED, &review));
             }
             let mut obj = obj;
-            let warnings = admit(def, &mut obj, &call.validation, Write::Create, None)?;
+            let mut warnings = admit(def, &mut obj, &call.validation, Write::Create, None)?;
+            let name = obj["metadata"]["name"].as_str().unwrap_or("").to_string();
+            warnings.extend(
+                webhooks(
+                    call,
+                    def,
+                    "CREATE",
+                    "",
+                    &ns,
+                    &name,
+                    None,
+                    &mut obj,
+                    Write::Create,
+                )
+                .await?,
+            );
             if call.protect_storage {
                 protect(def, &mut obj);
             }
@@ -1253,9 +1268,27 @@ async fn update(call: &Call, at: &Named, how: Write, req: Request) -> ApiResult<
     call.q.write_options("UpdateOptions")?;
     let mut obj = read_object(req).await?;
     matches_url(def, ns, &obj)?;
-    let warnings = admit(def, &mut obj, &call.validation, how, Some(name.as_str()))?;
-    if !status && let Ok(current) = res.get(ns, name) {
-        validate_update(def, &expandable_classes(store, def), &current, &obj)?;
+    let mut warnings = admit(def, &mut obj, &call.validation, how, Some(name.as_str()))?;
+    let current = res.get(ns, name).ok();
+    if !status && let Some(current) = &current {
+        validate_update(def, &expandable_classes(store, def), current, &obj)?;
+    }
+    if let Some(current) = &current {
+        let sub = if status { "status" } else { "" };
+        warnings.extend(
+            webhooks(
+                call,
+                def,
+                "UPDATE",
+                sub,
+                ns,
+                name,
+                Some(current),
+                &mut obj,
+                how,
+            )
+            .await?,
+        );
     }
     let updated = res.update(ns, name, obj, &call.write(status))?;
     after_write(store, def, &updated);
@@ -1299,7 +1332,42 @@ async fn patch(call: &Call, at: &Named, how: Write, req: Request) -> ApiResult<R
         ..call.write(status)
     };
     let expandable = expandable_classes(store, def);
+    // With webhooks to call, the patched object is made from a read and sent to them; the
+    // write then happens only if nothing changed the object meanwhile (else a conflict, which
+    // clients retry).
+    let reviewed = match res.get(ns, name) {
+        Ok(current) if super::admission::any(store, def) => {
+            let mut next = patch::apply(kind, &current, &body)?;
+            warnings = admit(def, &mut next, &call.validation, how, Some(name.as_str()))?;
+            if !status {
+                validate_update(def, &expandable, &current, &next)?;
+            }
+            let sub = if status { "status" } else { "" };
+            warnings.extend(
+                webhooks(
+                    call,
+                    def,
+                    "UPDATE",
+                    sub,
+                    ns,
+                    name,
+                    Some(&current),
+                    &mut next,
+                    how,
+                )
+                .await?,
+            );
+            Some((current["metadata"]["resourceVersion"].clone(), next))
+        }
+        _ => None,
+    };
     let result = res.modify(ns, name, &write, |current| {
+        if let Some((version, next)) = &reviewed {
+            if current["metadata"]["resourceVersion"] != *version {
+                return Err(ApiError::conflict(&def.group, &def.plural, name));
+            }
+            return Ok(next.clone());
+        }
         let mut next = patch::apply(kind, current, &body)?;
         warnings = admit(def, &mut next, &call.validation, how, Some(name.as_str()))?;
         if !status {
@@ -1313,6 +1381,20 @@ async fn patch(call: &Call, at: &Named, how: Write, req: Request) -> ApiResult<R
             let mut obj = parse_object(&body)?;
             obj["metadata"]["name"] = json!(name);
             warnings = admit(def, &mut obj, &call.validation, Write::Create, None)?;
+            warnings.extend(
+                webhooks(
+                    call,
+                    def,
+                    "CREATE",
+                    "",
+                    ns,
+                    name,
+                    None,
+                    &mut obj,
+                    Write::Create,
+                )
+                .await?,
+            );
             if call.protect_storage {
                 protect(def, &mut obj);
             }
@@ -1372,6 +1454,21 @@ async fn delete(call: &Call, at: &Named, req: Request) -> ApiResult<Response> {
         grace_period,
         dry_run: call.dry_run || body_dry_run,
     };
+    if super::admission::any(store, def)
+        && let Ok(current) = res.get(ns, name)
+    {
+        let attempt = super::admission::Attempt {
+            operation: "DELETE",
+            def,
+            subresource: "",
+            namespace: ns,
+            name,
+            old: Some(&current),
+            user: &call.user,
+            dry_run: how.dry_run,
+        };
+        super::admission::validate(store, &attempt, None).await?;
+    }
     let deleted = res.delete(ns, name, &how)?;
     let is_crd = def.group == "apiextensions.k8s.io" && def.plural == "customresourcedefinitions";
     if is_crd && res.get(ns, name).is_err() {
@@ -1822,6 +1919,44 @@ async fn token_request(call: &Call, at: &Named, req: Request) -> ApiResult<Respo
             .unwrap_or_default(),
     });
     Ok(json_response(StatusCode::CREATED, &request))
+}
+
+/// The admission webhooks of a create or update: the mutating ones' patches applied to `obj`
+/// (which is admitted again when they changed it), then the validating ones asked. Returns their
+/// warnings.
+#[allow(clippy::too_many_arguments)]
+async fn webhooks(
+    call: &Call,
+    def: &ResourceDef,
+    operation: &str,
+    subresource: &str,
+    ns: &str,
+    name: &str,
+    old: Option<&Value>,
+    obj: &mut Value,
+    how: Write,
+) -> ApiResult<Vec<String>> {
+    let store = &call.store;
+    if !super::admission::any(store, def) {
+        return Ok(Vec::new());
+    }
+    let attempt = super::admission::Attempt {
+        operation,
+        def,
+        subresource,
+        namespace: ns,
+        name,
+        old,
+        user: &call.user,
+        dry_run: call.dry_run,
+    };
+    let before = obj.clone();
+    let mut warnings = super::admission::mutate(store, &attempt, obj).await?;
+    if *obj != before {
+        warnings.extend(admit(def, obj, &call.validation, how, Some(name))?);
+    }
+    warnings.extend(super::admission::validate(store, &attempt, Some(obj)).await?);
+    Ok(warnings)
 }
 
 /// What a write is, for admission.
