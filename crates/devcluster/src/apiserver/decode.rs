@@ -287,6 +287,9 @@ fn check_type(def: &ResourceDef, obj: &Value) -> ApiResult<()> {
         }
         ("apps", "deployments") => typed::<apps::v1::Deployment>(def, obj),
         ("apps", "replicasets") => typed::<apps::v1::ReplicaSet>(def, obj),
+        ("apiregistration.k8s.io", "apiservices") => typed::<
+            k8s_openapi::kube_aggregator::pkg::apis::apiregistration::v1::APIService,
+        >(def, obj),
         ("admissionregistration.k8s.io", "mutatingwebhookconfigurations") => typed::<
             k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration,
         >(def, obj),

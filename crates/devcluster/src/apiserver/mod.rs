@@ -2,6 +2,7 @@
 //! controllers and kubectl run against it unchanged (SPEC §7).
 
 pub mod admission;
+pub mod aggregation;
 pub mod auth;
 pub mod decode;
 pub mod errors;

@@ -29,6 +29,24 @@ impl Ca {
         })
     }
 
+    /// A client certificate for `name` in `groups` (its CN and O), signed by this CA: the
+    /// certificate and its key, PEM.
+    pub fn client_cert(&self, name: &str, groups: &[&str]) -> std::io::Result<(String, String)> {
+        let key = rcgen::KeyPair::generate().map_err(tls_error)?;
+        let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).map_err(tls_error)?;
+        params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, name);
+        if let Some(group) = groups.first() {
+            params
+                .distinguished_name
+                .push(rcgen::DnType::OrganizationName, *group);
+        }
+        params.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ClientAuth];
+        let cert = params.signed_by(&key, &self.issuer).map_err(tls_error)?;
+        Ok((cert.pem(), key.serialize_pem()))
+    }
+
     /// The CA certificate clients trust (PEM).
     pub fn cert_pem(&self) -> &str {
         &self.cert_pem

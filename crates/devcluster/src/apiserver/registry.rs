@@ -314,6 +314,16 @@ const BUILTINS: &[Builtin] = &[
         &["status", "scale"],
     ),
     (
+        "apiregistration.k8s.io",
+        "v1",
+        "APIService",
+        "apiservices",
+        false,
+        &[],
+        &["api-extensions"],
+        &["status"],
+    ),
+    (
         "admissionregistration.k8s.io",
         "v1",
         "MutatingWebhookConfiguration",

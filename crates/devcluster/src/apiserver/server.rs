@@ -38,6 +38,8 @@ pub struct ApiServer {
     ca: Arc<super::pki::Ca>,
     /// Where the kubelets keep containers' logs, for `pods/log`.
     pod_logs: Option<Arc<dyn PodLogs>>,
+    /// The front-proxy identity aggregated APIs are called with.
+    front_proxy: Arc<super::aggregation::FrontProxy>,
 }
 
 /// Where a node's kubelet keeps the logs of containers, which `pods/log` reads as kube-apiserver
@@ -297,6 +299,9 @@ impl ApiServer {
         for ns in ["default", "kube-system", "kube-public"] {
             ensure_root_ca(&store, ns);
         }
+        let front_proxy =
+            super::aggregation::FrontProxy::generate().expect("generating the front-proxy CA");
+        super::aggregation::publish(&store, ca.cert_pem(), &front_proxy);
         ApiServer {
             store: Arc::new(store),
             protect_storage: false,
@@ -304,6 +309,7 @@ impl ApiServer {
             auth: Default::default(),
             ca: Arc::new(ca),
             pod_logs: None,
+            front_proxy: Arc::new(front_proxy),
         }
     }
 
@@ -552,6 +558,17 @@ async fn handle(State(server): State<ApiServer>, req: Request) -> Response {
             server.metrics.render(),
         )
             .into_response();
+    }
+    // An aggregated API's group and version go to its server.
+    if let Some(api_service) = super::aggregation::served_elsewhere(&server.store, req.uri().path())
+    {
+        let counted = describe(&req, None, &query(&req));
+        let response =
+            super::aggregation::proxy(&server.store, &server.front_proxy, &api_service, &user, req)
+                .await
+                .unwrap_or_else(|e| e.into_response());
+        server.metrics.count(counted, response.status().as_u16());
+        return response;
     }
     // Routed and parsed once, for the request and for its count.
     let target = server.route(req.uri().path());
@@ -915,10 +932,17 @@ async fn dispatch(target: ApiResult<Target>, call: Call, req: Request) -> ApiRes
     let store = &call.store;
     match target {
         Target::Version => Ok(json_response(StatusCode::OK, &version())),
-        Target::OpenApiRoot => Ok(json_response(
-            StatusCode::OK,
-            &super::openapi::root(&store.registry()),
-        )),
+        Target::OpenApiRoot => {
+            let mut root = super::openapi::root(&store.registry());
+            // Aggregated group versions: their documents come from their servers.
+            for (group, versions) in super::aggregation::groups(store) {
+                for v in versions {
+                    let p = format!("apis/{group}/{v}");
+                    root["paths"][&p] = json!({"serverRelativeURL": format!("/openapi/v3/{p}")});
+                }
+            }
+            Ok(json_response(StatusCode::OK, &root))
+        }
         Target::OpenApi(g, v) => super::openapi::group_version(&store.registry(), &g, &v)
             .map(|doc| json_response(StatusCode::OK, &doc))
             .ok_or_else(ApiError::path_not_found),
@@ -926,9 +950,9 @@ async fn dispatch(target: ApiResult<Target>, call: Call, req: Request) -> ApiRes
             StatusCode::OK,
             &json!({"kind": "APIVersions", "versions": ["v1"], "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": "127.0.0.1"}]}),
         )),
-        Target::Groups => Ok(json_response(StatusCode::OK, &groups(&store.registry()))),
+        Target::Groups => Ok(json_response(StatusCode::OK, &groups(store))),
         Target::Group(g) => {
-            let list = groups(&store.registry());
+            let list = groups(store);
             let found = list["groups"]
                 .as_array()
                 .and_then(|a| a.iter().find(|x| x["name"] == g.as_str()).cloned());
@@ -2236,9 +2260,15 @@ fn version() -> Value {
     })
 }
 
-fn groups(registry: &Registry) -> Value {
-    let groups: Vec<Value> = registry
-        .groups()
+/// The API groups: the served ones, then those of aggregated APIs.
+fn groups(store: &Store) -> Value {
+    let mut all: Vec<(String, Vec<String>)> = store.registry().groups().into_iter().collect();
+    for (group, versions) in super::aggregation::groups(store) {
+        if !all.iter().any(|(g, _)| *g == group) {
+            all.push((group, versions));
+        }
+    }
+    let groups: Vec<Value> = all
         .into_iter()
         .map(|(name, versions)| {
             let versions: Vec<Value> = versions
