@@ -59,6 +59,8 @@ pub fn run(args: &ControllerArgs) -> anyhow::Result<()> {
                 .unwrap_or_else(|_| "info,kube_runtime=warn".into()),
         )
         .with_writer(std::io::stderr)
+        // Colours only for a terminal: a pod's log is a file.
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .try_init();
     let runtime = tokio::runtime::Runtime::new().context("starting the runtime")?;
     runtime.block_on(async {
@@ -69,7 +71,10 @@ pub fn run(args: &ControllerArgs) -> anyhow::Result<()> {
             install_crds(&client).await?;
         }
         let metrics = Arc::new(serve::Metrics::default());
-        let (bound, mut server) = serve::serve(args.metrics_addr, metrics.clone())
+        // In a pod of the development cluster, "all addresses" means the pod's own.
+        let pod = cdi_core::devpod::DevPod::from_env(|k| std::env::var(k).ok())
+            .map_err(anyhow::Error::msg)?;
+        let (bound, mut server) = serve::serve(pod.listen(args.metrics_addr), metrics.clone())
             .await
             .with_context(|| format!("listening on {}", args.metrics_addr))?;
         eprintln!("metrics, healthz and readyz on http://{bound}");

@@ -39,6 +39,11 @@ pub enum DevCommand {
         /// memory, pods}` instead of the default three.
         #[arg(long, value_name = "FILE")]
         nodes: Option<PathBuf>,
+        /// Run CDI inside the cluster too: `cdi controller` as Deployment `cdi/cdi-deployment`
+        /// under ServiceAccount `cdi/cdi-sa` (bound to cluster-admin), with the in-cluster
+        /// configuration of its mounted token.
+        #[arg(long)]
+        cdi: bool,
     },
     /// Print a kubeconfig for the development cluster: the admin's, or with `--user` one for a
     /// user who may do only what RBAC grants NAME and its groups (a token the running cluster
@@ -89,6 +94,7 @@ pub(crate) fn image_map(extra: &[(String, Vec<String>)]) -> anyhow::Result<Image
     let exe = exe.to_string_lossy().into_owned();
     let mut map = ImageMap::default()
         .with("cdi-importer", vec![exe.clone(), "importer".into()])
+        .with("cdi-controller", vec![exe.clone(), "controller".into()])
         .with("virt-launcher", vec![exe, "dev".into(), "launcher".into()]);
     for (name, argv) in extra {
         map = map.with(name, argv.clone());
@@ -113,11 +119,13 @@ pub fn run(command: &DevCommand) -> anyhow::Result<()> {
             foreground: true,
             images,
             nodes,
+            cdi,
         } => up_here(
             dir,
             *addr,
             image_map(images)?,
             read_nodes(nodes.as_deref())?,
+            *cdi,
         ),
         DevCommand::Up {
             dir,
@@ -125,6 +133,7 @@ pub fn run(command: &DevCommand) -> anyhow::Result<()> {
             foreground: false,
             images,
             nodes,
+            cdi,
         } => {
             // Checked here, so a bad file is reported in this terminal.
             read_nodes(nodes.as_deref())?;
@@ -132,7 +141,7 @@ pub fn run(command: &DevCommand) -> anyhow::Result<()> {
                 Some(n) => Some(std::path::absolute(n).context("finding the nodes file")?),
                 None => None,
             };
-            up_in_background(dir, *addr, images, nodes.as_deref())
+            up_in_background(dir, *addr, images, nodes.as_deref(), *cdi)
         }
         DevCommand::Down { dir } => down(dir),
         DevCommand::Kubeconfig { dir, user, groups } => {
@@ -233,6 +242,7 @@ fn up_here(
     addr: SocketAddr,
     images: ImageMap,
     nodes: Vec<NodeConfig>,
+    cdi: bool,
 ) -> anyhow::Result<()> {
     use tracing_subscriber::filter::Targets;
     use tracing_subscriber::prelude::*;
@@ -264,6 +274,11 @@ fn up_here(
         config.kubelet.images = images;
         config.nodes = nodes;
         let mut running = cluster::start(&config).await?;
+        if cdi {
+            install_cdi(&running.client)
+                .await
+                .context("installing CDI in the cluster")?;
+        }
         std::fs::write(pid_file(dir), format!("{}\n", std::process::id()))
             .with_context(|| format!("writing {}", pid_file(dir).display()))?;
         println!("API server: {}", running.url);
@@ -285,6 +300,53 @@ fn up_here(
         let _ = std::fs::remove_file(pid_file(dir));
         Ok(())
     })
+}
+
+/// The objects that run CDI in the cluster: namespace `cdi`, its ServiceAccount bound to
+/// cluster-admin, and the controller's Deployment (upstream's names).
+async fn install_cdi(client: &kube::Client) -> anyhow::Result<()> {
+    use k8s_openapi::api::apps::v1::Deployment;
+    use k8s_openapi::api::core::v1::{Namespace, ServiceAccount};
+    use k8s_openapi::api::rbac::v1::ClusterRoleBinding;
+    use kube::Api;
+    use kube::api::PostParams;
+    let pp = PostParams::default();
+    let ns: Namespace = serde_json::from_value(serde_json::json!({"metadata": {"name": "cdi"}}))?;
+    Api::<Namespace>::all(client.clone())
+        .create(&pp, &ns)
+        .await?;
+    let sa: ServiceAccount =
+        serde_json::from_value(serde_json::json!({"metadata": {"name": "cdi-sa"}}))?;
+    Api::<ServiceAccount>::namespaced(client.clone(), "cdi")
+        .create(&pp, &sa)
+        .await?;
+    let binding: ClusterRoleBinding = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "cdi-sa"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+            "name": "cluster-admin"},
+        "subjects": [{"kind": "ServiceAccount", "name": "cdi-sa", "namespace": "cdi"}]}))?;
+    Api::<ClusterRoleBinding>::all(client.clone())
+        .create(&pp, &binding)
+        .await?;
+    let labels = serde_json::json!({"app": "containerized-data-importer",
+        "cdi.kubevirt.io": "cdi-deployment"});
+    let deployment: Deployment = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "cdi-deployment", "labels": labels},
+        "spec": {"replicas": 1, "selector": {"matchLabels": labels},
+            "template": {"metadata": {"labels": labels}, "spec": {
+                "serviceAccountName": "cdi-sa",
+                "containers": [{"name": "cdi-controller",
+                    "image": "quay.io/kubevirt/cdi-controller:v1.60.1",
+                    "args": ["--install-crds"],
+                    "env": [{"name": "POD_NAMESPACE",
+                        "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}}],
+                    "ports": [{"name": "metrics", "containerPort": 8080}],
+                    "readinessProbe": {"httpGet": {"path": "/readyz", "port": "metrics"},
+                        "periodSeconds": 1}}]}}}}))?;
+    Api::<Deployment>::namespaced(client.clone(), "cdi")
+        .create(&pp, &deployment)
+        .await?;
+    Ok(())
 }
 
 /// The admin kubeconfig of the cluster up in `dir`, or one for `user` in `groups` with a fresh
@@ -349,6 +411,7 @@ fn up_in_background(
     addr: SocketAddr,
     images: &[(String, Vec<String>)],
     nodes: Option<&Path>,
+    cdi: bool,
 ) -> anyhow::Result<()> {
     use std::os::unix::process::CommandExt;
 
@@ -376,6 +439,9 @@ fn up_in_background(
     }
     if let Some(nodes) = nodes {
         command.arg("--nodes").arg(nodes);
+    }
+    if cdi {
+        command.arg("--cdi");
     }
     let mut child = command
         .stdin(std::process::Stdio::null())

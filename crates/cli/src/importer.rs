@@ -41,6 +41,8 @@ pub fn run(args: &ImporterArgs) -> ExitCode {
                 .unwrap_or_else(|_| if args.verbosity >= 3 { "debug" } else { "info" }.into()),
         )
         .with_writer(std::io::stderr)
+        // Colours only for a terminal: a pod's log is a file.
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .try_init();
     // Run by the `cdi dev` kubelet, the pod is a directory and has an address of its own.
     let devpod = match DevPod::from_env(|k| std::env::var(k).ok()) {

@@ -220,3 +220,86 @@ fn a_user_kubeconfig_holds_what_rbac_grants_its_user_and_groups() {
         std::fs::read_to_string(dir.join("kubeconfig")).unwrap()
     );
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn up_with_cdi_imports_a_data_volume_with_nothing_else_started() {
+    use cdi_testkit::images::{convert, pattern};
+    use cdi_testkit::{Behaviour, FileServer};
+    let tmp = tempfile::tempdir().unwrap();
+    let data = pattern(4 << 20);
+    std::fs::write(tmp.path().join("src.raw"), &data).unwrap();
+    convert(
+        &tmp.path().join("src.raw"),
+        "qcow2",
+        &[],
+        &tmp.path().join("src.qcow2"),
+    );
+    let server = FileServer::start(None).await;
+    server.add(
+        "/disk.qcow2",
+        std::fs::read(tmp.path().join("src.qcow2")).unwrap(),
+        Behaviour::default(),
+    );
+    let dir = tmp.path().join("cluster");
+    let (ok, out, err) = cdi(&["dev", "up", "--addr", "127.0.0.1:0", "--cdi"], &dir);
+    assert!(ok, "{out}{err}");
+    let _down = Down(&dir);
+    let out = kubectl(
+        &dir,
+        &[
+            "rollout",
+            "status",
+            "-n",
+            "cdi",
+            "deployment/cdi-deployment",
+            "--timeout=120s",
+        ],
+        None,
+    );
+    assert!(out.contains("successfully rolled out"), "{out}");
+    let dv = format!(
+        "apiVersion: cdi.kubevirt.io/v1beta1\nkind: DataVolume\nmetadata: {{name: disk}}\nspec:\n  source: {{http: {{url: \"{}\"}}}}\n  storage: {{accessModes: [ReadWriteOnce], resources: {{requests: {{storage: 64Mi}}}}}}\n",
+        server.url("/disk.qcow2")
+    );
+    // The CRDs are the controller's to install: applied once they are there.
+    devcluster::wait_for("the controller to install the CRDs", 60, || {
+        let out = std::process::Command::new("kubectl")
+            .args(["get", "crd", "datavolumes.cdi.kubevirt.io"])
+            .env("KUBECONFIG", dir.join("kubeconfig"))
+            .output()
+            .unwrap();
+        out.status.success().then_some(())
+    });
+    kubectl(&dir, &["apply", "-f", "-"], Some(&dv));
+    kubectl(
+        &dir,
+        &[
+            "wait",
+            "--for=jsonpath={.status.phase}=Succeeded",
+            "dv/disk",
+            "--timeout=120s",
+        ],
+        None,
+    );
+    // The controller ran in the cluster under its ServiceAccount, and says so in its log.
+    let pod = kubectl(
+        &dir,
+        &[
+            "get",
+            "pods",
+            "-n",
+            "cdi",
+            "-o",
+            "jsonpath={.items[0].spec.serviceAccountName}",
+        ],
+        None,
+    );
+    assert_eq!(pod, "cdi-sa");
+    let log = kubectl(
+        &dir,
+        &["logs", "-n", "cdi", "deployment/cdi-deployment"],
+        None,
+    );
+    assert!(log.contains("metrics, healthz and readyz on"), "{log}");
+    assert!(log.contains("created CDIConfig config"), "{log}");
+}

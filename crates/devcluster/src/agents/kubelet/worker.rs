@@ -192,6 +192,11 @@ async fn prepare(ctx: &Ctx, pod: &Pod, dir: &PodDir, ip: Ipv4Addr) -> Result<Vec
             );
         }
         env.push(("HOSTNAME".into(), name.clone()));
+        // A home of its own, as an image gives one: not the host user's (whose ~/.kube/config
+        // would win over an in-cluster client's mounted token).
+        if !env.iter().any(|(k, _)| k == "HOME") {
+            env.push(("HOME".into(), root.to_string_lossy().into_owned()));
+        }
         env.push((root_env.into(), root.to_string_lossy().into_owned()));
         env.push((ip_env.into(), ip.to_string()));
         let capacities = setup::capacities(c, &volumes);
