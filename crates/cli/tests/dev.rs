@@ -302,4 +302,19 @@ async fn up_with_cdi_imports_a_data_volume_with_nothing_else_started() {
     );
     assert!(log.contains("metrics, healthz and readyz on"), "{log}");
     assert!(log.contains("created CDIConfig config"), "{log}");
+
+    // The same in-cluster client under a ServiceAccount RBAC grants nothing is refused.
+    let limited = "apiVersion: v1\nkind: Pod\nmetadata: {name: limited, namespace: cdi}\nspec:\n  containers:\n  - {name: c, image: quay.io/kubevirt/cdi-controller:v1.60.1}\n";
+    kubectl(&dir, &["apply", "-f", "-"], Some(limited));
+    let log = devcluster::wait_for("the limited controller to be refused", 60, || {
+        let out = std::process::Command::new("kubectl")
+            .args(["logs", "-n", "cdi", "limited"])
+            .env("KUBECONFIG", dir.join("kubeconfig"))
+            .output()
+            .unwrap();
+        let log = String::from_utf8_lossy(&out.stdout).into_owned();
+        log.contains("system:serviceaccount:cdi:default")
+            .then_some(log)
+    });
+    assert!(log.contains("forbidden"), "{log}");
 }
