@@ -261,6 +261,21 @@ async fn an_api_service_proxies_its_group_with_the_callers_identity() {
     }
     assert!(listed.contains("uploadtokenrequests"), "{listed}");
     assert!(listed.contains(&format!("{GROUP}/v1beta1")), "{listed}");
+    // The availability check reaches it too.
+    let mut table = String::new();
+    for _ in 0..100 {
+        let (_, out, _) = kubectl(
+            &kubeconfig,
+            &["get", "apiservice", &format!("v1beta1.{GROUP}")],
+            "",
+        );
+        table = out;
+        if table.contains("cdi/cdi-api") && table.contains("True") {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(table.contains("True"), "{table}");
 
     // This server authorizes first; the extension server sees whom it let through.
     let request = format!(

@@ -195,6 +195,9 @@ impl Changes {
             watch::<k8s_openapi::api::apps::v1::Deployment>(client, &tx),
             watch::<k8s_openapi::api::apps::v1::ReplicaSet>(client, &tx),
             watch::<k8s_openapi::api::core::v1::Service>(client, &tx),
+            watch::<k8s_openapi::kube_aggregator::pkg::apis::apiregistration::v1::APIService>(
+                client, &tx,
+            ),
         ];
         for (kind, plural) in [
             ("VolumeSnapshot", "volumesnapshots"),

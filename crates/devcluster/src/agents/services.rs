@@ -307,6 +307,30 @@ pub fn routes(services: &[Service], slices: &[Value]) -> HashMap<SocketAddrV4Key
     out
 }
 
+/// An APIService's `Available` condition, as kube's availability controller sets it: a local one
+/// always is; one served elsewhere is while its discovery answers through the proxy.
+pub fn availability(api_service: &Value, discovery: Option<Result<(), String>>) -> Value {
+    let (ok, reason, message) = match discovery {
+        None => (
+            true,
+            "Local",
+            "Local APIServices are always available".to_string(),
+        ),
+        Some(Ok(())) => (true, "Passed", "all checks passed".to_string()),
+        Some(Err(why)) => (false, "FailedDiscoveryCheck", why),
+    };
+    let status = if ok { "True" } else { "False" };
+    let since = api_service["status"]["conditions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|c| c["type"] == "Available" && c["status"] == status && c["reason"] == reason)
+        .and_then(|c| c["lastTransitionTime"].as_str().map(str::to_string))
+        .unwrap_or_else(crate::apiserver::store::now);
+    json!({"type": "Available", "status": status, "reason": reason, "message": message,
+        "lastTransitionTime": since})
+}
+
 /// A cluster IP and port.
 pub type SocketAddrV4Key = (Ipv4Addr, u16);
 
@@ -506,6 +530,54 @@ pub mod agent {
             .collect();
         proxy.lock().await.sync(routes(&services, &slices)).await;
         *dns.write().unwrap_or_else(|e| e.into_inner()) = records(&services, &slices);
+        check_api_services(client).await
+    }
+
+    /// Each APIService's `Available` condition: its discovery asked through this cluster's
+    /// proxy to it.
+    async fn check_api_services(client: &Client) -> Result<(), kube::Error> {
+        let gvk = kube::api::GroupVersionKind::gvk("apiregistration.k8s.io", "v1", "APIService");
+        let resource = kube::api::ApiResource::from_gvk_with_plural(&gvk, "apiservices");
+        let api: Api<DynamicObject> = Api::all_with(client.clone(), &resource);
+        for s in api.list(&Default::default()).await?.items {
+            let s = serde_json::to_value(&s).map_err(kube::Error::SerdeError)?;
+            let spec = &s["spec"];
+            let discovery = if spec["service"].is_object() {
+                let path = format!(
+                    "/apis/{}/{}",
+                    spec["group"].as_str().unwrap_or(""),
+                    spec["version"].as_str().unwrap_or("")
+                );
+                let request = axum::http::Request::get(&path)
+                    .body(Vec::new())
+                    .map_err(kube::Error::HttpError)?;
+                Some(
+                    client
+                        .request_text(request)
+                        .await
+                        .map(|_| ())
+                        .map_err(|e| format!("failing or missing response from {path}: {e}")),
+                )
+            } else {
+                None
+            };
+            let condition = super::availability(&s, discovery);
+            let current = s["status"]["conditions"]
+                .as_array()
+                .and_then(|c| c.iter().find(|c| c["type"] == "Available"))
+                .cloned();
+            if current.as_ref() == Some(&condition) {
+                continue;
+            }
+            let name = s["metadata"]["name"].as_str().unwrap_or("");
+            api.patch_status(
+                name,
+                &PatchParams::default(),
+                &Patch::Merge(&json!({"status": {"conditions": [condition]}})),
+            )
+            .await?;
+            tracing::info!("APIService {name}: Available {}", condition["status"]);
+        }
         Ok(())
     }
 

@@ -400,6 +400,11 @@ fn builtin_columns(group: &str, plural: &str) -> Vec<Value> {
             age(),
             col("Selector", "#service.selector", 1),
         ],
+        ("apiregistration.k8s.io", "apiservices") => vec![
+            col("Service", "#apiservice.service", 0),
+            col("Available", "#apiservice.available", 0),
+            age(),
+        ],
         ("apps", "replicasets") => vec![
             col("Desired", ".spec.replicas", 0),
             col("Current", ".status.replicas", 0),

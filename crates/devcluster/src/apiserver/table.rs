@@ -302,6 +302,31 @@ pub fn table(
                             .map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or("")))
                             .collect();
                         json!(if selector.is_empty() { "<none>".to_string() } else { selector.join(",") })
+                    } else if path == "#apiservice.service" {
+                        let svc = &obj["spec"]["service"];
+                        json!(if svc.is_object() {
+                            format!(
+                                "{}/{}",
+                                svc["namespace"].as_str().unwrap_or(""),
+                                svc["name"].as_str().unwrap_or("")
+                            )
+                        } else {
+                            "Local".to_string()
+                        })
+                    } else if path == "#apiservice.available" {
+                        // kube's printer: the status, and the reason when it is not True.
+                        let available = obj["status"]["conditions"]
+                            .as_array()
+                            .and_then(|c| c.iter().find(|c| c["type"] == "Available"));
+                        json!(match available {
+                            None => "Unknown".to_string(),
+                            Some(c) if c["status"] == "True" => "True".to_string(),
+                            Some(c) => format!(
+                                "{} ({})",
+                                c["status"].as_str().unwrap_or(""),
+                                c["reason"].as_str().unwrap_or("")
+                            ),
+                        })
                     } else if path == "#deployment.ready" {
                         let ready = obj["status"]["readyReplicas"].as_i64().unwrap_or(0);
                         let want = obj["spec"]["replicas"].as_i64().unwrap_or(1);
