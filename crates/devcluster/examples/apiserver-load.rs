@@ -150,7 +150,7 @@ async fn main() -> anyhow_free::Result<()> {
     l.sort_unstable();
 
     println!(
-        "objects {objects}, writers {writers}, watchers {watchers} (kube-rs client over HTTP on 127.0.0.1, one process)"
+        "objects {objects}, writers {writers}, watchers {watchers} (kube-rs client over HTTPS on 127.0.0.1, one process)"
     );
     println!(
         "create:  {:.0} writes/s ({objects} in {create_secs:.2} s)",

@@ -3,13 +3,14 @@
 //! server publishes the CA of) sees the caller in X-Remote-User and X-Remote-Group, and the group
 //! shows in discovery (`kubectl api-resources`).
 
+mod common;
+
 use std::process::Command;
 use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Json;
 use axum::http::HeaderMap;
-use cdi_devcluster::cluster::{self, Config};
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Service};
 use kube::api::{DynamicObject, PostParams};
 use kube::{Api, Client};
@@ -20,16 +21,7 @@ const GROUP: &str = "upload.cdi.kubevirt.io";
 /// The extension server: discovery of `upload.cdi.kubevirt.io/v1beta1`, and
 /// UploadTokenRequests answered with who asked.
 async fn extension_server(front_proxy_ca: &str) -> (u16, String, tokio::task::JoinHandle<()>) {
-    let ca_key = rcgen::KeyPair::generate().unwrap();
-    let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
-    ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
-    let ca = ca_params.self_signed(&ca_key).unwrap();
-    let issuer = rcgen::Issuer::new(ca_params, ca_key);
-    let key = rcgen::KeyPair::generate().unwrap();
-    let cert = rcgen::CertificateParams::new(vec!["cdi-api.cdi.svc".to_string()])
-        .unwrap()
-        .signed_by(&key, &issuer)
-        .unwrap();
+    let (ca_pem, chain, key) = common::test_ca(&["cdi-api.cdi.svc"]);
     // Only callers with a certificate from the front-proxy CA get in.
     let mut roots = rustls::RootCertStore::empty();
     for c in rustls_pki_certs(front_proxy_ca) {
@@ -46,13 +38,9 @@ async fn extension_server(front_proxy_ca: &str) -> (u16, String, tokio::task::Jo
         .with_safe_default_protocol_versions()
         .unwrap()
         .with_client_cert_verifier(verifier)
-        .with_single_cert(
-            vec![cert.der().clone()],
-            rustls::pki_types::PrivateKeyDer::Pkcs8(key.serialize_der().into()),
-        )
+        .with_single_cert(chain, key)
         .unwrap();
     config.alpn_protocols = vec![b"http/1.1".to_vec()];
-    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
     let discovery = || async {
         Json(json!({"kind": "APIResourceList", "apiVersion": "v1",
             "groupVersion": format!("{GROUP}/v1beta1"),
@@ -107,23 +95,8 @@ async fn extension_server(front_proxy_ca: &str) -> (u16, String, tokio::task::Jo
         );
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let port = listener.local_addr().unwrap().port();
-    let task = tokio::spawn(async move {
-        while let Ok((stream, _)) = listener.accept().await {
-            let (acceptor, app) = (acceptor.clone(), app.clone());
-            tokio::spawn(async move {
-                let Ok(tls) = acceptor.accept(stream).await else {
-                    return;
-                };
-                let service = hyper_util::service::TowerToHyperService::new(app);
-                let _ = hyper_util::server::conn::auto::Builder::new(
-                    hyper_util::rt::TokioExecutor::new(),
-                )
-                .serve_connection(hyper_util::rt::TokioIo::new(tls), service)
-                .await;
-            });
-        }
-    });
-    (port, ca.pem(), task)
+    let task = common::serve_tls(listener, Arc::new(config), app);
+    (port, ca_pem, task)
 }
 
 fn rustls_pki_certs(pem: &str) -> Vec<rustls::pki_types::CertificateDer<'static>> {
@@ -182,10 +155,7 @@ async fn create_dynamic(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_api_service_proxies_its_group_with_the_callers_identity() {
-    let dir = tempfile::tempdir().unwrap();
-    let mut config = Config::new(dir.path().to_path_buf(), "127.0.0.1:0".parse().unwrap());
-    config.every = Duration::from_millis(30);
-    let running = cluster::start(&config).await.unwrap();
+    let (_dir, running) = common::cluster().await;
     let client = running.client.clone();
     for ns in ["cdi", "a"] {
         let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": ns}})).unwrap();

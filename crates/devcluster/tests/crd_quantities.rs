@@ -3,6 +3,8 @@
 //! as a DataVolume's storage request is a 422 naming the field, before any controller sees it;
 //! "10Gi" and 10737418240 are accepted.
 
+mod common;
+
 use cdi_devcluster::apiserver::ApiServer;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::PostParams;
@@ -28,7 +30,7 @@ impl Http {
         let (addr, _task) = server.serve("127.0.0.1:0".parse().unwrap()).await.unwrap();
         Http {
             base: format!("https://{addr}"),
-            client: admin_client(&server),
+            client: common::admin_client(&server),
             _server: server,
         }
     }
@@ -121,19 +123,4 @@ async fn quantities_as_strings_or_integers_are_accepted() {
             "stored as sent"
         );
     }
-}
-
-/// An HTTP client that trusts the server's CA and sends the admin's token with every request.
-fn admin_client(server: &ApiServer) -> reqwest::Client {
-    let mut headers = reqwest::header::HeaderMap::new();
-    let token = format!("Bearer {}", server.admin_token());
-    headers.insert(
-        reqwest::header::AUTHORIZATION,
-        token.parse().expect("a token is a header value"),
-    );
-    reqwest::Client::builder()
-        .add_root_certificate(reqwest::Certificate::from_pem(server.ca_pem().as_bytes()).unwrap())
-        .default_headers(headers)
-        .build()
-        .expect("an HTTP client")
 }

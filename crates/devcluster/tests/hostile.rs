@@ -3,6 +3,8 @@
 //! validated per kind, query parameters parsed as kube parses them (the Python client's
 //! `watch=True`), and limits on request bodies and object sizes.
 
+mod common;
+
 use std::io::BufRead;
 use std::time::Duration;
 
@@ -317,7 +319,7 @@ impl Http {
         let (addr, _task) = server.serve("127.0.0.1:0".parse().unwrap()).await.unwrap();
         Http {
             base: format!("https://{addr}"),
-            client: admin_client(&server),
+            client: common::admin_client(&server),
             _server: server,
         }
     }
@@ -1760,19 +1762,4 @@ async fn bodies_must_be_what_their_url_names() {
             "{path}"
         );
     }
-}
-
-/// An HTTP client that trusts the server's CA and sends the admin's token with every request.
-fn admin_client(server: &ApiServer) -> reqwest::Client {
-    let mut headers = reqwest::header::HeaderMap::new();
-    let token = format!("Bearer {}", server.admin_token());
-    headers.insert(
-        reqwest::header::AUTHORIZATION,
-        token.parse().expect("a token is a header value"),
-    );
-    reqwest::Client::builder()
-        .add_root_certificate(reqwest::Certificate::from_pem(server.ca_pem().as_bytes()).unwrap())
-        .default_headers(headers)
-        .build()
-        .expect("an HTTP client")
 }

@@ -4,9 +4,7 @@
 
 mod common;
 
-use std::time::Duration;
-
-use cdi_devcluster::cluster::{self, Config, Running};
+use cdi_devcluster::cluster::Running;
 use common::wait_for;
 use futures::{AsyncBufReadExt, TryStreamExt};
 use k8s_openapi::api::core::v1::{Pod, ServiceAccount};
@@ -16,15 +14,7 @@ use kube::{Api, Client};
 use serde_json::{Value, json};
 
 async fn start() -> (tempfile::TempDir, Running) {
-    let dir = tempfile::tempdir().unwrap();
-    let mut config = Config::new(dir.path().to_path_buf(), "127.0.0.1:0".parse().unwrap());
-    config.every = Duration::from_millis(30);
-    config.kubelet.backoff = cdi_devcluster::agents::kubelet::Backoff {
-        initial: Duration::from_millis(100),
-        max: Duration::from_millis(400),
-    };
-    let running = cluster::start(&config).await.unwrap();
-    (dir, running)
+    common::cluster().await
 }
 
 async fn create<K>(client: &Client, value: Value) -> Result<K, kube::Error>

@@ -5,8 +5,7 @@ mod common;
 
 use std::time::Duration;
 
-use cdi_devcluster::agents::kubelet::{Backoff, KubeletConfig};
-use cdi_devcluster::cluster::{self, Config, Running};
+use cdi_devcluster::cluster::Running;
 use common::wait_for;
 use k8s_openapi::api::core::v1::{
     ConfigMap, ContainerStatus, Event, PersistentVolume, PersistentVolumeClaim, Pod, Secret,
@@ -16,22 +15,11 @@ use kube::{Api, Client};
 use serde_json::{Value, json};
 
 async fn start() -> (tempfile::TempDir, Running) {
-    let dir = tempfile::tempdir().unwrap();
-    let running = start_in(dir.path()).await;
-    (dir, running)
+    common::cluster().await
 }
 
 async fn start_in(dir: &std::path::Path) -> Running {
-    let mut config = Config::new(dir.to_path_buf(), "127.0.0.1:0".parse().unwrap());
-    config.every = Duration::from_millis(30);
-    config.kubelet = KubeletConfig {
-        backoff: Backoff {
-            initial: Duration::from_millis(100),
-            max: Duration::from_millis(400),
-        },
-        ..Default::default()
-    };
-    cluster::start(&config).await.unwrap()
+    common::cluster_in(dir).await
 }
 
 async fn create<K>(client: &Client, value: Value)

@@ -3,9 +3,7 @@
 
 mod common;
 
-use std::time::Duration;
-
-use cdi_devcluster::cluster::{self, Config, Running};
+use cdi_devcluster::cluster::Running;
 use common::wait_for;
 use k8s_openapi::api::core::v1::{Endpoints, Pod, Service};
 use kube::api::{LogParams, PostParams};
@@ -13,11 +11,7 @@ use kube::{Api, Client};
 use serde_json::{Value, json};
 
 async fn start() -> (tempfile::TempDir, Running) {
-    let dir = tempfile::tempdir().unwrap();
-    let mut config = Config::new(dir.path().to_path_buf(), "127.0.0.1:0".parse().unwrap());
-    config.every = Duration::from_millis(30);
-    let running = cluster::start(&config).await.unwrap();
-    (dir, running)
+    common::cluster().await
 }
 
 async fn create<K>(client: &Client, value: Value) -> K

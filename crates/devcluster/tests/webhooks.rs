@@ -1,12 +1,13 @@
 //! Admission webhooks: a real HTTPS webhook server (axum, under a CA of the test's own) that the
 //! API server calls with AdmissionReviews, by URL and through a Service.
 
+mod common;
+
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use axum::Json;
 use cdi_devcluster::apiserver::ApiServer;
-use cdi_devcluster::cluster::{self, Config};
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Service};
 use kube::api::{DynamicObject, PostParams};
 use kube::{Api, Client};
@@ -24,30 +25,16 @@ struct Hooks {
 impl Hooks {
     async fn start(names: &[&str]) -> Hooks {
         use base64::Engine;
-        let ca_key = rcgen::KeyPair::generate().unwrap();
-        let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
-        ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
-        let ca = ca_params.self_signed(&ca_key).unwrap();
-        let issuer = rcgen::Issuer::new(ca_params, ca_key);
-        let key = rcgen::KeyPair::generate().unwrap();
-        let cert =
-            rcgen::CertificateParams::new(names.iter().map(|n| n.to_string()).collect::<Vec<_>>())
-                .unwrap()
-                .signed_by(&key, &issuer)
-                .unwrap();
+        let (ca_pem, chain, key) = common::test_ca(names);
         let mut config = rustls::ServerConfig::builder_with_provider(Arc::new(
             rustls::crypto::aws_lc_rs::default_provider(),
         ))
         .with_safe_default_protocol_versions()
         .unwrap()
         .with_no_client_auth()
-        .with_single_cert(
-            vec![cert.der().clone()],
-            rustls::pki_types::PrivateKeyDer::Pkcs8(key.serialize_der().into()),
-        )
+        .with_single_cert(chain, key)
         .unwrap();
         config.alpn_protocols = vec![b"http/1.1".to_vec()];
-        let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
         let seen = Arc::new(Mutex::new(Vec::new()));
         let respond = |seen: Arc<Mutex<Vec<Value>>>, mutate: bool| {
             move |Json(review): Json<Value>| {
@@ -83,25 +70,10 @@ impl Hooks {
             .route("/mutate", axum::routing::post(respond(seen.clone(), true)));
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let port = listener.local_addr().unwrap().port();
-        let task = tokio::spawn(async move {
-            while let Ok((stream, _)) = listener.accept().await {
-                let (acceptor, app) = (acceptor.clone(), app.clone());
-                tokio::spawn(async move {
-                    let Ok(tls) = acceptor.accept(stream).await else {
-                        return;
-                    };
-                    let service = hyper_util::service::TowerToHyperService::new(app);
-                    let _ = hyper_util::server::conn::auto::Builder::new(
-                        hyper_util::rt::TokioExecutor::new(),
-                    )
-                    .serve_connection(hyper_util::rt::TokioIo::new(tls), service)
-                    .await;
-                });
-            }
-        });
+        let task = common::serve_tls(listener, Arc::new(config), app);
         Hooks {
             port,
-            ca_pem: ca.pem(),
+            ca_pem,
             seen,
             _task: task,
         }
@@ -269,10 +241,7 @@ async fn webhooks_by_url_deny_mutate_and_follow_their_failure_policy() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_webhook_behind_a_service_is_called_at_its_cluster_ip_by_its_service_name() {
     let hooks = Hooks::start(&["hooks.default.svc"]).await;
-    let dir = tempfile::tempdir().unwrap();
-    let mut config = Config::new(dir.path().to_path_buf(), "127.0.0.1:0".parse().unwrap());
-    config.every = Duration::from_millis(30);
-    let running = cluster::start(&config).await.unwrap();
+    let (_dir, running) = common::cluster().await;
     let client = running.client.clone();
     // A Service without a selector, its endpoint the webhook server (as an operator may point
     // a Service at something outside the cluster).

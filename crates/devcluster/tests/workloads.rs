@@ -2,10 +2,12 @@
 //! as a user drives them: `rollout status`, `scale`, a new template rolled out, a deleted pod
 //! replaced.
 
+mod common;
+
 use std::process::Command;
 use std::time::Duration;
 
-use cdi_devcluster::cluster::{self, Config, Running};
+use cdi_devcluster::cluster::Running;
 
 struct Cluster {
     _dir: tempfile::TempDir,
@@ -14,10 +16,7 @@ struct Cluster {
 
 impl Cluster {
     async fn start() -> Cluster {
-        let dir = tempfile::tempdir().unwrap();
-        let mut config = Config::new(dir.path().to_path_buf(), "127.0.0.1:0".parse().unwrap());
-        config.every = Duration::from_millis(30);
-        let running = cluster::start(&config).await.unwrap();
+        let (dir, running) = common::cluster().await;
         Cluster { _dir: dir, running }
     }
 

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use super::errors::{ApiError, ApiResult};
+use super::errors::{ApiError, ApiResult, error_chain};
 use super::rbac::UserInfo;
 use super::registry::ResourceDef;
 use super::store::{ListOptions, Store};
@@ -269,16 +269,6 @@ async fn call(store: &Store, webhook: &Value, body: &Value) -> Result<Value, Str
         ));
     }
     Ok(answer)
-}
-
-fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut out = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
-        out.push_str(&format!(": {s}"));
-        source = s.source();
-    }
-    out
 }
 
 /// kube's error for a webhook that denied the request.

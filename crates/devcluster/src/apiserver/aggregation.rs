@@ -12,7 +12,7 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 
-use super::errors::{ApiError, ApiResult};
+use super::errors::{ApiError, ApiResult, error_chain};
 use super::rbac::UserInfo;
 use super::store::{ListOptions, Store};
 
@@ -220,14 +220,4 @@ pub async fn proxy(
     Ok(response
         .body(body)
         .unwrap_or_else(|_| StatusCode::BAD_GATEWAY.into_response()))
-}
-
-fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut out = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
-        out.push_str(&format!(": {s}"));
-        source = s.source();
-    }
-    out
 }
