@@ -40,7 +40,12 @@ pub struct ApiServer {
     pod_logs: Option<Arc<dyn PodLogs>>,
     /// The front-proxy identity aggregated APIs are called with.
     front_proxy: Arc<super::aggregation::FrontProxy>,
+    /// The RBAC policy as of a version of the RBAC group: read again only once it changed.
+    policy: Arc<std::sync::Mutex<Option<CachedPolicy>>>,
 }
+
+/// The RBAC policy and the RBAC group's version it was read at.
+type CachedPolicy = (u64, Arc<super::rbac::Policy>);
 
 /// Where a node's kubelet keeps the logs of containers, which `pods/log` reads as kube-apiserver
 /// asks the kubelet for them.
@@ -310,6 +315,7 @@ impl ApiServer {
             ca: Arc::new(ca),
             pod_logs: None,
             front_proxy: Arc::new(front_proxy),
+            policy: Default::default(),
         }
     }
 
@@ -614,7 +620,21 @@ impl ApiServer {
     /// The authorizer: `system:masters` may do anything, everyone else what RBAC grants.
     fn allows(&self, user: &UserInfo, a: &Attributes) -> bool {
         user.groups.iter().any(|g| g == super::rbac::MASTERS)
-            || rbac_policy(&self.store).authorize(user, a).is_some()
+            || self.policy().authorize(user, a).is_some()
+    }
+
+    /// The RBAC policy, read from the store only when an RBAC object changed since.
+    fn policy(&self) -> Arc<super::rbac::Policy> {
+        let version = self.store.group_version("rbac.authorization.k8s.io");
+        let mut cached = self.policy.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((at, policy)) = cached.as_ref()
+            && *at == version
+        {
+            return policy.clone();
+        }
+        let policy = Arc::new(rbac_policy(&self.store));
+        *cached = Some((version, policy.clone()));
+        policy
     }
 }
 

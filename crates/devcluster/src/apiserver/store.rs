@@ -119,6 +119,9 @@ struct Inner {
     fields: FieldIndex,
     /// Something was deleted: terminating namespaces may be empty now.
     deleted_since_namespaces: bool,
+    /// The version of the last change in each API group (what a cache of one group's objects,
+    /// such as the RBAC policy, is current as of).
+    group_versions: HashMap<String, u64>,
 }
 
 /// The retained changes, bounded by count and by bytes; kept apart from the objects so that
@@ -439,6 +442,7 @@ impl Store {
             gc_queue: VecDeque::new(),
             fields: HashMap::new(),
             deleted_since_namespaces: false,
+            group_versions: HashMap::new(),
         };
         for ns in ["default", "kube-system", "kube-public"] {
             let obj = json!({
@@ -537,6 +541,11 @@ impl Store {
         self.history.lock().expect("history lock")
     }
 
+    /// The version of the last change to an object of API group `group` (0: none since start).
+    pub fn group_version(&self, group: &str) -> u64 {
+        self.lock().group_versions.get(group).copied().unwrap_or(0)
+    }
+
     /// A signal on every change (the newest resource version).
     pub fn subscribe(&self) -> tokio::sync::watch::Receiver<u64> {
         self.notify.subscribe()
@@ -583,6 +592,7 @@ impl Store {
     /// and keep the garbage collector's graph current.
     fn commit(&self, inner: &mut Inner, key: &Key, mut obj: Value, kind: ChangeKind) -> Value {
         inner.rv += 1;
+        inner.group_versions.insert(key.0.clone(), inner.rv);
         obj["metadata"]["resourceVersion"] = json!(inner.rv.to_string());
         let before = match kind {
             ChangeKind::Deleted => {
