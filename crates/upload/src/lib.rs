@@ -1,0 +1,5 @@
+//! cdi-upload: the upload path. So far its [`token`]s: what `cdi apiserver` signs for an
+//! UploadTokenRequest (and the DataVolume webhook for a clone), and what the upload proxy and
+//! the clone controller check.
+
+pub mod token;

@@ -1,0 +1,282 @@
+//! CDI's tokens, as upstream's `pkg/token` makes them: a signed JWT, issuer `cdi-apiserver`,
+//! valid for five minutes, whose payload names one operation (`Upload`, `Clone`) on one object
+//! (`namespace/name` of a resource) with optional parameters. The upload proxy accepts an upload
+//! to a claim only with a token for exactly that claim and operation. Signed ES256 here (upstream
+//! uses PS256 with an RSA key): the token is opaque to clients, only its issuer reads it.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use serde::{Deserialize, Serialize};
+
+/// Who signs the tokens of UploadTokenRequests and of clone DataVolumes.
+pub const API_ISSUER: &str = "cdi-apiserver";
+/// How long they are valid.
+pub const LIFETIME: Duration = Duration::from_secs(5 * 60);
+/// Clock skew allowed when checking them.
+pub const LEEWAY: Duration = Duration::from_secs(10);
+
+/// What a token allows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Operation {
+    Upload,
+    Clone,
+}
+
+/// The resource a token names, as Kubernetes' GroupVersionResource.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct Resource {
+    #[serde(default)]
+    pub group: String,
+    #[serde(default)]
+    pub version: String,
+    #[serde(default)]
+    pub resource: String,
+}
+
+impl Resource {
+    /// PersistentVolumeClaims (core/v1): what an upload targets.
+    pub fn claims() -> Resource {
+        Resource {
+            group: String::new(),
+            version: "v1".into(),
+            resource: "persistentvolumeclaims".into(),
+        }
+    }
+}
+
+/// What a token is for.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Payload {
+    pub operation: Operation,
+    pub name: String,
+    pub namespace: String,
+    pub resource: Resource,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub params: BTreeMap<String, String>,
+}
+
+impl Payload {
+    /// An upload to claim `namespace/name`.
+    pub fn upload(namespace: &str, name: &str) -> Payload {
+        Payload {
+            operation: Operation::Upload,
+            name: name.into(),
+            namespace: namespace.into(),
+            resource: Resource::claims(),
+            params: BTreeMap::new(),
+        }
+    }
+}
+
+/// The JWT's claims: the payload and the registered ones.
+#[derive(Debug, Serialize, Deserialize)]
+struct Claims {
+    iss: String,
+    iat: u64,
+    nbf: u64,
+    exp: u64,
+    #[serde(flatten)]
+    payload: Payload,
+}
+
+/// Why a token was refused.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum TokenError {
+    #[error("the token is not a token of this cluster: {0}")]
+    Invalid(String),
+    #[error("the token expired")]
+    Expired,
+    #[error("the token is not valid yet")]
+    NotYetValid,
+    #[error("the token is for {got}, not for {want}")]
+    WrongScope { got: String, want: String },
+}
+
+fn now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}
+
+/// Signs tokens with a private key (ECDSA P-256, PKCS#8 PEM).
+pub struct Signer {
+    issuer: String,
+    key: jsonwebtoken::EncodingKey,
+}
+
+/// Checks tokens with the matching public key (SPKI PEM).
+pub struct Validator {
+    issuer: String,
+    key: jsonwebtoken::DecodingKey,
+}
+
+/// A fresh key pair: (private key PEM, public key PEM), as the controller keeps them in a
+/// Secret.
+pub fn generate_key() -> Result<(String, String), TokenError> {
+    let key = rcgen::KeyPair::generate().map_err(|e| TokenError::Invalid(e.to_string()))?;
+    Ok((key.serialize_pem(), key.public_key_pem()))
+}
+
+impl Signer {
+    pub fn new(issuer: &str, private_pem: &str) -> Result<Signer, TokenError> {
+        Ok(Signer {
+            issuer: issuer.into(),
+            key: jsonwebtoken::EncodingKey::from_ec_pem(private_pem.as_bytes())
+                .map_err(|e| TokenError::Invalid(format!("the signing key: {e}")))?,
+        })
+    }
+
+    /// A token for `payload`, valid for `lifetime` from now.
+    pub fn sign(&self, payload: &Payload, lifetime: Duration) -> String {
+        let at = now();
+        let claims = Claims {
+            iss: self.issuer.clone(),
+            iat: at,
+            nbf: at,
+            exp: at + lifetime.as_secs(),
+            payload: payload.clone(),
+        };
+        let header = jsonwebtoken::Header::new(jsonwebtoken::Algorithm::ES256);
+        jsonwebtoken::encode(&header, &claims, &self.key).expect("an ECDSA key signs any claims")
+    }
+}
+
+impl Validator {
+    pub fn new(issuer: &str, public_pem: &str) -> Result<Validator, TokenError> {
+        Ok(Validator {
+            issuer: issuer.into(),
+            key: jsonwebtoken::DecodingKey::from_ec_pem(public_pem.as_bytes())
+                .map_err(|e| TokenError::Invalid(format!("the verifying key: {e}")))?,
+        })
+    }
+
+    /// The payload of a token this issuer signed that is valid now (within [`LEEWAY`]).
+    pub fn validate(&self, token: &str) -> Result<Payload, TokenError> {
+        let mut validation = jsonwebtoken::Validation::new(jsonwebtoken::Algorithm::ES256);
+        validation.set_issuer(&[&self.issuer]);
+        validation.leeway = LEEWAY.as_secs();
+        validation.validate_nbf = true;
+        validation.set_required_spec_claims(&["exp", "nbf", "iss"]);
+        match jsonwebtoken::decode::<Claims>(token, &self.key, &validation) {
+            Ok(data) => Ok(data.claims.payload),
+            Err(e) => Err(match e.kind() {
+                jsonwebtoken::errors::ErrorKind::ExpiredSignature => TokenError::Expired,
+                jsonwebtoken::errors::ErrorKind::ImmatureSignature => TokenError::NotYetValid,
+                _ => TokenError::Invalid(e.to_string()),
+            }),
+        }
+    }
+
+    /// The payload, if the token is valid and for exactly `want` (operation, object, resource).
+    pub fn validate_for(&self, token: &str, want: &Payload) -> Result<Payload, TokenError> {
+        let got = self.validate(token)?;
+        let scope = |p: &Payload| {
+            format!(
+                "{:?} of {}/{} ({})",
+                p.operation, p.namespace, p.name, p.resource.resource
+            )
+        };
+        if got.operation != want.operation
+            || got.namespace != want.namespace
+            || got.name != want.name
+            || got.resource != want.resource
+        {
+            return Err(TokenError::WrongScope {
+                got: scope(&got),
+                want: scope(want),
+            });
+        }
+        Ok(got)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pair() -> (Signer, Validator) {
+        let (private, public) = generate_key().unwrap();
+        (
+            Signer::new(API_ISSUER, &private).unwrap(),
+            Validator::new(API_ISSUER, &public).unwrap(),
+        )
+    }
+
+    #[test]
+    fn a_token_is_good_for_its_claim_and_operation_only() {
+        let (signer, validator) = pair();
+        let token = signer.sign(&Payload::upload("a", "disk"), LIFETIME);
+        assert_eq!(
+            validator
+                .validate_for(&token, &Payload::upload("a", "disk"))
+                .unwrap(),
+            Payload::upload("a", "disk")
+        );
+        assert!(matches!(
+            validator.validate_for(&token, &Payload::upload("a", "other")),
+            Err(TokenError::WrongScope { .. })
+        ));
+        assert!(matches!(
+            validator.validate_for(&token, &Payload::upload("b", "disk")),
+            Err(TokenError::WrongScope { .. })
+        ));
+        let mut clone = Payload::upload("a", "disk");
+        clone.operation = Operation::Clone;
+        assert!(matches!(
+            validator.validate_for(&token, &clone),
+            Err(TokenError::WrongScope { .. })
+        ));
+    }
+
+    #[test]
+    fn expired_forged_and_junk_tokens_are_refused() {
+        let (signer, validator) = pair();
+        // Ended long ago (beyond the leeway), and just now (within it).
+        let ended = |exp: u64| {
+            let claims = Claims {
+                iss: API_ISSUER.into(),
+                iat: exp.saturating_sub(300),
+                nbf: exp.saturating_sub(300),
+                exp,
+                payload: Payload::upload("a", "disk"),
+            };
+            let header = jsonwebtoken::Header::new(jsonwebtoken::Algorithm::ES256);
+            jsonwebtoken::encode(&header, &claims, &signer.key).unwrap()
+        };
+        assert_eq!(
+            validator.validate(&ended(now() - 60)),
+            Err(TokenError::Expired)
+        );
+        assert!(
+            validator.validate(&ended(now() - 1)).is_ok(),
+            "within the leeway"
+        );
+        // Signed by another key.
+        let (other, _) = pair();
+        let forged = other.sign(&Payload::upload("a", "disk"), LIFETIME);
+        assert!(matches!(
+            validator.validate(&forged),
+            Err(TokenError::Invalid(_))
+        ));
+        for junk in ["", "a.b.c", "not a token", "eyJ.eyJ.sig"] {
+            assert!(matches!(
+                validator.validate(junk),
+                Err(TokenError::Invalid(_))
+            ));
+        }
+    }
+
+    #[test]
+    fn the_issuer_is_checked() {
+        let (private, public) = generate_key().unwrap();
+        let other_issuer = Signer::new("cdi-deployment", &private).unwrap();
+        let validator = Validator::new(API_ISSUER, &public).unwrap();
+        let token = other_issuer.sign(&Payload::upload("a", "disk"), LIFETIME);
+        assert!(matches!(
+            validator.validate(&token),
+            Err(TokenError::Invalid(_))
+        ));
+    }
+}
