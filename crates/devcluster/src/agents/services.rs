@@ -492,6 +492,16 @@ pub mod agent {
         }
     }
 
+    async fn list_slices(client: &Client) -> Result<Vec<Value>, kube::Error> {
+        Ok(slices_api(client)
+            .list(&Default::default())
+            .await?
+            .items
+            .into_iter()
+            .filter_map(|s| serde_json::to_value(s).ok())
+            .collect())
+    }
+
     async fn pass(
         reader: &Reader,
         client: &Client,
@@ -505,29 +515,20 @@ pub mod agent {
             .into_iter()
             .filter_map(|e| serde_json::to_value(e).ok())
             .collect();
-        let slices: Vec<Value> = slices_api(client)
-            .list(&Default::default())
-            .await?
-            .items
-            .into_iter()
-            .filter_map(|s| serde_json::to_value(s).ok())
-            .collect();
-        for action in plan(&services, &cluster.pods, &endpoints, &slices) {
+        let mut slices = list_slices(client).await?;
+        let actions = plan(&services, &cluster.pods, &endpoints, &slices);
+        for action in &actions {
             let what = action.to_string();
-            match write(client, &action).await {
+            match write(client, action).await {
                 Ok(()) => tracing::info!("wrote {what}"),
                 Err(e) => tracing::warn!(error = %e, "writing {what} failed"),
             }
         }
         // What was just written is what the proxy and DNS follow (read back: a write may have
         // failed).
-        let slices: Vec<Value> = slices_api(client)
-            .list(&Default::default())
-            .await?
-            .items
-            .into_iter()
-            .filter_map(|s| serde_json::to_value(s).ok())
-            .collect();
+        if !actions.is_empty() {
+            slices = list_slices(client).await?;
+        }
         proxy.lock().await.sync(routes(&services, &slices)).await;
         *dns.write().unwrap_or_else(|e| e.into_inner()) = records(&services, &slices);
         check_api_services(client).await

@@ -66,6 +66,10 @@ pub fn publish(store: &Store, client_ca: &str, proxy: &FrontProxy) {
 }
 
 fn api_services(store: &Store) -> Vec<Value> {
+    // Every request asks: while none was ever written (none at start), there is nothing to list.
+    if store.group_version("apiregistration.k8s.io") == 0 {
+        return Vec::new();
+    }
     let Some(def) = store
         .registry()
         .get("apiregistration.k8s.io", "v1", "apiservices")
@@ -112,6 +116,55 @@ pub fn groups(store: &Store) -> Vec<(String, Vec<String>)> {
     out
 }
 
+/// Where a Service reference (`{namespace, name, port}`, port 443 unless given) is reached: its
+/// name as a host (`<name>.<namespace>.svc`, what the server's certificate names), the port, and
+/// the Service's cluster IP and port to connect to for that host.
+pub(crate) fn service_address(
+    store: &Store,
+    service: &Value,
+) -> Result<(String, u16, std::net::SocketAddr), String> {
+    let (ns, name) = (
+        service["namespace"].as_str().unwrap_or(""),
+        service["name"].as_str().unwrap_or(""),
+    );
+    let port = service["port"].as_u64().unwrap_or(443) as u16;
+    let def = store
+        .registry()
+        .get("", "v1", "services")
+        .cloned()
+        .ok_or("no services")?;
+    let svc = store
+        .get(&def, ns, name)
+        .map_err(|_| format!("service \"{ns}/{name}\" not found"))?;
+    let ip: std::net::IpAddr = svc["spec"]["clusterIP"]
+        .as_str()
+        .and_then(|ip| ip.parse().ok())
+        .ok_or_else(|| format!("service \"{ns}/{name}\" has no cluster IP"))?;
+    Ok((
+        format!("{name}.{ns}.svc"),
+        port,
+        std::net::SocketAddr::new(ip, port),
+    ))
+}
+
+/// A client that trusts the certificates of a `caBundle` (base64 PEM) and only them, when one is
+/// given; else the host's roots.
+pub(crate) fn trusting(
+    client: reqwest::ClientBuilder,
+    ca_bundle: Option<&str>,
+) -> Result<reqwest::ClientBuilder, String> {
+    let Some(bundle) = ca_bundle else {
+        return Ok(client);
+    };
+    use base64::Engine;
+    let pem = base64::engine::general_purpose::STANDARD
+        .decode(bundle)
+        .map_err(|e| format!("the caBundle is not base64: {e}"))?;
+    let certs = reqwest::Certificate::from_pem_bundle(&pem)
+        .map_err(|e| format!("the caBundle holds no certificate: {e}"))?;
+    Ok(client.tls_certs_only(certs))
+}
+
 /// kube's answer when the extension server cannot be reached.
 fn unavailable(why: String) -> ApiError {
     ApiError {
@@ -131,41 +184,15 @@ pub async fn proxy(
     req: Request,
 ) -> ApiResult<Response> {
     let spec = &api_service["spec"];
-    let service = &spec["service"];
-    let (ns, name) = (
-        service["namespace"].as_str().unwrap_or(""),
-        service["name"].as_str().unwrap_or(""),
+    let (host, port, at) = service_address(store, &spec["service"]).map_err(unavailable)?;
+    let mut client = reqwest::Client::builder().resolve(&host, at).identity(
+        reqwest::Identity::from_pem(proxy.identity_pem.as_bytes())
+            .map_err(|e| ApiError::internal(format!("the front-proxy identity: {e}")))?,
     );
-    let port = service["port"].as_u64().unwrap_or(443) as u16;
-    let def = store
-        .registry()
-        .get("", "v1", "services")
-        .cloned()
-        .ok_or_else(ApiError::path_not_found)?;
-    let svc = store
-        .get(&def, ns, name)
-        .map_err(|_| unavailable(format!("service \"{ns}/{name}\" not found")))?;
-    let ip: std::net::IpAddr = svc["spec"]["clusterIP"]
-        .as_str()
-        .and_then(|ip| ip.parse().ok())
-        .ok_or_else(|| unavailable(format!("service \"{ns}/{name}\" has no cluster IP")))?;
-    let host = format!("{name}.{ns}.svc");
-    let mut client = reqwest::Client::builder()
-        .resolve(&host, std::net::SocketAddr::new(ip, port))
-        .identity(
-            reqwest::Identity::from_pem(proxy.identity_pem.as_bytes())
-                .map_err(|e| ApiError::internal(format!("the front-proxy identity: {e}")))?,
-        );
     if spec["insecureSkipTLSVerify"] == json!(true) {
         client = client.tls_danger_accept_invalid_certs(true);
-    } else if let Some(bundle) = spec["caBundle"].as_str() {
-        use base64::Engine;
-        let pem = base64::engine::general_purpose::STANDARD
-            .decode(bundle)
-            .map_err(|e| unavailable(format!("the caBundle is not base64: {e}")))?;
-        let certs = reqwest::Certificate::from_pem_bundle(&pem)
-            .map_err(|e| unavailable(format!("the caBundle holds no certificate: {e}")))?;
-        client = client.tls_certs_only(certs);
+    } else {
+        client = trusting(client, spec["caBundle"].as_str()).map_err(unavailable)?;
     }
     let client = client
         .build()

@@ -386,16 +386,7 @@ pub fn bootstrap_cluster_roles() -> Vec<ClusterRole> {
                 rule(
                     &["rbac.authorization.k8s.io"],
                     &["rolebindings", "roles"],
-                    &[
-                        "create",
-                        "delete",
-                        "deletecollection",
-                        "get",
-                        "list",
-                        "patch",
-                        "update",
-                        "watch",
-                    ],
+                    &[WRITE, READ].concat(),
                 ),
                 rule(
                     &["authorization.k8s.io"],

@@ -1151,20 +1151,7 @@ async fn collection(
             let mut obj = obj;
             let mut warnings = admit(def, &mut obj, &call.validation, Write::Create, None)?;
             let name = obj["metadata"]["name"].as_str().unwrap_or("").to_string();
-            warnings.extend(
-                webhooks(
-                    call,
-                    def,
-                    "CREATE",
-                    "",
-                    &ns,
-                    &name,
-                    None,
-                    &mut obj,
-                    Write::Create,
-                )
-                .await?,
-            );
+            warnings.extend(webhooks(call, def, &ns, &name, None, &mut obj, Write::Create).await?);
             if call.protect_storage {
                 protect(def, &mut obj);
             }
@@ -1318,21 +1305,7 @@ async fn update(call: &Call, at: &Named, how: Write, req: Request) -> ApiResult<
         validate_update(def, &expandable_classes(store, def), current, &obj)?;
     }
     if let Some(current) = &current {
-        let sub = if status { "status" } else { "" };
-        warnings.extend(
-            webhooks(
-                call,
-                def,
-                "UPDATE",
-                sub,
-                ns,
-                name,
-                Some(current),
-                &mut obj,
-                how,
-            )
-            .await?,
-        );
+        warnings.extend(webhooks(call, def, ns, name, Some(current), &mut obj, how).await?);
     }
     let updated = res.update(ns, name, obj, &call.write(status))?;
     after_write(store, def, &updated);
@@ -1386,21 +1359,7 @@ async fn patch(call: &Call, at: &Named, how: Write, req: Request) -> ApiResult<R
             if !status {
                 validate_update(def, &expandable, &current, &next)?;
             }
-            let sub = if status { "status" } else { "" };
-            warnings.extend(
-                webhooks(
-                    call,
-                    def,
-                    "UPDATE",
-                    sub,
-                    ns,
-                    name,
-                    Some(&current),
-                    &mut next,
-                    how,
-                )
-                .await?,
-            );
+            warnings.extend(webhooks(call, def, ns, name, Some(&current), &mut next, how).await?);
             Some((current["metadata"]["resourceVersion"].clone(), next))
         }
         _ => None,
@@ -1425,20 +1384,7 @@ async fn patch(call: &Call, at: &Named, how: Write, req: Request) -> ApiResult<R
             let mut obj = parse_object(&body)?;
             obj["metadata"]["name"] = json!(name);
             warnings = admit(def, &mut obj, &call.validation, Write::Create, None)?;
-            warnings.extend(
-                webhooks(
-                    call,
-                    def,
-                    "CREATE",
-                    "",
-                    ns,
-                    name,
-                    None,
-                    &mut obj,
-                    Write::Create,
-                )
-                .await?,
-            );
+            warnings.extend(webhooks(call, def, ns, name, None, &mut obj, Write::Create).await?);
             if call.protect_storage {
                 protect(def, &mut obj);
             }
@@ -1965,15 +1911,12 @@ async fn token_request(call: &Call, at: &Named, req: Request) -> ApiResult<Respo
     Ok(json_response(StatusCode::CREATED, &request))
 }
 
-/// The admission webhooks of a create or update: the mutating ones' patches applied to `obj`
-/// (which is admitted again when they changed it), then the validating ones asked. Returns their
-/// warnings.
-#[allow(clippy::too_many_arguments)]
+/// The admission webhooks of a create or update (`how` says which, and whether of the status
+/// subresource): the mutating ones' patches applied to `obj` (which is admitted again when they
+/// changed it), then the validating ones asked. Returns their warnings.
 async fn webhooks(
     call: &Call,
     def: &ResourceDef,
-    operation: &str,
-    subresource: &str,
     ns: &str,
     name: &str,
     old: Option<&Value>,
@@ -1984,6 +1927,11 @@ async fn webhooks(
     if !super::admission::any(store, def) {
         return Ok(Vec::new());
     }
+    let (operation, subresource) = match how {
+        Write::Create => ("CREATE", ""),
+        Write::Update => ("UPDATE", ""),
+        Write::Status => ("UPDATE", "status"),
+    };
     let attempt = super::admission::Attempt {
         operation,
         def,
