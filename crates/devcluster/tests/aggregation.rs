@@ -7,7 +7,6 @@ mod common;
 
 use std::process::Command;
 use std::sync::Arc;
-use std::time::Duration;
 
 use axum::Json;
 use axum::http::HeaderMap;
@@ -216,35 +215,27 @@ async fn an_api_service_proxies_its_group_with_the_callers_identity() {
 
     // Discovery lists the group as soon as the forwarder reaches the extension server.
     let kubeconfig = running.kubeconfig.clone();
-    let mut listed = String::new();
-    for _ in 0..100 {
+    let listed = common::wait_for("the group in discovery", async || {
         let (ok, out, err) = kubectl(
             &kubeconfig,
             &["api-resources", &format!("--api-group={GROUP}")],
             "",
         );
-        listed = format!("{out}{err}");
-        if ok && out.contains("uploadtokenrequests") {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+        (ok && out.contains("uploadtokenrequests")).then(|| format!("{out}{err}"))
+    })
+    .await;
     assert!(listed.contains("uploadtokenrequests"), "{listed}");
     assert!(listed.contains(&format!("{GROUP}/v1beta1")), "{listed}");
     // The availability check reaches it too.
-    let mut table = String::new();
-    for _ in 0..100 {
+    let table = common::wait_for("the APIService to be Available", async || {
         let (_, out, _) = kubectl(
             &kubeconfig,
             &["get", "apiservice", &format!("v1beta1.{GROUP}")],
             "",
         );
-        table = out;
-        if table.contains("cdi/cdi-api") && table.contains("True") {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+        (out.contains("cdi/cdi-api") && out.contains("True")).then_some(out)
+    })
+    .await;
     assert!(table.contains("True"), "{table}");
 
     // This server authorizes first; the extension server sees whom it let through.

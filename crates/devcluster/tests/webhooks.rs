@@ -4,7 +4,6 @@
 mod common;
 
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use axum::Json;
 use cdi_devcluster::apiserver::ApiServer;
@@ -275,23 +274,20 @@ async fn a_webhook_behind_a_service_is_called_at_its_cluster_ip_by_its_service_n
     .await;
     let cms: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
     // The forwarder follows the slice on its next pass: until then the call fails closed.
-    let mut last = None;
-    for _ in 0..200 {
-        match cms
+    let last: Option<String> = common::wait_for(
+        "the webhook behind the Service to answer",
+        async || match cms
             .create(
                 &PostParams::default(),
                 &config_map("bad", json!({"forbidden": "x"})),
             )
             .await
         {
-            Err(kube::Error::Api(e)) if e.code == 403 => {
-                last = None;
-                break;
-            }
-            other => last = Some(format!("{other:?}")),
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+            Err(kube::Error::Api(e)) if e.code == 403 => Some(None),
+            _ => None,
+        },
+    )
+    .await;
     assert_eq!(last, None, "the webhook behind the Service never answered");
     assert!(!hooks.seen.lock().unwrap().is_empty());
     cms.create(

@@ -5,7 +5,6 @@
 mod common;
 
 use std::process::Command;
-use std::time::Duration;
 
 use cdi_devcluster::cluster::Running;
 
@@ -167,14 +166,11 @@ async fn a_deployment_rolls_out_scales_updates_and_replaces_a_deleted_pod() {
     // A deleted pod is replaced by its ReplicaSet.
     let gone = rolled[0].0.clone();
     c.ok(&["delete", "pod", &gone, "--wait=true"]).await;
-    let mut pods = Vec::new();
-    for _ in 0..600 {
-        pods = c.ready_pods().await;
-        if pods.len() == 3 && pods.iter().all(|(n, _)| *n != gone) {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let pods = common::wait_for("a replacement pod to be ready", async || {
+        let pods = c.ready_pods().await;
+        (pods.len() == 3 && pods.iter().all(|(n, _)| *n != gone)).then_some(pods)
+    })
+    .await;
     assert_eq!(pods.len(), 3, "{pods:?}");
     assert!(pods.iter().all(|(n, _)| *n != gone), "{pods:?}");
 }
