@@ -1127,7 +1127,8 @@ spec:
             ],
             None,
         );
-        e.contains(&format!("[prime-{uid}] :")).then_some(e)
+        // Prime's failure is copied on a later pass than its first events: wait for it.
+        (e.contains(&format!("[prime-{uid}] :")) && e.contains("ErrImportFailed")).then_some(e)
     });
     assert!(events.contains("ErrImportFailed"), "{events}");
     // The DataVolume's Bound condition quotes PVC prime, as upstream's does.
