@@ -58,6 +58,10 @@ pub struct TerminationMessage {
     pub message: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub labels: Option<BTreeMap<String, String>>,
+    /// The upload server ended because its deadline passed before an upload came (its
+    /// certificate is due for renewal): the controller makes a new pod.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deadline_passed: Option<bool>,
     /// Set when the import failed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<FailureReason>,

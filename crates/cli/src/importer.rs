@@ -35,15 +35,7 @@ pub struct ImporterArgs {
 }
 
 pub fn run(args: &ImporterArgs) -> ExitCode {
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| if args.verbosity >= 3 { "debug" } else { "info" }.into()),
-        )
-        .with_writer(std::io::stderr)
-        // Colours only for a terminal: a pod's log is a file.
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .try_init();
+    crate::pod_logging(args.verbosity);
     // Run by the `cdi dev` kubelet, the pod is a directory and has an address of its own.
     let devpod = match DevPod::from_env(|k| std::env::var(k).ok()) {
         Ok(d) => d,

@@ -9,6 +9,7 @@ mod import;
 mod importer;
 mod launcher;
 mod size;
+mod upload_server;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -45,6 +46,9 @@ enum Command {
     /// The importer pod's entry point: reads upstream's IMPORTER_* environment, writes the
     /// volume and the termination message.
     Importer(importer::ImporterArgs),
+    /// The upload pod's entry point: takes one upload over mutual TLS from the upload proxy,
+    /// writes the volume and the termination message.
+    UploadServer(upload_server::UploadServerArgs),
     /// The seed's WaitForFirstConsumer story on an embedded three-node cluster: a VM whose disk
     /// is imported on the node the VM must run on; prints the timeline, exits 0 when it worked.
     Demo(demo::DemoArgs),
@@ -57,6 +61,7 @@ fn main() -> ExitCode {
     let result = match Cli::parse().command {
         // The pod entry point reports through its termination message and exit code itself.
         Command::Importer(args) => return importer::run(&args),
+        Command::UploadServer(args) => return upload_server::run(&args),
         Command::Crds { out_dir } => crds(out_dir),
         Command::Size(args) => size::run(&args),
         Command::Import(args) => import::run(&args),
@@ -71,6 +76,19 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// Logging for a pod's program: to stderr (the pod's log), debug detail from `-v=3` on.
+fn pod_logging(verbosity: u32) {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| if verbosity >= 3 { "debug" } else { "info" }.into()),
+        )
+        .with_writer(std::io::stderr)
+        // Colours only for a terminal: a pod's log is a file.
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .try_init();
 }
 
 fn crds(out_dir: Option<PathBuf>) -> anyhow::Result<()> {

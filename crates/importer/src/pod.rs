@@ -271,33 +271,38 @@ fn available_space(dir: &Path) -> Result<u64, ImportError> {
     Ok(stat.f_bavail * stat.f_frsize)
 }
 
+/// The pod's volume: where the image goes, the volume mode, and the space it offers (the device
+/// size of a Block volume; the size the pod was told, else the free space, of a Filesystem one).
+pub fn volume(paths: &PodPaths) -> Result<(TargetSpec, VolumeMode, u64), ImportError> {
+    if paths.block_device.exists() {
+        let capacity = crate::writer::Target::open_block(&paths.block_device)?.size()?;
+        return Ok((
+            TargetSpec::Block(paths.block_device.clone()),
+            VolumeMode::Block,
+            capacity,
+        ));
+    }
+    let capacity = match paths.data_capacity {
+        Some(bytes) => bytes,
+        None => available_space(&paths.data_dir)?,
+    };
+    // The volume's disk.img is the pod's own and is written in place (no second copy fits a
+    // volume sized for one image); see TargetSpec::VolumeFile.
+    Ok((
+        TargetSpec::VolumeFile(paths.data_dir.join("disk.img")),
+        VolumeMode::Filesystem,
+        capacity,
+    ))
+}
+
 /// Run the import the configuration describes; the returned message is the success message.
 pub async fn run(
     config: &PodConfig,
     paths: &PodPaths,
     progress: Arc<Progress>,
 ) -> Result<TerminationMessage, ImportError> {
-    let block = paths.block_device.exists();
-    let mode = if block {
-        VolumeMode::Block
-    } else {
-        VolumeMode::Filesystem
-    };
-    // The volume's disk.img is the pod's own and is written in place (no second copy fits a
-    // volume sized for one image); see TargetSpec::VolumeFile.
-    let target = if block {
-        TargetSpec::Block(paths.block_device.clone())
-    } else {
-        TargetSpec::VolumeFile(paths.data_dir.join("disk.img"))
-    };
-    let capacity = if block {
-        crate::writer::Target::open_block(&paths.block_device)?.size()?
-    } else {
-        match paths.data_capacity {
-            Some(bytes) => bytes,
-            None => available_space(&paths.data_dir)?,
-        }
-    };
+    let (target, mode, capacity) = volume(paths)?;
+    let block = mode == VolumeMode::Block;
     let size = config.image_size.map(|requested| SizeSpec {
         requested,
         capacity,
@@ -305,9 +310,8 @@ pub async fn run(
     let done = || TerminationMessage {
         scratch_space_required: None,
         preallocation_applied: Some(config.preallocation),
-        labels: None,
         message: Some(COMPLETE_MESSAGE.to_string()),
-        reason: None,
+        ..Default::default()
     };
 
     match (&config.source, config.content_type) {

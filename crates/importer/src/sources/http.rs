@@ -455,10 +455,7 @@ pub fn stream(client: HttpClient, info: HttpInfo, depth: usize) -> StreamReader 
             client.backoff(attempt).await;
         }
     });
-    StreamReader {
-        rx,
-        current: Bytes::new(),
-    }
+    StreamReader::new(rx, None)
 }
 
 /// A blocking `Read` over the chunks a download task sends. A transfer error reaches the reader
@@ -467,6 +464,21 @@ pub fn stream(client: HttpClient, info: HttpInfo, depth: usize) -> StreamReader 
 pub struct StreamReader {
     rx: mpsc::Receiver<Result<Bytes, ImportError>>,
     current: Bytes,
+    /// Told once the reader met the end of the stream.
+    at_end: Option<tokio::sync::oneshot::Sender<()>>,
+}
+
+impl StreamReader {
+    pub(crate) fn new(
+        rx: mpsc::Receiver<Result<Bytes, ImportError>>,
+        at_end: Option<tokio::sync::oneshot::Sender<()>>,
+    ) -> StreamReader {
+        StreamReader {
+            rx,
+            current: Bytes::new(),
+            at_end,
+        }
+    }
 }
 
 impl Read for StreamReader {
@@ -475,7 +487,12 @@ impl Read for StreamReader {
             match self.rx.blocking_recv() {
                 Some(Ok(chunk)) => self.current = chunk,
                 Some(Err(e)) => return Err(std::io::Error::other(e)),
-                None => return Ok(0),
+                None => {
+                    if let Some(told) = self.at_end.take() {
+                        let _ = told.send(());
+                    }
+                    return Ok(0);
+                }
             }
         }
         let n = buf.len().min(self.current.len());

@@ -12,9 +12,11 @@ use crate::error::ImportError;
 
 pub mod file;
 pub mod http;
+pub mod stream;
 
 pub use file::FileSource;
 pub use http::HttpSource;
+pub use stream::StreamSource;
 
 /// A source of image bytes.
 ///

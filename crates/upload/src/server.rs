@@ -1,0 +1,755 @@
+//! The upload server (`cdi upload-server`, upstream's cdi-uploadserver): one per upload claim,
+//! behind the upload proxy. It takes exactly one upload over mutual TLS and writes it through the
+//! importer's pipeline (formats, compression, resize to the claim, sparse writes, preallocation),
+//! streaming: the body is never held in memory. Then it ends, and its termination message says
+//! how.
+//!
+//! Upstream's contract: a POST only (else 404), from a client whose verified certificate has the
+//! common name `CLIENT_NAME` (else 401); one upload at a time (503) and none after one succeeded
+//! (409); sync endpoints answer once the image is complete, async ones once the body is taken in;
+//! a failed upload can be sent again.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
+
+use bytes::Bytes;
+use cdi_core::Quantity;
+use cdi_core::size::{Overhead, VolumeMode};
+use cdi_importer::ImportError;
+use cdi_importer::convert::{Progress, Tuning};
+use cdi_importer::import::{ImportOptions, SizeSpec};
+use cdi_importer::pod::PodPaths;
+use cdi_importer::sources::stream;
+use futures::{Stream, StreamExt};
+use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
+use hyper::{Method, Request, Response, StatusCode};
+use tokio::sync::Notify;
+
+/// The port upstream's upload server listens on.
+pub const PORT: u16 = 8443;
+/// The client common name the controller gives upload pods (the upload proxy's certificate).
+pub const UPLOAD_CLIENT_NAME: &str = "client.upload-server.cdi.kubevirt.io";
+pub const HEALTHZ: &str = "/healthz";
+/// The header a clone source sets to say how its stream is packed.
+pub const CONTENT_TYPE_HEADER: &str = "x-cdi-content-type";
+
+/// What an upload endpoint does with the request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Endpoint {
+    /// The body is the image; answer once it is complete.
+    Sync,
+    /// The body is the image; answer once it is taken in, finish in the background.
+    Async,
+    /// The body is a tar archive unpacked onto the Filesystem volume.
+    Archive,
+    /// A multipart form whose part `file` is the image; answer once complete.
+    Form,
+    /// A multipart form, answered as [`Endpoint::Async`].
+    FormAsync,
+}
+
+impl Endpoint {
+    /// The endpoint a path names (upstream's v1beta1 paths and their v1alpha1 aliases).
+    pub fn of(path: &str) -> Option<Endpoint> {
+        let rest = path
+            .strip_prefix("/v1beta1/")
+            .or_else(|| path.strip_prefix("/v1alpha1/"))?;
+        Some(match rest {
+            "upload" => Endpoint::Sync,
+            "upload-async" => Endpoint::Async,
+            "upload-archive" => Endpoint::Archive,
+            "upload-form" => Endpoint::Form,
+            "upload-form-async" => Endpoint::FormAsync,
+            _ => return None,
+        })
+    }
+
+    fn is_async(self) -> bool {
+        matches!(self, Endpoint::Async | Endpoint::FormAsync)
+    }
+
+    fn is_form(self) -> bool {
+        matches!(self, Endpoint::Form | Endpoint::FormAsync)
+    }
+}
+
+/// Every path the upload server (and the proxy in front of it) serves uploads on.
+pub const UPLOAD_PATHS: [&str; 10] = [
+    "/v1beta1/upload",
+    "/v1alpha1/upload",
+    "/v1beta1/upload-async",
+    "/v1alpha1/upload-async",
+    "/v1beta1/upload-archive",
+    "/v1alpha1/upload-archive",
+    "/v1beta1/upload-form",
+    "/v1alpha1/upload-form",
+    "/v1beta1/upload-form-async",
+    "/v1alpha1/upload-form-async",
+];
+
+/// The server's TLS material (PEM).
+#[derive(Debug, Clone)]
+pub struct Tls {
+    pub cert_pem: Vec<u8>,
+    pub key_pem: Vec<u8>,
+    /// The CA client certificates must be signed by; without it no client is verified, and
+    /// uploads are refused.
+    pub client_ca_pem: Option<Vec<u8>>,
+}
+
+/// How the server runs (upstream's environment).
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub listen: SocketAddr,
+    pub tls: Tls,
+    /// The common name the client's certificate must carry.
+    pub client_name: String,
+    /// The claim's request in bytes (`UPLOAD_IMAGE_SIZE`).
+    pub image_size: Option<u64>,
+    pub overhead: Overhead,
+    pub preallocation: bool,
+    /// When the server gives up waiting for an upload (its certificate is due for renewal).
+    pub deadline: Option<SystemTime>,
+    pub paths: PodPaths,
+}
+
+/// Why the server could not run.
+#[derive(Debug, thiserror::Error)]
+pub enum ServerError {
+    #[error("{0}")]
+    Config(String),
+    #[error("{context}: {error}")]
+    Io {
+        context: String,
+        error: std::io::Error,
+    },
+    /// An async upload failed after it was answered.
+    #[error("the upload failed after it was accepted: {0}")]
+    Upload(ImportError),
+}
+
+fn config_error(e: impl std::fmt::Display) -> ServerError {
+    ServerError::Config(e.to_string())
+}
+
+impl Config {
+    /// From upstream's environment: `TLS_CERT_FILE`, `TLS_KEY_FILE`, `CLIENT_CERT_FILE`,
+    /// `CLIENT_NAME`, `UPLOAD_IMAGE_SIZE`, `FILESYSTEM_OVERHEAD`, `PREALLOCATION`, `DEADLINE`
+    /// (RFC 3339), `LISTEN_ADDRESS`, `LISTEN_PORT`. Files are read below `paths.root`.
+    pub fn from_env(env: &HashMap<String, String>, paths: PodPaths) -> Result<Config, ServerError> {
+        let get = |k: &str| env.get(k).map(String::as_str).filter(|v| !v.is_empty());
+        let read = |var: &str| -> Result<Option<Vec<u8>>, ServerError> {
+            let Some(file) = get(var) else {
+                return Ok(None);
+            };
+            let path = cdi_core::devpod::in_root(paths.root.as_deref(), Path::new(file));
+            std::fs::read(&path)
+                .map(Some)
+                .map_err(|error| ServerError::Io {
+                    context: format!("reading {var} {}", path.display()),
+                    error,
+                })
+        };
+        let (Some(cert_pem), Some(key_pem)) = (read("TLS_CERT_FILE")?, read("TLS_KEY_FILE")?)
+        else {
+            return Err(ServerError::Config(
+                "TLS_CERT_FILE and TLS_KEY_FILE are required: the upload server serves HTTPS only"
+                    .into(),
+            ));
+        };
+        let address = env
+            .get("LISTEN_ADDRESS")
+            .map(String::as_str)
+            .unwrap_or("0.0.0.0");
+        let address = if address.is_empty() {
+            "0.0.0.0"
+        } else {
+            address
+        };
+        let port = match get("LISTEN_PORT") {
+            Some(p) => p
+                .parse::<u16>()
+                .map_err(|_| config_error(format!("LISTEN_PORT={p:?} is not a port")))?,
+            None => PORT,
+        };
+        let listen = format!("{address}:{port}")
+            .parse::<SocketAddr>()
+            .or_else(|_| format!("[{address}]:{port}").parse())
+            .map_err(|_| config_error(format!("LISTEN_ADDRESS={address:?} is not an address")))?;
+        let image_size = get("UPLOAD_IMAGE_SIZE")
+            .map(|v| {
+                v.parse::<Quantity>()
+                    .map(|q| q.value().max(0) as u64)
+                    .map_err(|e| config_error(format!("UPLOAD_IMAGE_SIZE: {e}")))
+            })
+            .transpose()?;
+        let overhead = match get(cdi_api::env::FILESYSTEM_OVERHEAD) {
+            Some(v) => v
+                .parse()
+                .map_err(|e| config_error(format!("FILESYSTEM_OVERHEAD: {e}")))?,
+            None => Overhead::ZERO,
+        };
+        let preallocation = match get(cdi_api::env::PREALLOCATION).map(str::to_ascii_lowercase) {
+            None => false,
+            Some(v) if matches!(v.as_str(), "1" | "t" | "true") => true,
+            Some(v) if matches!(v.as_str(), "0" | "f" | "false") => false,
+            Some(v) => {
+                return Err(config_error(format!(
+                    "PREALLOCATION={v:?} is not a boolean"
+                )));
+            }
+        };
+        let deadline = get("DEADLINE")
+            .map(|v| {
+                v.parse::<k8s_openapi::jiff::Timestamp>()
+                    .map(SystemTime::from)
+                    .map_err(|e| config_error(format!("DEADLINE={v:?}: {e}")))
+            })
+            .transpose()?;
+        Ok(Config {
+            listen,
+            tls: Tls {
+                cert_pem,
+                key_pem,
+                client_ca_pem: read("CLIENT_CERT_FILE")?,
+            },
+            client_name: get("CLIENT_NAME").unwrap_or(UPLOAD_CLIENT_NAME).to_string(),
+            image_size,
+            overhead,
+            preallocation,
+            deadline,
+            paths,
+        })
+    }
+}
+
+/// How the server ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RunResult {
+    /// The deadline passed with no upload done.
+    pub deadline_passed: bool,
+    pub preallocation_applied: bool,
+}
+
+/// Upstream's message for a finished upload.
+pub const COMPLETE_MESSAGE: &str = "Upload Complete";
+pub const DEADLINE_MESSAGE: &str = "Deadline Passed";
+
+impl RunResult {
+    /// The termination message the controller reads.
+    pub fn termination_message(&self) -> cdi_api::TerminationMessage {
+        if self.deadline_passed {
+            cdi_api::TerminationMessage {
+                message: Some(DEADLINE_MESSAGE.into()),
+                deadline_passed: Some(true),
+                ..Default::default()
+            }
+        } else {
+            cdi_api::TerminationMessage {
+                message: Some(COMPLETE_MESSAGE.into()),
+                preallocation_applied: Some(self.preallocation_applied),
+                ..Default::default()
+            }
+        }
+    }
+}
+
+/// Where the one upload is.
+#[derive(Debug, Default)]
+struct State {
+    /// A request is sending its body.
+    uploading: bool,
+    /// An async upload is being finished after it was answered.
+    processing: bool,
+    done: bool,
+    /// An async upload that failed after it was answered.
+    failed: Option<String>,
+}
+
+struct Server {
+    config: Config,
+    state: Mutex<State>,
+    /// Told whenever the state changes.
+    changed: Notify,
+}
+
+impl Server {
+    fn state(&self) -> std::sync::MutexGuard<'_, State> {
+        // Nothing panics while holding the lock; a poisoned one still holds a valid state.
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn update(&self, f: impl FnOnce(&mut State)) {
+        f(&mut self.state());
+        self.changed.notify_waiters();
+    }
+}
+
+/// The rustls configuration: the server's certificate, and client certificates verified against
+/// the client CA when one is given (but not required: the readiness probe has none).
+pub fn tls_config(tls: &Tls) -> Result<Arc<rustls::ServerConfig>, ServerError> {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+    let certs = CertificateDer::pem_slice_iter(&tls.cert_pem)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| config_error(format!("TLS_CERT_FILE: {e}")))?;
+    let key = PrivateKeyDer::from_pem_slice(&tls.key_pem)
+        .map_err(|e| config_error(format!("TLS_KEY_FILE: {e}")))?;
+    let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+    let builder = rustls::ServerConfig::builder_with_provider(provider.clone())
+        .with_safe_default_protocol_versions()
+        .map_err(config_error)?;
+    let builder = match &tls.client_ca_pem {
+        Some(pem) => {
+            let mut roots = rustls::RootCertStore::empty();
+            for cert in CertificateDer::pem_slice_iter(pem) {
+                let cert = cert.map_err(|e| config_error(format!("CLIENT_CERT_FILE: {e}")))?;
+                roots
+                    .add(cert)
+                    .map_err(|e| config_error(format!("CLIENT_CERT_FILE: {e}")))?;
+            }
+            let verifier =
+                rustls::server::WebPkiClientVerifier::builder_with_provider(roots.into(), provider)
+                    .allow_unauthenticated()
+                    .build()
+                    .map_err(|e| config_error(format!("CLIENT_CERT_FILE: {e}")))?;
+            builder.with_client_cert_verifier(verifier)
+        }
+        None => builder.with_no_client_auth(),
+    };
+    let mut config = builder
+        .with_single_cert(certs, key)
+        .map_err(|e| config_error(format!("TLS_CERT_FILE/TLS_KEY_FILE: {e}")))?;
+    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    Ok(Arc::new(config))
+}
+
+/// The common name of a (verified) client certificate.
+pub fn common_name(der: &[u8]) -> Option<String> {
+    let (_, cert) = x509_parser::parse_x509_certificate(der).ok()?;
+    let cn = cert.subject().iter_common_name().next()?;
+    cn.as_str().ok().map(str::to_string)
+}
+
+type Body = Full<Bytes>;
+
+fn answer(status: StatusCode, text: impl Into<Bytes>) -> Response<Body> {
+    let mut r = Response::new(Full::new(text.into()));
+    *r.status_mut() = status;
+    r
+}
+
+/// Serve on `listener` until one upload is done or the deadline passes.
+pub async fn run(
+    config: Config,
+    listener: tokio::net::TcpListener,
+) -> Result<RunResult, ServerError> {
+    let acceptor = tokio_rustls::TlsAcceptor::from(tls_config(&config.tls)?);
+    let deadline = config.deadline;
+    let server = Arc::new(Server {
+        config,
+        state: Mutex::new(State::default()),
+        changed: Notify::new(),
+    });
+    let graceful = hyper_util::server::graceful::GracefulShutdown::new();
+    let until_deadline = async {
+        match deadline {
+            Some(at) => {
+                let left = at.duration_since(SystemTime::now()).unwrap_or_default();
+                tokio::time::sleep(left).await
+            }
+            None => std::future::pending().await,
+        }
+    };
+    tokio::pin!(until_deadline);
+    let mut deadline_passed = false;
+    loop {
+        let changed = server.changed.notified();
+        tokio::pin!(changed);
+        changed.as_mut().enable();
+        {
+            let state = server.state();
+            if let Some(e) = &state.failed {
+                return Err(ServerError::Upload(ImportError::Internal(e.clone())));
+            }
+            if state.done {
+                break;
+            }
+            if deadline_passed && !state.uploading && !state.processing {
+                break;
+            }
+        }
+        tokio::select! {
+            accepted = listener.accept() => {
+                let Ok((tcp, _)) = accepted else { continue };
+                let acceptor = acceptor.clone();
+                let server = server.clone();
+                let watcher = graceful.watcher();
+                tokio::spawn(async move {
+                    let Ok(tls) = acceptor.accept(tcp).await else { return };
+                    let client_cn = tls
+                        .get_ref()
+                        .1
+                        .peer_certificates()
+                        .and_then(|c| c.first())
+                        .and_then(|c| common_name(c));
+                    let service = hyper::service::service_fn(move |req| {
+                        let server = server.clone();
+                        let cn = client_cn.clone();
+                        async move { Ok::<_, std::convert::Infallible>(handle(server, cn, req).await) }
+                    });
+                    let builder = hyper_util::server::conn::auto::Builder::new(
+                        hyper_util::rt::TokioExecutor::new(),
+                    );
+                    let conn = builder.serve_connection(hyper_util::rt::TokioIo::new(tls), service);
+                    let _ = watcher.watch(conn.into_owned()).await;
+                });
+            }
+            _ = &mut changed => {}
+            _ = &mut until_deadline, if !deadline_passed => {
+                tracing::info!("the deadline passed; ending once no upload is under way");
+                deadline_passed = true;
+            }
+        }
+    }
+    let (done, preallocation_applied) = {
+        let state = server.state();
+        (state.done, server.config.preallocation)
+    };
+    // Let the answer of the upload that finished reach its client.
+    let _ = tokio::time::timeout(Duration::from_secs(10), graceful.shutdown()).await;
+    Ok(RunResult {
+        deadline_passed: !done,
+        preallocation_applied: done && preallocation_applied,
+    })
+}
+
+async fn handle(
+    server: Arc<Server>,
+    client_cn: Option<String>,
+    req: Request<Incoming>,
+) -> Response<Body> {
+    let path = req.uri().path().to_string();
+    if path == HEALTHZ {
+        return answer(StatusCode::OK, "OK");
+    }
+    let Some(endpoint) = Endpoint::of(&path) else {
+        return answer(StatusCode::NOT_FOUND, "");
+    };
+    // Upstream's clients ask the async endpoints with HEAD whether they exist.
+    if endpoint.is_async() && req.method() == Method::HEAD {
+        return answer(StatusCode::OK, "");
+    }
+    if req.method() != Method::POST {
+        return answer(StatusCode::NOT_FOUND, "");
+    }
+    let verified = server.config.tls.client_ca_pem.is_some()
+        && client_cn.as_deref() == Some(server.config.client_name.as_str());
+    if !verified {
+        tracing::warn!(client = ?client_cn, "refused an upload from a client without the expected certificate");
+        return answer(StatusCode::UNAUTHORIZED, "");
+    }
+    {
+        let mut state = server.state();
+        if state.uploading || state.processing {
+            tracing::warn!("refused a concurrent upload");
+            return answer(StatusCode::SERVICE_UNAVAILABLE, "");
+        }
+        if state.done {
+            tracing::warn!("refused an upload after the upload was done");
+            return answer(StatusCode::CONFLICT, "");
+        }
+        state.uploading = true;
+    }
+    server.changed.notify_waiters();
+    // In a task of its own: a client that goes away drops this handler, and the upload's end
+    // must still be recorded, or the server would stay busy for ever.
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    tokio::spawn(async move {
+        let response = upload(&server, endpoint, req).await.unwrap_or_else(|e| {
+            server.update(|s| s.uploading = false);
+            failure(&e)
+        });
+        let _ = tx.send(response);
+    });
+    rx.await.unwrap_or_else(|_| {
+        answer(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "the upload ended without an answer",
+        )
+    })
+}
+
+/// The answer for a failed upload (upstream's `handleStreamError`).
+fn failure(e: &ImportError) -> Response<Body> {
+    tracing::error!(error = %e, "saving the stream failed");
+    match e {
+        ImportError::TooLarge { .. } | ImportError::StreamTooLarge { .. } => answer(
+            StatusCode::BAD_REQUEST,
+            format!(
+                "Saving stream failed: effective image size is larger than the reported available storage: {e}"
+            ),
+        ),
+        _ => answer(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("Saving stream failed: {e}"),
+        ),
+    }
+}
+
+fn broken_body(e: impl std::fmt::Display) -> ImportError {
+    ImportError::Http {
+        url: "the upload".into(),
+        status: None,
+        message: format!("the request body broke off: {e}"),
+    }
+}
+
+/// The image's bytes: the body, or the `file` part of a multipart form.
+async fn image_stream(
+    endpoint: Endpoint,
+    req: Request<Incoming>,
+) -> Result<
+    (
+        Option<u64>,
+        std::pin::Pin<Box<dyn Stream<Item = Result<Bytes, ImportError>> + Send>>,
+    ),
+    Response<Body>,
+> {
+    let content_type = req
+        .headers()
+        .get(hyper::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .to_string();
+    let length = req
+        .headers()
+        .get(hyper::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
+    let body = req.into_body().into_data_stream();
+    if !endpoint.is_form() {
+        return Ok((length, Box::pin(body.map(|c| c.map_err(broken_body)))));
+    }
+    let boundary = multer::parse_boundary(&content_type).map_err(|e| {
+        answer(
+            StatusCode::BAD_REQUEST,
+            format!("expected a multipart/form-data request with a part named \"file\": {e}"),
+        )
+    })?;
+    let mut form = multer::Multipart::new(body, boundary);
+    loop {
+        match form.next_field().await {
+            Ok(Some(field)) if field.name() == Some("file") => {
+                return Ok((None, Box::pin(field.map(|c| c.map_err(broken_body)))));
+            }
+            Ok(Some(field)) => {
+                tracing::info!(part = ?field.name(), "ignoring a form part");
+            }
+            Ok(None) => {
+                return Err(answer(
+                    StatusCode::BAD_REQUEST,
+                    "the form has no part named \"file\"",
+                ));
+            }
+            Err(e) => {
+                return Err(answer(
+                    StatusCode::BAD_REQUEST,
+                    format!("reading the multipart form: {e}"),
+                ));
+            }
+        }
+    }
+}
+
+async fn upload(
+    server: &Arc<Server>,
+    endpoint: Endpoint,
+    req: Request<Incoming>,
+) -> Result<Response<Body>, ImportError> {
+    let (length, mut chunks) = match image_stream(endpoint, req).await {
+        Ok(s) => s,
+        Err(refused) => {
+            server.update(|s| s.uploading = false);
+            return Ok(refused);
+        }
+    };
+    let (feeder, source, taken_in) = stream::channel("the upload", length, 16);
+    // The body goes into the pipeline as it arrives; it stops when the pipeline stops reading.
+    tokio::spawn(async move {
+        while let Some(chunk) = chunks.next().await {
+            let failed = chunk.is_err();
+            if feeder.send(chunk).await.is_err() || failed {
+                return;
+            }
+        }
+    });
+    let config = server.config.clone();
+    let mut work = write_in_background(config, endpoint, source);
+    if endpoint.is_async() {
+        tokio::select! {
+            biased;
+            result = &mut work => {
+                // Finished (or failed) before the answer: as a sync upload.
+                flatten(result)?;
+            }
+            told = taken_in => {
+                if told.is_err() {
+                    // The stream was dropped unread: the pipeline failed; its error says why.
+                    flatten(work.await)?;
+                } else {
+                    server.update(|s| {
+                        s.uploading = false;
+                        s.processing = true;
+                    });
+                    let server = server.clone();
+                    tokio::spawn(async move {
+                        let result = flatten(work.await);
+                        server.update(|s| {
+                            s.processing = false;
+                            match result {
+                                Ok(()) => s.done = true,
+                                Err(e) => s.failed = Some(e.to_string()),
+                            }
+                        });
+                    });
+                    tracing::info!("the upload is taken in; finishing it in the background");
+                    return Ok(answer(StatusCode::OK, ""));
+                }
+            }
+        }
+    } else {
+        flatten(work.await)?;
+    }
+    server.update(|s| {
+        s.uploading = false;
+        s.done = true;
+    });
+    tracing::info!(endpoint = ?endpoint, "upload complete");
+    Ok(answer(StatusCode::OK, ""))
+}
+
+fn flatten(
+    finished: Result<Result<(), ImportError>, tokio::sync::oneshot::error::RecvError>,
+) -> Result<(), ImportError> {
+    finished
+        .map_err(|_| ImportError::Internal("the upload's thread ended without a word".into()))?
+}
+
+/// Write the image on a thread of its own, with a runtime of its own: the import's future is
+/// not `Send` for every lifetime a spawned task needs, and a large conversion should not share
+/// the threads that answer requests anyway.
+fn write_in_background(
+    config: Config,
+    endpoint: Endpoint,
+    source: stream::StreamSource,
+) -> tokio::sync::oneshot::Receiver<Result<(), ImportError>> {
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    let spawned = std::thread::Builder::new()
+        .name("upload".into())
+        .spawn(move || {
+            let result = tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(2)
+                .enable_all()
+                .build()
+                .map_err(|e| ImportError::io("starting the upload's runtime", e))
+                .and_then(|rt| rt.block_on(write_image(&config, endpoint, &source)));
+            let _ = tx.send(result);
+        });
+    if let Err(e) = spawned {
+        tracing::error!(error = %e, "could not start the upload's thread");
+    }
+    rx
+}
+
+/// Write the uploaded image (or unpack the archive) onto the volume.
+async fn write_image(
+    config: &Config,
+    endpoint: Endpoint,
+    source: &stream::StreamSource,
+) -> Result<(), ImportError> {
+    let (target, mode, capacity) = cdi_importer::pod::volume(&config.paths)?;
+    let progress = Arc::new(Progress::default());
+    if endpoint == Endpoint::Archive {
+        if mode == VolumeMode::Block {
+            return Err(ImportError::Config(
+                "an archive upload needs a Filesystem volume, not Block".into(),
+            ));
+        }
+        return cdi_importer::archive::unpack(
+            source,
+            &config.paths.data_dir,
+            capacity,
+            None,
+            progress,
+        )
+        .await;
+    }
+    let opts = ImportOptions {
+        target,
+        size: config.image_size.map(|requested| SizeSpec {
+            requested,
+            capacity,
+        }),
+        overhead: config.overhead.for_mode(mode),
+        preallocate: config.preallocation,
+        checksum: None,
+        scratch_dir: config.paths.scratch_dir.clone(),
+        scratch_mounted: true,
+        tuning: Tuning::default(),
+    };
+    let report = cdi_importer::import::import(source, &opts, progress).await?;
+    tracing::info!(
+        format = %report.format,
+        virtual_size = report.virtual_size,
+        final_size = report.final_size,
+        transferred = report.transferred,
+        written = report.written,
+        scratch = report.scratch_used,
+        "upload written"
+    );
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn endpoints_and_their_aliases() {
+        for path in UPLOAD_PATHS {
+            assert!(Endpoint::of(path).is_some(), "{path}");
+        }
+        assert_eq!(Endpoint::of("/v1alpha1/upload"), Some(Endpoint::Sync));
+        assert_eq!(
+            Endpoint::of("/v1beta1/upload-form-async"),
+            Some(Endpoint::FormAsync)
+        );
+        assert_eq!(Endpoint::of("/v1beta1/uploads"), None);
+        assert_eq!(Endpoint::of("/v2/upload"), None);
+        assert_eq!(Endpoint::of("/upload"), None);
+    }
+
+    #[test]
+    fn termination_messages_as_upstream_writes_them() {
+        let done = RunResult {
+            deadline_passed: false,
+            preallocation_applied: true,
+        };
+        assert_eq!(
+            done.termination_message().to_json(),
+            r#"{"preallocationApplied":true,"message":"Upload Complete"}"#
+        );
+        let late = RunResult {
+            deadline_passed: true,
+            preallocation_applied: false,
+        };
+        assert_eq!(
+            late.termination_message().to_json(),
+            r#"{"message":"Deadline Passed","deadlinePassed":true}"#
+        );
+    }
+}
