@@ -19,6 +19,13 @@ pub struct ControllerArgs {
         default_value = "quay.io/kubevirt/cdi-importer:latest"
     )]
     importer_image: String,
+    /// The upload pod's image.
+    #[arg(
+        long,
+        env = "UPLOADSERVER_IMAGE",
+        default_value = "quay.io/kubevirt/cdi-uploadserver:latest"
+    )]
+    upload_server_image: String,
     /// Worker pods' imagePullPolicy.
     #[arg(long, env = "PULL_POLICY", default_value = "IfNotPresent")]
     pull_policy: String,
@@ -87,6 +94,7 @@ pub fn run(args: &ControllerArgs) -> anyhow::Result<()> {
             client,
             Options {
                 importer_image: args.importer_image.clone(),
+                upload_server_image: args.upload_server_image.clone(),
                 pull_policy: args.pull_policy.clone(),
                 verbosity: args.verbosity,
                 namespace: args.namespace.clone(),

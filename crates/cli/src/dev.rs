@@ -94,6 +94,10 @@ pub(crate) fn image_map(extra: &[(String, Vec<String>)]) -> anyhow::Result<Image
     let exe = exe.to_string_lossy().into_owned();
     let mut map = ImageMap::default()
         .with("cdi-importer", vec![exe.clone(), "importer".into()])
+        .with(
+            "cdi-uploadserver",
+            vec![exe.clone(), "upload-server".into()],
+        )
         .with("cdi-controller", vec![exe.clone(), "controller".into()])
         .with("virt-launcher", vec![exe, "dev".into(), "launcher".into()]);
     for (name, argv) in extra {

@@ -126,6 +126,9 @@ async fn execute(
     for c in &plan.create {
         match c {
             Companion::ImportSource(s) => create(&sources, s.as_ref()).await?,
+            Companion::UploadSource(s) => {
+                create(&Api::namespaced(ctx.client.clone(), &ns), s.as_ref()).await?
+            }
         }
     }
     let claims: Api<PersistentVolumeClaim> = Api::namespaced(ctx.client.clone(), &ns);

@@ -7,6 +7,8 @@
 //! - `import`: runs the importer pod for claims with an import source, honouring
 //!   WaitForFirstConsumer, and writes the pod's state onto the claim.
 //! - `populator`: PVC prime for claims populated from a VolumeImportSource, and the rebind.
+//! - `upload`: runs the upload pod (with its Service and certificates) for upload-target claims
+//!   and writes the pod's state onto the claim.
 //! - `placement` (used by the worker-pod controllers): what a claim's worker pods inherit from
 //!   the consumer its node was selected for.
 //!
@@ -26,6 +28,7 @@ pub mod populator;
 pub mod progress;
 pub mod serve;
 pub mod storageprofile;
+pub mod upload;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -37,6 +40,8 @@ use kube::Client;
 pub struct Options {
     /// The importer pod's image (upstream's `IMPORTER_IMAGE`).
     pub importer_image: String,
+    /// The upload pod's image (upstream's `UPLOADSERVER_IMAGE`).
+    pub upload_server_image: String,
     pub pull_policy: String,
     /// `-v=N` for worker pods.
     pub verbosity: u32,
@@ -52,6 +57,7 @@ impl Default for Options {
     fn default() -> Self {
         Options {
             importer_image: "quay.io/kubevirt/cdi-importer:latest".into(),
+            upload_server_image: "quay.io/kubevirt/cdi-uploadserver:latest".into(),
             pull_policy: "IfNotPresent".into(),
             verbosity: 1,
             namespace: "cdi".into(),
@@ -74,6 +80,8 @@ pub struct Context {
     pub caches: cache::Caches,
     /// Events on the objects reconciled (kube-runtime's Recorder).
     pub events: Arc<events::Events>,
+    /// The upload path's certificate authorities, read once they are needed.
+    pub upload_pki: Arc<tokio::sync::OnceCell<upload::UploadPki>>,
 }
 
 impl Context {
@@ -85,6 +93,7 @@ impl Context {
             metrics,
             http: progress::client(),
             caches: cache::new().0,
+            upload_pki: Default::default(),
         }
     }
 }
@@ -208,10 +217,16 @@ pub fn status_patch<S: serde::Serialize>(
 pub async fn run_controllers(ctx: Context) -> anyhow::Result<()> {
     config::ensure(&ctx).await?;
     let (caches, mut feeds) = cache::new();
-    let ctx = Context { caches, ..ctx };
+    // A new term reads the certificate authorities again.
+    let ctx = Context {
+        caches,
+        upload_pki: Default::default(),
+        ..ctx
+    };
     let dv_triggers = datavolume::Triggers::subscribe(&mut feeds);
     let import_triggers = import::Triggers::subscribe(&mut feeds);
     let populator_triggers = populator::Triggers::subscribe(&mut feeds);
+    let upload_triggers = upload::Triggers::subscribe(&mut feeds);
     // Reconciles wait for the caches' first list themselves: the subscriptions must be read
     // from the start.
     tokio::select! {
@@ -221,6 +236,7 @@ pub async fn run_controllers(ctx: Context) -> anyhow::Result<()> {
         r = datavolume::run(ctx.clone(), dv_triggers) => r,
         r = import::run(ctx.clone(), import_triggers) => r,
         r = populator::run(ctx.clone(), populator_triggers) => r,
+        r = upload::run(ctx.clone(), upload_triggers) => r,
     }
 }
 

@@ -3,7 +3,7 @@
 //! events, when to look again). The controller only observes and executes.
 //!
 //! What differs between source kinds is one [`Kind`]: import (http and blank, classic or through
-//! the populator) and external population today; upload, clone and snapshot are more kinds, not
+//! the populator), upload and external population today; clone and snapshot are more kinds, not
 //! branches of these.
 
 use std::collections::BTreeMap;
@@ -11,7 +11,10 @@ use std::collections::BTreeMap;
 use cdi_api::config::CDIConfig;
 use cdi_api::datavolume::DataVolume;
 use cdi_api::enums::DataVolumePhase as Phase;
-use cdi_api::populators::{ImportSourceType, VolumeImportSource, VolumeImportSourceSpec};
+use cdi_api::populators::{
+    ImportSourceType, VolumeImportSource, VolumeImportSourceSpec, VolumeUploadSource,
+    VolumeUploadSourceSpec,
+};
 use cdi_api::storageprofile::StorageProfile;
 use cdi_api::{ann, gate};
 use k8s_openapi::api::core::v1::{Event as ClaimEvent, PersistentVolumeClaim, Pod};
@@ -75,6 +78,7 @@ pub enum ClaimStep {
 #[derive(Debug, Clone, PartialEq)]
 pub enum Companion {
     ImportSource(Box<VolumeImportSource>),
+    UploadSource(Box<VolumeUploadSource>),
 }
 
 /// When to look at the DataVolume again.
@@ -161,6 +165,30 @@ pub struct Import;
 /// External population: what the claim's `dataSourceRef` names fills it.
 pub struct ExternalPopulation;
 
+/// Upload: an upload pod takes the image from the upload proxy into the claim, or into PVC prime
+/// through the populator.
+pub struct Upload;
+
+/// The VolumeUploadSource the populator path's claim names (`volume-upload-source-<uid>`), owned
+/// by the DataVolume.
+pub fn upload_source(dv: &DataVolume) -> VolumeUploadSource {
+    let name = format!(
+        "{}-{}",
+        cdi_api::name::VOLUME_UPLOAD_SOURCE_PREFIX,
+        dv.metadata.uid.as_deref().unwrap_or("")
+    );
+    let mut object = VolumeUploadSource::new(
+        &name,
+        VolumeUploadSourceSpec {
+            content_type: dv.spec.content_type,
+            preallocation: dv.spec.preallocation,
+        },
+    );
+    object.metadata.namespace = dv.metadata.namespace.clone();
+    object.metadata.owner_references = owner_reference(dv).map(|o| vec![o]);
+    object
+}
+
 /// The VolumeImportSource of a DataVolume: `volume-import-source-<uid>`.
 pub fn import_source_name(dv: &DataVolume) -> String {
     format!(
@@ -242,6 +270,31 @@ impl Kind for Import {
     }
 }
 
+impl Kind for Upload {
+    fn companions(&self, dv: &DataVolume, rendered: &RenderedClaim) -> Vec<Companion> {
+        if rendered.use_populator {
+            vec![Companion::UploadSource(Box::new(upload_source(dv)))]
+        } else {
+            Vec::new()
+        }
+    }
+
+    fn status(&self, o: &Observed<'_>, s: &Snapshot<'_>) -> Computed {
+        let populating = o
+            .claim
+            .and_then(|c| c.spec.as_ref()?.data_source_ref.as_ref())
+            .is_some_and(|r| r.kind == cdi_api::populators::VOLUME_UPLOAD_SOURCE_KIND);
+        dvstatus::upload_status(&Observed {
+            populator: populating.then_some(s.prime),
+            ..o.clone()
+        })
+    }
+
+    fn finished(&self, _: &DataVolume, _: &PersistentVolumeClaim, _: &Computed) -> Vec<String> {
+        Vec::new()
+    }
+}
+
 impl Kind for ExternalPopulation {
     fn companions(&self, _: &DataVolume, _: &RenderedClaim) -> Vec<Companion> {
         // The claim keeps the dataSourceRef the DataVolume gave it.
@@ -264,6 +317,7 @@ impl Kind for ExternalPopulation {
 pub fn kind_of(filled: &Result<Filled, Refusal>) -> &'static dyn Kind {
     match filled {
         Ok(Filled::External) => &ExternalPopulation,
+        Ok(Filled::Import(cdi_api::datavolume::SourceKind::Upload)) => &Upload,
         Ok(Filled::Import(_)) | Err(_) => &Import,
     }
 }

@@ -176,6 +176,57 @@ fn import_phase(
     }
 }
 
+/// The upload phase from the upload pod's state on the claim (upstream's upload `updateStatusPhase`):
+/// UploadScheduled once the claim the pod works on is bound, UploadReady while the upload server
+/// is ready, Succeeded when it is done.
+fn upload_phase(
+    claim: &PersistentVolumeClaim,
+    worker: Option<&PersistentVolumeClaim>,
+    anns: &BTreeMap<String, String>,
+    current: Phase,
+) -> (Phase, Option<Event>) {
+    let name = claim.metadata.name.clone().unwrap_or_default();
+    let pod_phase = anns.get(ann::POD_PHASE).map(String::as_str);
+    let bound = worker.and_then(|w| w.status.as_ref()?.phase.as_deref()) == Some("Bound");
+    let target = worker
+        .and_then(|w| w.metadata.annotations.as_ref())
+        .is_some_and(|a| a.contains_key(ann::UPLOAD_REQUEST));
+    if pod_phase != Some("Succeeded") && !(bound && target) {
+        return (current, None);
+    }
+    match pod_phase {
+        Some("Pending") => (
+            Phase::UploadScheduled,
+            Some(Event::normal(
+                "UploadScheduled",
+                format!("Upload into {name} scheduled"),
+            )),
+        ),
+        Some("Running") if anns.get(ann::POD_READY).map(String::as_str) == Some("true") => (
+            Phase::UploadReady,
+            Some(Event::normal(
+                "UploadReady",
+                format!("Upload into {name} ready"),
+            )),
+        ),
+        Some("Failed") => (
+            Phase::UploadScheduled,
+            Some(Event::warning(
+                "UploadFailed",
+                format!("Upload into {name} failed"),
+            )),
+        ),
+        Some("Succeeded") => (
+            Phase::Succeeded,
+            Some(Event::normal(
+                "UploadSucceeded",
+                format!("Successfully uploaded into {name}"),
+            )),
+        ),
+        _ => (Phase::UploadScheduled, None),
+    }
+}
+
 /// Set a condition, keeping its transition time unless its status changed (upstream's
 /// `updateCondition`).
 fn set(
@@ -477,6 +528,26 @@ type KindPhase<'f> = &'f dyn Fn(
 
 /// The status of an import (or blank) DataVolume, classic or through the populator.
 pub fn import_status(o: &Observed<'_>) -> Computed {
+    worker_status(o, import_phase)
+}
+
+/// The status of an upload DataVolume, classic or through the populator.
+pub fn upload_status(o: &Observed<'_>) -> Computed {
+    worker_status(o, upload_phase)
+}
+
+/// A worker kind's phase from the claim it fills, the claim its pod works on (the claim itself,
+/// or PVC prime), the claim's annotations and the current phase.
+type WorkerPhase = fn(
+    &PersistentVolumeClaim,
+    Option<&PersistentVolumeClaim>,
+    &BTreeMap<String, String>,
+    Phase,
+) -> (Phase, Option<Event>);
+
+/// What the kinds a worker pod fills share: Pending or WaitForFirstConsumer before the claim is
+/// bound (PendingPopulation on the populator path), then `worker_phase`.
+fn worker_status(o: &Observed<'_>, worker_phase: WorkerPhase) -> Computed {
     let phase =
         |c: &PersistentVolumeClaim, anns: &BTreeMap<String, String>, phase: Phase, unset: bool| {
             let worker = match o.populator {
@@ -484,7 +555,7 @@ pub fn import_status(o: &Observed<'_>) -> Computed {
                 None => Some(c),
             };
             if anns.get(ann::POD_PHASE).map(String::as_str) == Some("Succeeded") {
-                return Some(import_phase(c, worker, anns, phase));
+                return Some(worker_phase(c, worker, anns, phase));
             }
             match c.status.as_ref().and_then(|s| s.phase.as_deref()) {
                 Some("Pending") if o.populator.is_some() => {
@@ -493,7 +564,7 @@ pub fn import_status(o: &Observed<'_>) -> Computed {
                         if crate::populator::waits_for_first_consumer(anns, o.class_wffc) {
                             (Phase::PendingPopulation, None)
                         } else {
-                            import_phase(c, worker, anns, phase)
+                            worker_phase(c, worker, anns, phase)
                         },
                     )
                 }
@@ -515,7 +586,7 @@ pub fn import_status(o: &Observed<'_>) -> Computed {
                     } else {
                         phase
                     };
-                    Some(import_phase(c, worker, anns, phase))
+                    Some(worker_phase(c, worker, anns, phase))
                 }
                 _ => None,
             }
@@ -636,7 +707,11 @@ fn computed(o: &Observed<'_>, kind_phase: KindPhase<'_>) -> Computed {
         let in_progress = bound.status == ConditionStatus::True
             || matches!(
                 phase,
-                Phase::PendingPopulation | Phase::ImportScheduled | Phase::ImportInProgress
+                Phase::PendingPopulation
+                    | Phase::ImportScheduled
+                    | Phase::ImportInProgress
+                    | Phase::UploadScheduled
+                    | Phase::UploadReady
             );
         let old_message = find(&before, Type::Running).and_then(|c| c.message.clone());
         if ready.status == ConditionStatus::False

@@ -70,8 +70,14 @@ pub enum Next {
 
 /// The decision for a claim without a pod.
 pub fn next(claim: &PersistentVolumeClaim, gate_on: bool) -> Next {
+    next_for(claim, gate_on, is_import_claim(claim))
+}
+
+/// The decision for a claim without its worker pod, for any worker kind: `ours` says the claim
+/// is that kind's to fill.
+pub fn next_for(claim: &PersistentVolumeClaim, gate_on: bool, ours: bool) -> Next {
     let anns = annotations(claim);
-    if !is_import_claim(claim)
+    if !ours
         || is_complete(claim)
         || get(&anns, ann::IMPORT_FATAL_ERROR) == Some("true")
         || claim.metadata.deletion_timestamp.is_some()
@@ -511,25 +517,7 @@ pub fn importer_pod(claim: &PersistentVolumeClaim, s: &Settings) -> Pod {
         security_context: Some(worker_security_context()),
         ..Default::default()
     };
-    // Allowed pass-through annotations, with upstream's defaults for the sidecar injectors.
-    let mut pod_anns = BTreeMap::from([(ann::CREATED_BY.to_string(), "yes".to_string())]);
-    for key in [ann::POD_MULTUS_NETWORKS, ann::POD_MULTUS_DEFAULT_NETWORK] {
-        if let Some(v) = get(&anns, key) {
-            pod_anns.insert(key.into(), v.into());
-        }
-    }
-    pod_anns.insert(
-        ann::POD_SIDECAR_INJECTION_ISTIO.into(),
-        get(&anns, ann::POD_SIDECAR_INJECTION_ISTIO)
-            .unwrap_or("false")
-            .into(),
-    );
-    pod_anns.insert(
-        ann::POD_SIDECAR_INJECTION_LINKERD.into(),
-        get(&anns, ann::POD_SIDECAR_INJECTION_LINKERD)
-            .unwrap_or("disabled")
-            .into(),
-    );
+    let pod_anns = worker_pod_annotations(&anns, ann::CREATED_BY);
     Pod {
         metadata: ObjectMeta {
             name: Some(pod_name(claim)),
@@ -550,36 +538,77 @@ pub fn importer_pod(claim: &PersistentVolumeClaim, s: &Settings) -> Pod {
             }]),
             ..Default::default()
         },
-        spec: Some(PodSpec {
-            containers: vec![container],
-            volumes: Some(volumes),
-            restart_policy: Some("OnFailure".into()),
-            priority_class_name: get(&anns, ann::PRIORITY_CLASS_NAME).map(str::to_string),
-            service_account_name: get(&anns, ann::POD_SERVICE_ACCOUNT_NAME).map(str::to_string),
-            enable_service_links: Some(false),
-            node_selector: s.placement.as_ref().and_then(|p| p.node_selector.clone()),
-            tolerations: crate::placement::worker_tolerations(
-                s.placement.as_ref().and_then(|p| p.tolerations.as_deref()),
-                &s.inherited,
-            ),
-            affinity: s.placement.as_ref().and_then(|p| p.affinity.clone()),
-            // PVC prime: the populator's claim goes where its target's consumer was scheduled.
-            node_name: get(&anns, ann::POPULATOR_KIND)
-                .and(get(&anns, ann::SELECTED_NODE))
-                .map(str::to_string),
-            security_context: Some(PodSecurityContext {
-                fs_group: Some(107),
-                run_as_non_root: Some(true),
-                run_as_user: Some(107),
-                seccomp_profile: Some(SeccompProfile {
-                    type_: "RuntimeDefault".into(),
-                    localhost_profile: None,
-                }),
-                ..Default::default()
+        spec: Some(worker_pod_spec(claim, s, vec![container], volumes)),
+        status: None,
+    }
+}
+
+/// A worker pod's annotations: `created_by` (the mark of the controller that made it), the
+/// pass-through annotations the claim allows, and upstream's defaults for the sidecar injectors.
+pub fn worker_pod_annotations(
+    anns: &BTreeMap<String, String>,
+    created_by: &str,
+) -> BTreeMap<String, String> {
+    let mut pod_anns = BTreeMap::from([(created_by.to_string(), "yes".to_string())]);
+    for key in [ann::POD_MULTUS_NETWORKS, ann::POD_MULTUS_DEFAULT_NETWORK] {
+        if let Some(v) = get(anns, key) {
+            pod_anns.insert(key.into(), v.into());
+        }
+    }
+    pod_anns.insert(
+        ann::POD_SIDECAR_INJECTION_ISTIO.into(),
+        get(anns, ann::POD_SIDECAR_INJECTION_ISTIO)
+            .unwrap_or("false")
+            .into(),
+    );
+    pod_anns.insert(
+        ann::POD_SIDECAR_INJECTION_LINKERD.into(),
+        get(anns, ann::POD_SIDECAR_INJECTION_LINKERD)
+            .unwrap_or("disabled")
+            .into(),
+    );
+    pod_anns
+}
+
+/// What every worker pod of a claim shares (upstream's importer and upload pods alike): restart
+/// on failure, the claim's priority class and ServiceAccount, no service links, the CDI
+/// resource's placement with inherited tolerations, PVC prime's node, the restricted security
+/// context.
+pub fn worker_pod_spec(
+    claim: &PersistentVolumeClaim,
+    s: &Settings,
+    containers: Vec<Container>,
+    volumes: Vec<Volume>,
+) -> PodSpec {
+    let anns = annotations(claim);
+    PodSpec {
+        containers,
+        volumes: Some(volumes),
+        restart_policy: Some("OnFailure".into()),
+        priority_class_name: get(&anns, ann::PRIORITY_CLASS_NAME).map(str::to_string),
+        service_account_name: get(&anns, ann::POD_SERVICE_ACCOUNT_NAME).map(str::to_string),
+        enable_service_links: Some(false),
+        node_selector: s.placement.as_ref().and_then(|p| p.node_selector.clone()),
+        tolerations: crate::placement::worker_tolerations(
+            s.placement.as_ref().and_then(|p| p.tolerations.as_deref()),
+            &s.inherited,
+        ),
+        affinity: s.placement.as_ref().and_then(|p| p.affinity.clone()),
+        // PVC prime: the populator's claim goes where its target's consumer was scheduled.
+        node_name: get(&anns, ann::POPULATOR_KIND)
+            .and(get(&anns, ann::SELECTED_NODE))
+            .map(str::to_string),
+        security_context: Some(PodSecurityContext {
+            fs_group: Some(107),
+            run_as_non_root: Some(true),
+            run_as_user: Some(107),
+            seccomp_profile: Some(SeccompProfile {
+                type_: "RuntimeDefault".into(),
+                localhost_profile: None,
             }),
             ..Default::default()
         }),
-        status: None,
+        ..Default::default()
     }
 }
 
@@ -740,6 +769,15 @@ pub struct Outcome {
 /// `setAnnotationsFromPodWithPrefix`). Unlike upstream, a container waiting in
 /// CrashLoopBackOff reports its last termination, so a failing import says why between restarts.
 pub fn update_from_pod(anns: &mut BTreeMap<String, String>, pod: &Pod) -> Outcome {
+    update_from_worker(anns, pod, ann::IMPORT_POD_NAME)
+}
+
+/// [`update_from_pod`] for any worker pod, whose name goes under `pod_name_key`.
+pub fn update_from_worker(
+    anns: &mut BTreeMap<String, String>,
+    pod: &Pod,
+    pod_name_key: &str,
+) -> Outcome {
     let mut out = Outcome::default();
     let restarted = pod.spec.as_ref().and_then(|s| s.restart_policy.as_deref()) != Some("Never");
     let status = pod.status.clone().unwrap_or_default();
@@ -840,7 +878,7 @@ pub fn update_from_pod(anns: &mut BTreeMap<String, String>, pod: &Pod) -> Outcom
     }
     let scratch = term_msg.as_ref().and_then(|m| m.scratch_space_required) == Some(true);
     anns.insert(
-        ann::IMPORT_POD_NAME.into(),
+        pod_name_key.into(),
         pod.metadata.name.clone().unwrap_or_default(),
     );
     let phase = status.phase.clone().unwrap_or_default();

@@ -21,6 +21,7 @@ pub mod render;
 pub mod size;
 pub mod source;
 pub mod storageprofile;
+pub mod upload;
 
 pub use quantity::Quantity;
 pub use size::{ClaimApi, MIB, Overhead, VolumeMode};

@@ -8,7 +8,7 @@ use cdi_api::datavolume::{DataVolume, SourceKind};
 /// What fills the DataVolume's claim.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Filled {
-    /// One of the sources this controller imports: http or blank.
+    /// One of the sources a worker pod of this controller fills: http, blank or upload.
     Import(SourceKind),
     /// Something else, named by the claim's `dataSource`/`dataSourceRef` (external population).
     External,
@@ -163,6 +163,7 @@ pub fn check(dv: &DataVolume) -> Result<Filled, Refusal> {
             Ok(Filled::Import(SourceKind::Http))
         }
         [SourceKind::Blank] => Ok(Filled::Import(SourceKind::Blank)),
+        [SourceKind::Upload] => Ok(Filled::Import(SourceKind::Upload)),
         [kind] => Err(Refusal {
             reason: UNSUPPORTED_SOURCE,
             message: format!(

@@ -1,0 +1,388 @@
+//! The upload controller: for upload-target claims, the upload pod (cdi-core
+//! `upload::upload_pod`) — none before the claim is bound when WaitForFirstConsumer is honoured —
+//! with its Service, its serving certificate and its scratch claim, and the pod's state written
+//! back onto the claim (`storage.pod.phase`, `storage.pod.ready`). The pod goes when the upload is
+//! done (unless retained); a server whose deadline passed unused is replaced.
+//!
+//! The certificate authorities of the upload path live in Secrets in the controller's namespace
+//! (upstream's names): `cdi-uploadserver-signer` signs upload servers' certificates,
+//! `cdi-uploadserver-client-signer` the upload proxy's client certificate
+//! (`cdi-uploadserver-client-cert`); ConfigMaps `…-bundle` publish their certificates.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use cdi_api::{ann, gate};
+use cdi_core::import::{self, Next, Settings};
+use cdi_core::upload;
+use cdi_upload::pki::{self, Ca, KeyPair};
+use futures::StreamExt;
+use k8s_openapi::ByteString;
+use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Pod, Secret, Service};
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
+use kube::runtime::controller::{Action, Controller};
+use kube::{Api, ResourceExt};
+use serde_json::json;
+
+use crate::cache::Changes;
+use crate::{Context, Error};
+
+/// The Secret holding the CA of upload servers' certificates.
+pub const SERVER_SIGNER: &str = "cdi-uploadserver-signer";
+/// The Secret holding the CA of the upload proxy's client certificate.
+pub const CLIENT_SIGNER: &str = "cdi-uploadserver-client-signer";
+/// The upload proxy's client certificate (`tls.crt`, `tls.key`).
+pub const CLIENT_CERT: &str = "cdi-uploadserver-client-cert";
+/// The ConfigMap (key `ca-bundle.crt`) with the CA the proxy verifies upload servers by.
+pub const SERVER_SIGNER_BUNDLE: &str = "cdi-uploadserver-signer-bundle";
+pub const CLIENT_SIGNER_BUNDLE: &str = "cdi-uploadserver-client-signer-bundle";
+pub const BUNDLE_KEY: &str = "ca-bundle.crt";
+
+/// The certificate authorities, once read or made.
+pub struct UploadPki {
+    server_ca: Ca,
+    client_ca_pem: String,
+}
+
+fn tls_secret(name: &str, pair: &KeyPair) -> Secret {
+    Secret {
+        metadata: kube::api::ObjectMeta {
+            name: Some(name.into()),
+            ..Default::default()
+        },
+        type_: Some("kubernetes.io/tls".into()),
+        data: Some(BTreeMap::from([
+            (
+                "tls.crt".into(),
+                ByteString(pair.cert_pem.clone().into_bytes()),
+            ),
+            (
+                "tls.key".into(),
+                ByteString(pair.key_pem.clone().into_bytes()),
+            ),
+        ])),
+        ..Default::default()
+    }
+}
+
+fn pair_of(secret: &Secret) -> Option<KeyPair> {
+    let data = secret.data.as_ref()?;
+    let text = |k: &str| String::from_utf8(data.get(k)?.0.clone()).ok();
+    Some(KeyPair {
+        cert_pem: text("tls.crt")?,
+        key_pem: text("tls.key")?,
+    })
+}
+
+/// The pair kept in Secret `name`, made by `make` when there is none. Another writer that made
+/// one first wins: its pair is read back.
+async fn kept_pair(
+    secrets: &Api<Secret>,
+    name: &str,
+    make: impl FnOnce() -> Result<KeyPair, pki::PkiError>,
+) -> Result<KeyPair, Error> {
+    let unreadable = || {
+        Error::Other(format!(
+            "Secret {name} holds no readable tls.crt and tls.key; delete it to have it made again"
+        ))
+    };
+    if let Some(s) = secrets.get_opt(name).await? {
+        return pair_of(&s).ok_or_else(unreadable);
+    }
+    let pair = make().map_err(|e| Error::Other(e.to_string()))?;
+    match secrets
+        .create(&PostParams::default(), &tls_secret(name, &pair))
+        .await
+    {
+        Ok(_) => Ok(pair),
+        Err(kube::Error::Api(e)) if e.code == 409 => {
+            pair_of(&secrets.get(name).await?).ok_or_else(unreadable)
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
+async fn publish_bundle(maps: &Api<ConfigMap>, name: &str, pem: &str) -> Result<(), Error> {
+    let map = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name},
+        "data": {BUNDLE_KEY: pem}});
+    maps.patch(
+        name,
+        &PatchParams::apply("cdi-controller").force(),
+        &Patch::Apply(&map),
+    )
+    .await?;
+    Ok(())
+}
+
+/// The upload path's CAs: read from the controller's namespace (what is missing is made) once
+/// per leadership term.
+async fn pki(ctx: &Context) -> Result<&UploadPki, Error> {
+    ctx.upload_pki.get_or_try_init(|| ensure_pki(ctx)).await
+}
+
+/// Read the upload path's CAs from the controller's namespace, making what is missing.
+pub async fn ensure_pki(ctx: &Context) -> Result<UploadPki, Error> {
+    let ns = &ctx.options.namespace;
+    let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), ns);
+    let maps: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), ns);
+    let ca = |name: &'static str| move || Ca::generate(name, pki::CA_LIFETIME).map(|c| c.pair);
+    let server_pair = kept_pair(&secrets, SERVER_SIGNER, ca(SERVER_SIGNER)).await?;
+    let client_pair = kept_pair(&secrets, CLIENT_SIGNER, ca(CLIENT_SIGNER)).await?;
+    let bad = |name: &str, e: pki::PkiError| {
+        Error::Other(format!(
+            "Secret {ns}/{name} is not a usable CA ({e}); delete it to have it made again"
+        ))
+    };
+    let server_ca = Ca::from_pem(server_pair).map_err(|e| bad(SERVER_SIGNER, e))?;
+    let client_ca = Ca::from_pem(client_pair).map_err(|e| bad(CLIENT_SIGNER, e))?;
+    kept_pair(&secrets, CLIENT_CERT, || {
+        client_ca.client_cert(upload::CLIENT_NAME, pki::CLIENT_LIFETIME)
+    })
+    .await?;
+    publish_bundle(&maps, SERVER_SIGNER_BUNDLE, &server_ca.pair.cert_pem).await?;
+    publish_bundle(&maps, CLIENT_SIGNER_BUNDLE, &client_ca.pair.cert_pem).await?;
+    Ok(UploadPki {
+        client_ca_pem: client_ca.pair.cert_pem.clone(),
+        server_ca,
+    })
+}
+
+async fn patch_annotations(
+    claims: &Api<PersistentVolumeClaim>,
+    claim: &PersistentVolumeClaim,
+    anns: &BTreeMap<String, String>,
+) -> Result<(), kube::Error> {
+    let changed = import::annotation_patch(claim.annotations(), anns, false);
+    if changed.is_empty() {
+        return Ok(());
+    }
+    let patch = json!({"metadata": {"annotations": changed}});
+    claims
+        .patch(
+            &claim.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(&patch),
+        )
+        .await?;
+    Ok(())
+}
+
+async fn delete<K>(api: &Api<K>, name: &str) -> Result<(), kube::Error>
+where
+    K: Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    match api.delete(name, &DeleteParams::default()).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
+async fn create<K>(api: &Api<K>, object: &K) -> Result<(), kube::Error>
+where
+    K: kube::Resource + Clone + serde::Serialize + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    match api.create(&PostParams::default(), object).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(e)) if e.code == 409 => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
+/// Create the upload pod, then what it needs: its certificate Secret (owned by the pod, so made
+/// after it), its Service and its scratch claim.
+async fn start_pod(
+    ctx: &Context,
+    claim: &PersistentVolumeClaim,
+    settings: &Settings,
+) -> Result<(), Error> {
+    let ns = claim.namespace().unwrap_or_default();
+    let name = claim.name_any();
+    let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
+    let pod_name = upload::pod_name(claim);
+    let pki = pki(ctx).await?;
+    let refresh = std::time::SystemTime::now() + pki::SERVER_REFRESH;
+    let deadline = k8s_openapi::jiff::Timestamp::try_from(refresh)
+        .map_err(|e| Error::Other(format!("the upload server's deadline: {e}")))?;
+    let spec = upload::upload_pod(claim, settings, deadline);
+    let pod = match pods.create(&PostParams::default(), &spec).await {
+        Ok(pod) => {
+            tracing::info!(claim = %format!("{ns}/{name}"), pod = %pod_name, "created upload pod");
+            pod
+        }
+        Err(kube::Error::Api(e)) if e.code == 409 => pods.get(&pod_name).await?,
+        Err(kube::Error::Api(e)) => {
+            let (anns, message) = import::refused_pod(claim, &pod_name, &e.message);
+            let claims: Api<PersistentVolumeClaim> = Api::namespaced(ctx.client.clone(), &ns);
+            patch_annotations(&claims, claim, &anns).await?;
+            ctx.events
+                .record(claim, true, import::ERR_CREATING_POD, &message)
+                .await;
+            return Err(kube::Error::Api(e).into());
+        }
+        Err(e) => return Err(e.into()),
+    };
+    let service = upload::service_name(&pod_name);
+    let cert = pki
+        .server_ca
+        .server_cert(&upload::server_names(&ns, &service), pki::SERVER_LIFETIME)
+        .map_err(|e| Error::Other(e.to_string()))?;
+    let secret = upload::cert_secret(&pod, &cert.cert_pem, &cert.key_pem, &pki.client_ca_pem);
+    create(&Api::namespaced(ctx.client.clone(), &ns), &secret).await?;
+    create(
+        &Api::<Service>::namespaced(ctx.client.clone(), &ns),
+        &upload::service(claim, &pod_name),
+    )
+    .await?;
+    let scratch = import::scratch_for(claim, &pod, ctx.caches.config().as_ref());
+    create(&Api::namespaced(ctx.client.clone(), &ns), &scratch).await?;
+    Ok(())
+}
+
+/// One pass over a claim: its upload pod and what goes with it, and the pod's state onto the
+/// claim.
+pub async fn reconcile(
+    claim: Arc<PersistentVolumeClaim>,
+    ctx: Arc<Context>,
+) -> Result<Action, Error> {
+    if !upload::is_upload_claim(&claim) {
+        return Ok(Action::await_change());
+    }
+    let ns = claim.namespace().unwrap_or_default();
+    let name = claim.name_any();
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(ctx.client.clone(), &ns);
+    let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
+    let pod_name = upload::pod_name(&claim);
+    ctx.caches.ready().await;
+    let pod = ctx.caches.pod(&ns, &pod_name);
+    let cfg = ctx.caches.config();
+    let gate_on = cfg
+        .as_ref()
+        .is_some_and(|c| c.spec.gate_enabled(gate::HONOR_WAIT_FOR_FIRST_CONSUMER));
+
+    let Some(pod) = pod else {
+        let next = upload::next(&claim, gate_on);
+        if next == Next::Nothing {
+            return Ok(Action::await_change());
+        }
+        if crate::placement::record(&ctx, &claim).await? || next == Next::WaitForConsumer {
+            return Ok(Action::await_change());
+        }
+        // The claim as it is now decides (its change wakes us): see the import controller.
+        let Some(claim) = crate::live(&ctx.client, claim.as_ref()).await? else {
+            return Ok(Action::await_change());
+        };
+        if upload::next(&claim, gate_on) != next {
+            return Ok(Action::await_change());
+        }
+        // Name the pod on the claim first, so a restart finds it.
+        let anns = BTreeMap::from([(ann::UPLOAD_POD_NAME.to_string(), pod_name.clone())]);
+        patch_annotations(&claims, &claim, &anns).await?;
+        let placement = ctx.caches.cdis().into_iter().find_map(|c| c.spec.workload);
+        let worker = import::Worker {
+            image: ctx.options.upload_server_image.clone(),
+            pull_policy: ctx.options.pull_policy.clone(),
+            verbosity: ctx.options.verbosity,
+        };
+        crate::placement::check(&ctx, &claim).await;
+        let settings = Settings::for_claim(&worker, cfg.as_ref(), &claim, placement);
+        start_pod(&ctx, &claim, &settings).await?;
+        let over = import::refusal_over(&claim);
+        if !over.is_empty() {
+            let patch = json!({"metadata": {"annotations": over}});
+            claims
+                .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+                .await?;
+        }
+        // The pod's creation wakes this claim.
+        return Ok(Action::await_change());
+    };
+
+    if let Some(message) = upload::foreign_pod(&claim, &pod) {
+        ctx.events
+            .record(claim.as_ref(), true, "UploadTargetInUse", &message)
+            .await;
+        return Ok(Action::requeue(ctx.options.resync * 5));
+    }
+    if claim.metadata.deletion_timestamp.is_some() {
+        delete(&pods, &pod_name).await?;
+        return Ok(Action::await_change());
+    }
+    let mut anns = claim.annotations().clone();
+    let outcome = upload::update_from_pod(&mut anns, &pod);
+    if outcome.complete && !upload::is_complete(&claim) {
+        ctx.events
+            .record(
+                claim.as_ref(),
+                false,
+                "UploadSucceeded",
+                "Upload Successful",
+            )
+            .await;
+    }
+    patch_annotations(&claims, &claim, &anns).await?;
+    if let Some(message) = &outcome.failed {
+        ctx.events
+            .record(claim.as_ref(), true, "UploadFailed", message)
+            .await;
+    }
+    // An unused server past its deadline is replaced (with a fresh certificate).
+    if upload::deadline_passed(&pod) {
+        delete(&pods, &pod_name).await?;
+        return Ok(Action::await_change());
+    }
+    if outcome.complete {
+        if import::delete_pod_when_done(&anns) && pod.metadata.deletion_timestamp.is_none() {
+            delete(&pods, &pod_name).await?;
+        }
+        delete(
+            &Api::<Service>::namespaced(ctx.client.clone(), &ns),
+            &upload::service_name(&pod_name),
+        )
+        .await?;
+    }
+    Ok(Action::await_change())
+}
+
+fn error_policy(claim: Arc<PersistentVolumeClaim>, error: &Error, ctx: Arc<Context>) -> Action {
+    tracing::warn!(claim = %claim.name_any(), error = %error, "upload reconcile failed");
+    Action::requeue(ctx.options.resync)
+}
+
+/// The cache subscriptions the controller is woken by.
+pub struct Triggers {
+    claims: Changes<PersistentVolumeClaim>,
+    pods: Changes<Pod>,
+}
+
+impl Triggers {
+    pub fn subscribe(feeds: &mut crate::cache::Feeds) -> Triggers {
+        Triggers {
+            claims: feeds.claims.subscribe(),
+            pods: feeds.pods.subscribe(),
+        }
+    }
+}
+
+/// Run the controller over claims and the pods they own.
+pub async fn run(ctx: Context, triggers: Triggers) -> anyhow::Result<()> {
+    ctx.caches.ready().await;
+    Controller::for_shared_stream(triggers.claims, ctx.caches.claims.clone())
+        .owns_shared_stream(triggers.pods)
+        .run(
+            |o, c| {
+                let metrics = c.metrics.clone();
+                let object = format!("{}/{}", o.namespace().unwrap_or_default(), o.name_any());
+                async move { crate::guarded(&metrics, "upload", &object, reconcile(o, c)).await }
+            },
+            error_policy,
+            Arc::new(ctx),
+        )
+        .for_each(|r| async move {
+            if let Err(e) = r {
+                tracing::debug!(error = %e, "upload controller");
+            }
+        })
+        .await;
+    Ok(())
+}
