@@ -324,7 +324,10 @@ pub fn tls_config(tls: &Tls) -> Result<Arc<rustls::ServerConfig>, ServerError> {
     let mut config = builder
         .with_single_cert(certs, key)
         .map_err(|e| config_error(format!("TLS_CERT_FILE/TLS_KEY_FILE: {e}")))?;
-    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    // HTTP/1.1 only: an upload is one long stream (HTTP/2's flow control only slows it), and a
+    // refusal answered before the body is read ends an HTTP/2 stream with a reset that clients
+    // such as curl report as a failure instead of the answer.
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
     Ok(Arc::new(config))
 }
 
