@@ -9,6 +9,7 @@ mod import;
 mod importer;
 mod launcher;
 mod size;
+mod upload_proxy;
 mod upload_server;
 
 use std::path::PathBuf;
@@ -49,6 +50,9 @@ enum Command {
     /// The upload pod's entry point: takes one upload over mutual TLS from the upload proxy,
     /// writes the volume and the termination message.
     UploadServer(upload_server::UploadServerArgs),
+    /// The upload proxy: checks upload tokens and streams each upload to its claim's upload
+    /// pod over mutual TLS.
+    UploadProxy(upload_proxy::UploadProxyArgs),
     /// The seed's WaitForFirstConsumer story on an embedded three-node cluster: a VM whose disk
     /// is imported on the node the VM must run on; prints the timeline, exits 0 when it worked.
     Demo(demo::DemoArgs),
@@ -67,6 +71,7 @@ fn main() -> ExitCode {
         Command::Import(args) => import::run(&args),
         Command::Dev(command) => dev::run(&command),
         Command::Controller(args) => controller::run(&args),
+        Command::UploadProxy(args) => upload_proxy::run(&args),
         Command::Demo(args) => demo::run(&args),
     };
     match result {

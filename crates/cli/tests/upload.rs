@@ -6,6 +6,7 @@ mod devcluster;
 
 use std::path::Path;
 use std::process::Command;
+use std::time::Duration;
 
 use cdi_testkit::images::{assert_same, convert, oracle, pattern};
 use devcluster::{Controller, Down, cdi, kubectl, wait_for};
@@ -229,4 +230,236 @@ async fn upload_volumes_are_filled_by_the_holder_of_the_proxy_certificate() {
     for reason in ["UploadScheduled", "UploadReady", "UploadSucceeded"] {
         assert!(events.contains(reason), "{reason} in {events}");
     }
+}
+
+/// A claim that is no upload target.
+const PLAIN_CLAIM: &str = r#"
+apiVersion: v1
+kind: PersistentVolumeClaim
+metadata: {name: plain}
+spec:
+  storageClassName: csi
+  accessModes: [ReadWriteOnce]
+  resources: {requests: {storage: 64Mi}}
+"#;
+
+/// `cdi upload-proxy` as a process against the cluster, with the Secrets the controller made
+/// written to files; killed when dropped.
+struct UploadProxy {
+    child: std::process::Child,
+    /// The name its certificate holds, at the address it listens on.
+    host: String,
+    resolve: String,
+    ca: std::path::PathBuf,
+    signing_key: String,
+}
+
+impl Drop for UploadProxy {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn secret_file(dir: &Path, out: &Path, secret: &str, key: &str) -> std::path::PathBuf {
+    use base64::Engine;
+    let s = wait_for(&format!("Secret {secret}"), 30, || {
+        get_in(dir, "kube-system", &format!("secret/{secret}"))
+    });
+    let data = base64::engine::general_purpose::STANDARD
+        .decode(s["data"][key].as_str().unwrap())
+        .unwrap();
+    let path = out.join(format!("{secret}-{key}"));
+    std::fs::write(&path, data).unwrap();
+    path
+}
+
+fn bundle_file(dir: &Path, out: &Path, map: &str) -> std::path::PathBuf {
+    let m = wait_for(&format!("ConfigMap {map}"), 30, || {
+        get_in(dir, "kube-system", &format!("configmap/{map}"))
+    });
+    let path = out.join(format!("{map}.crt"));
+    std::fs::write(&path, m["data"]["ca-bundle.crt"].as_str().unwrap()).unwrap();
+    path
+}
+
+fn start_proxy(dir: &Path, out: &Path) -> UploadProxy {
+    use std::io::BufRead;
+    let f = |secret: &str, key: &str| secret_file(dir, out, secret, key);
+    let public = f("cdi-api-signing-key", "id_rsa.pub");
+    let signing_key = std::fs::read_to_string(f("cdi-api-signing-key", "id_rsa")).unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_cdi"))
+        .args(["upload-proxy", "--listen", "127.0.0.1:0", "--tls-cert"])
+        .arg(f("cdi-uploadproxy-server-cert", "tls.crt"))
+        .arg("--tls-key")
+        .arg(f("cdi-uploadproxy-server-cert", "tls.key"))
+        .arg("--client-cert")
+        .arg(f("cdi-uploadserver-client-cert", "tls.crt"))
+        .arg("--client-key")
+        .arg(f("cdi-uploadserver-client-cert", "tls.key"))
+        .arg("--server-ca")
+        .arg(bundle_file(dir, out, "cdi-uploadserver-signer-bundle"))
+        .arg("--apiserver-public-key-file")
+        .arg(public)
+        .env("KUBECONFIG", dir.join("kubeconfig"))
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::fs::File::create(out.join("proxy.log")).unwrap())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let addr = line
+        .trim()
+        .strip_prefix("upload proxy on https://")
+        .unwrap_or_else(|| panic!("the proxy said {line:?}"))
+        .to_string();
+    let port = addr.rsplit_once(':').unwrap().1.to_string();
+    let host = "cdi-uploadproxy.kube-system.svc".to_string();
+    UploadProxy {
+        child,
+        resolve: format!("{host}:{port}:127.0.0.1"),
+        host: format!("{host}:{port}"),
+        ca: bundle_file(dir, out, "cdi-uploadproxy-signer-bundle"),
+        signing_key,
+    }
+}
+
+impl UploadProxy {
+    /// A token for an upload into `default/claim`, issued `ago` in the past by `key`.
+    fn token(
+        &self,
+        key: Option<&str>,
+        op: cdi_upload::token::Operation,
+        claim: &str,
+        ago: u64,
+    ) -> String {
+        use cdi_upload::token::{API_ISSUER, LIFETIME, Payload, Signer};
+        let signer = Signer::new(API_ISSUER, key.unwrap_or(&self.signing_key)).unwrap();
+        let mut payload = Payload::upload("default", claim);
+        payload.operation = op;
+        let issued = std::time::SystemTime::now() - Duration::from_secs(ago);
+        signer.sign_at(&payload, issued, LIFETIME)
+    }
+
+    /// curl posting `image` to `path` with `token`: the status and the body.
+    fn post(&self, token: Option<&str>, path: &str, image: &Path) -> (u16, String) {
+        let mut cmd = Command::new("curl");
+        cmd.args([
+            "-sS",
+            "-o",
+            "-",
+            "-w",
+            "\n%{http_code}",
+            "--resolve",
+            &self.resolve,
+        ])
+        .arg("--cacert")
+        .arg(&self.ca)
+        .arg("--data-binary")
+        .arg(format!("@{}", image.display()));
+        if let Some(t) = token {
+            cmd.arg("-H").arg(format!("Authorization: Bearer {t}"));
+        }
+        cmd.arg(format!("https://{}{path}", self.host));
+        let out = cmd.output().expect("curl is installed");
+        let text = String::from_utf8_lossy(&out.stdout).to_string();
+        let (body, code) = text.rsplit_once('\n').unwrap_or(("", &text));
+        let code = code
+            .trim()
+            .parse()
+            .unwrap_or_else(|_| panic!("curl: {text} {}", String::from_utf8_lossy(&out.stderr)));
+        (
+            code,
+            format!("{body}{}", String::from_utf8_lossy(&out.stderr)),
+        )
+    }
+}
+
+/// The requests the upload pod of `claim` logged.
+fn upload_requests(dir: &Path, claim: &str) -> usize {
+    kubectl(dir, &["logs", &format!("cdi-upload-{claim}")], None)
+        .lines()
+        .filter(|l| l.contains("upload request"))
+        .count()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_proxy_lets_only_valid_tokens_through() {
+    use cdi_upload::token::Operation;
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("cluster");
+    let (ok, out, err) = cdi(&["dev", "up", "--addr", "127.0.0.1:0"], &dir);
+    assert!(ok, "{out}{err}");
+    let _down = Down(&dir);
+    let _controller = Controller::start(&dir, &tmp.path().join("controller.log"));
+    kubectl(
+        &dir,
+        &["apply", "-f", "-"],
+        Some(&format!(
+            "{}---{PLAIN_CLAIM}",
+            upload_volume("via-proxy", "csi", "Filesystem", "1Gi")
+        )),
+    );
+    let raw = tmp.path().join("src.raw");
+    let data = pattern(4 * MIB);
+    std::fs::write(&raw, &data).unwrap();
+    let xz = tmp.path().join("src.raw.xz");
+    let status = Command::new("xz")
+        .args(["-k", "-T1", "-3"])
+        .arg(&raw)
+        .status()
+        .expect("xz is installed");
+    assert!(status.success());
+    let proxy = start_proxy(&dir, tmp.path());
+    wait_for("via-proxy to be ready for the upload", 60, || {
+        get(&dir, "dv/via-proxy").filter(|d| phase(d) == "UploadReady")
+    });
+
+    // Refused by the proxy, before any upload server: missing, forged, expired, not an upload.
+    let upload = "/v1beta1/upload";
+    assert_eq!(proxy.post(None, upload, &xz).0, 401);
+    let (other_key, _) = cdi_upload::token::generate_key().unwrap();
+    let forged = proxy.token(Some(&other_key), Operation::Upload, "via-proxy", 0);
+    assert_eq!(proxy.post(Some(&forged), upload, &xz).0, 401);
+    let expired = proxy.token(None, Operation::Upload, "via-proxy", 20 * 60);
+    let (code, body) = proxy.post(Some(&expired), upload, &xz);
+    assert_eq!(code, 401, "{body}");
+    assert!(body.contains("expired"), "{body}");
+    let clone = proxy.token(None, Operation::Clone, "via-proxy", 0);
+    assert_eq!(proxy.post(Some(&clone), upload, &xz).0, 401);
+    let (code, body) = proxy.post(
+        Some(&proxy.token(None, Operation::Upload, "plain", 0)),
+        upload,
+        &xz,
+    );
+    assert_eq!(code, 503, "{body}");
+    assert!(body.contains("PVC plain is not an upload target"), "{body}");
+    let (code, body) = proxy.post(
+        Some(&proxy.token(None, Operation::Upload, "missing", 0)),
+        upload,
+        &xz,
+    );
+    assert_eq!(code, 503, "{body}");
+    assert!(body.contains("doesn't exist"), "{body}");
+    assert_eq!(
+        upload_requests(&dir, "via-proxy"),
+        0,
+        "no request reached the pod"
+    );
+
+    // A valid token: the xz-compressed raw image goes through to the volume.
+    let token = proxy.token(None, Operation::Upload, "via-proxy", 0);
+    let (code, body) = proxy.post(Some(&token), "/v1beta1/upload-async", &xz);
+    assert_eq!(code, 200, "{body}");
+    wait_for("via-proxy to succeed", 60, || {
+        get(&dir, "dv/via-proxy").filter(|d| phase(d) == "Succeeded")
+    });
+    let disk = std::fs::read(volume_path(&dir, "via-proxy")).unwrap();
+    assert_same(&disk[..data.len()], &data, "xz upload through the proxy");
+    // Done: the proxy refuses another upload into it.
+    let (code, body) = proxy.post(Some(&token), upload, &xz);
+    assert_eq!(code, 503, "{body}");
+    assert!(body.contains("already finished uploading"), "{body}");
 }

@@ -37,6 +37,17 @@ pub const CLIENT_CERT: &str = "cdi-uploadserver-client-cert";
 pub const SERVER_SIGNER_BUNDLE: &str = "cdi-uploadserver-signer-bundle";
 pub const CLIENT_SIGNER_BUNDLE: &str = "cdi-uploadserver-client-signer-bundle";
 pub const BUNDLE_KEY: &str = "ca-bundle.crt";
+/// The key `cdi apiserver` signs upload tokens with and the upload proxy checks them by
+/// (upstream's Secret and key names; the key is ECDSA P-256 here).
+pub const SIGNING_KEY: &str = "cdi-api-signing-key";
+pub const SIGNING_KEY_PRIVATE: &str = "id_rsa";
+pub const SIGNING_KEY_PUBLIC: &str = "id_rsa.pub";
+/// The CA of the upload proxy's serving certificate, the certificate, and the CA's bundle.
+pub const PROXY_SIGNER: &str = "cdi-uploadproxy-signer";
+pub const PROXY_CERT: &str = "cdi-uploadproxy-server-cert";
+pub const PROXY_SIGNER_BUNDLE: &str = "cdi-uploadproxy-signer-bundle";
+/// The upload proxy's Service (its certificate names it, and its cluster IP when it has one).
+pub const PROXY_SERVICE: &str = "cdi-uploadproxy";
 
 /// The certificate authorities, once read or made.
 pub struct UploadPki {
@@ -141,10 +152,51 @@ pub async fn ensure_pki(ctx: &Context) -> Result<UploadPki, Error> {
     .await?;
     publish_bundle(&maps, SERVER_SIGNER_BUNDLE, &server_ca.pair.cert_pem).await?;
     publish_bundle(&maps, CLIENT_SIGNER_BUNDLE, &client_ca.pair.cert_pem).await?;
+    // The proxy's serving certificate: its Service's names, and its cluster IP when the Service
+    // is there already (so `cdi dev` can hand out that address).
+    let proxy_pair = kept_pair(&secrets, PROXY_SIGNER, ca(PROXY_SIGNER)).await?;
+    let proxy_ca = Ca::from_pem(proxy_pair).map_err(|e| bad(PROXY_SIGNER, e))?;
+    let service = Api::<Service>::namespaced(ctx.client.clone(), ns)
+        .get_opt(PROXY_SERVICE)
+        .await?;
+    let mut names = upload::server_names(ns, PROXY_SERVICE);
+    names.extend(
+        service
+            .and_then(|s| s.spec?.cluster_ip)
+            .filter(|ip| ip.parse::<std::net::IpAddr>().is_ok()),
+    );
+    kept_pair(&secrets, PROXY_CERT, || {
+        proxy_ca.server_cert(&names, pki::CA_LIFETIME)
+    })
+    .await?;
+    publish_bundle(&maps, PROXY_SIGNER_BUNDLE, &proxy_ca.pair.cert_pem).await?;
+    ensure_signing_key(&secrets).await?;
     Ok(UploadPki {
         client_ca_pem: client_ca.pair.cert_pem.clone(),
         server_ca,
     })
+}
+
+/// The token signing key pair, made when missing.
+async fn ensure_signing_key(secrets: &Api<Secret>) -> Result<(), Error> {
+    if secrets.get_opt(SIGNING_KEY).await?.is_some() {
+        return Ok(());
+    }
+    let (private, public) =
+        cdi_upload::token::generate_key().map_err(|e| Error::Other(e.to_string()))?;
+    let secret = Secret {
+        metadata: kube::api::ObjectMeta {
+            name: Some(SIGNING_KEY.into()),
+            ..Default::default()
+        },
+        data: Some(BTreeMap::from([
+            (SIGNING_KEY_PRIVATE.into(), ByteString(private.into_bytes())),
+            (SIGNING_KEY_PUBLIC.into(), ByteString(public.into_bytes())),
+        ])),
+        ..Default::default()
+    };
+    create(secrets, &secret).await?;
+    Ok(())
 }
 
 async fn patch_annotations(
@@ -366,6 +418,14 @@ impl Triggers {
 
 /// Run the controller over claims and the pods they own.
 pub async fn run(ctx: Context, triggers: Triggers) -> anyhow::Result<()> {
+    // The proxy and the token API need the certificates and the key before any upload claim.
+    let early = ctx.clone();
+    tokio::spawn(async move {
+        while let Err(e) = pki(&early).await {
+            tracing::warn!(error = %e, namespace = %early.options.namespace, "making the upload certificates; trying again");
+            tokio::time::sleep(early.options.resync * 10).await;
+        }
+    });
     ctx.caches.ready().await;
     Controller::for_shared_stream(triggers.claims, ctx.caches.claims.clone())
         .owns_shared_stream(triggers.pods)

@@ -440,6 +440,8 @@ async fn handle(
     if path == HEALTHZ {
         return answer(StatusCode::OK, "OK");
     }
+    // Every request but the probe's, so that what reached the server can be counted.
+    tracing::info!(method = %req.method(), path = %path, "upload request");
     let Some(endpoint) = Endpoint::of(&path) else {
         return answer(StatusCode::NOT_FOUND, "");
     };

@@ -93,13 +93,6 @@ pub enum TokenError {
     WrongScope { got: String, want: String },
 }
 
-fn now() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0)
-}
-
 /// Signs tokens with a private key (ECDSA P-256, PKCS#8 PEM).
 pub struct Signer {
     issuer: String,
@@ -130,7 +123,16 @@ impl Signer {
 
     /// A token for `payload`, valid for `lifetime` from now.
     pub fn sign(&self, payload: &Payload, lifetime: Duration) -> String {
-        let at = now();
+        self.sign_at(payload, SystemTime::now(), lifetime)
+    }
+
+    /// A token for `payload` issued at `issued` (a token from the past, for tests of expiry),
+    /// valid for `lifetime` from then.
+    pub fn sign_at(&self, payload: &Payload, issued: SystemTime, lifetime: Duration) -> String {
+        let at = issued
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_secs())
+            .unwrap_or(0);
         let claims = Claims {
             iss: self.issuer.clone(),
             iat: at,
@@ -234,25 +236,12 @@ mod tests {
     fn expired_forged_and_junk_tokens_are_refused() {
         let (signer, validator) = pair();
         // Ended long ago (beyond the leeway), and just now (within it).
-        let ended = |exp: u64| {
-            let claims = Claims {
-                iss: API_ISSUER.into(),
-                iat: exp.saturating_sub(300),
-                nbf: exp.saturating_sub(300),
-                exp,
-                payload: Payload::upload("a", "disk"),
-            };
-            let header = jsonwebtoken::Header::new(jsonwebtoken::Algorithm::ES256);
-            jsonwebtoken::encode(&header, &claims, &signer.key).unwrap()
+        let ended = |ago: u64| {
+            let issued = SystemTime::now() - Duration::from_secs(300 + ago);
+            signer.sign_at(&Payload::upload("a", "disk"), issued, LIFETIME)
         };
-        assert_eq!(
-            validator.validate(&ended(now() - 60)),
-            Err(TokenError::Expired)
-        );
-        assert!(
-            validator.validate(&ended(now() - 1)).is_ok(),
-            "within the leeway"
-        );
+        assert_eq!(validator.validate(&ended(60)), Err(TokenError::Expired));
+        assert!(validator.validate(&ended(1)).is_ok(), "within the leeway");
         // Signed by another key.
         let (other, _) = pair();
         let forged = other.sign(&Payload::upload("a", "disk"), LIFETIME);

@@ -1,0 +1,98 @@
+//! `cdi upload-proxy`: the upload proxy (upstream's cdi-uploadproxy) against the cluster of the
+//! current kubeconfig, or in-cluster. Its certificates come from files (the mounted Secrets of
+//! its Deployment), the token key from `APISERVER_PUBLIC_KEY` or a file.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use anyhow::Context as _;
+use cdi_core::devpod::DevPod;
+use cdi_upload::proxy::{self, ProxyConfig};
+use cdi_upload::token::{API_ISSUER, Validator};
+
+#[derive(clap::Args)]
+pub struct UploadProxyArgs {
+    /// Where uploads are taken (HTTPS).
+    #[arg(long, default_value = "0.0.0.0:8443")]
+    listen: SocketAddr,
+    /// The proxy's serving certificate and key.
+    #[arg(
+        long,
+        default_value = "/var/run/certs/cdi-uploadproxy-server-cert/tls.crt"
+    )]
+    tls_cert: PathBuf,
+    #[arg(
+        long,
+        default_value = "/var/run/certs/cdi-uploadproxy-server-cert/tls.key"
+    )]
+    tls_key: PathBuf,
+    /// The client certificate and key upload servers accept.
+    #[arg(
+        long,
+        default_value = "/var/run/certs/cdi-uploadserver-client-cert/tls.crt"
+    )]
+    client_cert: PathBuf,
+    #[arg(
+        long,
+        default_value = "/var/run/certs/cdi-uploadserver-client-cert/tls.key"
+    )]
+    client_key: PathBuf,
+    /// The CA upload servers' certificates are signed by.
+    #[arg(
+        long,
+        default_value = "/var/run/ca-bundle/cdi-uploadserver-signer-bundle/ca-bundle.crt"
+    )]
+    server_ca: PathBuf,
+    /// The public key upload tokens are checked with (PEM), as upstream passes it.
+    #[arg(long, env = "APISERVER_PUBLIC_KEY", hide_env_values = true)]
+    apiserver_public_key: Option<String>,
+    /// A file holding that key, instead of the variable.
+    #[arg(long, conflicts_with = "apiserver_public_key")]
+    apiserver_public_key_file: Option<PathBuf>,
+}
+
+fn read(root: Option<&Path>, path: &Path) -> anyhow::Result<Vec<u8>> {
+    let at = cdi_core::devpod::in_root(root, path);
+    std::fs::read(&at).with_context(|| format!("reading {}", at.display()))
+}
+
+pub fn run(args: &UploadProxyArgs) -> anyhow::Result<()> {
+    crate::pod_logging(1);
+    let pod = DevPod::from_env(|k| std::env::var(k).ok()).map_err(anyhow::Error::msg)?;
+    let root = pod.root.as_deref();
+    let key = match (&args.apiserver_public_key, &args.apiserver_public_key_file) {
+        (Some(pem), _) => pem.clone(),
+        (None, Some(file)) => String::from_utf8(read(root, file)?)?,
+        (None, None) => anyhow::bail!(
+            "no token key: set APISERVER_PUBLIC_KEY (the id_rsa.pub of Secret cdi-api-signing-key) \
+             or --apiserver-public-key-file"
+        ),
+    };
+    let config = ProxyConfig {
+        listen: pod.listen(args.listen),
+        cert_pem: read(root, &args.tls_cert)?,
+        key_pem: read(root, &args.tls_key)?,
+        client_cert_pem: read(root, &args.client_cert)?,
+        client_key_pem: read(root, &args.client_key)?,
+        server_ca_pem: read(root, &args.server_ca)?,
+        validator: Validator::new(API_ISSUER, &key).context("the token key")?,
+    };
+    let runtime = tokio::runtime::Runtime::new().context("starting the runtime")?;
+    runtime.block_on(async {
+        let client = kube::Client::try_default()
+            .await
+            .context("connecting to the cluster (set KUBECONFIG, or run in a pod)")?;
+        let listener = tokio::net::TcpListener::bind(config.listen)
+            .await
+            .with_context(|| format!("listening on {}", config.listen))?;
+        // The first line says where: tests and scripts read it.
+        println!("upload proxy on https://{}", listener.local_addr()?);
+        let mut terminate =
+            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+        tokio::select! {
+            r = proxy::run(config, client, listener) => Ok(r?),
+            _ = tokio::signal::ctrl_c() => Ok(()),
+            _ = terminate.recv() => Ok(()),
+        }
+    })
+}

@@ -1,0 +1,439 @@
+//! The upload proxy (`cdi upload-proxy`, upstream's cdi-uploadproxy): the one public door of the
+//! upload path. It checks the caller's upload token (signed by `cdi apiserver`, five minutes,
+//! one claim), waits (at most 10 s) for that claim's upload server to be ready, and streams the
+//! request to it over mutual TLS. Nothing reaches an upload server without a valid token.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use cdi_api::ann;
+use futures::TryStreamExt;
+use http_body_util::{BodyExt, Full, combinators::BoxBody};
+use hyper::body::Incoming;
+use hyper::{Method, Request, Response, StatusCode};
+use k8s_openapi::api::core::v1::{Endpoints, PersistentVolumeClaim};
+
+use crate::server::{HEALTHZ, UPLOAD_PATHS};
+use crate::token::{Operation, TokenError, Validator};
+
+/// How long a request waits for its upload server to be ready, and how often it looks.
+pub const WAIT_READY: Duration = Duration::from_secs(10);
+pub const WAIT_INTERVAL: Duration = Duration::from_secs(1);
+
+/// What the proxy needs.
+pub struct ProxyConfig {
+    pub listen: SocketAddr,
+    /// The proxy's own serving certificate and key (PEM).
+    pub cert_pem: Vec<u8>,
+    pub key_pem: Vec<u8>,
+    /// The client certificate and key upload servers accept (PEM).
+    pub client_cert_pem: Vec<u8>,
+    pub client_key_pem: Vec<u8>,
+    /// The CA upload servers' certificates are signed by (PEM).
+    pub server_ca_pem: Vec<u8>,
+    pub validator: Validator,
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct ProxyError(pub String);
+
+type Body = BoxBody<Bytes, std::io::Error>;
+
+fn answer(status: StatusCode, text: impl Into<Bytes>) -> Response<Body> {
+    let body = Full::new(text.into())
+        .map_err(|never| match never {})
+        .boxed();
+    let mut r = Response::new(body);
+    *r.status_mut() = status;
+    r
+}
+
+/// The token of an `Authorization: Bearer <token>` header (upstream's pattern: the scheme in
+/// any case, then the token's URL-safe characters only).
+pub fn bearer(header: &str) -> Option<&str> {
+    let (scheme, token) = header.split_once(char::is_whitespace)?;
+    let token = token.trim_start();
+    let allowed = |c: char| c.is_ascii_alphanumeric() || "-._~+/".contains(c);
+    (scheme.eq_ignore_ascii_case("bearer") && !token.is_empty() && token.chars().all(allowed))
+        .then_some(token)
+}
+
+/// The upload server path a request goes to: archives go to the archive endpoint whatever the
+/// client asked for (upstream's `resolveUploadPath`).
+pub fn server_path(content_type: Option<&str>, requested: &str) -> Result<String, String> {
+    match content_type.unwrap_or("") {
+        "" | "kubevirt" => Ok(requested.to_string()),
+        "archive" if requested.contains("alpha") => Ok("/v1alpha1/upload-archive".into()),
+        "archive" => Ok("/v1beta1/upload-archive".into()),
+        other => Err(format!("upload content-type {other} is invalid")),
+    }
+}
+
+/// CORS as upstream allows it (everything): a preflight's answer, when the request is one.
+fn preflight(req: &Request<Incoming>) -> Option<Response<Body>> {
+    let h = req.headers();
+    if req.method() != Method::OPTIONS
+        || !h.contains_key(hyper::header::ORIGIN)
+        || !h.contains_key(hyper::header::ACCESS_CONTROL_REQUEST_METHOD)
+    {
+        return None;
+    }
+    let mut r = answer(StatusCode::NO_CONTENT, "");
+    let out = r.headers_mut();
+    out.insert(
+        hyper::header::ACCESS_CONTROL_ALLOW_ORIGIN,
+        hyper::header::HeaderValue::from_static("*"),
+    );
+    for (from, to) in [
+        (
+            hyper::header::ACCESS_CONTROL_REQUEST_METHOD,
+            hyper::header::ACCESS_CONTROL_ALLOW_METHODS,
+        ),
+        (
+            hyper::header::ACCESS_CONTROL_REQUEST_HEADERS,
+            hyper::header::ACCESS_CONTROL_ALLOW_HEADERS,
+        ),
+    ] {
+        if let Some(v) = h.get(&from) {
+            out.insert(to, v.clone());
+        }
+    }
+    Some(r)
+}
+
+/// The proxy's state.
+struct Proxy {
+    client: kube::Client,
+    validator: Validator,
+    client_identity: reqwest::Identity,
+    server_ca: reqwest::Certificate,
+}
+
+/// Why a claim cannot take an upload now (answered 503 with the message).
+async fn upload_target(
+    client: &kube::Client,
+    namespace: &str,
+    name: &str,
+) -> Result<Option<PersistentVolumeClaim>, String> {
+    let claims: kube::Api<PersistentVolumeClaim> = kube::Api::namespaced(client.clone(), namespace);
+    let claim = match claims.get_opt(name).await {
+        Ok(Some(c)) => c,
+        Ok(None) => {
+            return Err(format!(
+                "rejecting Upload Request for PVC {name} that doesn't exist"
+            ));
+        }
+        Err(e) => return Err(format!("reading PVC {namespace}/{name}: {e}")),
+    };
+    // On the populator path the upload goes to PVC prime.
+    let populated = claim
+        .spec
+        .as_ref()
+        .and_then(|s| s.data_source_ref.as_ref())
+        .is_some_and(|r| {
+            r.kind == cdi_api::populators::VOLUME_UPLOAD_SOURCE_KIND
+                && r.api_group.as_deref() == Some(cdi_api::GROUP)
+        });
+    let claim = if populated {
+        let prime = cdi_core::populator::prime_name(&claim);
+        match claims.get_opt(&prime).await {
+            Ok(Some(p)) => p,
+            // Not made yet: wait for it.
+            Ok(None) => return Ok(None),
+            Err(e) => return Err(format!("reading PVC {namespace}/{prime}: {e}")),
+        }
+    } else {
+        claim
+    };
+    let anns = claim.metadata.annotations.clone().unwrap_or_default();
+    if !anns.contains_key(ann::UPLOAD_REQUEST) {
+        return Err(format!("PVC {name} is not an upload target"));
+    }
+    if anns.get(ann::POD_PHASE).map(String::as_str) == Some("Succeeded") {
+        return Err(format!(
+            "rejecting Upload Request for PVC {name} that already finished uploading"
+        ));
+    }
+    Ok((anns.get(ann::POD_READY).map(String::as_str) == Some("true")).then_some(claim))
+}
+
+/// The claim once its upload server is ready (waiting at most [`WAIT_READY`]).
+async fn wait_ready(
+    client: &kube::Client,
+    namespace: &str,
+    name: &str,
+) -> Result<PersistentVolumeClaim, String> {
+    let started = tokio::time::Instant::now();
+    loop {
+        if let Some(claim) = upload_target(client, namespace, name).await? {
+            return Ok(claim);
+        }
+        if started.elapsed() >= WAIT_READY {
+            return Err(format!(
+                "the upload server for PVC {namespace}/{name} is not ready after {} s; try again",
+                WAIT_READY.as_secs()
+            ));
+        }
+        tokio::time::sleep(WAIT_INTERVAL).await;
+    }
+}
+
+/// A ready address of a Service (what cluster DNS gives for a headless one).
+async fn service_address(
+    client: &kube::Client,
+    namespace: &str,
+    service: &str,
+) -> Result<std::net::IpAddr, String> {
+    let endpoints: kube::Api<Endpoints> = kube::Api::namespaced(client.clone(), namespace);
+    let found = endpoints
+        .get_opt(service)
+        .await
+        .map_err(|e| format!("reading the endpoints of {namespace}/{service}: {e}"))?;
+    found
+        .and_then(|e| e.subsets)
+        .into_iter()
+        .flatten()
+        .flat_map(|s| s.addresses.unwrap_or_default())
+        .find_map(|a| a.ip.parse().ok())
+        .ok_or_else(|| format!("the upload Service {namespace}/{service} has no ready address"))
+}
+
+impl Proxy {
+    async fn handle(&self, req: Request<Incoming>) -> Response<Body> {
+        if let Some(r) = preflight(&req) {
+            return r;
+        }
+        let origin = req.headers().contains_key(hyper::header::ORIGIN);
+        let mut response = self.route(req).await;
+        if origin {
+            response.headers_mut().insert(
+                hyper::header::ACCESS_CONTROL_ALLOW_ORIGIN,
+                hyper::header::HeaderValue::from_static("*"),
+            );
+        }
+        response
+    }
+
+    async fn route(&self, req: Request<Incoming>) -> Response<Body> {
+        let path = req.uri().path().to_string();
+        if path == HEALTHZ {
+            return answer(StatusCode::OK, "OK");
+        }
+        if !UPLOAD_PATHS.contains(&path.as_str()) {
+            return answer(StatusCode::NOT_FOUND, "");
+        }
+        let header = req
+            .headers()
+            .get(hyper::header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok());
+        let Some(token) = header.and_then(bearer) else {
+            tracing::warn!("refused an upload without a bearer token");
+            return answer(
+                StatusCode::UNAUTHORIZED,
+                "an upload needs an Authorization: Bearer header with a token from an UploadTokenRequest",
+            );
+        };
+        let payload = match self.validator.validate(token) {
+            Ok(p) => p,
+            Err(e) => {
+                tracing::warn!(error = %e, "refused an upload token");
+                let text = match e {
+                    TokenError::Expired => "the upload token expired: request a new one",
+                    _ => "the upload token is not valid",
+                };
+                return answer(StatusCode::UNAUTHORIZED, text);
+            }
+        };
+        if payload.operation != Operation::Upload
+            || payload.name.is_empty()
+            || payload.namespace.is_empty()
+            || payload.resource.resource != "persistentvolumeclaims"
+        {
+            tracing::warn!(?payload, "refused a token that is not for an upload");
+            return answer(
+                StatusCode::UNAUTHORIZED,
+                "the token is not for an upload into a PVC",
+            );
+        }
+        let (ns, name) = (payload.namespace.as_str(), payload.name.as_str());
+        tracing::info!(claim = %format!("{ns}/{name}"), "valid upload token");
+        let claim = match wait_ready(&self.client, ns, name).await {
+            Ok(c) => c,
+            Err(message) => return answer(StatusCode::SERVICE_UNAVAILABLE, message),
+        };
+        let anns = claim.metadata.annotations.clone().unwrap_or_default();
+        let server_path = match server_path(anns.get(ann::CONTENT_TYPE).map(String::as_str), &path)
+        {
+            Ok(p) => p,
+            Err(e) => {
+                return answer(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    format!("rejecting upload request for PVC {name} - {e}"),
+                );
+            }
+        };
+        let target = claim.metadata.name.clone().unwrap_or_default();
+        match self.forward(req, ns, &target, &server_path).await {
+            Ok(r) => r,
+            Err(e) => {
+                tracing::error!(error = %e, "proxying the upload failed");
+                answer(
+                    StatusCode::BAD_GATEWAY,
+                    format!("error in upload-proxy: {e}"),
+                )
+            }
+        }
+    }
+
+    /// Stream the request to the claim's upload server and its answer back.
+    async fn forward(
+        &self,
+        req: Request<Incoming>,
+        namespace: &str,
+        claim: &str,
+        path: &str,
+    ) -> Result<Response<Body>, String> {
+        let url = cdi_core::upload::server_url(namespace, claim, path);
+        let host = url
+            .trim_start_matches("https://")
+            .split(':')
+            .next()
+            .unwrap_or_default()
+            .to_string();
+        let service = host.split('.').next().unwrap_or_default().to_string();
+        let ip = service_address(&self.client, namespace, &service).await?;
+        let port = cdi_core::upload::PORT as u16;
+        let client = reqwest::Client::builder()
+            .tls_certs_only([self.server_ca.clone()])
+            .identity(self.client_identity.clone())
+            .resolve(&host, SocketAddr::new(ip, port))
+            .http1_only()
+            .timeout(Duration::from_secs(24 * 3600))
+            .build()
+            .map_err(|e| format!("making the client: {e}"))?;
+        let (parts, body) = req.into_parts();
+        let mut forwarded = client.request(parts.method.clone(), &url);
+        for (name, value) in &parts.headers {
+            // The token stays here; hop-by-hop headers are the connection's own.
+            if name == hyper::header::AUTHORIZATION
+                || name == hyper::header::HOST
+                || name == hyper::header::CONNECTION
+                || name == hyper::header::TRANSFER_ENCODING
+            {
+                continue;
+            }
+            forwarded = forwarded.header(name, value);
+        }
+        let stream = body.into_data_stream().map_err(std::io::Error::other);
+        let response = forwarded
+            .body(reqwest::Body::wrap_stream(stream))
+            .send()
+            .await
+            .map_err(|e| format!("sending to the upload server: {e}"))?;
+        let mut out = Response::builder().status(response.status().as_u16());
+        for (name, value) in response.headers() {
+            if name != hyper::header::CONNECTION && name != hyper::header::TRANSFER_ENCODING {
+                out = out.header(name.as_str(), value.as_bytes());
+            }
+        }
+        let body = http_body_util::StreamBody::new(
+            response
+                .bytes_stream()
+                .map_ok(hyper::body::Frame::data)
+                .map_err(std::io::Error::other),
+        );
+        out.body(BodyExt::boxed(body))
+            .map_err(|e| format!("the upload server's answer: {e}"))
+    }
+}
+
+/// Serve until the listener fails.
+pub async fn run(
+    config: ProxyConfig,
+    client: kube::Client,
+    listener: tokio::net::TcpListener,
+) -> Result<(), ProxyError> {
+    let tls = crate::server::tls_config(&crate::server::Tls {
+        cert_pem: config.cert_pem.clone(),
+        key_pem: config.key_pem.clone(),
+        client_ca_pem: None,
+    })
+    .map_err(|e| ProxyError(e.to_string()))?;
+    let identity = [
+        config.client_cert_pem.as_slice(),
+        b"\n",
+        &config.client_key_pem,
+    ]
+    .concat();
+    let proxy = Arc::new(Proxy {
+        client,
+        validator: config.validator,
+        client_identity: reqwest::Identity::from_pem(&identity)
+            .map_err(|e| ProxyError(format!("the upload servers' client certificate: {e}")))?,
+        server_ca: reqwest::Certificate::from_pem(&config.server_ca_pem)
+            .map_err(|e| ProxyError(format!("the upload servers' CA: {e}")))?,
+    });
+    let acceptor = tokio_rustls::TlsAcceptor::from(tls);
+    loop {
+        let (tcp, _) = listener
+            .accept()
+            .await
+            .map_err(|e| ProxyError(format!("accepting: {e}")))?;
+        let acceptor = acceptor.clone();
+        let proxy = proxy.clone();
+        tokio::spawn(async move {
+            let Ok(tls) = acceptor.accept(tcp).await else {
+                return;
+            };
+            let service = hyper::service::service_fn(move |req| {
+                let proxy = proxy.clone();
+                async move { Ok::<_, std::convert::Infallible>(proxy.handle(req).await) }
+            });
+            let _ =
+                hyper_util::server::conn::auto::Builder::new(hyper_util::rt::TokioExecutor::new())
+                    .serve_connection(hyper_util::rt::TokioIo::new(tls), service)
+                    .await;
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bearer_tokens_as_upstream_matches_them() {
+        assert_eq!(bearer("Bearer abc.def-_~+/"), Some("abc.def-_~+/"));
+        assert_eq!(bearer("bearer   abc"), Some("abc"));
+        assert_eq!(bearer("BEARER\tabc"), Some("abc"));
+        assert_eq!(bearer("Bearer"), None);
+        assert_eq!(bearer("Bearer "), None);
+        assert_eq!(bearer("Basic abc"), None);
+        assert_eq!(bearer("Bearer abc def"), None);
+        assert_eq!(bearer("Bearer abc\"<script>"), None);
+    }
+
+    #[test]
+    fn archives_go_to_the_archive_endpoint() {
+        assert_eq!(
+            server_path(None, "/v1beta1/upload-async").unwrap(),
+            "/v1beta1/upload-async"
+        );
+        assert_eq!(
+            server_path(Some("kubevirt"), "/v1alpha1/upload").unwrap(),
+            "/v1alpha1/upload"
+        );
+        assert_eq!(
+            server_path(Some("archive"), "/v1alpha1/upload").unwrap(),
+            "/v1alpha1/upload-archive"
+        );
+        assert_eq!(
+            server_path(Some("archive"), "/v1beta1/upload-form").unwrap(),
+            "/v1beta1/upload-archive"
+        );
+        assert!(server_path(Some("vmdk"), "/v1beta1/upload").is_err());
+    }
+}
