@@ -83,6 +83,8 @@ pub mod ann {
     pub const SELECTED_NODE: &str = "volume.kubernetes.io/selected-node";
     /// DataVolume override; `"false"` disables the populator path.
     pub const USE_POPULATOR: &str = "cdi.kubevirt.io/storage.usePopulator";
+    /// On a claim whose DataVolume is deleted once complete (garbage collection).
+    pub const DELETE_AFTER_COMPLETION: &str = "cdi.kubevirt.io/storage.deleteAfterCompletion";
     pub const POPULATOR_KIND: &str = "cdi.kubevirt.io/storage.populator.kind";
     pub const PVC_PRIME_NAME: &str = "cdi.kubevirt.io/storage.populator.pvcPrime";
     pub const POPULATOR_PROGRESS: &str = "cdi.kubevirt.io/storage.populator.progress";

@@ -39,9 +39,11 @@ pub enum DevCommand {
         /// memory, pods}` instead of the default three.
         #[arg(long, value_name = "FILE")]
         nodes: Option<PathBuf>,
-        /// Run CDI inside the cluster too: `cdi controller` as Deployment `cdi/cdi-deployment`
-        /// under ServiceAccount `cdi/cdi-sa` (bound to cluster-admin), with the in-cluster
-        /// configuration of its mounted token.
+        /// Run CDI inside the cluster too, in namespace `cdi` under ServiceAccount `cdi-sa`
+        /// (bound to cluster-admin): `cdi controller` (Deployment `cdi-deployment`), the token
+        /// API `cdi apiserver` (`cdi-apiserver`, APIService v1beta1.upload.cdi.kubevirt.io) and
+        /// `cdi upload-proxy` (`cdi-uploadproxy`, whose address CDIConfig gives), so that
+        /// `cdi image-upload` works with no other setup.
         #[arg(long)]
         cdi: bool,
     },
@@ -99,6 +101,8 @@ pub(crate) fn image_map(extra: &[(String, Vec<String>)]) -> anyhow::Result<Image
             vec![exe.clone(), "upload-server".into()],
         )
         .with("cdi-controller", vec![exe.clone(), "controller".into()])
+        .with("cdi-uploadproxy", vec![exe.clone(), "upload-proxy".into()])
+        .with("cdi-apiserver", vec![exe.clone(), "apiserver".into()])
         .with("virt-launcher", vec![exe, "dev".into(), "launcher".into()]);
     for (name, argv) in extra {
         map = map.with(name, argv.clone());
@@ -306,25 +310,28 @@ fn up_here(
     })
 }
 
-/// The objects that run CDI in the cluster: namespace `cdi`, its ServiceAccount bound to
-/// cluster-admin, and the controller's Deployment (upstream's names).
+/// The objects that run CDI in the cluster (upstream's names): namespace `cdi`, its
+/// ServiceAccount bound to cluster-admin, the controller's Deployment, the token API
+/// (`cdi-apiserver` behind Service `cdi-api`) and the upload proxy (`cdi-uploadproxy`, its Service
+/// on port 443 of a cluster IP this machine reaches, which CDIConfig names as the upload proxy
+/// URL).
 async fn install_cdi(client: &kube::Client) -> anyhow::Result<()> {
     use k8s_openapi::api::apps::v1::Deployment;
-    use k8s_openapi::api::core::v1::{Namespace, ServiceAccount};
+    use k8s_openapi::api::core::v1::{Namespace, Service, ServiceAccount};
     use k8s_openapi::api::rbac::v1::ClusterRoleBinding;
     use kube::Api;
     use kube::api::PostParams;
+    use serde_json::json;
     let pp = PostParams::default();
-    let ns: Namespace = serde_json::from_value(serde_json::json!({"metadata": {"name": "cdi"}}))?;
+    let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": "cdi"}}))?;
     Api::<Namespace>::all(client.clone())
         .create(&pp, &ns)
         .await?;
-    let sa: ServiceAccount =
-        serde_json::from_value(serde_json::json!({"metadata": {"name": "cdi-sa"}}))?;
+    let sa: ServiceAccount = serde_json::from_value(json!({"metadata": {"name": "cdi-sa"}}))?;
     Api::<ServiceAccount>::namespaced(client.clone(), "cdi")
         .create(&pp, &sa)
         .await?;
-    let binding: ClusterRoleBinding = serde_json::from_value(serde_json::json!({
+    let binding: ClusterRoleBinding = serde_json::from_value(json!({
         "metadata": {"name": "cdi-sa"},
         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
             "name": "cluster-admin"},
@@ -332,24 +339,101 @@ async fn install_cdi(client: &kube::Client) -> anyhow::Result<()> {
     Api::<ClusterRoleBinding>::all(client.clone())
         .create(&pp, &binding)
         .await?;
-    let labels = serde_json::json!({"app": "containerized-data-importer",
-        "cdi.kubevirt.io": "cdi-deployment"});
-    let deployment: Deployment = serde_json::from_value(serde_json::json!({
-        "metadata": {"name": "cdi-deployment", "labels": labels},
-        "spec": {"replicas": 1, "selector": {"matchLabels": labels},
-            "template": {"metadata": {"labels": labels}, "spec": {
-                "serviceAccountName": "cdi-sa",
-                "containers": [{"name": "cdi-controller",
-                    "image": "quay.io/kubevirt/cdi-controller:v1.60.1",
-                    "args": ["--install-crds"],
-                    "env": [{"name": "POD_NAMESPACE",
-                        "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}}],
-                    "ports": [{"name": "metrics", "containerPort": 8080}],
-                    "readinessProbe": {"httpGet": {"path": "/readyz", "port": "metrics"},
-                        "periodSeconds": 1}}]}}}}))?;
-    Api::<Deployment>::namespaced(client.clone(), "cdi")
-        .create(&pp, &deployment)
+    // The Services first: the controller puts the proxy's cluster IP in its certificate.
+    let services = Api::<Service>::namespaced(client.clone(), "cdi");
+    let mut proxy_ip = String::new();
+    for (name, component) in [
+        ("cdi-uploadproxy", "cdi-uploadproxy"),
+        ("cdi-api", "cdi-apiserver"),
+    ] {
+        let svc: Service = serde_json::from_value(json!({
+            "metadata": {"name": name, "labels": {"cdi.kubevirt.io": component}},
+            "spec": {"selector": {"cdi.kubevirt.io": component},
+                "ports": [{"port": 443, "targetPort": 8443, "protocol": "TCP"}]}}))?;
+        let made = services.create(&pp, &svc).await?;
+        if name == "cdi-uploadproxy" {
+            proxy_ip = made.spec.and_then(|s| s.cluster_ip).unwrap_or_default();
+        }
+    }
+    // CDIConfig, made before the controller would make it, names where uploads go.
+    crate::controller::install_crds(client).await?;
+    let config: cdi_api::config::CDIConfig = serde_json::from_value(json!({
+        "apiVersion": "cdi.kubevirt.io/v1beta1", "kind": "CDIConfig",
+        "metadata": {"name": cdi_api::name::CDI_CONFIG},
+        "spec": {"uploadProxyURLOverride": format!("https://{proxy_ip}")}}))?;
+    Api::<cdi_api::config::CDIConfig>::all(client.clone())
+        .create(&pp, &config)
         .await?;
+    let deployment = |name: &str, component: &str, image: &str, extra: serde_json::Value| {
+        let labels = json!({"app": "containerized-data-importer", "cdi.kubevirt.io": component});
+        let mut container = json!({"name": name, "image": image,
+            "env": [{"name": "POD_NAMESPACE",
+                "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}}]});
+        let mut volumes = json!([]);
+        if let serde_json::Value::Object(more) = extra {
+            for (k, v) in more {
+                match k.as_str() {
+                    "volumes" => volumes = v,
+                    "env" => {
+                        if let (Some(env), Some(add)) =
+                            (container["env"].as_array_mut(), v.as_array())
+                        {
+                            env.extend(add.iter().cloned());
+                        }
+                    }
+                    _ => container[k] = v,
+                }
+            }
+        }
+        serde_json::from_value::<Deployment>(json!({
+            "metadata": {"name": name, "labels": labels},
+            "spec": {"replicas": 1, "selector": {"matchLabels": labels},
+                "template": {"metadata": {"labels": labels}, "spec": {
+                    "serviceAccountName": "cdi-sa",
+                    "containers": [container], "volumes": volumes}}}}))
+    };
+    let healthz = |scheme: &str, path: &str, port: serde_json::Value| json!({"httpGet": {"path": path, "port": port, "scheme": scheme}, "periodSeconds": 1});
+    let secret_volume = |name: &str| json!({"name": name, "secret": {"secretName": name}});
+    let mount = |name: &str, at: &str| json!({"name": name, "mountPath": at, "readOnly": true});
+    let deployments = [
+        deployment(
+            "cdi-deployment",
+            "cdi-deployment",
+            "quay.io/kubevirt/cdi-controller:v1.60.1",
+            json!({"args": ["--install-crds"],
+                "ports": [{"name": "metrics", "containerPort": 8080}],
+                "readinessProbe": healthz("HTTP", "/readyz", json!("metrics"))}),
+        )?,
+        deployment(
+            "cdi-apiserver",
+            "cdi-apiserver",
+            "quay.io/kubevirt/cdi-apiserver:v1.60.1",
+            json!({"readinessProbe": healthz("HTTPS", "/readyz", json!(8443))}),
+        )?,
+        deployment(
+            "cdi-uploadproxy",
+            "cdi-uploadproxy",
+            "quay.io/kubevirt/cdi-uploadproxy:v1.60.1",
+            json!({
+                "env": [{"name": "APISERVER_PUBLIC_KEY", "valueFrom": {"secretKeyRef":
+                    {"name": "cdi-api-signing-key", "key": "id_rsa.pub"}}}],
+                "readinessProbe": healthz("HTTPS", "/healthz", json!(8443)),
+                "volumeMounts": [
+                    mount("cdi-uploadproxy-server-cert", "/var/run/certs/cdi-uploadproxy-server-cert"),
+                    mount("cdi-uploadserver-client-cert", "/var/run/certs/cdi-uploadserver-client-cert"),
+                    mount("cdi-uploadserver-signer-bundle", "/var/run/ca-bundle/cdi-uploadserver-signer-bundle")],
+                "volumes": [
+                    secret_volume("cdi-uploadproxy-server-cert"),
+                    secret_volume("cdi-uploadserver-client-cert"),
+                    {"name": "cdi-uploadserver-signer-bundle",
+                        "configMap": {"name": "cdi-uploadserver-signer-bundle"}}]}),
+        )?,
+    ];
+    for d in deployments {
+        Api::<Deployment>::namespaced(client.clone(), "cdi")
+            .create(&pp, &d)
+            .await?;
+    }
     Ok(())
 }
 

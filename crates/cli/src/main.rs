@@ -1,10 +1,12 @@
 //! `cdi`: one binary for every cdi-rs component. Argument parsing and wiring only; the work is
 //! done by the library crates.
 
+mod apiserver;
 mod controller;
 mod demo;
 mod demo_image;
 mod dev;
+mod image_upload;
 mod import;
 mod importer;
 mod launcher;
@@ -41,6 +43,9 @@ enum Command {
     Size(size::SizeArgs),
     /// Import a disk image into a raw disk image file or block device, as the importer pod does.
     Import(import::ImportArgs),
+    /// Upload a local disk image (or archive) into a new or existing DataVolume or PVC through
+    /// the upload proxy, as `virtctl image-upload` does.
+    ImageUpload(image_upload::ImageUploadArgs),
     /// The embedded development cluster.
     #[command(subcommand)]
     Dev(dev::DevCommand),
@@ -53,6 +58,9 @@ enum Command {
     /// The upload proxy: checks upload tokens and streams each upload to its claim's upload
     /// pod over mutual TLS.
     UploadProxy(upload_proxy::UploadProxyArgs),
+    /// The aggregated API of upload.cdi.kubevirt.io: UploadTokenRequests answered with an
+    /// upload token for callers allowed to create them.
+    Apiserver(apiserver::ApiServerArgs),
     /// The seed's WaitForFirstConsumer story on an embedded three-node cluster: a VM whose disk
     /// is imported on the node the VM must run on; prints the timeline, exits 0 when it worked.
     Demo(demo::DemoArgs),
@@ -69,9 +77,11 @@ fn main() -> ExitCode {
         Command::Crds { out_dir } => crds(out_dir),
         Command::Size(args) => size::run(&args),
         Command::Import(args) => import::run(&args),
+        Command::ImageUpload(args) => image_upload::run(&args),
         Command::Dev(command) => dev::run(&command),
         Command::Controller(args) => controller::run(&args),
         Command::UploadProxy(args) => upload_proxy::run(&args),
+        Command::Apiserver(args) => apiserver::run(&args),
         Command::Demo(args) => demo::run(&args),
     };
     match result {

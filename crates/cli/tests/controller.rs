@@ -1478,7 +1478,7 @@ spec:
     // A claim that cannot be rendered yet says why, and is made once the profile is fixed.
     let dv = wait_for("no-modes explained", 30, || {
         get(&s.dir, "dv/no-modes")
-            .filter(|d| condition(d, "Running")["reason"] == "ErrClaimNotRendered")
+            .filter(|d| condition(d, "Running")["reason"] == "ErrClaimNotValid")
     });
     assert_eq!(phase(&dv), "Pending");
     kubectl(

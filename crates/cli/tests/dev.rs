@@ -301,7 +301,111 @@ async fn up_with_cdi_imports_a_data_volume_with_nothing_else_started() {
         None,
     );
     assert!(log.contains("metrics, healthz and readyz on"), "{log}");
-    assert!(log.contains("created CDIConfig config"), "{log}");
+
+    // Uploads work with nothing else set up: the token API and the upload proxy run in the
+    // cluster, and CDIConfig says where the proxy is and which CA signed its certificate.
+    kubectl(
+        &dir,
+        &[
+            "patch",
+            "cdiconfig",
+            "config",
+            "--type",
+            "merge",
+            "-p",
+            r#"{"spec":{"featureGates":["HonorWaitForFirstConsumer"]}}"#,
+        ],
+        None,
+    );
+    for deployment in ["cdi-apiserver", "cdi-uploadproxy"] {
+        kubectl(
+            &dir,
+            &[
+                "rollout",
+                "status",
+                "-n",
+                "cdi",
+                &format!("deployment/{deployment}"),
+                "--timeout=120s",
+            ],
+            None,
+        );
+    }
+    let image = tmp.path().join("src.qcow2");
+    let upload = |name: &str, extra: &[&str]| {
+        let mut args = vec![
+            "image-upload",
+            "dv",
+            name,
+            "--size",
+            "64Mi",
+            "--image-path",
+            image.to_str().unwrap(),
+            "--access-mode",
+            "ReadWriteOnce",
+            "--wait-secs",
+            "60",
+        ];
+        args.extend_from_slice(extra);
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_cdi"))
+            .args(&args)
+            .env("KUBECONFIG", dir.join("kubeconfig"))
+            .output()
+            .unwrap();
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    // The default class waits for a first consumer: refused without --force-bind.
+    let (ok, out, err) = upload("waits", &[]);
+    assert!(!ok, "{out}{err}");
+    assert!(
+        err.contains(
+            "cannot upload to DataVolume in WaitForFirstConsumer phase, make sure the PVC is \
+             Bound, or use force-bind flag"
+        ),
+        "{out}{err}"
+    );
+    let (ok, out, err) = upload("uploaded", &["--force-bind"]);
+    assert!(ok, "{out}{err}");
+    for line in [
+        "DataVolume default/uploaded created",
+        "Uploading data to https://",
+        "Uploading data completed successfully",
+        "Processing completed successfully",
+    ] {
+        assert!(out.contains(line), "{line:?} in {out}");
+    }
+    let phase = kubectl(
+        &dir,
+        &["get", "dv", "uploaded", "-o", "jsonpath={.status.phase}"],
+        None,
+    );
+    assert_eq!(phase, "Succeeded");
+    let claim: serde_json::Value = serde_json::from_str(&kubectl(
+        &dir,
+        &["get", "pvc", "uploaded", "-o", "json"],
+        None,
+    ))
+    .unwrap();
+    let pv: serde_json::Value = serde_json::from_str(&kubectl(
+        &dir,
+        &[
+            "get",
+            "pv",
+            claim["spec"]["volumeName"].as_str().unwrap(),
+            "-o",
+            "json",
+        ],
+        None,
+    ))
+    .unwrap();
+    let disk =
+        std::path::Path::new(pv["spec"]["hostPath"]["path"].as_str().unwrap()).join("disk.img");
+    let disk = std::fs::read(disk).unwrap();
+    assert_eq!(&disk[..data.len()], &data[..], "the uploaded image");
 
     // The same in-cluster client under a ServiceAccount RBAC grants nothing is refused.
     let limited = "apiVersion: v1\nkind: Pod\nmetadata: {name: limited, namespace: cdi}\nspec:\n  containers:\n  - {name: c, image: quay.io/kubevirt/cdi-controller:v1.60.1}\n";

@@ -35,7 +35,19 @@ pub async fn reconcile(ctx: &Context) -> Result<bool, kube::Error> {
         .list(&ListParams::default())
         .await?
         .items;
-    let status = cdi_core::config::status(&config.spec, &classes, None);
+    // The CA of the upload proxy's certificate, for clients such as `cdi image-upload`.
+    let bundle = Api::<k8s_openapi::api::core::v1::ConfigMap>::namespaced(
+        ctx.client.clone(),
+        &ctx.options.namespace,
+    )
+    .get_opt(crate::upload::PROXY_SIGNER_BUNDLE)
+    .await?;
+    let ca = bundle.and_then(|b| b.data?.remove(crate::upload::BUNDLE_KEY));
+    let proxy = cdi_core::config::UploadProxy {
+        url: None,
+        ca: ca.as_deref(),
+    };
+    let status = cdi_core::config::status(&config.spec, &classes, proxy);
     if config.status.as_ref() == Some(&status) {
         return Ok(false);
     }

@@ -48,6 +48,11 @@ pub const PROXY_CERT: &str = "cdi-uploadproxy-server-cert";
 pub const PROXY_SIGNER_BUNDLE: &str = "cdi-uploadproxy-signer-bundle";
 /// The upload proxy's Service (its certificate names it, and its cluster IP when it has one).
 pub const PROXY_SERVICE: &str = "cdi-uploadproxy";
+/// The same for the token API (`cdi apiserver`), whose APIService names Service `cdi-api`.
+pub const API_SIGNER: &str = "cdi-apiserver-signer";
+pub const API_CERT: &str = "cdi-apiserver-server-cert";
+pub const API_SIGNER_BUNDLE: &str = "cdi-apiserver-signer-bundle";
+pub const API_SERVICE: &str = "cdi-api";
 
 /// The certificate authorities, once read or made.
 pub struct UploadPki {
@@ -152,29 +157,51 @@ pub async fn ensure_pki(ctx: &Context) -> Result<UploadPki, Error> {
     .await?;
     publish_bundle(&maps, SERVER_SIGNER_BUNDLE, &server_ca.pair.cert_pem).await?;
     publish_bundle(&maps, CLIENT_SIGNER_BUNDLE, &client_ca.pair.cert_pem).await?;
-    // The proxy's serving certificate: its Service's names, and its cluster IP when the Service
-    // is there already (so `cdi dev` can hand out that address).
-    let proxy_pair = kept_pair(&secrets, PROXY_SIGNER, ca(PROXY_SIGNER)).await?;
-    let proxy_ca = Ca::from_pem(proxy_pair).map_err(|e| bad(PROXY_SIGNER, e))?;
-    let service = Api::<Service>::namespaced(ctx.client.clone(), ns)
-        .get_opt(PROXY_SERVICE)
-        .await?;
-    let mut names = upload::server_names(ns, PROXY_SERVICE);
-    names.extend(
-        service
-            .and_then(|s| s.spec?.cluster_ip)
-            .filter(|ip| ip.parse::<std::net::IpAddr>().is_ok()),
-    );
-    kept_pair(&secrets, PROXY_CERT, || {
-        proxy_ca.server_cert(&names, pki::CA_LIFETIME)
-    })
-    .await?;
-    publish_bundle(&maps, PROXY_SIGNER_BUNDLE, &proxy_ca.pair.cert_pem).await?;
+    // The proxy's and the token API's serving certificates.
+    for (signer, cert, bundle, service) in [
+        (PROXY_SIGNER, PROXY_CERT, PROXY_SIGNER_BUNDLE, PROXY_SERVICE),
+        (API_SIGNER, API_CERT, API_SIGNER_BUNDLE, API_SERVICE),
+    ] {
+        serving_cert(ctx, &secrets, &maps, (signer, cert, bundle), service).await?;
+    }
     ensure_signing_key(&secrets).await?;
     Ok(UploadPki {
         client_ca_pem: client_ca.pair.cert_pem.clone(),
         server_ca,
     })
+}
+
+/// A CA kept in Secret `signer`, published in ConfigMap `bundle`, and the serving certificate
+/// it signed in Secret `cert` for Service `service`: its names, and its cluster IP when the
+/// Service is there already (so `cdi dev` can hand out that address).
+async fn serving_cert(
+    ctx: &Context,
+    secrets: &Api<Secret>,
+    maps: &Api<ConfigMap>,
+    (signer, cert, bundle): (&'static str, &str, &str),
+    service: &str,
+) -> Result<(), Error> {
+    let ns = &ctx.options.namespace;
+    let pair = kept_pair(secrets, signer, || {
+        Ca::generate(signer, pki::CA_LIFETIME).map(|c| c.pair)
+    })
+    .await?;
+    let ca = Ca::from_pem(pair).map_err(|e| {
+        Error::Other(format!(
+            "Secret {ns}/{signer} is not a usable CA ({e}); delete it to have it made again"
+        ))
+    })?;
+    let found = Api::<Service>::namespaced(ctx.client.clone(), ns)
+        .get_opt(service)
+        .await?;
+    let mut names = upload::server_names(ns, service);
+    names.extend(
+        found
+            .and_then(|s| s.spec?.cluster_ip)
+            .filter(|ip| ip.parse::<std::net::IpAddr>().is_ok()),
+    );
+    kept_pair(secrets, cert, || ca.server_cert(&names, pki::CA_LIFETIME)).await?;
+    publish_bundle(maps, bundle, &ca.pair.cert_pem).await
 }
 
 /// The token signing key pair, made when missing.

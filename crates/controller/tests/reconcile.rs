@@ -414,7 +414,7 @@ async fn a_profile_fixed_later_lets_the_claim_be_rendered() {
     assert!(
         c.reasons("DataVolume", "disk")
             .await
-            .contains(&"ErrClaimNotRendered".into())
+            .contains(&"ErrClaimNotValid".into())
     );
     cdi_controller::storageprofile::reconcile(&c.ctx)
         .await

@@ -52,12 +52,19 @@ fn valid(p: &Percent) -> bool {
     p.0.parse::<Overhead>().is_ok()
 }
 
-/// The status for `spec` in a cluster with `classes`; `upload_proxy_url` is what the cluster
-/// exposes for the upload proxy (the spec's override wins).
+/// What the cluster says about the upload proxy: where it is exposed (the spec's override wins)
+/// and the CA of its certificate.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct UploadProxy<'a> {
+    pub url: Option<&'a str>,
+    pub ca: Option<&'a str>,
+}
+
+/// The status for `spec` in a cluster with `classes` and `proxy`.
 pub fn status(
     spec: &CDIConfigSpec,
     classes: &[StorageClass],
-    upload_proxy_url: Option<&str>,
+    proxy: UploadProxy<'_>,
 ) -> CDIConfigStatus {
     let fs = spec.filesystem_overhead.as_ref();
     let global = fs
@@ -91,8 +98,8 @@ pub fn status(
         upload_proxy_url: spec
             .upload_proxy_url_override
             .clone()
-            .or_else(|| upload_proxy_url.map(str::to_string)),
-        upload_proxy_ca: None,
+            .or_else(|| proxy.url.map(str::to_string)),
+        upload_proxy_ca: proxy.ca.map(str::to_string),
         import_proxy: spec.import_proxy.clone(),
         scratch_space_storage_class: Some(scratch),
         default_pod_resource_requirements: Some(pod_resources(
@@ -118,7 +125,11 @@ mod tests {
 
     #[test]
     fn defaults_for_every_class() {
-        let s = status(&CDIConfigSpec::default(), &[class("a"), class("b")], None);
+        let s = status(
+            &CDIConfigSpec::default(),
+            &[class("a"), class("b")],
+            UploadProxy::default(),
+        );
         let fs = s.filesystem_overhead.unwrap();
         assert_eq!(fs.global, Some(Percent("0.06".into())));
         assert_eq!(fs.storage_class.unwrap().len(), 2);
@@ -142,7 +153,10 @@ mod tests {
         let s = status(
             &spec,
             &[class("a"), class("b"), class("c")],
-            Some("ignored"),
+            UploadProxy {
+                url: Some("ignored"),
+                ca: None,
+            },
         );
         let fs = s.filesystem_overhead.unwrap();
         let per = fs.storage_class.unwrap();
@@ -164,7 +178,7 @@ mod tests {
         let spec: CDIConfigSpec =
             serde_json::from_value(json!({"scratchSpaceStorageClass": "gone"})).unwrap();
         assert_eq!(
-            status(&spec, &[class("a")], None)
+            status(&spec, &[class("a")], UploadProxy::default())
                 .scratch_space_storage_class
                 .as_deref(),
             Some("")

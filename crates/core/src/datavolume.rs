@@ -480,7 +480,7 @@ pub fn decide(s: &Snapshot<'_>) -> Plan {
                 Ok(r) => r,
                 Err(e) => {
                     let refusal = Refusal {
-                        reason: "ErrClaimNotRendered",
+                        reason: "ErrClaimNotValid",
                         // Render errors name the DataVolume themselves.
                         message: e.to_string(),
                     };
@@ -822,7 +822,7 @@ mod tests {
                 "Pending",
                 "ErrUnsupportedSource",
             ),
-            (http(), false, "Pending", "ErrClaimNotRendered"),
+            (http(), false, "Pending", "ErrClaimNotValid"),
         ];
         for (source, profile_exists, want_phase, want_reason) in rows {
             let d = dv(source.clone(), json!({}));

@@ -2,8 +2,9 @@
 //! UploadTokenRequest (and the DataVolume webhook for a clone), and what the upload proxy and
 //! the clone controller check —, the token API's logic ([`tokenapi`]), the upload server each
 //! upload pod runs ([`server`]), the upload proxy in front of them ([`proxy`]), and their
-//! certificates ([`pki`]).
+//! certificates ([`pki`]), and the aggregated API that hands out tokens ([`apiserver`]).
 
+pub mod apiserver;
 pub mod pki;
 pub mod proxy;
 pub mod server;

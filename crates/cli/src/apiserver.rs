@@ -1,0 +1,143 @@
+//! `cdi apiserver`: the aggregated token API (`upload.cdi.kubevirt.io/v1beta1`, upstream's
+//! cdi-apiserver) against the cluster of the current kubeconfig, or in-cluster. It reads its
+//! serving certificate and the token key from the Secrets the controller keeps, whom to believe
+//! from `kube-system/extension-apiserver-authentication`, and registers its APIService.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use cdi_controller::upload as names;
+use cdi_upload::apiserver::{self, ApiServerConfig};
+use cdi_upload::token::{API_ISSUER, Signer};
+use cdi_upload::tokenapi::{GROUP, RequestHeaders, VERSION};
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use kube::Api;
+use kube::api::{DynamicObject, Patch, PatchParams};
+
+#[derive(clap::Args)]
+pub struct ApiServerArgs {
+    /// Where the API is served (HTTPS).
+    #[arg(long, default_value = "0.0.0.0:8443")]
+    listen: SocketAddr,
+    /// The namespace of the controller's Secrets and of the Service the APIService names.
+    #[arg(long, env = "POD_NAMESPACE", default_value = "cdi")]
+    namespace: String,
+    /// The Service in front of this server.
+    #[arg(long, default_value = names::API_SERVICE)]
+    service: String,
+    #[arg(long, default_value_t = 443)]
+    service_port: u16,
+}
+
+/// Wait for an object the controller (or the API server) makes, saying what is awaited.
+async fn wait_for<K>(api: &Api<K>, name: &str) -> anyhow::Result<K>
+where
+    K: Clone + k8s_openapi::serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    let mut said = false;
+    loop {
+        if let Some(found) = api.get_opt(name).await? {
+            return Ok(found);
+        }
+        if !said {
+            eprintln!("waiting for {name} (the controller makes it)");
+            said = true;
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+}
+
+fn secret_text(secret: &Secret, key: &str) -> anyhow::Result<Vec<u8>> {
+    let name = secret.metadata.name.as_deref().unwrap_or("");
+    secret
+        .data
+        .as_ref()
+        .and_then(|d| d.get(key))
+        .map(|b| b.0.clone())
+        .with_context(|| format!("Secret {name} has no {key}"))
+}
+
+pub fn run(args: &ApiServerArgs) -> anyhow::Result<()> {
+    crate::pod_logging(1);
+    let pod = cdi_core::devpod::DevPod::from_env(|k| std::env::var(k).ok())
+        .map_err(anyhow::Error::msg)?;
+    let runtime = tokio::runtime::Runtime::new().context("starting the runtime")?;
+    runtime.block_on(async {
+        let client = kube::Client::try_default()
+            .await
+            .context("connecting to the cluster (set KUBECONFIG, or run in a pod)")?;
+        let ns = args.namespace.as_str();
+        let secrets: Api<Secret> = Api::namespaced(client.clone(), ns);
+        let maps: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
+        let key = wait_for(&secrets, names::SIGNING_KEY).await?;
+        let signer = Signer::new(
+            API_ISSUER,
+            &String::from_utf8(secret_text(&key, names::SIGNING_KEY_PRIVATE)?)?,
+        )
+        .context("the token signing key")?;
+        let cert = wait_for(&secrets, names::API_CERT).await?;
+        let bundle = wait_for(&maps, names::API_SIGNER_BUNDLE).await?;
+        let ca = bundle
+            .data
+            .as_ref()
+            .and_then(|d| d.get(names::BUNDLE_KEY))
+            .cloned()
+            .with_context(|| format!("ConfigMap {} has no {}", names::API_SIGNER_BUNDLE, names::BUNDLE_KEY))?;
+        let auth = wait_for(
+            &Api::<ConfigMap>::namespaced(client.clone(), "kube-system"),
+            "extension-apiserver-authentication",
+        )
+        .await?;
+        let data = auth.data.unwrap_or_default();
+        let front_proxy_ca = data
+            .get("requestheader-client-ca-file")
+            .cloned()
+            .context("extension-apiserver-authentication has no requestheader-client-ca-file: the API server does not aggregate")?;
+        // Register: the aggregator trusts this server by the caBundle.
+        use base64::Engine;
+        let service = serde_json::json!({
+            "apiVersion": "apiregistration.k8s.io/v1", "kind": "APIService",
+            "metadata": {"name": format!("{VERSION}.{GROUP}"),
+                "labels": {"cdi.kubevirt.io": "cdi-api"}},
+            "spec": {"group": GROUP, "version": VERSION, "groupPriorityMinimum": 1000,
+                "versionPriority": 15,
+                "service": {"namespace": ns, "name": args.service, "port": args.service_port},
+                "caBundle": base64::engine::general_purpose::STANDARD.encode(ca.as_bytes())}});
+        let resource = kube::api::ApiResource {
+            group: "apiregistration.k8s.io".into(),
+            version: "v1".into(),
+            api_version: "apiregistration.k8s.io/v1".into(),
+            kind: "APIService".into(),
+            plural: "apiservices".into(),
+        };
+        Api::<DynamicObject>::all_with(client.clone(), &resource)
+            .patch(
+                &format!("{VERSION}.{GROUP}"),
+                &PatchParams::apply("cdi-apiserver").force(),
+                &Patch::Apply(&service),
+            )
+            .await
+            .context("registering the APIService")?;
+        let config = ApiServerConfig {
+            listen: pod.listen(args.listen),
+            cert_pem: secret_text(&cert, "tls.crt")?,
+            key_pem: secret_text(&cert, "tls.key")?,
+            front_proxy_ca_pem: front_proxy_ca.into_bytes(),
+            headers: RequestHeaders::from_config_map(&data),
+            signer,
+        };
+        let listener = tokio::net::TcpListener::bind(config.listen)
+            .await
+            .with_context(|| format!("listening on {}", config.listen))?;
+        // The first line says where: tests and scripts read it.
+        println!("cdi apiserver on https://{}", listener.local_addr()?);
+        let mut terminate =
+            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+        tokio::select! {
+            r = apiserver::run(config, client, listener) => Ok(r?),
+            _ = tokio::signal::ctrl_c() => Ok(()),
+            _ = terminate.recv() => Ok(()),
+        }
+    })
+}

@@ -1,0 +1,769 @@
+//! `cdi image-upload`: `virtctl image-upload` with its arguments and behaviour. It creates the
+//! DataVolume or PVC (or uses an existing one), waits for its upload pod, asks the token API for
+//! an upload token, sends the image to the upload proxy with a progress bar (async endpoint when
+//! the proxy has it, else the sync one; a few retries, the token renewed after a 401), and waits
+//! until the volume is complete.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{Context as _, bail};
+use cdi_api::UploadTokenRequest;
+use cdi_api::ann;
+use cdi_api::datavolume::DataVolume;
+use k8s_openapi::api::core::v1::{Event, PersistentVolumeClaim};
+use k8s_openapi::api::storage::v1::StorageClass;
+use kube::Api;
+use kube::api::{ListParams, PostParams};
+use serde_json::json;
+
+const ASYNC_PATH: &str = "/v1beta1/upload-async";
+const SYNC_PATH: &str = "/v1beta1/upload";
+/// How often the command looks at the volume while it waits.
+const POLL: Duration = Duration::from_secs(1);
+
+#[derive(clap::Args)]
+pub struct ImageUploadArgs {
+    /// `dv` or `pvc`, then the name: what to upload into.
+    #[arg(value_name = "dv|pvc NAME", num_args = 0..=2)]
+    target: Vec<String>,
+    /// The namespace (default: the kubeconfig context's).
+    #[arg(short, long)]
+    namespace: Option<String>,
+    /// The size of the DataVolume/PVC to create (ex. 10Gi, 500Mi).
+    #[arg(long)]
+    size: Option<String>,
+    /// The storage class for the PVC.
+    #[arg(long)]
+    storage_class: Option<String>,
+    /// The access mode for the PVC.
+    #[arg(long)]
+    access_mode: Option<String>,
+    /// The VolumeMode (block/filesystem) of the PVC; default is the StorageProfile's, and
+    /// filesystem for an archive.
+    #[arg(long)]
+    volume_mode: Option<String>,
+    /// Path to the local VM image.
+    #[arg(long)]
+    image_path: Option<PathBuf>,
+    /// Path to the local archive.
+    #[arg(long)]
+    archive_path: Option<PathBuf>,
+    /// Don't attempt to create a new DataVolume/PVC.
+    #[arg(long)]
+    no_create: bool,
+    /// Allow insecure server connections when using HTTPS.
+    #[arg(long)]
+    insecure: bool,
+    /// The URL of the cdi-upload proxy service.
+    #[arg(long = "uploadproxy-url")]
+    uploadproxy_url: Option<String>,
+    /// Seconds to wait for the upload pod to start.
+    #[arg(long, default_value_t = 300)]
+    wait_secs: u64,
+    /// How many times a transient upload error is retried before giving up.
+    #[arg(long, default_value_t = 5)]
+    retry: u32,
+    /// Force bind the PVC, ignoring the WaitForFirstConsumer logic.
+    #[arg(long)]
+    force_bind: bool,
+    /// Create a DataSource pointing to the created DataVolume/PVC.
+    #[arg(long)]
+    datasource: bool,
+    /// The default instance type to associate with the image.
+    #[arg(long)]
+    default_instancetype: Option<String>,
+    #[arg(long)]
+    default_instancetype_kind: Option<String>,
+    /// The default preference to associate with the image.
+    #[arg(long)]
+    default_preference: Option<String>,
+    #[arg(long)]
+    default_preference_kind: Option<String>,
+}
+
+/// The checked arguments.
+struct Plan {
+    create_pvc: bool,
+    name: String,
+    image: PathBuf,
+    archive: bool,
+    volume_mode: Option<&'static str>,
+}
+
+fn plan(a: &ImageUploadArgs) -> anyhow::Result<Plan> {
+    let volume_mode = match a.volume_mode.as_deref() {
+        None | Some("") => None,
+        Some("block") => Some("Block"),
+        Some("filesystem") => Some("Filesystem"),
+        Some(other) => {
+            bail!("Invalid volume mode '{other}'. Valid values are 'block' and 'filesystem'.")
+        }
+    };
+    let (image, archive) = match (&a.image_path, &a.archive_path) {
+        (None, None) => bail!("either image-path or archive-path must be provided"),
+        (Some(_), Some(_)) => {
+            bail!("cannot handle both image-path and archive-path, provide only one")
+        }
+        (Some(i), None) => (i.clone(), false),
+        (None, Some(p)) => {
+            if volume_mode == Some("Block") {
+                bail!("In archive upload the volume mode should always be filesystem");
+            }
+            (p.clone(), true)
+        }
+    };
+    let [kind, name] = a.target.as_slice() else {
+        bail!("expecting two args");
+    };
+    let create_pvc = match kind.to_ascii_lowercase().as_str() {
+        "dv" => false,
+        "pvc" => true,
+        other => bail!("invalid resource type {other}"),
+    };
+    if a.default_instancetype.is_none() && a.default_instancetype_kind.is_some() {
+        bail!("--default-instancetype must be provided with --default-instancetype-kind");
+    }
+    if a.default_preference.is_none() && a.default_preference_kind.is_some() {
+        bail!("--default-preference must be provided with --default-preference-kind");
+    }
+    if (a.default_instancetype.is_some() || a.default_preference.is_some()) && a.no_create {
+        bail!("--default-instancetype and --default-preference cannot be used with --no-create");
+    }
+    if a.access_mode.as_deref() == Some("ReadOnlyMany") {
+        bail!(
+            "cannot upload to a readonly volume, use either ReadWriteOnce or ReadWriteMany if supported"
+        );
+    }
+    Ok(Plan {
+        create_pvc,
+        name: name.clone(),
+        image,
+        archive,
+        volume_mode,
+    })
+}
+
+fn instancetype_labels(a: &ImageUploadArgs) -> serde_json::Map<String, serde_json::Value> {
+    [
+        (
+            cdi_api::label::DEFAULT_INSTANCETYPE,
+            &a.default_instancetype,
+        ),
+        (
+            cdi_api::label::DEFAULT_INSTANCETYPE_KIND,
+            &a.default_instancetype_kind,
+        ),
+        (cdi_api::label::DEFAULT_PREFERENCE, &a.default_preference),
+        (
+            cdi_api::label::DEFAULT_PREFERENCE_KIND,
+            &a.default_preference_kind,
+        ),
+    ]
+    .into_iter()
+    .filter_map(|(k, v)| Some((k.to_string(), json!(v.as_ref()?))))
+    .collect()
+}
+
+pub fn run(args: &ImageUploadArgs) -> anyhow::Result<()> {
+    let plan = plan(args)?;
+    let runtime = tokio::runtime::Runtime::new().context("starting the runtime")?;
+    runtime.block_on(upload(args, &plan))
+}
+
+struct Ctx<'a> {
+    client: kube::Client,
+    ns: String,
+    args: &'a ImageUploadArgs,
+    plan: &'a Plan,
+}
+
+async fn upload(args: &ImageUploadArgs, plan: &Plan) -> anyhow::Result<()> {
+    let file = std::fs::File::open(&plan.image)
+        .with_context(|| format!("open {}", plan.image.display()))?;
+    let length = file.metadata()?.len();
+    drop(file);
+    let client = kube::Client::try_default()
+        .await
+        .context("connecting to the cluster (set KUBECONFIG)")?;
+    let ns = args
+        .namespace
+        .clone()
+        .unwrap_or_else(|| client.default_namespace().to_string());
+    let c = Ctx {
+        client,
+        ns,
+        args,
+        plan,
+    };
+    match existing_target(&c).await? {
+        Some(claim) => {
+            ensure_upload_target(&c, claim).await?;
+            println!("Using existing PVC {}/{}", c.ns, plan.name);
+        }
+        None => {
+            if args.size.is_none() {
+                bail!("when creating a resource, the size must be specified");
+            }
+            let kind = if plan.create_pvc {
+                create_pvc(&c).await?;
+                "PersistentVolumeClaim"
+            } else {
+                create_data_volume(&c).await?;
+                "DataVolume"
+            };
+            println!("{kind} {}/{} created", c.ns, plan.name);
+        }
+    }
+    if plan.create_pvc {
+        wait_server_ready(&c).await?;
+    } else {
+        wait_dv_upload_ready(&c).await?;
+    }
+    let (url, ca) = proxy_url(&c).await?;
+    println!("Uploading data to {url}");
+    let token = upload_token(&c).await?;
+    send(&c, &url, ca.as_deref(), token, length).await?;
+    if args.datasource {
+        data_source(&c).await?;
+    }
+    println!(
+        "Uploading data completed successfully, waiting for processing to complete, you can hit ctrl-c without interrupting the progress"
+    );
+    wait_processing(&c).await?;
+    println!("Uploading {} completed successfully", plan.image.display());
+    Ok(())
+}
+
+/// The claim to upload into when it exists, checked as virtctl checks it; `None` when it is to
+/// be created.
+async fn existing_target(c: &Ctx<'_>) -> anyhow::Result<Option<PersistentVolumeClaim>> {
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(c.client.clone(), &c.ns);
+    let name = &c.plan.name;
+    let Some(mut claim) = claims.get_opt(name).await? else {
+        println!("PVC {}/{name} not found ", c.ns);
+        if c.args.no_create {
+            bail!("persistentvolumeclaims \"{name}\" not found");
+        }
+        return Ok(None);
+    };
+    if !c.plan.create_pvc {
+        let dvs: Api<DataVolume> = Api::namespaced(c.client.clone(), &c.ns);
+        let Some(dv) = dvs.get_opt(name).await? else {
+            let anns = claim.metadata.annotations.clone().unwrap_or_default();
+            if anns.get(ann::DELETE_AFTER_COMPLETION).map(String::as_str) == Some("true")
+                && anns.get(ann::POD_PHASE).map(String::as_str) == Some("Succeeded")
+            {
+                bail!(
+                    "DataVolume already garbage-collected: Assuming PVC {}/{name} is successfully populated",
+                    c.ns
+                );
+            }
+            bail!(
+                "No DataVolume is associated with the existing PVC {}/{name}",
+                c.ns
+            );
+        };
+        let dv_anns = dv.metadata.annotations.clone().unwrap_or_default();
+        if dv_anns.get(ann::USE_POPULATOR).map(String::as_str) == Some("true") {
+            if claim.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Bound") {
+                bail!("PVC {name} already successfully populated");
+            }
+            let prime = claim
+                .metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(ann::PVC_PRIME_NAME).cloned())
+                .with_context(|| {
+                    format!("Unable to get PVC Prime name from PVC {}/{name}", c.ns)
+                })?;
+            claim = claims
+                .get_opt(&prime)
+                .await?
+                .with_context(|| format!("Unable to get PVC Prime {}/{name}", c.ns))?;
+        }
+    }
+    let anns = claim.metadata.annotations.clone().unwrap_or_default();
+    if anns.get(ann::POD_PHASE).map(String::as_str) == Some("Succeeded") {
+        bail!("PVC {name} already successfully imported/cloned/updated");
+    }
+    if !c.args.no_create && !anns.contains_key(ann::UPLOAD_REQUEST) {
+        bail!("PVC {name} not available for upload");
+    }
+    if c.plan.archive && anns.get(ann::CONTENT_TYPE).map(String::as_str) != Some("archive") {
+        bail!("PVC {name} doesn't have archive contentType annotation");
+    }
+    Ok(Some(claim))
+}
+
+/// An existing claim becomes an upload target (virtctl's `ensurePVCSupportsUpload`).
+async fn ensure_upload_target(c: &Ctx<'_>, claim: PersistentVolumeClaim) -> anyhow::Result<()> {
+    let has = claim
+        .metadata
+        .annotations
+        .as_ref()
+        .is_some_and(|a| a.contains_key(ann::UPLOAD_REQUEST));
+    if !has {
+        let claims: Api<PersistentVolumeClaim> = Api::namespaced(c.client.clone(), &c.ns);
+        let name = claim.metadata.name.clone().unwrap_or_default();
+        let patch = json!({"metadata": {"annotations": {ann::UPLOAD_REQUEST: ""}}});
+        claims
+            .patch(
+                &name,
+                &kube::api::PatchParams::default(),
+                &kube::api::Patch::Merge(&patch),
+            )
+            .await?;
+    }
+    Ok(())
+}
+
+async fn check_class(c: &Ctx<'_>) -> anyhow::Result<()> {
+    if let Some(class) = &c.args.storage_class {
+        Api::<StorageClass>::all(c.client.clone())
+            .get(class)
+            .await
+            .with_context(|| format!("storage class {class}"))?;
+    }
+    Ok(())
+}
+
+async fn create_data_volume(c: &Ctx<'_>) -> anyhow::Result<()> {
+    check_class(c).await?;
+    let size = c.args.size.clone().unwrap_or_default();
+    size.parse::<cdi_core::Quantity>()
+        .map_err(|e| anyhow::anyhow!("validation failed for size={size}: {e}"))?;
+    let mut storage = json!({"resources": {"requests": {"storage": size}}});
+    if let Some(class) = &c.args.storage_class {
+        storage["storageClassName"] = json!(class);
+    }
+    if let Some(mode) = &c.args.access_mode {
+        storage["accessModes"] = json!([mode]);
+    }
+    if let Some(mode) = c.plan.volume_mode {
+        storage["volumeMode"] = json!(mode);
+    }
+    let mut annotations = serde_json::Map::new();
+    if c.args.force_bind {
+        annotations.insert(ann::IMMEDIATE_BINDING.into(), json!(""));
+    }
+    let dv: DataVolume = serde_json::from_value(json!({
+        "apiVersion": "cdi.kubevirt.io/v1beta1", "kind": "DataVolume",
+        "metadata": {"name": c.plan.name, "namespace": c.ns, "annotations": annotations,
+            "labels": instancetype_labels(c.args)},
+        "spec": {"source": {"upload": {}},
+            "contentType": if c.plan.archive { "archive" } else { "kubevirt" },
+            "storage": storage}}))?;
+    Api::<DataVolume>::namespaced(c.client.clone(), &c.ns)
+        .create(&PostParams::default(), &dv)
+        .await?;
+    Ok(())
+}
+
+async fn create_pvc(c: &Ctx<'_>) -> anyhow::Result<()> {
+    check_class(c).await?;
+    let size = c.args.size.clone().unwrap_or_default();
+    size.parse::<cdi_core::Quantity>()
+        .map_err(|e| anyhow::anyhow!("validation failed for size={size}: {e}"))?;
+    let mut annotations = serde_json::Map::new();
+    annotations.insert(ann::UPLOAD_REQUEST.into(), json!(""));
+    annotations.insert(
+        ann::CONTENT_TYPE.into(),
+        json!(if c.plan.archive {
+            "archive"
+        } else {
+            "kubevirt"
+        }),
+    );
+    if c.args.force_bind {
+        annotations.insert(ann::IMMEDIATE_BINDING.into(), json!(""));
+    }
+    let mut labels = instancetype_labels(c.args);
+    labels.insert(cdi_api::label::APPLY_STORAGE_PROFILE.into(), json!("true"));
+    let mut spec = json!({
+        "accessModes": [c.args.access_mode.clone().unwrap_or_else(|| "ReadWriteOnce".into())],
+        "resources": {"requests": {"storage": size}}});
+    if let Some(class) = &c.args.storage_class {
+        spec["storageClassName"] = json!(class);
+    }
+    if let Some(mode) = c.plan.volume_mode {
+        spec["volumeMode"] = json!(mode);
+    }
+    let claim: PersistentVolumeClaim = serde_json::from_value(json!({
+        "metadata": {"name": c.plan.name, "namespace": c.ns,
+            "annotations": annotations, "labels": labels},
+        "spec": spec}))?;
+    Api::<PersistentVolumeClaim>::namespaced(c.client.clone(), &c.ns)
+        .create(&PostParams::default(), &claim)
+        .await?;
+    Ok(())
+}
+
+/// virtctl's `handleEventErrors`: a provisioning failure of the claim, or an invalid claim of
+/// the DataVolume, ends the wait.
+async fn event_errors(
+    c: &Ctx<'_>,
+    claim_uid: Option<String>,
+    dv_uid: Option<String>,
+) -> anyhow::Result<()> {
+    let events = Api::<Event>::namespaced(c.client.clone(), &c.ns)
+        .list(&ListParams::default())
+        .await?;
+    for e in events.items {
+        let o = &e.involved_object;
+        let reason = e.reason.as_deref().unwrap_or("");
+        let message = e.message.as_deref().unwrap_or("");
+        if o.kind.as_deref() == Some("PersistentVolumeClaim")
+            && o.uid.is_some()
+            && o.uid == claim_uid
+            && reason == "ProvisioningFailed"
+            && !message.contains("the object has been modified")
+        {
+            bail!("Provisioning failed: {message}");
+        }
+        if o.kind.as_deref() == Some("DataVolume")
+            && o.uid.is_some()
+            && o.uid == dv_uid
+            && reason == "ErrClaimNotValid"
+        {
+            bail!("Claim not valid: {message}");
+        }
+    }
+    Ok(())
+}
+
+fn timed_out(c: &Ctx<'_>) -> anyhow::Error {
+    anyhow::anyhow!(
+        "timed out after {} s waiting for the upload pod of {}/{} to be ready (--wait-secs)",
+        c.args.wait_secs,
+        c.ns,
+        c.plan.name
+    )
+}
+
+async fn wait_dv_upload_ready(c: &Ctx<'_>) -> anyhow::Result<()> {
+    use cdi_api::enums::DataVolumePhase as Phase;
+    let dvs: Api<DataVolume> = Api::namespaced(c.client.clone(), &c.ns);
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(c.client.clone(), &c.ns);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(c.args.wait_secs);
+    let mut said = false;
+    loop {
+        match dvs.get_opt(&c.plan.name).await? {
+            None => println!("DV {} not found... ", c.plan.name),
+            Some(dv) => {
+                let phase = dv.status.as_ref().and_then(|s| s.phase.clone());
+                if matches!(
+                    phase,
+                    Some(Phase::WaitForFirstConsumer | Phase::PendingPopulation)
+                ) && !c.args.force_bind
+                {
+                    bail!(
+                        "cannot upload to DataVolume in {} phase, make sure the PVC is Bound, or use force-bind flag",
+                        phase.map(|p| p.as_str().to_string()).unwrap_or_default()
+                    );
+                }
+                if phase == Some(Phase::UploadReady) {
+                    if said {
+                        println!("Pod now ready");
+                    }
+                    return Ok(());
+                }
+                let claim_name = dv.status.as_ref().and_then(|s| s.claim_name.clone());
+                let claim_uid = match claim_name {
+                    Some(n) => claims.get_opt(&n).await?.and_then(|p| p.metadata.uid),
+                    None => None,
+                };
+                event_errors(c, claim_uid, dv.metadata.uid.clone()).await?;
+                if !said {
+                    println!("Waiting for PVC {} upload pod to be ready...", c.plan.name);
+                    said = true;
+                }
+            }
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return Err(timed_out(c));
+        }
+        tokio::time::sleep(POLL).await;
+    }
+}
+
+async fn wait_server_ready(c: &Ctx<'_>) -> anyhow::Result<()> {
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(c.client.clone(), &c.ns);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(c.args.wait_secs);
+    let mut said = false;
+    loop {
+        if let Some(claim) = claims.get_opt(&c.plan.name).await? {
+            let ready = claim
+                .metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(ann::POD_READY))
+                .is_some_and(|v| v == "true");
+            if ready {
+                if said {
+                    println!("Pod now ready");
+                }
+                return Ok(());
+            }
+            event_errors(c, claim.metadata.uid.clone(), None).await?;
+            if !said {
+                println!("Waiting for PVC {} upload pod to be ready...", c.plan.name);
+                said = true;
+            }
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return Err(timed_out(c));
+        }
+        tokio::time::sleep(POLL).await;
+    }
+}
+
+/// The proxy's URL (the flag, else CDIConfig's override, else its status), with `https://` when
+/// it has no scheme, and the CA CDIConfig publishes for it, if any.
+async fn proxy_url(c: &Ctx<'_>) -> anyhow::Result<(String, Option<String>)> {
+    let config = Api::<cdi_api::config::CDIConfig>::all(c.client.clone())
+        .get_opt(cdi_api::name::CDI_CONFIG)
+        .await?;
+    let ca = config
+        .as_ref()
+        .and_then(|cfg| cfg.status.as_ref()?.upload_proxy_ca.clone())
+        .filter(|ca| !ca.is_empty());
+    let url = match &c.args.uploadproxy_url {
+        Some(u) => u.clone(),
+        None => config
+            .as_ref()
+            .and_then(|cfg| {
+                cfg.spec
+                    .upload_proxy_url_override
+                    .clone()
+                    .or_else(|| cfg.status.as_ref()?.upload_proxy_url.clone())
+            })
+            .filter(|u| !u.is_empty())
+            .context("uploadproxy URL not found")?,
+    };
+    let url = if url.contains("://") {
+        url
+    } else {
+        format!("https://{url}")
+    };
+    Ok((url, ca))
+}
+
+async fn upload_token(c: &Ctx<'_>) -> anyhow::Result<String> {
+    let mut request = UploadTokenRequest::new(
+        "",
+        cdi_api::upload::UploadTokenRequestSpec {
+            pvc_name: c.plan.name.clone(),
+        },
+    );
+    request.metadata.name = None;
+    request.metadata.generate_name = Some("token-for-cdi-".into());
+    let answer = Api::<UploadTokenRequest>::namespaced(c.client.clone(), &c.ns)
+        .create(&PostParams::default(), &request)
+        .await
+        .context("requesting an upload token")?;
+    answer
+        .status
+        .and_then(|s| s.token)
+        .context("the UploadTokenRequest was answered without a token")
+}
+
+/// `base` with `path` appended, unless it already ends with it (virtctl's
+/// `ConstructUploadProxyPath`).
+fn with_path(base: &str, path: &str) -> String {
+    if base.contains(path) {
+        return base.to_string();
+    }
+    format!("{}{path}", base.trim_end_matches('/'))
+}
+
+fn http_client(insecure: bool, ca: Option<&str>) -> anyhow::Result<reqwest::Client> {
+    let mut b = reqwest::Client::builder();
+    if insecure {
+        b = b.tls_danger_accept_invalid_certs(true);
+    } else if let Some(pem) = ca {
+        for cert in reqwest::Certificate::from_pem_bundle(pem.as_bytes())
+            .context("CDIConfig status.uploadProxyCA")?
+        {
+            b = b.add_root_certificate(cert);
+        }
+    }
+    Ok(b.build()?)
+}
+
+/// The file as a request body that moves the progress bar.
+async fn body(
+    path: &std::path::Path,
+    bar: &indicatif::ProgressBar,
+) -> anyhow::Result<reqwest::Body> {
+    use tokio::io::AsyncReadExt;
+    let file = tokio::fs::File::open(path).await?;
+    let bar = bar.clone();
+    bar.set_position(0);
+    let stream = futures::stream::try_unfold(file, move |mut file| {
+        let bar = bar.clone();
+        async move {
+            let mut buf = vec![0u8; 1 << 20];
+            let n = file.read(&mut buf).await?;
+            if n == 0 {
+                return Ok::<_, std::io::Error>(None);
+            }
+            buf.truncate(n);
+            bar.inc(n as u64);
+            Ok(Some((bytes::Bytes::from(buf), file)))
+        }
+    });
+    Ok(reqwest::Body::wrap_stream(stream))
+}
+
+async fn send(
+    c: &Ctx<'_>,
+    url: &str,
+    ca: Option<&str>,
+    first_token: String,
+    length: u64,
+) -> anyhow::Result<()> {
+    let client = http_client(c.args.insecure, ca)?;
+    let bar = indicatif::ProgressBar::new(length);
+    bar.set_style(
+        indicatif::ProgressStyle::with_template(
+            "{bytes} / {total_bytes} [{wide_bar}] {percent}% {binary_bytes_per_sec} {eta}",
+        )?
+        .progress_chars("=> "),
+    );
+    println!();
+    let mut token = first_token;
+    let mut refreshes = 3;
+    let mut last = None;
+    for attempt in 0..c.args.retry.max(1) {
+        if attempt > 0 {
+            tokio::time::sleep(Duration::from_millis(u64::from(attempt) * 50)).await;
+        }
+        // The async endpoint when the proxy answers for it, else the sync one.
+        let async_url = with_path(url, ASYNC_PATH);
+        let head = client
+            .head(&async_url)
+            .bearer_auth(&token)
+            .send()
+            .await
+            .ok()
+            .filter(|r| r.status() == 200);
+        let target = if head.is_some() {
+            async_url
+        } else {
+            with_path(url, SYNC_PATH)
+        };
+        let result = client
+            .post(&target)
+            .bearer_auth(&token)
+            .header("Content-Type", "application/octet-stream")
+            .header("Content-Length", length)
+            .body(body(&c.plan.image, &bar).await?)
+            .send()
+            .await;
+        let (code, err) = match result {
+            Ok(r) if r.status() == 200 => {
+                bar.finish();
+                println!();
+                return Ok(());
+            }
+            Ok(r) => {
+                let code = r.status().as_u16();
+                let text = r.text().await.unwrap_or_default();
+                (
+                    code,
+                    anyhow::anyhow!("unexpected return value {code}, {text}"),
+                )
+            }
+            Err(e) => (0, anyhow::Error::new(e)),
+        };
+        if code == 401 {
+            // A 401 at once is a refusal; later, the token may have expired meanwhile.
+            if attempt == 0 || refreshes == 0 {
+                bar.abandon();
+                return Err(err.context("authentication failed"));
+            }
+            token = upload_token(c)
+                .await
+                .context("failed to get upload token")?;
+            refreshes -= 1;
+        }
+        last = Some(err);
+    }
+    bar.abandon();
+    let err = last.unwrap_or_else(|| anyhow::anyhow!("no attempt was made"));
+    Err(err.context(format!(
+        "error uploading image after {} retries",
+        c.args.retry
+    )))
+}
+
+async fn data_source(c: &Ctx<'_>) -> anyhow::Result<()> {
+    use cdi_api::datasource::DataSource;
+    let api: Api<DataSource> = Api::namespaced(c.client.clone(), &c.ns);
+    let labels = instancetype_labels(c.args);
+    let source = json!({"pvc": {"name": c.plan.name, "namespace": c.ns}});
+    match api.get_opt(&c.plan.name).await? {
+        Some(existing) => {
+            let mut all = existing.metadata.labels.clone().unwrap_or_default();
+            for (k, v) in labels {
+                all.insert(k, v.as_str().unwrap_or_default().to_string());
+            }
+            let patch = json!({"metadata": {"labels": all}, "spec": {"source": source}});
+            api.patch(
+                &c.plan.name,
+                &kube::api::PatchParams::default(),
+                &kube::api::Patch::Merge(&patch),
+            )
+            .await?;
+            println!("Updated an existing DataSource {}/{}", c.ns, c.plan.name);
+        }
+        None => {
+            let ds: DataSource = serde_json::from_value(json!({
+                "apiVersion": "cdi.kubevirt.io/v1beta1", "kind": "DataSource",
+                "metadata": {"name": c.plan.name, "namespace": c.ns, "labels": labels},
+                "spec": {"source": source}}))?;
+            api.create(&PostParams::default(), &ds).await?;
+            println!("Created a new DataSource {}/{}", c.ns, c.plan.name);
+        }
+    }
+    Ok(())
+}
+
+async fn wait_processing(c: &Ctx<'_>) -> anyhow::Result<()> {
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(c.client.clone(), &c.ns);
+    loop {
+        let claim = claims.get(&c.plan.name).await?;
+        let phase = claim
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(ann::POD_PHASE).cloned());
+        if phase.as_deref() == Some("Succeeded") {
+            println!("Processing completed successfully");
+            return Ok(());
+        }
+        tokio::time::sleep(POLL).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paths_are_added_once() {
+        assert_eq!(
+            with_path("https://proxy:443", SYNC_PATH),
+            "https://proxy:443/v1beta1/upload"
+        );
+        assert_eq!(
+            with_path("https://proxy/", ASYNC_PATH),
+            "https://proxy/v1beta1/upload-async"
+        );
+        assert_eq!(
+            with_path("https://proxy/v1beta1/upload", SYNC_PATH),
+            "https://proxy/v1beta1/upload"
+        );
+    }
+}

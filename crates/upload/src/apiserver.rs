@@ -1,0 +1,359 @@
+//! The aggregated token API (`cdi apiserver`, upstream's cdi-apiserver for
+//! `upload.cdi.kubevirt.io/v1beta1`): discovery and an OpenAPI v3 document so kubectl and the
+//! client libraries know the kind, and `create` of UploadTokenRequests. The caller is who the
+//! aggregator says (over its front-proxy client certificate, see [`crate::tokenapi`]); a
+//! SubjectAccessReview decides whether they may have a token.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full, Limited};
+use hyper::body::Incoming;
+use hyper::{Method, Request, Response, StatusCode};
+use k8s_openapi::api::authorization::v1::SubjectAccessReview;
+use serde_json::{Value, json};
+
+use crate::token::Signer;
+use crate::tokenapi::{self, GROUP, RESOURCE, RequestHeaders, VERSION};
+
+/// The largest request body taken (an UploadTokenRequest is a few hundred bytes).
+const MAX_BODY: usize = 1 << 20;
+
+pub struct ApiServerConfig {
+    pub listen: SocketAddr,
+    /// The serving certificate and key (PEM); the APIService's caBundle vouches for them.
+    pub cert_pem: Vec<u8>,
+    pub key_pem: Vec<u8>,
+    /// The CA of the aggregator's front-proxy client certificate
+    /// (`requestheader-client-ca-file`).
+    pub front_proxy_ca_pem: Vec<u8>,
+    pub headers: RequestHeaders,
+    pub signer: Signer,
+}
+
+type Body = Full<Bytes>;
+
+fn json_answer(status: StatusCode, value: &Value) -> Response<Body> {
+    let mut r = Response::new(Full::new(Bytes::from(value.to_string())));
+    *r.status_mut() = status;
+    r.headers_mut().insert(
+        hyper::header::CONTENT_TYPE,
+        hyper::header::HeaderValue::from_static("application/json"),
+    );
+    r
+}
+
+/// A kube `Status` failure.
+fn status(code: u16, reason: &str, message: &str) -> Response<Body> {
+    json_answer(
+        StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+        &json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+            "message": message, "reason": reason, "code": code}),
+    )
+}
+
+fn group_version() -> String {
+    format!("{GROUP}/{VERSION}")
+}
+
+/// Discovery: the group.
+pub fn api_group() -> Value {
+    let gv = json!({"groupVersion": group_version(), "version": VERSION});
+    json!({"kind": "APIGroup", "apiVersion": "v1", "name": GROUP, "versions": [gv],
+        "preferredVersion": gv})
+}
+
+/// Discovery: the version's one resource, create only.
+pub fn resource_list() -> Value {
+    json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": group_version(),
+        "resources": [{"name": RESOURCE, "singularName": "uploadtokenrequest", "namespaced": true,
+            "kind": "UploadTokenRequest", "verbs": ["create"]}]})
+}
+
+/// The OpenAPI v3 document of the group version. kubectl validates requests against the
+/// kind's schema, and learns from the PATCH operation's `fieldValidation` parameter that the
+/// server checks fields itself.
+pub fn openapi() -> Value {
+    let gvk = json!({"group": GROUP, "version": VERSION, "kind": "UploadTokenRequest"});
+    let schema_ref =
+        json!({"$ref": "#/components/schemas/io.kubevirt.cdi.upload.v1beta1.UploadTokenRequest"});
+    let body = json!({"content": {"application/json": {"schema": schema_ref}}});
+    let ns = json!({"name": "namespace", "in": "path", "required": true,
+        "schema": {"type": "string", "uniqueItems": true}});
+    let query = |name: &str| json!({"name": name, "in": "query", "schema": {"type": "string", "uniqueItems": true}});
+    let collection = format!("/apis/{GROUP}/{VERSION}/namespaces/{{namespace}}/{RESOURCE}");
+    json!({
+        "openapi": "3.0.0",
+        "info": {"title": "cdi-api", "version": VERSION},
+        "paths": {
+            collection.clone(): {
+                "parameters": [ns],
+                "post": {
+                    "operationId": "createNamespacedUploadTokenRequest",
+                    "x-kubernetes-action": "post",
+                    "x-kubernetes-group-version-kind": gvk,
+                    "parameters": [query("dryRun"), query("fieldManager"), query("fieldValidation")],
+                    "requestBody": body,
+                    "responses": {"201": {"description": "Created", "content": body["content"]}}
+                }
+            },
+            format!("{collection}/{{name}}"): {
+                "parameters": [ns, {"name": "name", "in": "path", "required": true,
+                    "schema": {"type": "string", "uniqueItems": true}}],
+                "patch": {
+                    "operationId": "patchNamespacedUploadTokenRequest",
+                    "x-kubernetes-action": "patch",
+                    "x-kubernetes-group-version-kind": gvk,
+                    "parameters": [query("fieldValidation")],
+                    "responses": {"200": {"description": "OK"}}
+                }
+            }
+        },
+        "components": {"schemas": {
+            "io.kubevirt.cdi.upload.v1beta1.UploadTokenRequest": {
+                "description": "UploadTokenRequest is the CR used to initiate a CDI upload",
+                "type": "object",
+                "required": ["spec"],
+                "x-kubernetes-group-version-kind": [gvk],
+                "properties": {
+                    "apiVersion": {"type": "string"},
+                    "kind": {"type": "string"},
+                    "metadata": {"type": "object"},
+                    "spec": {
+                        "description": "Spec contains the parameters of the request",
+                        "type": "object",
+                        "required": ["pvcName"],
+                        "properties": {"pvcName": {"type": "string",
+                            "description": "PvcName is the name of the PVC to upload to"}}
+                    },
+                    "status": {
+                        "description": "Status contains the status of the request",
+                        "type": "object",
+                        "properties": {"token": {"type": "string",
+                            "description": "Token is a JWT token to be inserted in \"Authentication Bearer header\""}}
+                    }
+                }
+            }
+        }}
+    })
+}
+
+/// The namespace of a token request's path, if the path is one.
+fn token_request_namespace(path: &str) -> Option<&str> {
+    let rest = path.strip_prefix(&format!("/apis/{GROUP}/{VERSION}/namespaces/"))?;
+    let (ns, resource) = rest.split_once('/')?;
+    (resource == RESOURCE && !ns.is_empty()).then_some(ns)
+}
+
+struct Api {
+    client: kube::Client,
+    headers: RequestHeaders,
+    signer: Signer,
+}
+
+impl Api {
+    async fn handle(&self, req: Request<Incoming>, client_cn: Option<String>) -> Response<Body> {
+        let path = req.uri().path().to_string();
+        let get = req.method() == Method::GET;
+        match path.as_str() {
+            "/healthz" | "/readyz" | "/livez" => {
+                let mut r = Response::new(Full::new(Bytes::from_static(b"ok")));
+                *r.status_mut() = StatusCode::OK;
+                return r;
+            }
+            "/apis" if get => {
+                return json_answer(
+                    StatusCode::OK,
+                    &json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": [api_group()]}),
+                );
+            }
+            p if get && p == format!("/apis/{GROUP}") => {
+                return json_answer(StatusCode::OK, &api_group());
+            }
+            p if get && p == format!("/apis/{GROUP}/{VERSION}") => {
+                return json_answer(StatusCode::OK, &resource_list());
+            }
+            "/openapi/v3" if get => {
+                let gv = format!("apis/{GROUP}/{VERSION}");
+                return json_answer(
+                    StatusCode::OK,
+                    &json!({"paths": {gv.clone(): {"serverRelativeURL": format!("/openapi/v3/{gv}")}}}),
+                );
+            }
+            p if get && p == format!("/openapi/v3/apis/{GROUP}/{VERSION}") => {
+                return json_answer(StatusCode::OK, &openapi());
+            }
+            _ => {}
+        }
+        let Some(ns) = token_request_namespace(&path).map(str::to_string) else {
+            return status(
+                404,
+                "NotFound",
+                "the server could not find the requested resource",
+            );
+        };
+        if req.method() != Method::POST {
+            return status(
+                405,
+                "MethodNotAllowed",
+                &format!("{RESOURCE}.{GROUP} support only create"),
+            );
+        }
+        let headers: Vec<(String, String)> = req
+            .headers()
+            .iter()
+            .filter_map(|(k, v)| Some((k.as_str().to_string(), v.to_str().ok()?.to_string())))
+            .collect();
+        let caller = match tokenapi::caller(&headers, client_cn.as_deref(), &self.headers) {
+            Ok(c) => c,
+            Err(r) => return status(r.code, "Unauthorized", &r.message),
+        };
+        let body = match Limited::new(req.into_body(), MAX_BODY).collect().await {
+            Ok(b) => b.to_bytes(),
+            Err(e) => return status(400, "BadRequest", &format!("reading the request: {e}")),
+        };
+        let request: Value = match serde_json::from_slice(&body) {
+            Ok(v @ Value::Object(_)) => v,
+            _ => {
+                return status(
+                    400,
+                    "BadRequest",
+                    "the request body is not an UploadTokenRequest in JSON",
+                );
+            }
+        };
+        let review: SubjectAccessReview =
+            match serde_json::from_value(tokenapi::access_review(&caller, &ns)) {
+                Ok(r) => r,
+                Err(e) => return status(500, "InternalError", &e.to_string()),
+            };
+        let reviews: kube::Api<SubjectAccessReview> = kube::Api::all(self.client.clone());
+        let allowed = match reviews
+            .create(&kube::api::PostParams::default(), &review)
+            .await
+        {
+            Ok(r) => r.status.is_some_and(|s| s.allowed),
+            Err(e) => {
+                tracing::error!(error = %e, "the SubjectAccessReview failed");
+                return status(
+                    500,
+                    "InternalError",
+                    &format!("authorizing the request: {e}"),
+                );
+            }
+        };
+        if !allowed {
+            tracing::info!(user = %caller.user, namespace = %ns, "refused an upload token");
+            return status(
+                403,
+                "Forbidden",
+                &format!(
+                    "{RESOURCE}.{GROUP} is forbidden: User \"{}\" cannot create resource \"{RESOURCE}\" in API group \"{GROUP}\" in the namespace \"{ns}\"",
+                    caller.user
+                ),
+            );
+        }
+        match tokenapi::answer(&request, &ns, &self.signer) {
+            Ok(answer) => {
+                tracing::info!(user = %caller.user, namespace = %ns,
+                    claim = %request["spec"]["pvcName"].as_str().unwrap_or(""), "issued an upload token");
+                json_answer(StatusCode::CREATED, &answer)
+            }
+            Err(r) => status(r.code, "Invalid", &r.message),
+        }
+    }
+}
+
+/// Serve until the listener fails.
+pub async fn run(
+    config: ApiServerConfig,
+    client: kube::Client,
+    listener: tokio::net::TcpListener,
+) -> Result<(), crate::server::ServerError> {
+    let tls = crate::server::tls_config(&crate::server::Tls {
+        cert_pem: config.cert_pem,
+        key_pem: config.key_pem,
+        client_ca_pem: Some(config.front_proxy_ca_pem),
+    })?;
+    let acceptor = tokio_rustls::TlsAcceptor::from(tls);
+    let api = Arc::new(Api {
+        client,
+        headers: config.headers,
+        signer: config.signer,
+    });
+    loop {
+        let (tcp, _) = listener
+            .accept()
+            .await
+            .map_err(|error| crate::server::ServerError::Io {
+                context: "accepting".into(),
+                error,
+            })?;
+        let acceptor = acceptor.clone();
+        let api = api.clone();
+        tokio::spawn(async move {
+            let Ok(tls) = acceptor.accept(tcp).await else {
+                return;
+            };
+            let client_cn = tls
+                .get_ref()
+                .1
+                .peer_certificates()
+                .and_then(|c| c.first())
+                .and_then(|c| crate::server::common_name(c));
+            let service = hyper::service::service_fn(move |req| {
+                let api = api.clone();
+                let cn = client_cn.clone();
+                async move { Ok::<_, std::convert::Infallible>(api.handle(req, cn).await) }
+            });
+            let _ =
+                hyper_util::server::conn::auto::Builder::new(hyper_util::rt::TokioExecutor::new())
+                    .serve_connection(hyper_util::rt::TokioIo::new(tls), service)
+                    .await;
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn token_request_paths() {
+        assert_eq!(
+            token_request_namespace(
+                "/apis/upload.cdi.kubevirt.io/v1beta1/namespaces/vms/uploadtokenrequests"
+            ),
+            Some("vms")
+        );
+        assert_eq!(
+            token_request_namespace(
+                "/apis/upload.cdi.kubevirt.io/v1beta1/namespaces//uploadtokenrequests"
+            ),
+            None
+        );
+        assert_eq!(
+            token_request_namespace("/apis/upload.cdi.kubevirt.io/v1beta1/namespaces/vms/pods"),
+            None
+        );
+    }
+
+    #[test]
+    fn the_openapi_document_names_the_kind_and_field_validation() {
+        let doc = openapi();
+        let schemas = doc["components"]["schemas"].as_object().unwrap();
+        let (_, schema) = schemas.iter().next().unwrap();
+        assert_eq!(
+            schema["x-kubernetes-group-version-kind"][0]["kind"],
+            "UploadTokenRequest"
+        );
+        let patch = doc["paths"]
+            .as_object()
+            .unwrap()
+            .values()
+            .find_map(|p| p.get("patch"))
+            .unwrap();
+        assert_eq!(patch["parameters"][0]["name"], "fieldValidation");
+    }
+}
