@@ -33,15 +33,20 @@ fn phase(dv: &Value) -> String {
     dv["status"]["phase"].as_str().unwrap_or("").to_string()
 }
 
-/// An upload DataVolume of `size`, bound at once (what `--force-bind` asks for).
+/// An upload DataVolume of `size`, bound at once (what `--force-bind` asks for), on the classic
+/// path.
 fn upload_volume(name: &str, class: &str, mode: &str, size: &str) -> String {
+    upload_volume_on(name, class, mode, size, false)
+}
+
+fn upload_volume_on(name: &str, class: &str, mode: &str, size: &str, populator: bool) -> String {
     format!(
         r#"
 apiVersion: cdi.kubevirt.io/v1beta1
 kind: DataVolume
 metadata:
   name: {name}
-  annotations: {{cdi.kubevirt.io/storage.bind.immediate.requested: "true", cdi.kubevirt.io/storage.usePopulator: "false"}}
+  annotations: {{cdi.kubevirt.io/storage.bind.immediate.requested: "true", cdi.kubevirt.io/storage.usePopulator: "{populator}"}}
 spec:
   source: {{upload: {{}}}}
   pvc:
@@ -398,8 +403,9 @@ async fn the_proxy_lets_only_valid_tokens_through() {
         &dir,
         &["apply", "-f", "-"],
         Some(&format!(
-            "{}---{PLAIN_CLAIM}",
-            upload_volume("via-proxy", "csi", "Filesystem", "1Gi")
+            "{}---{PLAIN_CLAIM}---{}",
+            upload_volume("via-proxy", "csi", "Filesystem", "1Gi"),
+            upload_volume_on("populated", "csi", "Filesystem", "1Gi", true)
         )),
     );
     let raw = tmp.path().join("src.raw");
@@ -462,4 +468,30 @@ async fn the_proxy_lets_only_valid_tokens_through() {
     let (code, body) = proxy.post(Some(&token), upload, &xz);
     assert_eq!(code, 503, "{body}");
     assert!(body.contains("already finished uploading"), "{body}");
+
+    // The populator path: the token names the target; the image lands in PVC prime, whose
+    // volume the target then takes over.
+    wait_for("populated to be ready for the upload", 60, || {
+        get(&dir, "dv/populated").filter(|d| phase(d) == "UploadReady")
+    });
+    let target = get(&dir, "pvc/populated").unwrap();
+    let prime = format!("prime-{}", target["metadata"]["uid"].as_str().unwrap());
+    assert_eq!(
+        target["spec"]["dataSourceRef"]["kind"], "VolumeUploadSource",
+        "{target}"
+    );
+    let token = proxy.token(None, Operation::Upload, "populated", 0);
+    let (code, body) = proxy.post(Some(&token), "/v1beta1/upload", &raw);
+    assert_eq!(code, 200, "{body}");
+    wait_for("populated to succeed", 60, || {
+        get(&dir, "dv/populated").filter(|d| phase(d) == "Succeeded")
+    });
+    wait_for("the target to take over PVC prime's volume", 60, || {
+        get(&dir, "pvc/populated").filter(|c| c["status"]["phase"] == "Bound")
+    });
+    let disk = std::fs::read(volume_path(&dir, "populated")).unwrap();
+    assert_same(&disk[..data.len()], &data, "upload through the populator");
+    wait_for("PVC prime to go", 60, || {
+        get(&dir, &format!("pvc/{prime}")).is_none().then_some(())
+    });
 }

@@ -72,7 +72,7 @@ async fn observe(ctx: &Context, dv: &DataVolume) -> Observed {
             })
             .map(|p| p.as_ref().clone());
     }
-    if cdi_core::populator::import_source_name(&claim).is_some() {
+    if cdi_core::populator::source_of(&claim).is_some() {
         observed.prime = caches
             .claim(&ns, &cdi_core::populator::prime_name(&claim))
             .map(|p| p.as_ref().clone());

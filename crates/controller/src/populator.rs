@@ -1,13 +1,13 @@
-//! The import populator: claims whose `dataSourceRef` is a VolumeImportSource get a PVC prime
-//! (cdi-core `populator`), which the import controller fills like any import claim; the target
-//! mirrors PVC prime's progress and conditions, and takes over its volume once the import
-//! succeeded (the PV's `claimRef` switched, no data copied). The target is never bound to a
-//! half-written volume.
+//! The import and upload populators: claims whose `dataSourceRef` is a VolumeImportSource or a
+//! VolumeUploadSource get a PVC prime (cdi-core `populator`), which the import or upload
+//! controller fills like any claim of theirs; the target mirrors PVC prime's progress and
+//! conditions, and takes over its volume once the work succeeded (the PV's `claimRef` switched,
+//! no data copied). The target is never bound to a half-written volume.
 
 use std::sync::Arc;
 
-use cdi_api::populators::VolumeImportSource;
-use cdi_core::populator::{self, Readiness};
+use cdi_api::populators::{VolumeImportSource, VolumeUploadSource};
+use cdi_core::populator::{self, Readiness, Source, SourceKind};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Event, PersistentVolume, PersistentVolumeClaim};
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
@@ -52,7 +52,8 @@ pub async fn reconcile(
     target: Arc<PersistentVolumeClaim>,
     ctx: Arc<Context>,
 ) -> Result<Action, Error> {
-    let Some(source_name) = populator::import_source_name(&target).map(str::to_string) else {
+    let Some((kind, source_name)) = populator::source_of(&target).map(|(k, n)| (k, n.to_string()))
+    else {
         return Ok(Action::await_change());
     };
     if target.metadata.deletion_timestamp.is_some() {
@@ -77,9 +78,24 @@ pub async fn reconcile(
         if !unbound || phase == Some("Lost") {
             return Ok(Action::await_change());
         }
-        let sources: Api<VolumeImportSource> = Api::namespaced(ctx.client.clone(), &ns);
-        let Some(source) = sources.get_opt(&source_name).await? else {
-            return Ok(Action::requeue(slow));
+        let (import, upload) = match kind {
+            SourceKind::Import => (
+                Api::<VolumeImportSource>::namespaced(ctx.client.clone(), &ns)
+                    .get_opt(&source_name)
+                    .await?,
+                None,
+            ),
+            SourceKind::Upload => (
+                None,
+                Api::<VolumeUploadSource>::namespaced(ctx.client.clone(), &ns)
+                    .get_opt(&source_name)
+                    .await?,
+            ),
+        };
+        let source = match (&import, &upload) {
+            (Some(i), _) => Source::Import(i),
+            (_, Some(u)) => Source::Upload(u),
+            _ => return Ok(Action::requeue(slow)),
         };
         let class = target
             .spec
@@ -108,7 +124,7 @@ pub async fn reconcile(
                 .config()
                 .and_then(|c| c.status?.preallocation)
                 .unwrap_or(false);
-            let prime = populator::prime_claim(&target, &source, node.as_deref(), preallocation);
+            let prime = populator::prime_claim(&target, source, node.as_deref(), preallocation);
             match claims.create(&PostParams::default(), &prime).await {
                 Ok(_) => {
                     tracing::info!(target = %format!("{ns}/{}", target.name_any()), prime = %prime_name, "created PVC prime");
@@ -164,13 +180,18 @@ pub async fn reconcile(
             .patch(&volume, &PatchParams::default(), &Patch::Merge(&claim_ref))
             .await?;
         tracing::info!(target = %format!("{ns}/{}", target.name_any()), volume = %volume, "rebound the volume to the target");
-        ctx.events
-            .record(
-                target.as_ref(),
-                false,
+        let (reason, message) = match kind {
+            SourceKind::Import => (
                 "ImportSucceeded",
-                &format!("Import into {} succeeded", target.name_any()),
-            )
+                format!("Import into {} succeeded", target.name_any()),
+            ),
+            SourceKind::Upload => (
+                "UploadSucceeded",
+                format!("Successfully uploaded into {}", target.name_any()),
+            ),
+        };
+        ctx.events
+            .record(target.as_ref(), false, reason, &message)
             .await;
     }
     let target_bound = target.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Bound");

@@ -5,7 +5,9 @@
 use std::collections::BTreeMap;
 
 use cdi_api::datavolume::DataVolumeSource;
-use cdi_api::populators::{VOLUME_IMPORT_SOURCE_KIND, VolumeImportSource};
+use cdi_api::populators::{
+    VOLUME_IMPORT_SOURCE_KIND, VOLUME_UPLOAD_SOURCE_KIND, VolumeImportSource, VolumeUploadSource,
+};
 use cdi_api::{ann, label};
 
 use crate::import::annotations;
@@ -42,13 +44,43 @@ pub const MIRRORED: [&str; 12] = [
     ann::IMPORT_FATAL_ERROR,
 ];
 
+/// The populator sources of this controller.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SourceKind {
+    /// VolumeImportSource: PVC prime is an import claim.
+    Import,
+    /// VolumeUploadSource: PVC prime is an upload target.
+    Upload,
+}
+
+/// The kind and name of the populator source the target claim's `dataSourceRef` names in its
+/// namespace, when it is one of this controller's.
+pub fn source_of(target: &PersistentVolumeClaim) -> Option<(SourceKind, &str)> {
+    let r = target.spec.as_ref()?.data_source_ref.as_ref()?;
+    if r.api_group.as_deref() != Some(cdi_api::GROUP) || r.namespace.is_some() {
+        return None;
+    }
+    let kind = match r.kind.as_str() {
+        VOLUME_IMPORT_SOURCE_KIND => SourceKind::Import,
+        VOLUME_UPLOAD_SOURCE_KIND => SourceKind::Upload,
+        _ => return None,
+    };
+    Some((kind, r.name.as_str()))
+}
+
 /// The target claim's VolumeImportSource, when its `dataSourceRef` names one in its namespace.
 pub fn import_source_name(target: &PersistentVolumeClaim) -> Option<&str> {
-    let r = target.spec.as_ref()?.data_source_ref.as_ref()?;
-    (r.api_group.as_deref() == Some(cdi_api::GROUP)
-        && r.kind == VOLUME_IMPORT_SOURCE_KIND
-        && r.namespace.is_none())
-    .then_some(r.name.as_str())
+    match source_of(target)? {
+        (SourceKind::Import, name) => Some(name),
+        _ => None,
+    }
+}
+
+/// A populator source, as read.
+#[derive(Debug, Clone, Copy)]
+pub enum Source<'a> {
+    Import(&'a VolumeImportSource),
+    Upload(&'a VolumeUploadSource),
 }
 
 /// PVC prime's name: `prime-<target uid>`.
@@ -111,11 +143,12 @@ pub fn readiness(target: &PersistentVolumeClaim, class: Option<&StorageClass>) -
 }
 
 /// PVC prime for `target` (SPEC §2.3): the same access modes, size, class and volume mode
-/// without the data source, immediate binding, the selected node copied, the import
-/// annotations of `source`, owned by the target, excluded from backups.
+/// without the data source, immediate binding, the selected node copied, what `source` asks of
+/// its worker (an import's source annotations, or the upload target mark), owned by the target,
+/// excluded from backups.
 pub fn prime_claim(
     target: &PersistentVolumeClaim,
-    source: &VolumeImportSource,
+    source: Source<'_>,
     node: Option<&str>,
     preallocation_default: bool,
 ) -> PersistentVolumeClaim {
@@ -141,33 +174,50 @@ pub fn prime_claim(
             anns.insert(key.into(), v.clone());
         }
     }
-    anns.insert(ann::POPULATOR_KIND.into(), VOLUME_IMPORT_SOURCE_KIND.into());
+    let (kind, content_type, preallocation) = match source {
+        Source::Import(i) => (
+            VOLUME_IMPORT_SOURCE_KIND,
+            i.spec.content_type,
+            i.spec.preallocation,
+        ),
+        Source::Upload(u) => (
+            VOLUME_UPLOAD_SOURCE_KIND,
+            u.spec.content_type,
+            u.spec.preallocation,
+        ),
+    };
+    anns.insert(ann::POPULATOR_KIND.into(), kind.into());
     anns.insert(
         ann::CONTENT_TYPE.into(),
-        source.spec.content_type.unwrap_or_default().as_str().into(),
+        content_type.unwrap_or_default().as_str().into(),
     );
     anns.insert(
         ann::PREALLOCATION_REQUESTED.into(),
-        source
-            .spec
-            .preallocation
-            .unwrap_or(preallocation_default)
-            .to_string(),
+        preallocation.unwrap_or(preallocation_default).to_string(),
     );
-    let from = source.spec.source.clone().unwrap_or_default();
-    let as_dv = DataVolumeSource {
-        http: from.http,
-        s3: from.s3,
-        registry: from.registry,
-        gcs: from.gcs,
-        blank: from.blank,
-        imageio: from.imageio,
-        vddk: from.vddk,
-        ..Default::default()
-    };
-    crate::render::source_annotations(&as_dv, &mut anns);
-    if !anns.contains_key(ann::IMPORT_SOURCE) {
-        anns.insert(ann::IMPORT_SOURCE.into(), "none".into());
+    match source {
+        // PVC prime is an upload target: the upload controller gives it its upload pod.
+        Source::Upload(_) => {
+            anns.insert(ann::UPLOAD_REQUEST.into(), String::new());
+        }
+        // PVC prime is an import claim: the import controller gives it its importer.
+        Source::Import(import) => {
+            let from = import.spec.source.clone().unwrap_or_default();
+            let as_dv = DataVolumeSource {
+                http: from.http,
+                s3: from.s3,
+                registry: from.registry,
+                gcs: from.gcs,
+                blank: from.blank,
+                imageio: from.imageio,
+                vddk: from.vddk,
+                ..Default::default()
+            };
+            crate::render::source_annotations(&as_dv, &mut anns);
+            if !anns.contains_key(ann::IMPORT_SOURCE) {
+                anns.insert(ann::IMPORT_SOURCE.into(), "none".into());
+            }
+        }
     }
     PersistentVolumeClaim {
         metadata: ObjectMeta {
@@ -328,7 +378,7 @@ mod tests {
             "kind": "VolumeImportSource", "metadata": {"name": "volume-import-source-1"},
             "spec": {"source": {"http": {"url": "http://x/d.qcow2", "checksum": "sha256:00"}}}}))
             .unwrap();
-        let p = prime_claim(&t, &source, Some("node-2"), false);
+        let p = prime_claim(&t, Source::Import(&source), Some("node-2"), false);
         assert_eq!(p.metadata.name.as_deref(), Some("prime-t-uid"));
         let a = p.metadata.annotations.clone().unwrap();
         assert_eq!(a[ann::SELECTED_NODE], "node-2");
