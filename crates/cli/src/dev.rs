@@ -318,7 +318,7 @@ fn up_here(
 async fn install_cdi(client: &kube::Client) -> anyhow::Result<()> {
     use k8s_openapi::api::apps::v1::Deployment;
     use k8s_openapi::api::core::v1::{Namespace, Service, ServiceAccount};
-    use k8s_openapi::api::rbac::v1::ClusterRoleBinding;
+    use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
     use kube::Api;
     use kube::api::PostParams;
     use serde_json::json;
@@ -339,6 +339,20 @@ async fn install_cdi(client: &kube::Client) -> anyhow::Result<()> {
     Api::<ClusterRoleBinding>::all(client.clone())
         .create(&pp, &binding)
         .await?;
+    // What admin, edit and view grant on CDI's kinds (upload tokens among them).
+    for object in cdi_core::rbac::user_roles() {
+        if object["kind"] == "ClusterRole" {
+            let role: ClusterRole = serde_json::from_value(object)?;
+            Api::<ClusterRole>::all(client.clone())
+                .create(&pp, &role)
+                .await?;
+        } else {
+            let binding: ClusterRoleBinding = serde_json::from_value(object)?;
+            Api::<ClusterRoleBinding>::all(client.clone())
+                .create(&pp, &binding)
+                .await?;
+        }
+    }
     // The Services first: the controller puts the proxy's cluster IP in its certificate.
     let services = Api::<Service>::namespaced(client.clone(), "cdi");
     let mut proxy_ip = String::new();

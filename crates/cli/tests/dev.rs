@@ -358,6 +358,50 @@ async fn up_with_cdi_imports_a_data_volume_with_nothing_else_started() {
             String::from_utf8_lossy(&out.stderr).into_owned(),
         )
     };
+    // A token only for whom RBAC allows it: aggregated into edit by CDI's ClusterRole.
+    let (ok, alice, err) = cdi(&["dev", "kubeconfig", "--user", "alice"], &dir);
+    assert!(ok, "{err}");
+    let alice_path = tmp.path().join("alice");
+    std::fs::write(&alice_path, alice).unwrap();
+    let request = tmp.path().join("token.yaml");
+    std::fs::write(
+        &request,
+        "apiVersion: upload.cdi.kubevirt.io/v1beta1\nkind: UploadTokenRequest\nmetadata: {name: t}\nspec: {pvcName: disk}\n",
+    )
+    .unwrap();
+    let ask = || {
+        kubectl_with(
+            &alice_path,
+            &["create", "-f", request.to_str().unwrap(), "-o", "json"],
+        )
+    };
+    let (ok, _, err) = ask();
+    assert!(!ok, "alice has no role yet");
+    assert!(
+        err.contains(
+            r#"User "alice" cannot create resource "uploadtokenrequests" in API group "upload.cdi.kubevirt.io" in the namespace "default""#
+        ),
+        "{err}"
+    );
+    kubectl(
+        &dir,
+        &[
+            "create",
+            "rolebinding",
+            "alice-edits",
+            "--clusterrole=edit",
+            "--user=alice",
+        ],
+        None,
+    );
+    let answer = devcluster::wait_for("alice's token", 30, || {
+        let (ok, out, _) = ask();
+        ok.then_some(out)
+    });
+    let answer: serde_json::Value = serde_json::from_str(&answer).unwrap();
+    let token = answer["status"]["token"].as_str().unwrap_or_default();
+    assert_eq!(token.split('.').count(), 3, "a JWT: {answer}");
+
     // The default class waits for a first consumer: refused without --force-bind.
     let (ok, out, err) = upload("waits", &[]);
     assert!(!ok, "{out}{err}");

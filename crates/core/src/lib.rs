@@ -17,6 +17,7 @@ pub mod naming;
 pub mod placement;
 pub mod populator;
 pub mod quantity;
+pub mod rbac;
 pub mod render;
 pub mod size;
 pub mod source;

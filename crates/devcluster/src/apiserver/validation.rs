@@ -455,12 +455,16 @@ pub enum NameRule {
     Label,
     /// NameIsDNS1035Label: services.
     Dns1035,
+    /// ValidateRBACName (path.IsValidPathSegmentName): roles and bindings, whose names may hold
+    /// colons (`system:auth-delegator`, `cdi.kubevirt.io:edit`).
+    PathSegment,
 }
 
 pub fn name_rule(def: &ResourceDef) -> NameRule {
     match (def.group.as_str(), def.plural.as_str()) {
         ("", "namespaces") => NameRule::Label,
         ("", "services") => NameRule::Dns1035,
+        ("rbac.authorization.k8s.io", _) => NameRule::PathSegment,
         _ => NameRule::Subdomain,
     }
 }
@@ -485,6 +489,7 @@ pub fn check_name(rule: NameRule, name: &str, prefix: bool) -> Vec<String> {
         NameRule::Subdomain => is_dns1123_subdomain(&name),
         NameRule::Label => is_dns1123_label(&name),
         NameRule::Dns1035 => is_dns1035_label(&name),
+        NameRule::PathSegment => is_path_segment_name(&name),
     }
 }
 
@@ -2004,6 +2009,12 @@ mod tests {
 
     #[test]
     fn names_follow_kubes_rules_and_messages() {
+        // RBAC names are path segments: colons are fine, slashes are not.
+        assert!(check_name(NameRule::PathSegment, "cdi.kubevirt.io:edit", false).is_empty());
+        assert_eq!(
+            check_name(NameRule::PathSegment, "a/b", false),
+            ["may not contain '/'"]
+        );
         let cm = def("", "configmaps");
         let errs = validate(&cm, &json!({"metadata": {"name": "UPPER_case"}}), true);
         assert_eq!(
