@@ -8,7 +8,9 @@ use std::time::Duration;
 
 use cdi_testkit::images::{assert_same, convert, oracle, pattern, qemu_img};
 use cdi_testkit::{Behaviour, FileServer};
-use devcluster::{Controller, Down, cdi, kubectl, wait_for, within};
+use devcluster::{
+    Controller, Down, cdi, kubectl, pod_process, pod_process_named, wait_for, within,
+};
 use serde_json::Value;
 
 const MIB: u64 = 1 << 20;
@@ -1269,31 +1271,6 @@ fn events_of(dir: &Path, name: &str) -> Vec<(String, String)> {
 
 /// The process of a pod's first container, found by the `HOSTNAME` the kubelet gives it and
 /// the cluster directory its root lies in.
-fn pod_process(dir: &Path, pod: &str) -> Option<i32> {
-    find_pod_process(dir, |host| host == pod.as_bytes())
-}
-
-/// The process of any pod of the cluster in `dir` whose name starts with `prefix`.
-fn pod_process_named(dir: &Path, prefix: &str) -> Option<i32> {
-    find_pod_process(dir, |host| host.starts_with(prefix.as_bytes()))
-}
-
-/// A process of the cluster in `dir` (its `CDI_POD_ROOT` lies there) whose `HOSTNAME`, the pod's
-/// name, satisfies `name`.
-fn find_pod_process(dir: &Path, name: impl Fn(&[u8]) -> bool) -> Option<i32> {
-    let root = format!("CDI_POD_ROOT={}", dir.display());
-    std::fs::read_dir("/proc").ok()?.flatten().find_map(|e| {
-        let pid: i32 = e.file_name().to_str()?.parse().ok()?;
-        let env = std::fs::read(e.path().join("environ")).ok()?;
-        let vars: Vec<&[u8]> = env.split(|b| *b == 0).collect();
-        let has_root = vars.iter().any(|v| v.starts_with(root.as_bytes()));
-        let named = vars
-            .iter()
-            .any(|v| v.strip_prefix(b"HOSTNAME=").is_some_and(&name));
-        (has_root && named).then_some(pid)
-    })
-}
-
 /// What a hostile user can write into a spec, a status or a name, and what killing a worker
 /// does: each ends in a message naming the problem, and the controller keeps running.
 #[tokio::test(flavor = "multi_thread")]

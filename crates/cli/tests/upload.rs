@@ -495,3 +495,133 @@ async fn the_proxy_lets_only_valid_tokens_through() {
         get(&dir, &format!("pvc/{prime}")).is_none().then_some(())
     });
 }
+
+/// An upload DataVolume of archive content.
+const ARCHIVE_VOLUME: &str = r#"
+apiVersion: cdi.kubevirt.io/v1beta1
+kind: DataVolume
+metadata:
+  name: files
+  annotations: {cdi.kubevirt.io/storage.bind.immediate.requested: "true", cdi.kubevirt.io/storage.usePopulator: "false"}
+spec:
+  source: {upload: {}}
+  contentType: archive
+  pvc:
+    storageClassName: csi
+    accessModes: [ReadWriteOnce]
+    resources: {requests: {storage: 64Mi}}
+"#;
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_killed_upload_server_fails_the_upload_and_it_is_sent_again_and_archives_unpack() {
+    use cdi_upload::token::Operation;
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("cluster");
+    let (ok, out, err) = cdi(&["dev", "up", "--addr", "127.0.0.1:0"], &dir);
+    assert!(ok, "{out}{err}");
+    let _down = Down(&dir);
+    let _controller = Controller::start(&dir, &tmp.path().join("controller.log"));
+    kubectl(
+        &dir,
+        &["apply", "-f", "-"],
+        Some(&format!(
+            "{}---{ARCHIVE_VOLUME}",
+            upload_volume("killed", "csi", "Filesystem", "1Gi")
+        )),
+    );
+    let raw = tmp.path().join("src.raw");
+    let data = pattern(12 * MIB);
+    std::fs::write(&raw, &data).unwrap();
+    let proxy = start_proxy(&dir, tmp.path());
+    wait_for("killed to be ready for the upload", 60, || {
+        get(&dir, "dv/killed").filter(|d| phase(d) == "UploadReady")
+    });
+    let token = proxy.token(None, Operation::Upload, "killed", 0);
+    // A slow client: the upload is under way when its server is killed.
+    let slow = Command::new("curl")
+        .args([
+            "-sS",
+            "-o",
+            "/dev/null",
+            "-w",
+            "%{http_code}",
+            "--limit-rate",
+            "1M",
+        ])
+        .args(["--resolve", &proxy.resolve, "--cacert"])
+        .arg(&proxy.ca)
+        .arg("-H")
+        .arg(format!("Authorization: Bearer {token}"))
+        .arg("--data-binary")
+        .arg(format!("@{}", raw.display()))
+        .arg(format!("https://{}/v1beta1/upload", proxy.host))
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_for("the upload to reach the server", 30, || {
+        (upload_requests(&dir, "killed") > 0).then_some(())
+    });
+    let pid = wait_for("the upload server's process", 30, || {
+        devcluster::pod_process(&dir, "cdi-upload-killed")
+    });
+    let killed = Command::new("kill").args(["-9", &pid.to_string()]).status();
+    assert!(killed.unwrap().success());
+    let out = slow.wait_with_output().unwrap();
+    let code = String::from_utf8_lossy(&out.stdout).to_string();
+    assert_ne!(code, "200", "a broken upload is no success");
+    // Nothing half-written is done: the pod restarts and is ready again, and the upload is
+    // sent again.
+    wait_for("the upload pod to restart", 60, || {
+        get(&dir, "dv/killed").filter(|d| d["status"]["restartCount"].as_i64() >= Some(1))
+    });
+    assert_ne!(phase(&get(&dir, "dv/killed").unwrap()), "Succeeded");
+    wait_for("killed to be ready again", 60, || {
+        get(&dir, "dv/killed").filter(|d| phase(d) == "UploadReady")
+    });
+    let (code, body) = proxy.post(Some(&token), "/v1beta1/upload", &raw);
+    assert_eq!(code, 200, "{body}");
+    wait_for("killed to succeed", 60, || {
+        get(&dir, "dv/killed").filter(|d| phase(d) == "Succeeded")
+    });
+    let disk = std::fs::read(volume_path(&dir, "killed")).unwrap();
+    assert_same(&disk[..data.len()], &data, "the upload sent again");
+
+    // An archive: the proxy sends it to the archive endpoint, and it is unpacked.
+    let tree = tmp.path().join("tree");
+    std::fs::create_dir_all(tree.join("sub")).unwrap();
+    std::fs::write(tree.join("a.txt"), "first file\n").unwrap();
+    std::fs::write(tree.join("sub/b.bin"), pattern(MIB)).unwrap();
+    let tar = tmp.path().join("files.tar");
+    let made = Command::new("tar")
+        .arg("-cf")
+        .arg(&tar)
+        .arg("-C")
+        .arg(&tree)
+        .args(["a.txt", "sub"])
+        .status();
+    assert!(made.unwrap().success());
+    wait_for("files to be ready for the upload", 60, || {
+        get(&dir, "dv/files").filter(|d| phase(d) == "UploadReady")
+    });
+    let token = proxy.token(None, Operation::Upload, "files", 0);
+    let (code, body) = proxy.post(Some(&token), "/v1beta1/upload", &tar);
+    assert_eq!(code, 200, "{body}");
+    wait_for("files to succeed", 60, || {
+        get(&dir, "dv/files").filter(|d| phase(d) == "Succeeded")
+    });
+    let volume = volume_path(&dir, "files");
+    let volume = volume.parent().unwrap();
+    assert_eq!(
+        std::fs::read_to_string(volume.join("a.txt")).unwrap(),
+        "first file\n"
+    );
+    assert_eq!(
+        std::fs::read(volume.join("sub/b.bin")).unwrap(),
+        pattern(MIB)
+    );
+    assert!(
+        !volume.join("disk.img").exists(),
+        "an archive is no disk image"
+    );
+}

@@ -304,7 +304,15 @@ impl Proxy {
             .unwrap_or_default()
             .to_string();
         let service = host.split('.').next().unwrap_or_default().to_string();
-        let ip = service_address(&self.client, namespace, &service).await?;
+        // The Service's endpoints follow the pod's readiness a moment later.
+        let started = tokio::time::Instant::now();
+        let ip = loop {
+            match service_address(&self.client, namespace, &service).await {
+                Ok(ip) => break ip,
+                Err(e) if started.elapsed() >= WAIT_READY => return Err(e),
+                Err(_) => tokio::time::sleep(WAIT_INTERVAL / 4).await,
+            }
+        };
         let port = cdi_core::upload::PORT as u16;
         let client = reqwest::Client::builder()
             .tls_certs_only([self.server_ca.clone()])

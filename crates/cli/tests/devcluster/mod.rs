@@ -135,3 +135,32 @@ pub fn within<T>(secs: u64, mut check: impl FnMut() -> Option<T>) -> Option<T> {
     }
     None
 }
+
+/// The process of pod `pod` of the cluster in `dir`.
+#[allow(dead_code)]
+pub fn pod_process(dir: &Path, pod: &str) -> Option<i32> {
+    find_pod_process(dir, |host| host == pod.as_bytes())
+}
+
+/// The process of any pod of the cluster in `dir` whose name starts with `prefix`.
+#[allow(dead_code)]
+pub fn pod_process_named(dir: &Path, prefix: &str) -> Option<i32> {
+    find_pod_process(dir, |host| host.starts_with(prefix.as_bytes()))
+}
+
+/// A process of the cluster in `dir` (its `CDI_POD_ROOT` lies there) whose `HOSTNAME`, the pod's
+/// name, satisfies `name`.
+#[allow(dead_code)]
+pub fn find_pod_process(dir: &Path, name: impl Fn(&[u8]) -> bool) -> Option<i32> {
+    let root = format!("CDI_POD_ROOT={}", dir.display());
+    std::fs::read_dir("/proc").ok()?.flatten().find_map(|e| {
+        let pid: i32 = e.file_name().to_str()?.parse().ok()?;
+        let env = std::fs::read(e.path().join("environ")).ok()?;
+        let vars: Vec<&[u8]> = env.split(|b| *b == 0).collect();
+        let has_root = vars.iter().any(|v| v.starts_with(root.as_bytes()));
+        let named = vars
+            .iter()
+            .any(|v| v.strip_prefix(b"HOSTNAME=").is_some_and(&name));
+        (has_root && named).then_some(pid)
+    })
+}
