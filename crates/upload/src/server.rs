@@ -514,17 +514,15 @@ fn broken_body(e: impl std::fmt::Display) -> ImportError {
     }
 }
 
-/// The image's bytes: the body, or the `file` part of a multipart form.
+/// An image's bytes as they arrive.
+pub type ImageStream = std::pin::Pin<Box<dyn Stream<Item = Result<Bytes, ImportError>> + Send>>;
+
+/// The image's bytes (and their length, when told): the body, or the `file` part of a
+/// multipart form.
 async fn image_stream(
     endpoint: Endpoint,
     req: Request<Incoming>,
-) -> Result<
-    (
-        Option<u64>,
-        std::pin::Pin<Box<dyn Stream<Item = Result<Bytes, ImportError>> + Send>>,
-    ),
-    Response<Body>,
-> {
+) -> Result<(Option<u64>, ImageStream), Response<Body>> {
     let content_type = req
         .headers()
         .get(hyper::header::CONTENT_TYPE)
@@ -539,33 +537,33 @@ async fn image_stream(
     if !endpoint.is_form() {
         return Ok((length, Box::pin(body.map(|c| c.map_err(broken_body)))));
     }
-    let boundary = multer::parse_boundary(&content_type).map_err(|e| {
-        answer(
-            StatusCode::BAD_REQUEST,
-            format!("expected a multipart/form-data request with a part named \"file\": {e}"),
-        )
+    form_file(&content_type, body)
+        .await
+        .map(|file| (None, file))
+        .map_err(|message| answer(StatusCode::BAD_REQUEST, message))
+}
+
+/// The bytes of a multipart form's part `file` (the parts before it are skipped), or why the
+/// form has none. The part is streamed, never held.
+pub async fn form_file<S, E>(content_type: &str, body: S) -> Result<ImageStream, String>
+where
+    S: Stream<Item = Result<Bytes, E>> + Send + 'static,
+    E: Into<Box<dyn std::error::Error + Send + Sync>> + 'static,
+{
+    let boundary = multer::parse_boundary(content_type).map_err(|e| {
+        format!("expected a multipart/form-data request with a part named \"file\": {e}")
     })?;
     let mut form = multer::Multipart::new(body, boundary);
     loop {
         match form.next_field().await {
             Ok(Some(field)) if field.name() == Some("file") => {
-                return Ok((None, Box::pin(field.map(|c| c.map_err(broken_body)))));
+                return Ok(Box::pin(field.map(|c| c.map_err(broken_body))));
             }
             Ok(Some(field)) => {
                 tracing::info!(part = ?field.name(), "ignoring a form part");
             }
-            Ok(None) => {
-                return Err(answer(
-                    StatusCode::BAD_REQUEST,
-                    "the form has no part named \"file\"",
-                ));
-            }
-            Err(e) => {
-                return Err(answer(
-                    StatusCode::BAD_REQUEST,
-                    format!("reading the multipart form: {e}"),
-                ));
-            }
+            Ok(None) => return Err("the form has no part named \"file\"".into()),
+            Err(e) => return Err(format!("reading the multipart form: {e}")),
         }
     }
 }
