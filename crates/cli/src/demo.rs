@@ -41,13 +41,24 @@ pub struct DemoArgs {
     /// populator path, where PVC prime is filled and its volume handed to the VM's claim.
     #[arg(long)]
     populator: bool,
+    /// Fill the disk by uploading the image instead (`cdi image-upload`, through CDI's token API
+    /// and upload proxy running in the cluster): first the refusal of an upload into a
+    /// DataVolume still waiting for its first consumer, then the VM's disk with `--force-bind`.
+    #[arg(long, conflicts_with = "populator")]
+    upload: bool,
 }
 
 const NS: &str = "default";
 const VM: &str = "vm-with-wffc-disk";
 const DV: &str = "vm-with-wffc-disk-root";
 
-fn seed_objects(url: &str, size: &str, class: &str) -> Vec<serde_json::Value> {
+/// The seed's class and VirtualMachine; the disk's `source` is `http` from `url`, or `upload`
+/// when there is none.
+fn seed_objects(url: Option<&str>, size: &str, class: &str) -> Vec<serde_json::Value> {
+    let source = match url {
+        Some(url) => json!({"http": {"url": url}}),
+        None => json!({"upload": {}}),
+    };
     vec![
         json!({"apiVersion": "storage.k8s.io/v1", "kind": "StorageClass",
             "metadata": {"name": "local-path-wffc"}, "provisioner": "rancher.io/local-path",
@@ -57,7 +68,7 @@ fn seed_objects(url: &str, size: &str, class: &str) -> Vec<serde_json::Value> {
             "metadata": {"name": VM, "namespace": NS},
             "spec": {"running": true,
                 "dataVolumeTemplates": [{"metadata": {"name": DV}, "spec": {
-                    "source": {"http": {"url": url}},
+                    "source": source,
                     "pvc": {"storageClassName": class, "accessModes": ["ReadWriteOnce"],
                         "resources": {"requests": {"storage": size}}}}}],
                 "template": {"spec": {
@@ -87,7 +98,7 @@ fn gib(bytes: i64) -> String {
     format!("{:.2} GiB", bytes as f64 / (1u64 << 30) as f64)
 }
 
-async fn setup(client: &Client, url: &str, size: &str, class: &str) -> anyhow::Result<()> {
+async fn setup(client: &Client, url: Option<&str>, size: &str, class: &str) -> anyhow::Result<()> {
     // The controller creates `config`; the demo turns the gate on, as CDI's release CR does.
     let configs: Api<CDIConfig> = Api::all(client.clone());
     for _ in 0..100 {
@@ -121,6 +132,7 @@ async fn follow(
     t: &mut Timeline,
     timeout: Duration,
     populator: bool,
+    upload_lines: Option<std::sync::mpsc::Receiver<String>>,
 ) -> anyhow::Result<(String, PathBuf)> {
     let dvs: Api<DataVolume> = Api::namespaced(client.clone(), NS);
     let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), NS);
@@ -129,6 +141,7 @@ async fn follow(
     let volumes: Api<PersistentVolume> = Api::all(client.clone());
     let deadline = Instant::now() + timeout;
     let mut narrator = Narrator::new(VM, DV, populator);
+    let mut told = 0usize;
     loop {
         if Instant::now() > deadline {
             bail!(
@@ -149,6 +162,13 @@ async fn follow(
         let chapter = narrator.observe(&scene);
         for (key, line) in chapter.lines {
             t.say(&key, line);
+        }
+        for line in upload_lines.iter().flat_map(|r| r.try_iter()) {
+            told += 1;
+            t.say(
+                &format!("upload-{told}"),
+                format!("cdi image-upload: {line}"),
+            );
         }
         match chapter.end {
             Some(Ok(end)) => return Ok((end.node, end.path)),
@@ -191,8 +211,13 @@ pub fn run(args: &DemoArgs) -> anyhow::Result<()> {
             ("SEED.TXT", b"HonorWaitForFirstConsumer: the VM's temporary pod bound the claim, then the importer filled it.\n"),
         ]);
         let qcow2 = cdi_importer::qcow2_write::from_raw(&raw);
-        let (addr, _server): (SocketAddr, _) = demo_image::serve("/images/root.qcow2", qcow2.clone()).await?;
-        let url = format!("http://{addr}/images/root.qcow2");
+        // Served over HTTP for an import; a local file for an upload.
+        let (url, _server) = if args.upload {
+            (dir.join("root.qcow2").display().to_string(), None)
+        } else {
+            let (addr, server): (SocketAddr, _) = demo_image::serve("/images/root.qcow2", qcow2.clone()).await?;
+            (format!("http://{addr}/images/root.qcow2"), Some(server))
+        };
         println!("  image: {url} (qcow2 {} bytes of a {} FAT16 filesystem)", qcow2.len(), gib(raw.len() as i64));
 
         let mut config = cluster::Config::new(dir.clone(), "127.0.0.1:0".parse()?);
@@ -201,24 +226,44 @@ pub fn run(args: &DemoArgs) -> anyhow::Result<()> {
         let running = cluster::start(&config).await?;
         let client = running.client.clone();
         println!("  cluster: {} (kubeconfig {})", running.url, running.kubeconfig.display());
-        let ctx = Context::new(
-            client.clone(),
-            Options {
-                importer_image: "quay.io/kubevirt/cdi-importer:v1.66.0".into(),
-                resync: Duration::from_millis(500),
-                ..Options::default()
-            },
-            Arc::new(serve::Metrics::default()),
-        );
-        crate::controller::install_crds(&client).await?;
-        let controllers = tokio::spawn(cdi_controller::run_controllers(ctx));
+        // The upload path needs CDI's token API and upload proxy: CDI runs in the cluster, as
+        // `cdi dev up --cdi` installs it. Otherwise the controllers run in this process.
+        let controllers = if args.upload {
+            crate::dev::install_cdi(&client).await?;
+            wait_rolled_out(&client, Duration::from_secs(args.timeout)).await?;
+            println!("  CDI: controller, token API and upload proxy running in namespace cdi");
+            None
+        } else {
+            let ctx = Context::new(
+                client.clone(),
+                Options {
+                    importer_image: "quay.io/kubevirt/cdi-importer:v1.66.0".into(),
+                    resync: Duration::from_millis(500),
+                    ..Options::default()
+                },
+                Arc::new(serve::Metrics::default()),
+            );
+            crate::controller::install_crds(&client).await?;
+            Some(tokio::spawn(cdi_controller::run_controllers(ctx)))
+        };
         let class = if args.populator { "csi" } else { "local-path-wffc" };
-        setup(&client, &url, &args.size, class).await?;
-        println!("  applied: CDIConfig gate HonorWaitForFirstConsumer (no CDI workload tolerations), class local-path-wffc, VirtualMachine {VM} ({} root disk on spec.pvc, class {class})\n", args.size);
+        let source = (!args.upload).then_some(url.as_str());
+        setup(&client, source, &args.size, class).await?;
+        let what = if args.upload { "upload" } else { "http" };
+        println!("  applied: CDIConfig gate HonorWaitForFirstConsumer (no CDI workload tolerations), class local-path-wffc, VirtualMachine {VM} ({} root disk on spec.pvc, class {class}, source {what})\n", args.size);
 
         let mut t = Timeline { start: Instant::now(), seen: BTreeSet::new() };
-        let result = follow(&client, &mut t, Duration::from_secs(args.timeout), args.populator).await;
-        controllers.abort();
+        let upload_lines = if args.upload {
+            let image = dir.join("root.qcow2");
+            std::fs::write(&image, &qcow2)?;
+            Some(upload(&client, &running.kubeconfig, &image, &mut t).await?)
+        } else {
+            None
+        };
+        let result = follow(&client, &mut t, Duration::from_secs(args.timeout), args.populator, upload_lines).await;
+        if let Some(c) = controllers {
+            c.abort();
+        }
         let outcome = match result {
             Ok((node, path)) => {
                 let disk = std::fs::metadata(path.join("disk.img")).map(|m| m.len() as i64).unwrap_or(-1);
@@ -236,7 +281,8 @@ pub fn run(args: &DemoArgs) -> anyhow::Result<()> {
                 } else if !same {
                     Err(anyhow::anyhow!("the imported disk does not hold the served image"))
                 } else {
-                    println!("\nOK: the VM runs on node-2 with its {} disk on node-2, imported after the VM's constraints chose the node.", args.size);
+                    let how = if args.upload { "uploaded" } else { "imported" };
+                    println!("\nOK: the VM runs on node-2 with its {} disk on node-2, {how} after the VM's constraints chose the node.", args.size);
                     Ok(())
                 }
             }
@@ -245,6 +291,114 @@ pub fn run(args: &DemoArgs) -> anyhow::Result<()> {
         running.stop().await;
         outcome
     })
+}
+
+/// Wait until CDI's three Deployments have their pod ready.
+async fn wait_rolled_out(client: &Client, timeout: Duration) -> anyhow::Result<()> {
+    use k8s_openapi::api::apps::v1::Deployment;
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), "cdi");
+    let deadline = Instant::now() + timeout;
+    for name in ["cdi-deployment", "cdi-apiserver", "cdi-uploadproxy"] {
+        loop {
+            let ready = deployments
+                .get_opt(name)
+                .await?
+                .and_then(|d| d.status?.ready_replicas)
+                .unwrap_or(0);
+            if ready > 0 {
+                break;
+            }
+            if Instant::now() > deadline {
+                bail!(
+                    "Deployment cdi/{name} was not ready after {} s",
+                    timeout.as_secs()
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+    Ok(())
+}
+
+/// `cdi image-upload` as a user runs it: first into a DataVolume that waits for a first consumer
+/// (refused without `--force-bind`, told at once), then, once the VM's DataVolume has its claim,
+/// into the VM's disk with `--force-bind`, in the background: its output lines come through the
+/// receiver.
+async fn upload(
+    client: &Client,
+    kubeconfig: &Path,
+    image: &Path,
+    t: &mut Timeline,
+) -> anyhow::Result<std::sync::mpsc::Receiver<String>> {
+    let exe = std::env::current_exe().context("finding the cdi executable")?;
+    let image_arg = image.to_string_lossy().into_owned();
+    let refused = tokio::process::Command::new(&exe)
+        .args([
+            "image-upload",
+            "dv",
+            "waiting-disk",
+            "--size",
+            "1Gi",
+            "--access-mode",
+        ])
+        .args([
+            "ReadWriteOnce",
+            "--storage-class",
+            "local-path-wffc",
+            "--image-path",
+            &image_arg,
+        ])
+        .env("KUBECONFIG", kubeconfig)
+        .output()
+        .await?;
+    let said = String::from_utf8_lossy(&refused.stderr).trim().to_string();
+    if refused.status.success() || !said.contains("force-bind") {
+        bail!("an upload into a DataVolume waiting for its first consumer was not refused: {said}");
+    }
+    t.say(
+        "refused",
+        format!("cdi image-upload dv waiting-disk (no --force-bind): {said}"),
+    );
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), NS);
+    while claims.get_opt(DV).await?.is_none() {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    t.say("upload-start", format!("cdi image-upload dv {DV} --no-create --force-bind --image-path root.qcow2 (waits for the VM to bind the claim)"));
+    let mut child = std::process::Command::new(&exe)
+        .args([
+            "image-upload",
+            "dv",
+            DV,
+            "--no-create",
+            "--force-bind",
+            "--image-path",
+            &image_arg,
+        ])
+        .env("KUBECONFIG", kubeconfig)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()?;
+    let (tx, rx) = std::sync::mpsc::channel();
+    let out = child.stdout.take();
+    let err = child.stderr.take();
+    std::thread::spawn(move || {
+        use std::io::BufRead;
+        for line in std::io::BufReader::new(out.into_iter().next().expect("piped")).lines() {
+            let Ok(line) = line else { break };
+            if !line.trim().is_empty() {
+                let _ = tx.send(line);
+            }
+        }
+        let mut rest = String::new();
+        if let Some(mut e) = err {
+            let _ = std::io::Read::read_to_string(&mut e, &mut rest);
+        }
+        let status = child.wait();
+        if !status.is_ok_and(|s| s.success()) {
+            let _ = tx.send(format!("failed: {}", rest.trim()));
+        }
+    });
+    Ok(rx)
 }
 
 fn read_head(path: &Path, len: usize) -> Option<Vec<u8>> {

@@ -315,7 +315,7 @@ fn up_here(
 /// (`cdi-apiserver` behind Service `cdi-api`) and the upload proxy (`cdi-uploadproxy`, its Service
 /// on port 443 of a cluster IP this machine reaches, which CDIConfig names as the upload proxy
 /// URL).
-async fn install_cdi(client: &kube::Client) -> anyhow::Result<()> {
+pub(crate) async fn install_cdi(client: &kube::Client) -> anyhow::Result<()> {
     use k8s_openapi::api::apps::v1::Deployment;
     use k8s_openapi::api::core::v1::{Namespace, Service, ServiceAccount};
     use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};

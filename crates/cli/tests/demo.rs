@@ -91,3 +91,29 @@ fn the_populator_demo_hands_prime_s_volume_to_the_vm() {
         "no temporary pod on the populator path:\n{stdout}"
     );
 }
+
+#[test]
+fn the_upload_demo_is_refused_without_force_bind_then_fills_the_vm_disk() {
+    let out = Command::new(env!("CARGO_BIN_EXE_cdi"))
+        .args(["demo", "--upload"])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    let order = [
+        "cdi image-upload dv waiting-disk (no --force-bind): error: cannot upload to DataVolume in WaitForFirstConsumer phase, make sure the PVC is Bound, or use force-bind flag",
+        "--no-create --force-bind",
+        "DataVolume vm-with-wffc-disk-root: UploadReady",
+        "cdi image-upload: Uploading data to https://",
+        "DataVolume vm-with-wffc-disk-root: Succeeded (100.0%)",
+        "Running on node-2",
+        "contents: the served filesystem, byte for byte",
+        "OK: the VM runs on node-2 with its 20Gi disk on node-2, uploaded",
+    ];
+    assert_in_order(&stdout, &order);
+    assert!(
+        stdout.contains("upload pod cdi-upload-vm-with-wffc-disk-root running on node-2"),
+        "{stdout}"
+    );
+}

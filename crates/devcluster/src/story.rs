@@ -53,6 +53,17 @@ pub struct Narrator {
     importer_seen: bool,
 }
 
+/// What a worker pod of CDI's does, by its name: `importer-…` or `cdi-upload-…`.
+fn worker_kind(name: &str) -> Option<&'static str> {
+    if name.starts_with("importer-") {
+        Some("importer")
+    } else if name.starts_with("cdi-upload-") {
+        Some("upload")
+    } else {
+        None
+    }
+}
+
 fn pod_phase(p: &Pod) -> &str {
     p.status
         .as_ref()
@@ -178,11 +189,11 @@ impl Narrator {
                         format!("temporary pod {name} Succeeded (bash -c echo \"bound PVCs\")"),
                     );
                 }
-            } else if name.starts_with("importer-") {
+            } else if let Some(kind) = worker_kind(name) {
                 self.importer_seen = true;
                 if claim_phase != "Bound" && !self.populator {
                     out.end = Some(Err(format!(
-                        "importer pod {name} exists while claim {dv} is {claim_phase:?}: the gate did not hold"
+                        "{kind} pod {name} exists while claim {dv} is {claim_phase:?}: the gate did not hold"
                     )));
                     return out;
                 }
@@ -193,7 +204,7 @@ impl Narrator {
                 };
                 out.say(
                     format!("{name}-created"),
-                    format!("importer pod {name} created {why}"),
+                    format!("{kind} pod {name} created {why}"),
                 );
                 if let (Some(n), "Running") = (&node, phase) {
                     let ip = p
@@ -203,14 +214,14 @@ impl Narrator {
                         .unwrap_or_default();
                     out.say(
                         format!("{name}-running"),
-                        format!("importer pod {name} running on {n}, IP {ip}"),
+                        format!("{kind} pod {name} running on {n}, IP {ip}"),
                     );
                 }
                 if phase == "Succeeded" {
                     let on = node.as_deref().unwrap_or("?");
                     out.say(
                         format!("{name}-done"),
-                        format!("importer pod {name} Succeeded on {on}"),
+                        format!("{kind} pod {name} Succeeded on {on}"),
                     );
                 }
             } else if name.starts_with("virt-launcher-") && phase != "Running" {
@@ -245,14 +256,14 @@ impl Narrator {
                 });
             }
         }
-        let importer_left = scene.pods.iter().any(|p| {
+        let worker_left = scene.pods.iter().any(|p| {
             p.metadata
                 .name
                 .as_deref()
-                .is_some_and(|n| n.starts_with("importer-"))
+                .is_some_and(|n| worker_kind(n).is_some())
         });
-        if self.importer_seen && !importer_left {
-            out.say("importer-gone", "importer pod deleted after success".into());
+        if self.importer_seen && !worker_left {
+            out.say("importer-gone", "worker pod deleted after success".into());
         }
         for prime in &scene.claims {
             let name = prime.metadata.name.as_deref().unwrap_or("");
