@@ -1823,6 +1823,67 @@ impl Rng {
     }
 }
 
+/// Where the chaos run's upload proxy is now (it is restarted on another port when killed).
+#[derive(Clone)]
+struct ProxyAt {
+    host: String,
+    resolve: String,
+    ca: std::path::PathBuf,
+}
+
+impl ProxyAt {
+    fn of(p: &devcluster::UploadProxy) -> ProxyAt {
+        ProxyAt {
+            host: p.host.clone(),
+            resolve: p.resolve.clone(),
+            ca: p.ca.clone(),
+        }
+    }
+}
+
+/// What a client such as virtctl does against faults: while the DataVolume is UploadReady,
+/// upload (slowly, so that faults strike mid-upload) with a fresh token through the proxy where
+/// it is now; after any failure, look again. Ends once the DataVolume succeeded, or at `stop`.
+fn upload_client(
+    dir: std::path::PathBuf,
+    name: String,
+    image: std::path::PathBuf,
+    key: String,
+    at: std::sync::Arc<std::sync::Mutex<ProxyAt>>,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+) -> std::thread::JoinHandle<usize> {
+    use cdi_upload::token::{API_ISSUER, LIFETIME, Payload, Signer};
+    std::thread::spawn(move || {
+        let signer = Signer::new(API_ISSUER, &key).unwrap();
+        let mut attempts = 0;
+        while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+            let phase = get(&dir, &format!("dv/{name}")).map(|d| phase(&d));
+            match phase.as_deref() {
+                Some("Succeeded") => break,
+                Some("UploadReady") => {
+                    attempts += 1;
+                    let p = at.lock().unwrap().clone();
+                    let token = signer.sign(&Payload::upload("default", &name), LIFETIME);
+                    let _ = std::process::Command::new("curl")
+                        .args(["-sS", "-o", "/dev/null", "--limit-rate", "3M", "--resolve"])
+                        .arg(&p.resolve)
+                        .arg("--cacert")
+                        .arg(&p.ca)
+                        .arg("-H")
+                        .arg(format!("Authorization: Bearer {token}"))
+                        .arg("--data-binary")
+                        .arg(format!("@{}", image.display()))
+                        .arg(format!("https://{}/v1beta1/upload", p.host))
+                        .output();
+                }
+                _ => {}
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        attempts
+    })
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Fault {
     None,
@@ -1832,13 +1893,24 @@ enum Fault {
     Worker,
     /// Every node's kubelet restarted, the pods' processes with them.
     Kubelet,
+    /// The upload proxy killed and another started (upload scenarios; none for the others).
+    Proxy,
+}
+
+/// What fills a scenario's DataVolume.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Filler {
+    Http,
+    Blank,
+    /// A client uploads the image through the proxy, again after any failure.
+    Upload,
 }
 
 /// One randomized scenario: what is imported, on which path, what fails and when.
 #[derive(Debug)]
 struct Scenario {
     name: String,
-    http: bool,
+    filler: Filler,
     populator: bool,
     consumer_first: bool,
     fault: Fault,
@@ -1847,26 +1919,35 @@ struct Scenario {
 
 impl Scenario {
     fn random(i: usize, rng: &mut Rng) -> Scenario {
+        let filler = [
+            Filler::Http,
+            Filler::Http,
+            Filler::Blank,
+            Filler::Upload,
+            Filler::Upload,
+        ][rng.below(5) as usize];
         Scenario {
             name: format!("chaos-{i}"),
-            http: rng.below(4) != 0,
+            filler,
             populator: rng.below(2) == 0,
             consumer_first: rng.below(3) == 0,
+            // The proxy's fault only where there is an upload.
             fault: [
                 Fault::None,
                 Fault::Controller,
                 Fault::Worker,
                 Fault::Kubelet,
-            ][rng.below(4) as usize],
+                Fault::Proxy,
+            ][rng.below(if filler == Filler::Upload { 5 } else { 4 }) as usize],
             after: Duration::from_millis(rng.below(5000)),
         }
     }
 
     fn data_volume(&self, url: &str) -> String {
-        let source = if self.http {
-            format!(r#"{{http: {{url: "{url}"}}}}"#)
-        } else {
-            "{blank: {}}".to_string()
+        let source = match self.filler {
+            Filler::Http => format!(r#"{{http: {{url: "{url}"}}}}"#),
+            Filler::Blank => "{blank: {}}".to_string(),
+            Filler::Upload => "{upload: {}}".to_string(),
         };
         let (api, class) = if self.populator {
             ("storage", "csi")
@@ -1904,8 +1985,9 @@ fn names_of(dir: &Path, kind: &str) -> Vec<String> {
         .unwrap_or_default()
 }
 
-/// Faults at random moments (the controller, a worker's process, the kubelets) while
-/// DataVolumes import, over HTTP or blank, on the classic and the populator path, the consumer
+/// Faults at random moments (the controller, a worker's process, the kubelets, the upload proxy)
+/// while DataVolumes import over HTTP or blank, or are uploaded through the proxy by a client
+/// that sends again after a failure, on the classic and the populator path, the consumer
 /// created before or after: each DataVolume succeeds with the image's bytes, as without faults,
 /// and once deleted nothing is left of it. `CDI_CHAOS=N` scenarios (3 by default),
 /// `CDI_CHAOS_SEED` repeats a run; `scripts/chaos` runs 100.
@@ -1939,6 +2021,17 @@ async fn chaos_every_data_volume_converges_and_nothing_leaks() {
     let signal = |pid: i32, sig| {
         let _ = rustix::process::kill_process(rustix::process::Pid::from_raw(pid).unwrap(), sig);
     };
+    // Uploads go through a proxy of their own, restarted when the proxy's fault kills it.
+    let image = s._tmp.path().join("upload.raw");
+    std::fs::write(&image, &expected).unwrap();
+    let mut proxies = 1;
+    let proxy_dir = |n: usize| {
+        let d = s._tmp.path().join(format!("proxy-{n}"));
+        std::fs::create_dir_all(&d).unwrap();
+        d
+    };
+    let mut proxy = devcluster::start_proxy(&s.dir, &proxy_dir(proxies));
+    let proxy_at = std::sync::Arc::new(std::sync::Mutex::new(ProxyAt::of(&proxy)));
     let mut controllers = 1;
     let mut failures: Vec<String> = Vec::new();
     let mut hits = std::collections::BTreeMap::<String, (usize, usize)>::new();
@@ -1951,10 +2044,23 @@ async fn chaos_every_data_volume_converges_and_nothing_leaks() {
         for d in order {
             kubectl(&s.dir, &["apply", "-f", "-"], Some(&docs[d]));
         }
+        let upload = sc.filler == Filler::Upload;
+        let worker = if upload { "cdi-upload-" } else { "importer-" };
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let client = upload.then(|| {
+            upload_client(
+                s.dir.clone(),
+                sc.name.clone(),
+                image.clone(),
+                proxy.signing_key.clone(),
+                proxy_at.clone(),
+                stop.clone(),
+            )
+        });
         // A worker's fault strikes while one runs (it does for a second or two), at a random
         // moment of it; the controller's, at a random moment after the apply.
-        if matches!(sc.fault, Fault::Worker | Fault::Kubelet) {
-            let _ = within(60, || pod_process_named(&s.dir, "importer-"));
+        if matches!(sc.fault, Fault::Worker | Fault::Kubelet | Fault::Proxy) {
+            let _ = within(60, || pod_process_named(&s.dir, worker));
             std::thread::sleep(sc.after / 4);
         } else {
             std::thread::sleep(sc.after);
@@ -1971,7 +2077,7 @@ async fn chaos_every_data_volume_converges_and_nothing_leaks() {
                 );
                 true
             }
-            Fault::Worker => match pod_process_named(&s.dir, "importer-") {
+            Fault::Worker => match pod_process_named(&s.dir, worker) {
                 Some(pid) => {
                     signal(pid, rustix::process::Signal::KILL);
                     true
@@ -1979,9 +2085,17 @@ async fn chaos_every_data_volume_converges_and_nothing_leaks() {
                 None => false,
             },
             Fault::Kubelet => {
-                let running = pod_process_named(&s.dir, "importer-").is_some();
+                let running = pod_process_named(&s.dir, worker).is_some();
                 signal(dev_pid, rustix::process::Signal::USR1);
                 running
+            }
+            Fault::Proxy => {
+                let _ = proxy.child.kill();
+                let _ = proxy.child.wait();
+                proxies += 1;
+                proxy = devcluster::start_proxy(&s.dir, &proxy_dir(proxies));
+                *proxy_at.lock().unwrap() = ProxyAt::of(&proxy);
+                true
             }
         };
         let entry = hits.entry(format!("{:?}", sc.fault)).or_default();
@@ -1996,6 +2110,11 @@ async fn chaos_every_data_volume_converges_and_nothing_leaks() {
             get(&s.dir, &format!("dv/{}", sc.name))
                 .filter(|d| matches!(phase(d).as_str(), "Succeeded" | "Failed"))
         });
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        if let Some(c) = client {
+            let attempts = c.join().unwrap_or(0);
+            eprintln!("chaos: {} uploaded in {attempts} attempt(s)", sc.name);
+        }
         match done.as_ref().map(phase).as_deref() {
             Some("Succeeded") => {}
             other => {
@@ -2030,7 +2149,7 @@ async fn chaos_every_data_volume_converges_and_nothing_leaks() {
                 .map(std::path::PathBuf::from);
             if let Some(dir) = dir {
                 match std::fs::read(dir.join("disk.img")) {
-                    Ok(disk) if sc.http => {
+                    Ok(disk) if sc.filler != Filler::Blank => {
                         if disk.len() < expected.len() || disk[..expected.len()] != expected[..] {
                             fail("the disk differs from the image".into());
                         }

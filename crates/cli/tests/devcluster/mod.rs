@@ -164,3 +164,155 @@ pub fn find_pod_process(dir: &Path, name: impl Fn(&[u8]) -> bool) -> Option<i32>
         (has_root && named).then_some(pid)
     })
 }
+
+/// `kubectl get WHAT -n NAMESPACE -o json`, when it exists.
+#[allow(dead_code)]
+pub fn get_json(dir: &Path, namespace: &str, what: &str) -> Option<serde_json::Value> {
+    let out = Command::new("kubectl")
+        .args(["get", what, "-n", namespace, "-o", "json"])
+        .env("KUBECONFIG", dir.join("kubeconfig"))
+        .output()
+        .unwrap();
+    out.status
+        .success()
+        .then(|| serde_json::from_slice(&out.stdout).unwrap())
+}
+
+/// `cdi upload-proxy` as a process against the cluster, with the Secrets the controller made
+/// written to files; killed when dropped.
+#[allow(dead_code)]
+pub struct UploadProxy {
+    pub child: std::process::Child,
+    /// The name its certificate holds, at the address it listens on.
+    pub host: String,
+    pub resolve: String,
+    pub ca: std::path::PathBuf,
+    pub signing_key: String,
+}
+
+impl Drop for UploadProxy {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[allow(dead_code)]
+pub fn secret_file(dir: &Path, out: &Path, secret: &str, key: &str) -> std::path::PathBuf {
+    use base64::Engine;
+    let s = wait_for(&format!("Secret {secret}"), 30, || {
+        get_json(dir, "kube-system", &format!("secret/{secret}"))
+    });
+    let data = base64::engine::general_purpose::STANDARD
+        .decode(s["data"][key].as_str().unwrap())
+        .unwrap();
+    let path = out.join(format!("{secret}-{key}"));
+    std::fs::write(&path, data).unwrap();
+    path
+}
+
+#[allow(dead_code)]
+pub fn bundle_file(dir: &Path, out: &Path, map: &str) -> std::path::PathBuf {
+    let m = wait_for(&format!("ConfigMap {map}"), 30, || {
+        get_json(dir, "kube-system", &format!("configmap/{map}"))
+    });
+    let path = out.join(format!("{map}.crt"));
+    std::fs::write(&path, m["data"]["ca-bundle.crt"].as_str().unwrap()).unwrap();
+    path
+}
+
+#[allow(dead_code)]
+pub fn start_proxy(dir: &Path, out: &Path) -> UploadProxy {
+    use std::io::BufRead;
+    let f = |secret: &str, key: &str| secret_file(dir, out, secret, key);
+    let public = f("cdi-api-signing-key", "id_rsa.pub");
+    let signing_key = std::fs::read_to_string(f("cdi-api-signing-key", "id_rsa")).unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_cdi"))
+        .args(["upload-proxy", "--listen", "127.0.0.1:0", "--tls-cert"])
+        .arg(f("cdi-uploadproxy-server-cert", "tls.crt"))
+        .arg("--tls-key")
+        .arg(f("cdi-uploadproxy-server-cert", "tls.key"))
+        .arg("--client-cert")
+        .arg(f("cdi-uploadserver-client-cert", "tls.crt"))
+        .arg("--client-key")
+        .arg(f("cdi-uploadserver-client-cert", "tls.key"))
+        .arg("--server-ca")
+        .arg(bundle_file(dir, out, "cdi-uploadserver-signer-bundle"))
+        .arg("--apiserver-public-key-file")
+        .arg(public)
+        .env("KUBECONFIG", dir.join("kubeconfig"))
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::fs::File::create(out.join("proxy.log")).unwrap())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let addr = line
+        .trim()
+        .strip_prefix("upload proxy on https://")
+        .unwrap_or_else(|| panic!("the proxy said {line:?}"))
+        .to_string();
+    let port = addr.rsplit_once(':').unwrap().1.to_string();
+    let host = "cdi-uploadproxy.kube-system.svc".to_string();
+    UploadProxy {
+        child,
+        resolve: format!("{host}:{port}:127.0.0.1"),
+        host: format!("{host}:{port}"),
+        ca: bundle_file(dir, out, "cdi-uploadproxy-signer-bundle"),
+        signing_key,
+    }
+}
+
+#[allow(dead_code)]
+impl UploadProxy {
+    /// A token for an upload into `default/claim`, issued `ago` in the past by `key`.
+    pub fn token(
+        &self,
+        key: Option<&str>,
+        op: cdi_upload::token::Operation,
+        claim: &str,
+        ago: u64,
+    ) -> String {
+        use cdi_upload::token::{API_ISSUER, LIFETIME, Payload, Signer};
+        let signer = Signer::new(API_ISSUER, key.unwrap_or(&self.signing_key)).unwrap();
+        let mut payload = Payload::upload("default", claim);
+        payload.operation = op;
+        let issued = std::time::SystemTime::now() - std::time::Duration::from_secs(ago);
+        signer.sign_at(&payload, issued, LIFETIME)
+    }
+
+    /// curl posting `image` to `path` with `token`: the status and the body.
+    pub fn post(&self, token: Option<&str>, path: &str, image: &Path) -> (u16, String) {
+        let mut cmd = Command::new("curl");
+        cmd.args([
+            "-sS",
+            "-o",
+            "-",
+            "-w",
+            "\n%{http_code}",
+            "--resolve",
+            &self.resolve,
+        ])
+        .arg("--cacert")
+        .arg(&self.ca)
+        .arg("--data-binary")
+        .arg(format!("@{}", image.display()));
+        if let Some(t) = token {
+            cmd.arg("-H").arg(format!("Authorization: Bearer {t}"));
+        }
+        cmd.arg(format!("https://{}{path}", self.host));
+        let out = cmd.output().expect("curl is installed");
+        let text = String::from_utf8_lossy(&out.stdout).to_string();
+        let (body, code) = text.rsplit_once('\n').unwrap_or(("", &text));
+        let code = code
+            .trim()
+            .parse()
+            .unwrap_or_else(|_| panic!("curl: {text} {}", String::from_utf8_lossy(&out.stderr)));
+        (
+            code,
+            format!("{body}{}", String::from_utf8_lossy(&out.stderr)),
+        )
+    }
+}
