@@ -17,6 +17,16 @@ fn get(dir: &Path, what: &str) -> Option<Value> {
     get_json(dir, "default", what)
 }
 
+/// `cdi controller` against the cluster in `dir`, once it has installed the CRDs (kubectl
+/// validates what it applies against their schemas).
+fn controller(dir: &Path, logs: &Path) -> Controller {
+    let c = Controller::start(dir, &logs.join("controller.log"));
+    wait_for("the controller's CDIConfig", 60, || {
+        get(dir, "cdiconfig/config")
+    });
+    c
+}
+
 fn phase(dv: &Value) -> String {
     dv["status"]["phase"].as_str().unwrap_or("").to_string()
 }
@@ -148,7 +158,7 @@ async fn upload_volumes_are_filled_by_the_holder_of_the_proxy_certificate() {
     let (ok, out, err) = cdi(&["dev", "up", "--addr", "127.0.0.1:0"], &dir);
     assert!(ok, "{out}{err}");
     let _down = Down(&dir);
-    let _controller = Controller::start(&dir, &tmp.path().join("controller.log"));
+    let _controller = controller(&dir, tmp.path());
     kubectl(
         &dir,
         &["apply", "-f", "-"],
@@ -252,7 +262,7 @@ async fn the_proxy_lets_only_valid_tokens_through() {
     let (ok, out, err) = cdi(&["dev", "up", "--addr", "127.0.0.1:0"], &dir);
     assert!(ok, "{out}{err}");
     let _down = Down(&dir);
-    let _controller = Controller::start(&dir, &tmp.path().join("controller.log"));
+    let _controller = controller(&dir, tmp.path());
     kubectl(
         &dir,
         &["apply", "-f", "-"],
@@ -374,7 +384,7 @@ async fn a_killed_upload_server_fails_the_upload_and_it_is_sent_again_and_archiv
     let (ok, out, err) = cdi(&["dev", "up", "--addr", "127.0.0.1:0"], &dir);
     assert!(ok, "{out}{err}");
     let _down = Down(&dir);
-    let _controller = Controller::start(&dir, &tmp.path().join("controller.log"));
+    let _controller = controller(&dir, tmp.path());
     kubectl(
         &dir,
         &["apply", "-f", "-"],
