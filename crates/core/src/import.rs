@@ -711,19 +711,20 @@ fn said(m: &TerminationMessage) -> String {
 
 /// What a terminated importer said, or, when it could not say anything (killed by a signal, out
 /// of memory), what happened to it: an empty message explains nothing.
-fn exit_message(t: &ContainerStateTerminated, restarts: bool) -> String {
+fn exit_message(t: &ContainerStateTerminated, restarts: bool, who: &str) -> String {
     let said = said(&TerminationMessage::parse(
         t.message.as_deref().unwrap_or(""),
     ));
     let said = said.trim_end();
-    let then = if restarts {
-        "; it restarts and resumes"
-    } else {
-        ""
+    let then = match (restarts, who) {
+        (false, _) => "",
+        // An upload is the client's to send again.
+        (true, "upload server") => "; it restarts for the upload to be sent again",
+        (true, _) => "; it restarts and resumes",
     };
     if t.reason.as_deref() == Some("OOMKilled") {
         return format!(
-            "the importer was killed for exceeding its memory limit (OOMKilled){then}; raise \
+            "the {who} was killed for exceeding its memory limit (OOMKilled){then}; raise \
              CDIConfig spec.podResourceRequirements if it happens again"
         );
     }
@@ -742,11 +743,11 @@ fn exit_message(t: &ContainerStateTerminated, restarts: bool) -> String {
                 2 => " (SIGINT)",
                 _ => "",
             };
-            format!("the importer was killed by signal {sig}{name}{then}")
+            format!("the {who} was killed by signal {sig}{name}{then}")
         }
         _ if !said.is_empty() || t.exit_code == 0 => said.to_string(),
         _ => format!(
-            "the importer exited with code {} without a message{then}; see its log",
+            "the {who} exited with code {} without a message{then}; see its log",
             t.exit_code
         ),
     }
@@ -778,6 +779,12 @@ pub fn update_from_worker(
     pod: &Pod,
     pod_name_key: &str,
 ) -> Outcome {
+    // Who the pod's messages name.
+    let who = if pod_name_key == ann::UPLOAD_POD_NAME {
+        "upload server"
+    } else {
+        "importer"
+    };
     let mut out = Outcome::default();
     let restarted = pod.spec.as_ref().and_then(|s| s.restart_policy.as_deref()) != Some("Never");
     let status = pod.status.clone().unwrap_or_default();
@@ -850,11 +857,11 @@ pub fn update_from_worker(
                         out.labels = m.labels.clone().unwrap_or_default();
                     }
                     None => {
-                        set(anns, "false", &exit_message(&t, restarted), &reason);
+                        set(anns, "false", &exit_message(&t, restarted, who), &reason);
                     }
                 }
                 if t.exit_code != 0 {
-                    out.failed = Some(exit_message(&t, restarted));
+                    out.failed = Some(exit_message(&t, restarted, who));
                 }
             }
         }

@@ -493,5 +493,19 @@ mod tests {
         assert_eq!(anns[ann::POD_PHASE], "");
         assert_eq!(anns[ann::POD_READY], "false");
         assert!(!out.complete);
+        // A killed server is told as what it is.
+        let killed = pod(
+            json!({"phase": "Running", "containerStatuses": [{"name": "c",
+            "image": "i", "imageID": "", "ready": false, "restartCount": 1,
+            "state": {"waiting": {"reason": "CrashLoopBackOff"}},
+            "lastState": {"terminated": {"exitCode": 137}}}]}),
+        );
+        let out = update_from_pod(&mut anns, &killed);
+        assert_eq!(
+            out.failed.as_deref(),
+            Some(
+                "the upload server was killed by signal 9 (SIGKILL); it restarts for the upload to be sent again"
+            )
+        );
     }
 }
