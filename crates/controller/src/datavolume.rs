@@ -14,7 +14,7 @@ use cdi_core::datavolume::{self, ClaimStep, Companion, Plan, PodStep, Requeue, S
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Event, PersistentVolumeClaim, Pod};
 use k8s_openapi::api::storage::v1::StorageClass;
-use kube::api::{Patch, PatchParams, PostParams};
+use kube::api::{Patch, PatchParams};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
@@ -87,18 +87,6 @@ async fn observe(ctx: &Context, dv: &DataVolume) -> Observed {
     observed
 }
 
-/// Create `object`; already there is fine (a pass that failed half way is repeated).
-async fn create<K>(api: &Api<K>, object: &K) -> Result<(), kube::Error>
-where
-    K: kube::Resource + Clone + serde::Serialize + serde::de::DeserializeOwned + std::fmt::Debug,
-{
-    match api.create(&PostParams::default(), object).await {
-        Ok(_) => Ok(()),
-        Err(kube::Error::Api(e)) if e.code == 409 => Ok(()),
-        Err(e) => Err(e),
-    }
-}
-
 async fn merge<K>(api: &Api<K>, name: &str, patch: serde_json::Value) -> Result<(), kube::Error>
 where
     K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
@@ -125,9 +113,9 @@ async fn execute(
     let sources: Api<VolumeImportSource> = Api::namespaced(ctx.client.clone(), &ns);
     for c in &plan.create {
         match c {
-            Companion::ImportSource(s) => create(&sources, s.as_ref()).await?,
+            Companion::ImportSource(s) => crate::create(&sources, s.as_ref()).await?,
             Companion::UploadSource(s) => {
-                create(&Api::namespaced(ctx.client.clone(), &ns), s.as_ref()).await?
+                crate::create(&Api::namespaced(ctx.client.clone(), &ns), s.as_ref()).await?
             }
         }
     }
@@ -135,7 +123,7 @@ async fn execute(
     match &plan.claim {
         ClaimStep::Keep => {}
         ClaimStep::Create(claim) => {
-            create(&claims, claim.as_ref()).await?;
+            crate::create(&claims, claim.as_ref()).await?;
             tracing::info!("created claim");
         }
         ClaimStep::Adopt(owners) => {
@@ -153,7 +141,7 @@ async fn execute(
     match &plan.first_consumer {
         None => {}
         Some(PodStep::Create(pod)) => {
-            create(
+            crate::create(
                 &Api::<Pod>::namespaced(ctx.client.clone(), &ns),
                 pod.as_ref(),
             )

@@ -10,44 +10,13 @@ use cdi_api::{ann, gate};
 use cdi_core::import::{self, Next, Settings};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
-use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
+use kube::api::{Patch, PatchParams, PostParams};
 use kube::runtime::controller::{Action, Controller};
 use kube::{Api, ResourceExt};
 use serde_json::json;
 
 use crate::cache::Changes;
 use crate::{Context, Error};
-
-/// Write the annotations (and add the labels) that differ from the claim's.
-async fn patch_annotations(
-    claims: &Api<PersistentVolumeClaim>,
-    claim: &PersistentVolumeClaim,
-    anns: &BTreeMap<String, String>,
-    labels: &BTreeMap<String, String>,
-) -> Result<(), kube::Error> {
-    let changed = import::annotation_patch(claim.annotations(), anns, false);
-    let new_labels = import::annotation_patch(claim.labels(), labels, false);
-    if changed.is_empty() && new_labels.is_empty() {
-        return Ok(());
-    }
-    let patch = json!({"metadata": {"annotations": changed, "labels": new_labels}});
-    claims
-        .patch(
-            &claim.name_any(),
-            &PatchParams::default(),
-            &Patch::Merge(&patch),
-        )
-        .await?;
-    Ok(())
-}
-
-async fn delete_pod(pods: &Api<Pod>, name: &str) -> Result<(), kube::Error> {
-    match pods.delete(name, &DeleteParams::default()).await {
-        Ok(_) => Ok(()),
-        Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
-        Err(e) => Err(e),
-    }
-}
 
 /// One pass over a claim: its importer pod, and the pod's state onto the claim.
 pub async fn reconcile(
@@ -91,7 +60,7 @@ pub async fn reconcile(
         // Name the pod on the claim first, so a restart finds it.
         let mut anns = BTreeMap::new();
         anns.insert(ann::IMPORT_POD_NAME.to_string(), pod_name.clone());
-        patch_annotations(&claims, &claim, &anns, &BTreeMap::new()).await?;
+        crate::patch_claim(&claims, &claim, &anns, &BTreeMap::new()).await?;
         // The CDI resource's `spec.workload`, as the operator passes it on.
         let placement = ctx.caches.cdis().into_iter().find_map(|c| c.spec.workload);
         let worker = import::Worker {
@@ -117,7 +86,7 @@ pub async fn reconcile(
             Err(kube::Error::Api(e)) => {
                 // Refused: said on the claim, whence it reaches the DataVolume.
                 let (anns, message) = import::refused_pod(&claim, &pod_name, &e.message);
-                patch_annotations(&claims, &claim, &anns, &BTreeMap::new()).await?;
+                crate::patch_claim(&claims, &claim, &anns, &BTreeMap::new()).await?;
                 ctx.events
                     .record(&claim, true, import::ERR_CREATING_POD, &message)
                     .await;
@@ -137,7 +106,7 @@ pub async fn reconcile(
         return Ok(Action::requeue(ctx.options.resync * 5));
     }
     if claim.metadata.deletion_timestamp.is_some() {
-        delete_pod(&pods, &pod_name).await?;
+        crate::delete(&pods, &pod_name).await?;
         return Ok(Action::await_change());
     }
     // The importer asked for scratch space: its claim goes with the pod, owned by it.
@@ -166,7 +135,7 @@ pub async fn reconcile(
             )
             .await;
     }
-    patch_annotations(
+    crate::patch_claim(
         &claims,
         &claim,
         &anns,
@@ -183,13 +152,13 @@ pub async fn reconcile(
             .await;
     }
     if outcome.fatal {
-        delete_pod(&pods, &pod_name).await?;
+        crate::delete(&pods, &pod_name).await?;
         return Ok(Action::await_change());
     }
     let scratch = import::scratch_just_requested(claim.annotations(), &anns);
     if outcome.complete || scratch {
         if import::delete_pod_when_done(&anns) && pod.metadata.deletion_timestamp.is_none() {
-            delete_pod(&pods, &pod_name).await?;
+            crate::delete(&pods, &pod_name).await?;
         }
         return Ok(Action::await_change());
     }

@@ -172,6 +172,54 @@ where
     }))
 }
 
+/// Create `object`; already there is fine (a pass that failed half way is repeated).
+pub async fn create<K>(api: &kube::Api<K>, object: &K) -> Result<(), kube::Error>
+where
+    K: kube::Resource + Clone + serde::Serialize + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    match api.create(&kube::api::PostParams::default(), object).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(e)) if e.code == 409 => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
+/// Delete object `name`; already gone is fine.
+pub async fn delete<K>(api: &kube::Api<K>, name: &str) -> Result<(), kube::Error>
+where
+    K: Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    match api.delete(name, &kube::api::DeleteParams::default()).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
+/// Write the annotations (and add the labels) that differ from the claim's.
+pub async fn patch_claim(
+    claims: &kube::Api<k8s_openapi::api::core::v1::PersistentVolumeClaim>,
+    claim: &k8s_openapi::api::core::v1::PersistentVolumeClaim,
+    anns: &std::collections::BTreeMap<String, String>,
+    labels: &std::collections::BTreeMap<String, String>,
+) -> Result<(), kube::Error> {
+    use kube::ResourceExt;
+    let changed = cdi_core::import::annotation_patch(claim.annotations(), anns, false);
+    let new_labels = cdi_core::import::annotation_patch(claim.labels(), labels, false);
+    if changed.is_empty() && new_labels.is_empty() {
+        return Ok(());
+    }
+    let patch = serde_json::json!({"metadata": {"annotations": changed, "labels": new_labels}});
+    claims
+        .patch(
+            &claim.name_any(),
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(&patch),
+        )
+        .await?;
+    Ok(())
+}
+
 /// A merge patch that turns `old` into `new` exactly: what `new` leaves out is set to null, so a
 /// field the new status no longer has (a proxy removed from the spec, a deleted class's overhead,
 /// something a user wrote) goes instead of staying for ever.

@@ -19,7 +19,7 @@ use cdi_upload::pki::{self, Ca, KeyPair};
 use futures::StreamExt;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Pod, Secret, Service};
-use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
+use kube::api::{Patch, PatchParams, PostParams};
 use kube::runtime::controller::{Action, Controller};
 use kube::{Api, ResourceExt};
 use serde_json::json;
@@ -130,6 +130,19 @@ async fn publish_bundle(maps: &Api<ConfigMap>, name: &str, pem: &str) -> Result<
     Ok(())
 }
 
+/// The CA kept in Secret `name` of the controller's namespace, made when missing.
+async fn kept_ca(secrets: &Api<Secret>, name: &'static str) -> Result<Ca, Error> {
+    let pair = kept_pair(secrets, name, || {
+        Ca::generate(name, pki::CA_LIFETIME).map(|c| c.pair)
+    })
+    .await?;
+    Ca::from_pem(pair).map_err(|e| {
+        Error::Other(format!(
+            "Secret {name} is not a usable CA ({e}); delete it to have it made again"
+        ))
+    })
+}
+
 /// The upload path's CAs: read from the controller's namespace (what is missing is made) once
 /// per leadership term.
 async fn pki(ctx: &Context) -> Result<&UploadPki, Error> {
@@ -141,16 +154,8 @@ pub async fn ensure_pki(ctx: &Context) -> Result<UploadPki, Error> {
     let ns = &ctx.options.namespace;
     let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), ns);
     let maps: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), ns);
-    let ca = |name: &'static str| move || Ca::generate(name, pki::CA_LIFETIME).map(|c| c.pair);
-    let server_pair = kept_pair(&secrets, SERVER_SIGNER, ca(SERVER_SIGNER)).await?;
-    let client_pair = kept_pair(&secrets, CLIENT_SIGNER, ca(CLIENT_SIGNER)).await?;
-    let bad = |name: &str, e: pki::PkiError| {
-        Error::Other(format!(
-            "Secret {ns}/{name} is not a usable CA ({e}); delete it to have it made again"
-        ))
-    };
-    let server_ca = Ca::from_pem(server_pair).map_err(|e| bad(SERVER_SIGNER, e))?;
-    let client_ca = Ca::from_pem(client_pair).map_err(|e| bad(CLIENT_SIGNER, e))?;
+    let server_ca = kept_ca(&secrets, SERVER_SIGNER).await?;
+    let client_ca = kept_ca(&secrets, CLIENT_SIGNER).await?;
     kept_pair(&secrets, CLIENT_CERT, || {
         client_ca.client_cert(upload::CLIENT_NAME, pki::CLIENT_LIFETIME)
     })
@@ -182,15 +187,7 @@ async fn serving_cert(
     service: &str,
 ) -> Result<(), Error> {
     let ns = &ctx.options.namespace;
-    let pair = kept_pair(secrets, signer, || {
-        Ca::generate(signer, pki::CA_LIFETIME).map(|c| c.pair)
-    })
-    .await?;
-    let ca = Ca::from_pem(pair).map_err(|e| {
-        Error::Other(format!(
-            "Secret {ns}/{signer} is not a usable CA ({e}); delete it to have it made again"
-        ))
-    })?;
+    let ca = kept_ca(secrets, signer).await?;
     let found = Api::<Service>::namespaced(ctx.client.clone(), ns)
         .get_opt(service)
         .await?;
@@ -222,50 +219,8 @@ async fn ensure_signing_key(secrets: &Api<Secret>) -> Result<(), Error> {
         ])),
         ..Default::default()
     };
-    create(secrets, &secret).await?;
+    crate::create(secrets, &secret).await?;
     Ok(())
-}
-
-async fn patch_annotations(
-    claims: &Api<PersistentVolumeClaim>,
-    claim: &PersistentVolumeClaim,
-    anns: &BTreeMap<String, String>,
-) -> Result<(), kube::Error> {
-    let changed = import::annotation_patch(claim.annotations(), anns, false);
-    if changed.is_empty() {
-        return Ok(());
-    }
-    let patch = json!({"metadata": {"annotations": changed}});
-    claims
-        .patch(
-            &claim.name_any(),
-            &PatchParams::default(),
-            &Patch::Merge(&patch),
-        )
-        .await?;
-    Ok(())
-}
-
-async fn delete<K>(api: &Api<K>, name: &str) -> Result<(), kube::Error>
-where
-    K: Clone + serde::de::DeserializeOwned + std::fmt::Debug,
-{
-    match api.delete(name, &DeleteParams::default()).await {
-        Ok(_) => Ok(()),
-        Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
-        Err(e) => Err(e),
-    }
-}
-
-async fn create<K>(api: &Api<K>, object: &K) -> Result<(), kube::Error>
-where
-    K: kube::Resource + Clone + serde::Serialize + serde::de::DeserializeOwned + std::fmt::Debug,
-{
-    match api.create(&PostParams::default(), object).await {
-        Ok(_) => Ok(()),
-        Err(kube::Error::Api(e)) if e.code == 409 => Ok(()),
-        Err(e) => Err(e),
-    }
 }
 
 /// Create the upload pod, then what it needs: its certificate Secret (owned by the pod, so made
@@ -293,7 +248,7 @@ async fn start_pod(
         Err(kube::Error::Api(e)) => {
             let (anns, message) = import::refused_pod(claim, &pod_name, &e.message);
             let claims: Api<PersistentVolumeClaim> = Api::namespaced(ctx.client.clone(), &ns);
-            patch_annotations(&claims, claim, &anns).await?;
+            crate::patch_claim(&claims, claim, &anns, &BTreeMap::new()).await?;
             ctx.events
                 .record(claim, true, import::ERR_CREATING_POD, &message)
                 .await;
@@ -307,14 +262,14 @@ async fn start_pod(
         .server_cert(&upload::server_names(&ns, &service), pki::SERVER_LIFETIME)
         .map_err(|e| Error::Other(e.to_string()))?;
     let secret = upload::cert_secret(&pod, &cert.cert_pem, &cert.key_pem, &pki.client_ca_pem);
-    create(&Api::namespaced(ctx.client.clone(), &ns), &secret).await?;
-    create(
+    crate::create(&Api::namespaced(ctx.client.clone(), &ns), &secret).await?;
+    crate::create(
         &Api::<Service>::namespaced(ctx.client.clone(), &ns),
         &upload::service(claim, &pod_name),
     )
     .await?;
     let scratch = import::scratch_for(claim, &pod, ctx.caches.config().as_ref());
-    create(&Api::namespaced(ctx.client.clone(), &ns), &scratch).await?;
+    crate::create(&Api::namespaced(ctx.client.clone(), &ns), &scratch).await?;
     Ok(())
 }
 
@@ -356,7 +311,7 @@ pub async fn reconcile(
         }
         // Name the pod on the claim first, so a restart finds it.
         let anns = BTreeMap::from([(ann::UPLOAD_POD_NAME.to_string(), pod_name.clone())]);
-        patch_annotations(&claims, &claim, &anns).await?;
+        crate::patch_claim(&claims, &claim, &anns, &BTreeMap::new()).await?;
         let placement = ctx.caches.cdis().into_iter().find_map(|c| c.spec.workload);
         let worker = import::Worker {
             image: ctx.options.upload_server_image.clone(),
@@ -384,7 +339,7 @@ pub async fn reconcile(
         return Ok(Action::requeue(ctx.options.resync * 5));
     }
     if claim.metadata.deletion_timestamp.is_some() {
-        delete(&pods, &pod_name).await?;
+        crate::delete(&pods, &pod_name).await?;
         return Ok(Action::await_change());
     }
     let mut anns = claim.annotations().clone();
@@ -399,7 +354,7 @@ pub async fn reconcile(
             )
             .await;
     }
-    patch_annotations(&claims, &claim, &anns).await?;
+    crate::patch_claim(&claims, &claim, &anns, &BTreeMap::new()).await?;
     if let Some(message) = &outcome.failed {
         ctx.events
             .record(claim.as_ref(), true, "UploadFailed", message)
@@ -407,14 +362,14 @@ pub async fn reconcile(
     }
     // An unused server past its deadline is replaced (with a fresh certificate).
     if upload::deadline_passed(&pod) {
-        delete(&pods, &pod_name).await?;
+        crate::delete(&pods, &pod_name).await?;
         return Ok(Action::await_change());
     }
     if outcome.complete {
         if import::delete_pod_when_done(&anns) && pod.metadata.deletion_timestamp.is_none() {
-            delete(&pods, &pod_name).await?;
+            crate::delete(&pods, &pod_name).await?;
         }
-        delete(
+        crate::delete(
             &Api::<Service>::namespaced(ctx.client.clone(), &ns),
             &upload::service_name(&pod_name),
         )

@@ -308,7 +308,20 @@ pub fn scratch_just_requested(
         && get(before, ann::REQUIRES_SCRATCH) != Some("true")
 }
 
-fn var(name: &str, value: impl Into<String>) -> EnvVar {
+/// The owner reference by which a core (`v1`) object of `kind` described by `meta` controls
+/// what it owns (deleted with it).
+pub fn controlled_by(kind: &str, meta: &ObjectMeta) -> OwnerReference {
+    OwnerReference {
+        api_version: "v1".into(),
+        kind: kind.into(),
+        name: meta.name.clone().unwrap_or_default(),
+        uid: meta.uid.clone().unwrap_or_default(),
+        controller: Some(true),
+        block_owner_deletion: Some(true),
+    }
+}
+
+pub(crate) fn var(name: &str, value: impl Into<String>) -> EnvVar {
     EnvVar {
         name: name.into(),
         value: Some(value.into()),
@@ -528,14 +541,10 @@ pub fn importer_pod(claim: &PersistentVolumeClaim, s: &Settings) -> Pod {
                 (label::COMPONENT.into(), label::IMPORTER_COMPONENT.into()),
                 (label::PROMETHEUS.into(), "true".into()),
             ])),
-            owner_references: Some(vec![OwnerReference {
-                api_version: "v1".into(),
-                kind: "PersistentVolumeClaim".into(),
-                name,
-                uid: claim.metadata.uid.clone().unwrap_or_default(),
-                controller: Some(true),
-                block_owner_deletion: Some(true),
-            }]),
+            owner_references: Some(vec![controlled_by(
+                "PersistentVolumeClaim",
+                &claim.metadata,
+            )]),
             ..Default::default()
         },
         spec: Some(worker_pod_spec(claim, s, vec![container], volumes)),
@@ -668,14 +677,7 @@ pub fn scratch_claim(
                 (label::APP.into(), label::APP_VALUE.into()),
                 (label::EXCLUDE_FROM_VELERO_BACKUP.into(), "true".into()),
             ])),
-            owner_references: Some(vec![OwnerReference {
-                api_version: "v1".into(),
-                kind: "Pod".into(),
-                name: pod.metadata.name.clone().unwrap_or_default(),
-                uid: pod.metadata.uid.clone().unwrap_or_default(),
-                controller: Some(true),
-                block_owner_deletion: Some(true),
-            }]),
+            owner_references: Some(vec![controlled_by("Pod", &pod.metadata)]),
             ..Default::default()
         },
         spec: Some(k8s_openapi::api::core::v1::PersistentVolumeClaimSpec {

@@ -7,11 +7,11 @@ use std::collections::BTreeMap;
 
 use cdi_api::{ann, label};
 use k8s_openapi::api::core::v1::{
-    Container, EnvVar, HTTPGetAction, PersistentVolumeClaim, PersistentVolumeClaimVolumeSource,
-    Pod, Probe, Secret, SecretVolumeSource, Service, ServicePort, ServiceSpec, Volume,
-    VolumeDevice, VolumeMount,
+    Container, HTTPGetAction, PersistentVolumeClaim, PersistentVolumeClaimVolumeSource, Pod, Probe,
+    Secret, SecretVolumeSource, Service, ServicePort, ServiceSpec, Volume, VolumeDevice,
+    VolumeMount,
 };
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use k8s_openapi::{ByteString, jiff::Timestamp};
 
@@ -87,25 +87,6 @@ pub fn server_url(namespace: &str, claim: &str, path: &str) -> String {
     format!("https://{service}.{namespace}.svc:{PORT}{path}")
 }
 
-fn var(name: &str, value: impl Into<String>) -> EnvVar {
-    EnvVar {
-        name: name.into(),
-        value: Some(value.into()),
-        value_from: None,
-    }
-}
-
-fn owned_by_claim(claim: &PersistentVolumeClaim) -> OwnerReference {
-    OwnerReference {
-        api_version: "v1".into(),
-        kind: "PersistentVolumeClaim".into(),
-        name: claim.metadata.name.clone().unwrap_or_default(),
-        uid: claim.metadata.uid.clone().unwrap_or_default(),
-        controller: Some(true),
-        block_owner_deletion: Some(true),
-    }
-}
-
 fn component_labels() -> BTreeMap<String, String> {
     BTreeMap::from([
         (label::APP.into(), label::APP_VALUE.into()),
@@ -136,20 +117,20 @@ pub fn upload_pod(claim: &PersistentVolumeClaim, s: &Settings, deadline: Timesta
     };
     let block = claim.spec.as_ref().and_then(|sp| sp.volume_mode.as_deref()) == Some("Block");
     let mut env = vec![
-        var("TLS_KEY_FILE", format!("{CERT_DIR}tls.key")),
-        var("TLS_CERT_FILE", format!("{CERT_DIR}tls.crt")),
-        var("CLIENT_CERT_FILE", format!("{CERT_DIR}ca.crt")),
-        var(
+        import::var("TLS_KEY_FILE", format!("{CERT_DIR}tls.key")),
+        import::var("TLS_CERT_FILE", format!("{CERT_DIR}tls.crt")),
+        import::var("CLIENT_CERT_FILE", format!("{CERT_DIR}ca.crt")),
+        import::var(
             cdi_api::env::FILESYSTEM_OVERHEAD,
             s.filesystem_overhead.clone(),
         ),
-        var("UPLOAD_IMAGE_SIZE", size),
-        var(
+        import::var("UPLOAD_IMAGE_SIZE", size),
+        import::var(
             "CLIENT_NAME",
             get(&anns, ann::UPLOAD_CLIENT_NAME).unwrap_or(CLIENT_NAME),
         ),
-        var(cdi_api::env::PREALLOCATION, preallocation.to_string()),
-        var("DEADLINE", deadline.to_string()),
+        import::var(cdi_api::env::PREALLOCATION, preallocation.to_string()),
+        import::var("DEADLINE", deadline.to_string()),
     ];
     let mut mounts = vec![VolumeMount {
         name: CERT_VOLUME.into(),
@@ -162,7 +143,7 @@ pub fn upload_pod(claim: &PersistentVolumeClaim, s: &Settings, deadline: Timesta
             name: import::DATA_VOLUME_NAME.into(),
             device_path: import::BLOCK_DEVICE.into(),
         }]);
-        env.push(var("DESTINATION", import::BLOCK_DEVICE));
+        env.push(import::var("DESTINATION", import::BLOCK_DEVICE));
     } else {
         mounts.push(VolumeMount {
             name: import::DATA_VOLUME_NAME.into(),
@@ -236,7 +217,10 @@ pub fn upload_pod(claim: &PersistentVolumeClaim, s: &Settings, deadline: Timesta
             namespace: claim.metadata.namespace.clone(),
             annotations: Some(pod_anns),
             labels: Some(labels),
-            owner_references: Some(vec![owned_by_claim(claim)]),
+            owner_references: Some(vec![import::controlled_by(
+                "PersistentVolumeClaim",
+                &claim.metadata,
+            )]),
             ..Default::default()
         },
         spec: Some(import::worker_pod_spec(claim, s, vec![container], volumes)),
@@ -257,7 +241,10 @@ pub fn service(claim: &PersistentVolumeClaim, pod_name: &str) -> Service {
                 "yes".into(),
             )])),
             labels: Some(component_labels()),
-            owner_references: Some(vec![owned_by_claim(claim)]),
+            owner_references: Some(vec![import::controlled_by(
+                "PersistentVolumeClaim",
+                &claim.metadata,
+            )]),
             ..Default::default()
         },
         spec: Some(ServiceSpec {
@@ -295,14 +282,7 @@ pub fn cert_secret(pod: &Pod, cert_pem: &str, key_pem: &str, client_ca_pem: &str
                 "yes".into(),
             )])),
             labels: Some(component_labels()),
-            owner_references: Some(vec![OwnerReference {
-                api_version: "v1".into(),
-                kind: "Pod".into(),
-                name: pod.metadata.name.clone().unwrap_or_default(),
-                uid: pod.metadata.uid.clone().unwrap_or_default(),
-                controller: Some(true),
-                block_owner_deletion: Some(true),
-            }]),
+            owner_references: Some(vec![import::controlled_by("Pod", &pod.metadata)]),
             ..Default::default()
         },
         data: Some(data),
