@@ -17,6 +17,10 @@ fn get(dir: &Path, what: &str) -> Option<Value> {
     get_json(dir, "default", what)
 }
 
+/// One cluster of this file at a time: every development cluster gives its pods addresses from
+/// the same ranges, and two upload servers of two clusters can get the same address and port.
+static ONE_CLUSTER: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 /// `cdi controller` against the cluster in `dir`, once it has installed the CRDs (kubectl
 /// validates what it applies against their schemas).
 fn controller(dir: &Path, logs: &Path) -> Controller {
@@ -153,6 +157,7 @@ fn volume_path(dir: &Path, claim: &str) -> std::path::PathBuf {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn upload_volumes_are_filled_by_the_holder_of_the_proxy_certificate() {
+    let _one = ONE_CLUSTER.lock().unwrap_or_else(|p| p.into_inner());
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("cluster");
     let (ok, out, err) = cdi(&["dev", "up", "--addr", "127.0.0.1:0"], &dir);
@@ -256,6 +261,7 @@ fn upload_requests(dir: &Path, claim: &str) -> usize {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn the_proxy_lets_only_valid_tokens_through() {
+    let _one = ONE_CLUSTER.lock().unwrap_or_else(|p| p.into_inner());
     use cdi_upload::token::Operation;
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("cluster");
@@ -378,6 +384,7 @@ spec:
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_killed_upload_server_fails_the_upload_and_it_is_sent_again_and_archives_unpack() {
+    let _one = ONE_CLUSTER.lock().unwrap_or_else(|p| p.into_inner());
     use cdi_upload::token::Operation;
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("cluster");
