@@ -150,6 +150,14 @@ async fn follow(
                 narrator.last_phase()
             );
         }
+        // What the client said came before this look at the cluster: told first.
+        for line in upload_lines.iter().flat_map(|r| r.try_iter()) {
+            told += 1;
+            t.say(
+                &format!("upload-{told}"),
+                format!("cdi image-upload: {line}"),
+            );
+        }
         let all = ListParams::default();
         let scene = Scene {
             dv: dvs.get_opt(DV).await?,
@@ -162,13 +170,6 @@ async fn follow(
         let chapter = narrator.observe(&scene);
         for (key, line) in chapter.lines {
             t.say(&key, line);
-        }
-        for line in upload_lines.iter().flat_map(|r| r.try_iter()) {
-            told += 1;
-            t.say(
-                &format!("upload-{told}"),
-                format!("cdi image-upload: {line}"),
-            );
         }
         match chapter.end {
             Some(Ok(end)) => return Ok((end.node, end.path)),
