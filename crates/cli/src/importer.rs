@@ -116,7 +116,7 @@ pub fn run(args: &ImporterArgs) -> ExitCode {
     match result {
         Ok(message) => end(message),
         // Upstream's contract: say so and end; the controller gives the next pod a scratch claim.
-        Err(e @ cdi_importer::ImportError::ScratchRequired) => {
+        Err(e @ cdi_importer::ImportError::ScratchRequired(_)) => {
             eprintln!("{e}; asking for a scratch volume");
             end(TerminationMessage {
                 scratch_space_required: Some(true),

@@ -15,6 +15,9 @@ pub struct Tuning {
     /// Written bytes the page cache may hold before the writer waits for the disk
     /// ([`crate::writer::WINDOW`]); 0 leaves writeback to the kernel.
     pub writeback_window: u64,
+    /// What a qcow2 image read in order may make the conversion hold (clusters that arrive
+    /// before the tables that place them) before it goes through scratch instead.
+    pub stream_hold: u64,
 }
 
 impl Default for Tuning {
@@ -29,6 +32,7 @@ impl Default for Tuning {
             parallel: cores.clamp(2, 4),
             max_gap: 64 << 10,
             writeback_window: crate::writer::WINDOW,
+            stream_hold: 64 << 20,
         }
     }
 }

@@ -39,9 +39,13 @@ pub enum ImportError {
     #[error("{0}")]
     Unsupported(String),
     /// The image must be copied to scratch space first and the pod has none: upstream's contract
-    /// for asking the controller for a scratch claim.
-    #[error("scratch space required and none found")]
-    ScratchRequired,
+    /// for asking the controller for a scratch claim. Says why.
+    #[error("scratch space required and none found: {0}")]
+    ScratchRequired(String),
+    /// A qcow2 image read in order that cannot be converted as it arrives (see
+    /// `formats::qcow2::stream`): it is read again through scratch.
+    #[error("the image cannot be converted as it streams in: {0}")]
+    NotStreamable(String),
     /// The pod's environment or volumes do not describe an import that can run (a setting that
     /// does not parse, a source kind this importer lacks, an archive for a Block volume).
     #[error("{0}")]

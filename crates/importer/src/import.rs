@@ -3,8 +3,9 @@
 //!
 //! Random-access sources (local files, HTTP servers with range support) are converted in place:
 //! raw and qcow2 need no scratch space. Sequential sources (a server without ranges, a
-//! compressed stream, a download that must be checksummed first) stream raw images straight to
-//! the target and spool anything else to scratch.
+//! compressed stream, a download that must be checksummed first, an upload) convert raw and
+//! qcow2 images as they arrive and spool anything else to scratch, and so a qcow2 image whose
+//! layout does not stream (see `formats::qcow2::stream`).
 
 use std::io::{Cursor, Read};
 use std::path::{Path, PathBuf};
@@ -62,7 +63,9 @@ pub struct ImportOptions {
     pub scratch_dir: PathBuf,
     /// The scratch directory is a volume the pod has only when it was given one (upstream's
     /// contract): when it is missing, the import stops with [`ImportError::ScratchRequired`]
-    /// instead of spooling onto the container's own filesystem. Otherwise it is created.
+    /// instead of spooling onto the container's own filesystem, and when it is there, a source
+    /// read in order that may need it goes through it at once (the pod was given it because an
+    /// earlier one found it needed). Otherwise it is created when needed.
     pub scratch_mounted: bool,
     pub tuning: Tuning,
 }
@@ -384,7 +387,15 @@ async fn import_inner(
         Some(c) => c,
         None => {
             let stream = (opened.stream)(opts.tuning.parallel * 4)?;
-            convert_stream(stream, target, limit, opts, progress).await?
+            let through = Through::first(opts);
+            match convert_stream(stream, target, limit, opts, progress, through).await {
+                Err(ImportError::NotStreamable(why)) => {
+                    again_through_scratch(why, opts, target, progress)?;
+                    let stream = (source.open().await?.stream)(opts.tuning.parallel * 4)?;
+                    convert_stream(stream, target, limit, opts, progress, Through::Scratch).await?
+                }
+                other => other?,
+            }
         }
     };
 
@@ -515,14 +526,24 @@ async fn convert_random_access(
             let path = local_path.ok_or_else(|| {
                 ImportError::Internal("compressed images stream from a local copy".into())
             })?;
-            let file = std::fs::File::open(path)
-                .map_err(|e| ImportError::io(format!("opening {}", path.display()), e))?;
+            let open = || {
+                std::fs::File::open(path)
+                    .map_err(|e| ImportError::io(format!("opening {}", path.display()), e))
+            };
             // The checksum, if any, was verified on the file already.
             let opts = ImportOptions {
                 checksum: None,
                 ..opts.clone()
             };
-            convert_stream(Box::new(file), target, limit, &opts, progress).await
+            let through = Through::first(&opts);
+            match convert_stream(Box::new(open()?), target, limit, &opts, progress, through).await {
+                Err(ImportError::NotStreamable(why)) => {
+                    again_through_scratch(why, &opts, target, progress)?;
+                    let file = Box::new(open()?);
+                    convert_stream(file, target, limit, &opts, progress, Through::Scratch).await
+                }
+                other => other,
+            }
         }
     }
 }
@@ -586,14 +607,59 @@ pub(crate) fn peek(
     Ok((detected, Box::new(Cursor::new(head).chain(input))))
 }
 
-/// Convert a sequential stream: raw streams to the target; anything else is spooled to scratch
-/// and converted from there. A checksum covers the stream as received.
+/// How a stream of an image that is not raw is converted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Through {
+    /// As it arrives where the format allows (qcow2), else through scratch.
+    Stream,
+    /// Spooled to scratch, then converted at random.
+    Scratch,
+}
+
+impl Through {
+    /// A pod given scratch space was given it because an earlier attempt needed it.
+    fn first(opts: &ImportOptions) -> Through {
+        if opts.scratch_mounted && opts.scratch_dir.is_dir() {
+            Through::Scratch
+        } else {
+            Through::Stream
+        }
+    }
+}
+
+/// A stream turned out not to convert as it arrived (`why`): in a pod, ask for scratch space
+/// (the stream cannot be read again there); elsewhere, make the target ready to be written again
+/// by a second reading through scratch.
+fn again_through_scratch(
+    why: String,
+    opts: &ImportOptions,
+    target: &Target,
+    progress: &Progress,
+) -> Result<(), ImportError> {
+    if opts.scratch_mounted {
+        return Err(ImportError::ScratchRequired(format!(
+            "the image cannot be converted as it streams in: {why}"
+        )));
+    }
+    tracing::info!(reason = %why, "the image does not convert as it streams in; reading it again through scratch");
+    // What the first reading wrote must not show through the holes of the second.
+    if target.kind() == TargetKind::File {
+        target.set_len(0)?;
+    }
+    progress.done.store(0, Ordering::Relaxed);
+    Ok(())
+}
+
+/// Convert a sequential stream: raw and (`through` [`Through::Stream`]) qcow2 images as they
+/// arrive; anything else is spooled to scratch and converted from there. A checksum covers the
+/// stream as received.
 async fn convert_stream(
     input: Box<dyn Read + Send>,
     target: &Target,
     limit: Option<u64>,
     opts: &ImportOptions,
     progress: &Arc<Progress>,
+    through: Through,
 ) -> Result<Converted, ImportError> {
     let hasher = Arc::new(std::sync::Mutex::new(
         opts.checksum.as_ref().map(|c| Hasher::new(c.algorithm)),
@@ -633,10 +699,22 @@ async fn convert_stream(
             stats,
             scratch_used: false,
         }
+    } else if inner == Format::Qcow2 && through == Through::Stream {
+        let (virtual_size, stats) =
+            formats::qcow2::stream::convert(stream, target, limit, opts.tuning, context).await?;
+        Converted {
+            format: inner,
+            compression,
+            virtual_size,
+            stats,
+            scratch_used: false,
+        }
     } else {
         // Spool to scratch, bounded: a bomb cannot fill more than the target could hold.
         if opts.scratch_mounted && !opts.scratch_dir.is_dir() {
-            return Err(ImportError::ScratchRequired);
+            return Err(ImportError::ScratchRequired(format!(
+                "a {inner} image read in order is converted from a copy"
+            )));
         }
         std::fs::create_dir_all(&opts.scratch_dir)
             .map_err(|e| ImportError::io(format!("creating {}", opts.scratch_dir.display()), e))?;

@@ -93,13 +93,13 @@ fn plan_requests(
 
 /// Inflates compressed clusters; one per request, so its state is allocated once, not per
 /// cluster.
-enum Inflater {
+pub(super) enum Inflater {
     Deflate(flate2::Decompress),
     Zstd(zstd::stream::raw::Decoder<'static>),
 }
 
 impl Inflater {
-    fn new(kind: ClusterCompression) -> Result<Inflater, String> {
+    pub(super) fn new(kind: ClusterCompression) -> Result<Inflater, String> {
         Ok(match kind {
             ClusterCompression::Deflate => Inflater::Deflate(flate2::Decompress::new(false)),
             ClusterCompression::Zstd => {
@@ -111,7 +111,7 @@ impl Inflater {
     /// Inflate one cluster into `out` (exactly its size). The stored length is rounded up to
     /// sectors, so bytes of the next cluster may follow the compressed data: decoding stops when
     /// the cluster is full. The cluster-sized output bounds what a hostile stream can expand to.
-    fn inflate(&mut self, input: &[u8], out: &mut [u8]) -> Result<(), String> {
+    pub(super) fn inflate(&mut self, input: &[u8], out: &mut [u8]) -> Result<(), String> {
         match self {
             Inflater::Deflate(d) => {
                 d.reset(false);

@@ -6,6 +6,7 @@
 //! the file's length.
 
 pub mod convert;
+pub mod stream;
 pub mod write;
 
 use std::fmt;
