@@ -677,6 +677,16 @@ async fn send(
             }
             Err(e) => (0, anyhow::Error::new(e)),
         };
+        if code == 503 && attempt + 1 < c.args.retry {
+            // The server may be on its way out, or restarting (with scratch space, when the
+            // image needs it): the next attempt waits for the next one.
+            println!("{err:#}; waiting for the upload server to be ready again");
+            if c.plan.create_pvc {
+                wait_server_ready(c).await?;
+            } else {
+                wait_dv_upload_ready(c).await?;
+            }
+        }
         if code == 401 {
             // A 401 at once is a refusal; later, the token may have expired meanwhile.
             if attempt == 0 || refreshes == 0 {

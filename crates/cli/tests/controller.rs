@@ -647,18 +647,20 @@ async fn failures_say_why_and_fatal_ones_stop() {
     drop(s.controller);
 }
 
-/// A qcow2 from a server without range support has to be copied to scratch space: the first
-/// importer asks for it, the next one gets a `<claim>-scratch` claim (owned by the pod, so it goes
-/// with it) and imports.
+/// A VMDK from a server without range support has to be copied to scratch space (qemu-img
+/// converts it from a file): the first importer asks for it, the next one gets a
+/// `<claim>-scratch` claim (owned by the pod, so it goes with it) and imports.
 #[tokio::test(flavor = "multi_thread")]
 async fn an_image_that_needs_scratch_gets_a_scratch_claim() {
     let s = setup(false);
     let _down = Down(&s.dir);
-    // The same image served without range support: it can only be read in order.
     let (server, expected) = serve_image(s._tmp.path(), 4 * MIB, false).await;
+    let vmdk = s._tmp.path().join("src.vmdk");
+    convert(&s._tmp.path().join("src.raw"), "vmdk", &[], &vmdk);
+    // Served without range support: it can only be read in order.
     server.add(
-        "/no-ranges.qcow2",
-        std::fs::read(s._tmp.path().join("src.qcow2")).unwrap(),
+        "/no-ranges.vmdk",
+        std::fs::read(&vmdk).unwrap(),
         Behaviour::default(),
     );
     kubectl(
@@ -666,7 +668,7 @@ async fn an_image_that_needs_scratch_gets_a_scratch_claim() {
         &["apply", "-f", "-"],
         Some(&data_volume(
             "spooled",
-            &server.url("/no-ranges.qcow2"),
+            &server.url("/no-ranges.vmdk"),
             "1Gi",
             "",
         )),

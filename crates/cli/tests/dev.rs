@@ -331,8 +331,8 @@ async fn up_with_cdi_imports_a_data_volume_with_nothing_else_started() {
             None,
         );
     }
-    let image = tmp.path().join("src.qcow2");
-    let upload = |name: &str, extra: &[&str]| {
+    let qcow2 = tmp.path().join("src.qcow2");
+    let upload_image = |name: &str, image: &std::path::Path, extra: &[&str]| {
         let mut args = vec![
             "image-upload",
             "dv",
@@ -358,6 +358,7 @@ async fn up_with_cdi_imports_a_data_volume_with_nothing_else_started() {
             String::from_utf8_lossy(&out.stderr).into_owned(),
         )
     };
+    let upload = |name: &str, extra: &[&str]| upload_image(name, &qcow2, extra);
     // A token only for whom RBAC allows it: aggregated into edit by CDI's ClusterRole.
     let (ok, alice, err) = cdi(&["dev", "kubeconfig", "--user", "alice"], &dir);
     assert!(ok, "{err}");
@@ -450,6 +451,18 @@ async fn up_with_cdi_imports_a_data_volume_with_nothing_else_started() {
         std::path::Path::new(pv["spec"]["hostPath"]["path"].as_str().unwrap()).join("disk.img");
     let disk = std::fs::read(disk).unwrap();
     assert_eq!(&disk[..data.len()], &data[..], "the uploaded image");
+
+    // A VMDK needs scratch space, which the first server has not: the client is told so,
+    // waits for the server that has it and sends the image again.
+    let vmdk = tmp.path().join("src.vmdk");
+    convert(&tmp.path().join("src.raw"), "vmdk", &[], &vmdk);
+    let (ok, out, err) = upload_image("uploaded-vmdk", &vmdk, &["--force-bind"]);
+    assert!(ok, "{out}{err}");
+    assert!(
+        out.contains("waiting for the upload server to be ready again"),
+        "{out}"
+    );
+    assert!(out.contains("Processing completed successfully"), "{out}");
 
     // The same in-cluster client under a ServiceAccount RBAC grants nothing is refused.
     let limited = "apiVersion: v1\nkind: Pod\nmetadata: {name: limited, namespace: cdi}\nspec:\n  containers:\n  - {name: c, image: quay.io/kubevirt/cdi-controller:v1.60.1}\n";

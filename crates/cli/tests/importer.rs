@@ -112,16 +112,38 @@ async fn http_qcow2_into_a_filesystem_volume() {
     assert!(disk[expected.len()..].iter().all(|&b| b == 0));
 }
 
-/// A qcow2 from a server without ranges must be copied to scratch first: without a scratch
-/// volume the importer asks for one (upstream's contract: exit 0, `scratchSpaceRequired`) and
-/// writes nothing; given one, it imports.
+/// A VMDK from a server without ranges must be copied to scratch first (qemu-img converts it
+/// from a file): without a scratch volume the importer asks for one (upstream's contract: exit
+/// 0, `scratchSpaceRequired`) and writes nothing; given one, it imports. A qcow2 from the same
+/// server streams without.
 #[tokio::test(flavor = "multi_thread")]
 async fn scratch_space_is_asked_for_when_needed() {
     let pod = Pod::new();
     let (qcow2, expected) = qcow2_of(pod.dir.path(), &pattern(4 * MIB));
+    let vmdk = pod.dir.path().join("src.vmdk");
+    convert(&pod.dir.path().join("src.raw"), "vmdk", &[], &vmdk);
     let server = FileServer::start(None).await;
     server.add("/disk.qcow2", qcow2, Behaviour::default());
-    let url = server.url("/disk.qcow2");
+    server.add(
+        "/disk.vmdk",
+        std::fs::read(&vmdk).unwrap(),
+        Behaviour::default(),
+    );
+    let streamed = server.url("/disk.qcow2");
+    let env = [
+        ("IMPORTER_SOURCE", "http"),
+        ("IMPORTER_ENDPOINT", streamed.as_str()),
+        ("IMPORTER_IMAGE_SIZE", "64Mi"),
+    ];
+    let out = pod.run(&env).await;
+    assert!(out.ok, "{}", out.stderr);
+    let said = cdi_api::TerminationMessage::parse(&out.termination);
+    assert_eq!(said.message.as_deref(), Some("Import Complete"));
+    let disk = std::fs::read(pod.data().join("disk.img")).unwrap();
+    assert_same(&disk[..expected.len()], &expected, "qcow2 as it streams");
+    std::fs::remove_file(pod.data().join("disk.img")).unwrap();
+
+    let url = server.url("/disk.vmdk");
     let env = [
         ("IMPORTER_SOURCE", "http"),
         ("IMPORTER_ENDPOINT", url.as_str()),
@@ -959,11 +981,13 @@ async fn a_block_device_source_is_read_to_its_end() {
 async fn the_scratch_file_never_follows_a_planted_link() {
     use std::io::Write;
     let dir = tempfile::tempdir().unwrap();
-    let (qcow2, expected) = qcow2_of(dir.path(), &pattern(2 * MIB));
-    // Compressed qcow2 is spooled to scratch before conversion.
-    let source = dir.path().join("src.qcow2.gz");
+    let (_, expected) = qcow2_of(dir.path(), &pattern(2 * MIB));
+    // A compressed VMDK is spooled to scratch before conversion.
+    let vmdk = dir.path().join("src.vmdk");
+    convert(&dir.path().join("src.raw"), "vmdk", &[], &vmdk);
+    let source = dir.path().join("src.vmdk.gz");
     let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
-    gz.write_all(&qcow2).unwrap();
+    gz.write_all(&std::fs::read(&vmdk).unwrap()).unwrap();
     std::fs::write(&source, gz.finish().unwrap()).unwrap();
     let victim = dir.path().join("victim");
     std::fs::write(&victim, b"victim\n").unwrap();

@@ -135,6 +135,16 @@ fn curl_upload(
     )
 }
 
+/// The names of a pod's volumes.
+fn volumes(pod: &Value) -> Vec<String> {
+    pod["spec"]["volumes"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|v| v["name"].as_str().map(String::from))
+        .collect()
+}
+
 fn volume_path(dir: &Path, claim: &str) -> std::path::PathBuf {
     let claim = get(dir, &format!("pvc/{claim}")).unwrap();
     let pv = get(
@@ -168,9 +178,10 @@ async fn upload_volumes_are_filled_by_the_holder_of_the_proxy_certificate() {
         &dir,
         &["apply", "-f", "-"],
         Some(&format!(
-            "{}---{}",
+            "{}---{}---{}",
             upload_volume("up-fs", "csi", "Filesystem", "1Gi"),
-            upload_volume("up-block", "csi", "Block", "64Mi")
+            upload_volume("up-block", "csi", "Block", "64Mi"),
+            upload_volume("up-vmdk", "csi", "Filesystem", "64Mi")
         )),
     );
     let raw = tmp.path().join("src.raw");
@@ -178,10 +189,20 @@ async fn upload_volumes_are_filled_by_the_holder_of_the_proxy_certificate() {
     let qcow2 = tmp.path().join("src.qcow2");
     convert(&raw, "qcow2", &[], &qcow2);
     let expected = oracle(&qcow2, "qcow2");
-    for name in ["up-fs", "up-block"] {
+    let vmdk = tmp.path().join("src.vmdk");
+    convert(&raw, "vmdk", &[], &vmdk);
+    for name in ["up-fs", "up-block", "up-vmdk"] {
         wait_for(&format!("{name} to be ready for the upload"), 60, || {
             get(&dir, &format!("dv/{name}")).filter(|d| phase(d) == "UploadReady")
         });
+        // Raw and qcow2 stream: a server has no scratch space until one asks for it.
+        let pod = get(&dir, &format!("pod/cdi-upload-{name}")).unwrap();
+        let has = volumes(&pod);
+        assert!(has.contains(&"cdi-data-vol".to_string()), "{name}: {has:?}");
+        assert!(
+            !has.contains(&"cdi-scratch-vol".to_string()),
+            "{name}: {has:?}"
+        );
     }
     let creds = proxy_credentials(&dir, tmp.path());
     // Without the proxy's certificate: refused, and nothing is written.
@@ -209,6 +230,39 @@ async fn upload_volumes_are_filled_by_the_holder_of_the_proxy_certificate() {
     let block = std::fs::read(volume_path(&dir, "up-block")).unwrap();
     assert_eq!(block.len() as u64, 64 * MIB);
     assert_same(&block[..expected.len()], &expected, "raw upload to Block");
+
+    // A VMDK converts only from a copy: the server says to send it again and asks for scratch
+    // space, the next server has it and takes the same upload.
+    let (code, body) = curl_upload(&dir, Some(&creds), "up-vmdk", "/v1beta1/upload", &vmdk);
+    assert_eq!(code, 503, "{body}");
+    assert!(body.contains("send the upload again"), "{body}");
+    wait_for("an upload server with scratch space", 60, || {
+        get(&dir, "pod/cdi-upload-up-vmdk").filter(|p| {
+            volumes(p).contains(&"cdi-scratch-vol".to_string())
+                && p["status"]["containerStatuses"][0]["ready"] == true
+        })
+    });
+    let scratch = get(&dir, "pvc/up-vmdk-scratch").unwrap();
+    assert_eq!(scratch["metadata"]["ownerReferences"][0]["kind"], "Pod");
+    let claim = get(&dir, "pvc/up-vmdk").unwrap();
+    assert_eq!(
+        claim["metadata"]["annotations"]["cdi.kubevirt.io/storage.import.requiresScratch"],
+        "true"
+    );
+    let (code, body) = curl_upload(&dir, Some(&creds), "up-vmdk", "/v1beta1/upload", &vmdk);
+    assert_eq!(code, 200, "{body}");
+    wait_for("the VMDK upload to succeed", 60, || {
+        get(&dir, "dv/up-vmdk").filter(|d| phase(d) == "Succeeded")
+    });
+    let disk = std::fs::read(volume_path(&dir, "up-vmdk")).unwrap();
+    assert_same(
+        &disk[..expected.len()],
+        &expected,
+        "VMDK upload through scratch",
+    );
+    wait_for("the scratch claim to go with the pod", 60, || {
+        get(&dir, "pvc/up-vmdk-scratch").is_none().then_some(())
+    });
 
     // The upload pods and their Services go once done; the events say what happened.
     for name in ["up-fs", "up-block"] {

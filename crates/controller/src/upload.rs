@@ -1,8 +1,9 @@
 //! The upload controller: for upload-target claims, the upload pod (cdi-core
 //! `upload::upload_pod`) — none before the claim is bound when WaitForFirstConsumer is honoured —
-//! with its Service, its serving certificate and its scratch claim, and the pod's state written
-//! back onto the claim (`storage.pod.phase`, `storage.pod.ready`). The pod goes when the upload is
-//! done (unless retained); a server whose deadline passed unused is replaced.
+//! with its Service and its serving certificate, and the pod's state written back onto the claim
+//! (`storage.pod.phase`, `storage.pod.ready`). The pod goes when the upload is done (unless
+//! retained); a server whose deadline passed unused is replaced, and so is one that asked for
+//! scratch space (an image that does not convert as it streams in), by one with a scratch claim.
 //!
 //! The certificate authorities of the upload path live in Secrets in the controller's namespace
 //! (upstream's names): `cdi-uploadserver-signer` signs upload servers' certificates,
@@ -223,8 +224,8 @@ async fn ensure_signing_key(secrets: &Api<Secret>) -> Result<(), Error> {
     Ok(())
 }
 
-/// Create the upload pod, then what it needs: its certificate Secret (owned by the pod, so made
-/// after it), its Service and its scratch claim.
+/// Create the upload pod, then what it needs: its Service, its certificate Secret and (when a
+/// server asked for it) its scratch claim.
 async fn start_pod(
     ctx: &Context,
     claim: &PersistentVolumeClaim,
@@ -234,7 +235,8 @@ async fn start_pod(
     let name = claim.name_any();
     let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
     let pod_name = upload::pod_name(claim);
-    let pki = pki(ctx).await?;
+    // The server's certificate is signed once the pod is there: the CA first.
+    pki(ctx).await?;
     let refresh = std::time::SystemTime::now() + pki::SERVER_REFRESH;
     let deadline = k8s_openapi::jiff::Timestamp::try_from(refresh)
         .map_err(|e| Error::Other(format!("the upload server's deadline: {e}")))?;
@@ -256,20 +258,58 @@ async fn start_pod(
         }
         Err(e) => return Err(e.into()),
     };
-    let service = upload::service_name(&pod_name);
-    let cert = pki
-        .server_ca
-        .server_cert(&upload::server_names(&ns, &service), pki::SERVER_LIFETIME)
-        .map_err(|e| Error::Other(e.to_string()))?;
-    let secret = upload::cert_secret(&pod, &cert.cert_pem, &cert.key_pem, &pki.client_ca_pem);
-    crate::create(&Api::namespaced(ctx.client.clone(), &ns), &secret).await?;
     crate::create(
         &Api::<Service>::namespaced(ctx.client.clone(), &ns),
         &upload::service(claim, &pod_name),
     )
     .await?;
-    let scratch = import::scratch_for(claim, &pod, ctx.caches.config().as_ref());
-    crate::create(&Api::namespaced(ctx.client.clone(), &ns), &scratch).await?;
+    pod_needs(ctx, claim, &pod).await
+}
+
+/// What the pod waits for, owned by it so that it goes with it: its certificate Secret and,
+/// when a server asked for it, its scratch claim. Made again while the pod is pending: the
+/// ones of a pod it replaced may have been in the way until they went with that pod.
+async fn pod_needs(ctx: &Context, claim: &PersistentVolumeClaim, pod: &Pod) -> Result<(), Error> {
+    let ns = claim.namespace().unwrap_or_default();
+    let pod_name = pod.name_any();
+    let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), &ns);
+    let ours =
+        |owners: Option<&Vec<k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference>>| {
+            owners
+                .into_iter()
+                .flatten()
+                .any(|o| Some(&o.uid) == pod.metadata.uid.as_ref())
+        };
+    match secrets.get_opt(&pod_name).await? {
+        Some(s) if ours(s.metadata.owner_references.as_ref()) => {}
+        found => {
+            if found.is_some() {
+                crate::delete(&secrets, &pod_name).await?;
+            }
+            let pki = pki(ctx).await?;
+            let service = upload::service_name(&pod_name);
+            let cert = pki
+                .server_ca
+                .server_cert(&upload::server_names(&ns, &service), pki::SERVER_LIFETIME)
+                .map_err(|e| Error::Other(e.to_string()))?;
+            let secret =
+                upload::cert_secret(pod, &cert.cert_pem, &cert.key_pem, &pki.client_ca_pem);
+            crate::create(&secrets, &secret).await?;
+        }
+    }
+    if upload::wants_scratch(claim) {
+        let claims: Api<PersistentVolumeClaim> = Api::namespaced(ctx.client.clone(), &ns);
+        let scratch = import::scratch_for(claim, pod, ctx.caches.config().as_ref());
+        match claims.get_opt(&import::scratch_name(claim)).await? {
+            Some(c) if ours(c.metadata.owner_references.as_ref()) => {}
+            // Another pod's, on its way out with it: made once it is gone.
+            Some(_) => {}
+            None => {
+                crate::create(&claims, &scratch).await?;
+                tracing::info!(claim = %format!("{ns}/{}", import::scratch_name(claim)), "created scratch claim");
+            }
+        }
+    }
     Ok(())
 }
 
@@ -342,6 +382,10 @@ pub async fn reconcile(
         crate::delete(&pods, &pod_name).await?;
         return Ok(Action::await_change());
     }
+    let pending = pod.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Pending");
+    if pending && pod.metadata.deletion_timestamp.is_none() {
+        pod_needs(&ctx, &claim, &pod).await?;
+    }
     let mut anns = claim.annotations().clone();
     let outcome = upload::update_from_pod(&mut anns, &pod);
     if outcome.complete && !upload::is_complete(&claim) {
@@ -360,8 +404,9 @@ pub async fn reconcile(
             .record(claim.as_ref(), true, "UploadFailed", message)
             .await;
     }
-    // An unused server past its deadline is replaced (with a fresh certificate).
-    if upload::deadline_passed(&pod) {
+    // An unused server past its deadline is replaced (with a fresh certificate), and one that
+    // asked for scratch space by one that has it.
+    if upload::deadline_passed(&pod) || import::scratch_just_requested(claim.annotations(), &anns) {
         crate::delete(&pods, &pod_name).await?;
         return Ok(Action::await_change());
     }

@@ -99,8 +99,9 @@ fn component_labels() -> BTreeMap<String, String> {
 
 /// The upload pod for `claim` (upstream's `makeUploadPodSpec`): owned by the claim, the
 /// certificate Secret (named as the pod) at `/etc/tls/`, the claim at `/data` or as the block
-/// device, the scratch claim at `/scratch`, upstream's environment, a readiness probe on
-/// `/healthz`, and `DEADLINE` (RFC 3339) after which an unused server ends.
+/// device, upstream's environment, a readiness probe on `/healthz`, and `DEADLINE` (RFC 3339)
+/// after which an unused server ends. The scratch claim is at `/scratch` only once a server
+/// asked for it (upstream gives every upload one; raw and qcow2 stream without).
 pub fn upload_pod(claim: &PersistentVolumeClaim, s: &Settings, deadline: Timestamp) -> Pod {
     let anns = annotations(claim);
     let name = pod_name(claim);
@@ -151,11 +152,14 @@ pub fn upload_pod(claim: &PersistentVolumeClaim, s: &Settings, deadline: Timesta
             ..Default::default()
         });
     }
-    mounts.push(VolumeMount {
-        name: import::SCRATCH_VOLUME_NAME.into(),
-        mount_path: SCRATCH_MOUNT.into(),
-        ..Default::default()
-    });
+    let scratch = wants_scratch(claim);
+    if scratch {
+        mounts.push(VolumeMount {
+            name: import::SCRATCH_VOLUME_NAME.into(),
+            mount_path: SCRATCH_MOUNT.into(),
+            ..Default::default()
+        });
+    }
     let claim_volume = |volume: &str, claim: String| Volume {
         name: volume.into(),
         persistent_volume_claim: Some(PersistentVolumeClaimVolumeSource {
@@ -164,7 +168,7 @@ pub fn upload_pod(claim: &PersistentVolumeClaim, s: &Settings, deadline: Timesta
         }),
         ..Default::default()
     };
-    let volumes = vec![
+    let mut volumes = vec![
         Volume {
             name: CERT_VOLUME.into(),
             secret: Some(SecretVolumeSource {
@@ -174,8 +178,13 @@ pub fn upload_pod(claim: &PersistentVolumeClaim, s: &Settings, deadline: Timesta
             ..Default::default()
         },
         claim_volume(import::DATA_VOLUME_NAME, claim_name),
-        claim_volume(import::SCRATCH_VOLUME_NAME, import::scratch_name(claim)),
     ];
+    if scratch {
+        volumes.push(claim_volume(
+            import::SCRATCH_VOLUME_NAME,
+            import::scratch_name(claim),
+        ));
+    }
     let container = Container {
         name: CONTAINER.into(),
         image: Some(s.image.clone()),
@@ -289,6 +298,12 @@ pub fn cert_secret(pod: &Pod, cert_pem: &str, key_pem: &str, client_ca_pem: &str
         type_: Some("kubernetes.io/tls".into()),
         ..Default::default()
     }
+}
+
+/// An upload server asked for scratch space (the image it was sent does not convert as it
+/// streams in): the next upload pod has a scratch claim.
+pub fn wants_scratch(claim: &PersistentVolumeClaim) -> bool {
+    get(&annotations(claim), ann::REQUIRES_SCRATCH) == Some("true")
 }
 
 /// Why `pod`, found under the claim's upload pod name, is not its upload pod, if it is not.
@@ -422,7 +437,31 @@ mod tests {
             .flatten()
             .map(|m| m.mount_path.as_str())
             .collect();
-        assert_eq!(mounts, ["/etc/tls/", "/data", "/scratch"]);
+        assert_eq!(mounts, ["/etc/tls/", "/data"], "no scratch until asked for");
+        let asked = claim(
+            json!({"cdi.kubevirt.io/storage.upload.target": "",
+                "cdi.kubevirt.io/storage.import.requiresScratch": "true"}),
+            "Filesystem",
+        );
+        let spec = upload_pod(&asked, &settings(), deadline).spec.unwrap();
+        let scratch = spec
+            .volumes
+            .iter()
+            .flatten()
+            .find(|v| v.name == "cdi-scratch-vol");
+        assert_eq!(
+            scratch
+                .and_then(|v| v.persistent_volume_claim.as_ref())
+                .map(|c| c.claim_name.as_str()),
+            Some("disk-scratch")
+        );
+        assert!(
+            spec.containers[0]
+                .volume_mounts
+                .iter()
+                .flatten()
+                .any(|m| m.mount_path == "/scratch")
+        );
         let block = upload_pod(&claim(json!({}), "Block"), &settings(), deadline);
         assert_eq!(env(&block)["DESTINATION"], "/dev/cdi-block-volume");
         assert!(block.spec.unwrap().containers[0].volume_devices.is_some());

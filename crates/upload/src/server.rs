@@ -233,16 +233,27 @@ pub struct RunResult {
     /// The deadline passed with no upload done.
     pub deadline_passed: bool,
     pub preallocation_applied: bool,
+    /// The image sent does not convert as it streams in and the pod has no scratch space: the
+    /// next server is to have it.
+    pub scratch_required: bool,
 }
 
 /// Upstream's message for a finished upload.
 pub const COMPLETE_MESSAGE: &str = "Upload Complete";
 pub const DEADLINE_MESSAGE: &str = "Deadline Passed";
+/// Upstream's importer's words for asking for scratch space.
+pub const SCRATCH_MESSAGE: &str = "scratch space required and none found";
 
 impl RunResult {
     /// The termination message the controller reads.
     pub fn termination_message(&self) -> cdi_api::TerminationMessage {
-        if self.deadline_passed {
+        if self.scratch_required {
+            cdi_api::TerminationMessage {
+                message: Some(SCRATCH_MESSAGE.into()),
+                scratch_space_required: Some(true),
+                ..Default::default()
+            }
+        } else if self.deadline_passed {
             cdi_api::TerminationMessage {
                 message: Some(DEADLINE_MESSAGE.into()),
                 deadline_passed: Some(true),
@@ -268,6 +279,8 @@ struct State {
     done: bool,
     /// An async upload that failed after it was answered.
     failed: Option<String>,
+    /// An upload needed scratch space the pod does not have.
+    scratch_required: bool,
 }
 
 struct Server {
@@ -379,7 +392,7 @@ pub async fn run(
             if let Some(e) = &state.failed {
                 return Err(ServerError::Upload(ImportError::Internal(e.clone())));
             }
-            if state.done {
+            if state.done || state.scratch_required {
                 break;
             }
             if deadline_passed && !state.uploading && !state.processing {
@@ -419,15 +432,20 @@ pub async fn run(
             }
         }
     }
-    let (done, preallocation_applied) = {
+    let (done, scratch_required, preallocation_applied) = {
         let state = server.state();
-        (state.done, server.config.preallocation)
+        (
+            state.done,
+            state.scratch_required,
+            server.config.preallocation,
+        )
     };
     // Let the answer of the upload that finished reach its client.
     let _ = tokio::time::timeout(Duration::from_secs(10), graceful.shutdown()).await;
     Ok(RunResult {
-        deadline_passed: !done,
+        deadline_passed: !done && !scratch_required,
         preallocation_applied: done && preallocation_applied,
+        scratch_required,
     })
 }
 
@@ -476,7 +494,10 @@ async fn handle(
     let (tx, rx) = tokio::sync::oneshot::channel();
     tokio::spawn(async move {
         let response = upload(&server, endpoint, req).await.unwrap_or_else(|e| {
-            server.update(|s| s.uploading = false);
+            server.update(|s| {
+                s.uploading = false;
+                s.scratch_required = matches!(e, ImportError::ScratchRequired(_));
+            });
             failure(&e)
         });
         let _ = tx.send(response);
@@ -497,6 +518,13 @@ fn failure(e: &ImportError) -> Response<Body> {
             StatusCode::BAD_REQUEST,
             format!(
                 "Saving stream failed: effective image size is larger than the reported available storage: {e}"
+            ),
+        ),
+        // This server ends and the next one has scratch space: the same upload will do then.
+        ImportError::ScratchRequired(_) => answer(
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!(
+                "Saving stream failed: {e}; the upload server is restarted with scratch space: send the upload again"
             ),
         ),
         _ => answer(
@@ -581,15 +609,26 @@ async fn upload(
         }
     };
     let (feeder, source, taken_in) = stream::channel("the upload", length, 16);
-    // The body goes into the pipeline as it arrives; it stops when the pipeline stops reading.
-    tokio::spawn(async move {
+    let (drain_tx, drain_rx) = tokio::sync::oneshot::channel::<()>();
+    // The body goes into the pipeline as it arrives; it stops when the pipeline stops reading,
+    // unless told to read the rest (see `settle`).
+    let mut feeding = tokio::spawn(async move {
         while let Some(chunk) = chunks.next().await {
             let failed = chunk.is_err();
-            if feeder.send(chunk).await.is_err() || failed {
+            if feeder.send(chunk).await.is_err() {
+                if drain_rx.await.is_ok() {
+                    while let Ok(Some(Ok(_))) =
+                        tokio::time::timeout(DRAIN_IDLE, chunks.next()).await
+                    {}
+                }
+                return;
+            }
+            if failed {
                 return;
             }
         }
     });
+    let mut drain = Some(drain_tx);
     let config = server.config.clone();
     let mut work = write_in_background(config, endpoint, source);
     if endpoint.is_async() {
@@ -597,12 +636,12 @@ async fn upload(
             biased;
             result = &mut work => {
                 // Finished (or failed) before the answer: as a sync upload.
-                flatten(result)?;
+                settle(flatten(result), &mut drain, &mut feeding).await?;
             }
             told = taken_in => {
                 if told.is_err() {
                     // The stream was dropped unread: the pipeline failed; its error says why.
-                    flatten(work.await)?;
+                    settle(flatten(work.await), &mut drain, &mut feeding).await?;
                 } else {
                     server.update(|s| {
                         s.uploading = false;
@@ -615,6 +654,10 @@ async fn upload(
                             s.processing = false;
                             match result {
                                 Ok(()) => s.done = true,
+                                Err(ImportError::ScratchRequired(why)) => {
+                                    tracing::error!(reason = %why, "the upload was answered, then found to need scratch space");
+                                    s.scratch_required = true;
+                                }
                                 Err(e) => s.failed = Some(e.to_string()),
                             }
                         });
@@ -625,7 +668,7 @@ async fn upload(
             }
         }
     } else {
-        flatten(work.await)?;
+        settle(flatten(work.await), &mut drain, &mut feeding).await?;
     }
     server.update(|s| {
         s.uploading = false;
@@ -633,6 +676,27 @@ async fn upload(
     });
     tracing::info!(endpoint = ?endpoint, "upload complete");
     Ok(answer(StatusCode::OK, ""))
+}
+
+/// How long the rest of a body that will not be used is read while it keeps coming.
+const DRAIN_IDLE: Duration = Duration::from_secs(30);
+
+/// An upload's result; when it needs scratch space, the rest of its body is read first (and
+/// dropped), so that the client, still sending, hears that it is to send it again rather than
+/// losing the connection. Other failures are answered at once: the body is of no use.
+async fn settle(
+    result: Result<(), ImportError>,
+    drain: &mut Option<tokio::sync::oneshot::Sender<()>>,
+    feeding: &mut tokio::task::JoinHandle<()>,
+) -> Result<(), ImportError> {
+    if let Err(ImportError::ScratchRequired(why)) = &result
+        && let Some(tx) = drain.take()
+    {
+        tracing::info!(reason = %why, "the image needs scratch space; reading the rest of the upload before answering");
+        let _ = tx.send(());
+        let _ = feeding.await;
+    }
+    result
 }
 
 fn flatten(
@@ -741,6 +805,7 @@ mod tests {
         let done = RunResult {
             deadline_passed: false,
             preallocation_applied: true,
+            scratch_required: false,
         };
         assert_eq!(
             done.termination_message().to_json(),
@@ -749,10 +814,18 @@ mod tests {
         let late = RunResult {
             deadline_passed: true,
             preallocation_applied: false,
+            scratch_required: false,
         };
         assert_eq!(
             late.termination_message().to_json(),
             r#"{"message":"Deadline Passed","deadlinePassed":true}"#
         );
+        let spool = RunResult {
+            deadline_passed: false,
+            preallocation_applied: false,
+            scratch_required: true,
+        };
+        let said = cdi_api::TerminationMessage::parse(&spool.termination_message().to_json());
+        assert_eq!(said.scratch_space_required, Some(true));
     }
 }

@@ -35,7 +35,8 @@ impl Fixture {
         std::fs::read(self.data().join("disk.img")).unwrap()
     }
 
-    /// Start a server for a 64 MiB claim; its address and the task that ends with its result.
+    /// Start a server for a 64 MiB claim, without scratch space as the controller starts the
+    /// first one; its address and the task that ends with its result.
     async fn start(
         &self,
         deadline: Option<SystemTime>,
@@ -43,8 +44,21 @@ impl Fixture {
         String,
         tokio::task::JoinHandle<Result<RunResult, server::ServerError>>,
     ) {
+        self.start_with(deadline, false).await
+    }
+
+    async fn start_with(
+        &self,
+        deadline: Option<SystemTime>,
+        scratch: bool,
+    ) -> (
+        String,
+        tokio::task::JoinHandle<Result<RunResult, server::ServerError>>,
+    ) {
         std::fs::create_dir_all(self.data()).unwrap();
-        std::fs::create_dir_all(self.dir.path().join("scratch")).unwrap();
+        if scratch {
+            std::fs::create_dir_all(self.dir.path().join("scratch")).unwrap();
+        }
         let cert = self
             .server_ca
             .server_cert(&["127.0.0.1".into()], pki::SERVER_LIFETIME)
@@ -176,8 +190,55 @@ async fn async_qcow2_is_answered_once_taken_in_and_finished_after() {
         .unwrap();
     assert_eq!(r.status(), 200, "{}", r.text().await.unwrap());
     // The server ends when the image is complete.
-    assert!(!done.await.unwrap().unwrap().deadline_passed);
+    let result = done.await.unwrap().unwrap();
+    assert!(!result.deadline_passed && !result.scratch_required);
     assert_image(&f.disk(), &raw, "async qcow2 upload");
+    assert!(
+        !f.dir.path().join("scratch").exists(),
+        "the qcow2 image streamed without scratch space"
+    );
+}
+
+/// An image that converts only from a copy (VMDK) ends a server without scratch space: the
+/// client is told to send it again, nothing is written, and the termination message asks for
+/// scratch; the next server, given it, takes the same upload.
+#[tokio::test]
+async fn an_image_that_needs_scratch_ends_a_server_without_it() {
+    let f = Fixture::new();
+    let raw = images::pattern(3 * MIB);
+    let src = f.dir.path().join("src.raw");
+    std::fs::write(&src, &raw).unwrap();
+    let vmdk = f.dir.path().join("src.vmdk");
+    images::convert(&src, "vmdk", &[], &vmdk);
+    let vmdk = std::fs::read(vmdk).unwrap();
+    let (url, done) = f.start(None).await;
+    let r = f
+        .proxy()
+        .post(format!("{url}/v1beta1/upload"))
+        .body(vmdk.clone())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 503);
+    let text = r.text().await.unwrap();
+    assert!(text.contains("send the upload again"), "{text}");
+    let result = done.await.unwrap().unwrap();
+    assert!(result.scratch_required && !result.deadline_passed);
+    let said = result.termination_message();
+    assert_eq!(said.scratch_space_required, Some(true));
+    assert!(!f.data().join("disk.img").exists(), "nothing was written");
+
+    let (url, done) = f.start_with(None, true).await;
+    let r = f
+        .proxy()
+        .post(format!("{url}/v1beta1/upload"))
+        .body(vmdk)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200, "{}", r.text().await.unwrap());
+    assert!(!done.await.unwrap().unwrap().scratch_required);
+    assert_image(&f.disk(), &raw, "through scratch");
 }
 
 #[tokio::test]
