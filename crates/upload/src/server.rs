@@ -7,7 +7,8 @@
 //! Upstream's contract: a POST only (else 404), from a client whose verified certificate has the
 //! common name `CLIENT_NAME` (else 401); one upload at a time (503) and none after one succeeded
 //! (409); sync endpoints answer once the image is complete, async ones once the body is taken in;
-//! a failed upload can be sent again.
+//! a failed upload can be sent again. Beyond upstream, the pod has no scratch space until it
+//! asks for it: an image that needs it is answered 503 and the server ends saying so.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;

@@ -61,8 +61,9 @@ pub(crate) fn converts_at_random(format: Format) -> bool {
     matches!(format, Format::Raw | Format::Iso | Format::Qcow2)
 }
 
-/// Whether `format` converts from a sequential stream as it arrives ([`raw::copy_stream`]);
-/// a stream of any other format is spooled to scratch and converted at random.
+/// Whether `format` is copied from a sequential stream as it arrives ([`raw::copy_stream`]).
+/// qcow2 has a conversion of its own for streams ([`qcow2::stream`]); a stream of any other
+/// format is spooled to scratch and converted at random.
 pub(crate) fn streams(format: Format) -> bool {
     matches!(format, Format::Raw | Format::Iso)
 }

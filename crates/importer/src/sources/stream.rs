@@ -1,7 +1,7 @@
 //! A stream handed over by the caller, read once from its first byte: an upload's request body.
 //! The caller feeds chunks (or the error that ended them) into the [`Feeder`] and drops it at
-//! the end; the import reads them as a sequential source (raw streams to the target, other
-//! formats go through scratch).
+//! the end; the import reads them as a sequential source (raw and qcow2 convert as they arrive,
+//! other formats go through scratch).
 
 use std::sync::Mutex;
 
