@@ -64,7 +64,8 @@ pub struct ImportArgs {
     /// quantity; the cache counts against a pod's memory limit); 0 leaves it to the kernel.
     #[arg(long, default_value = "32Mi")]
     writeback_window: String,
-    /// Where the rare scratch copy goes (a compressed non-raw image).
+    /// Where the rare scratch copy goes (a vmdk, vdi, vhd or vhdx image read in order, or a qcow2
+    /// one whose layout does not stream).
     #[arg(long, default_value_os_t = std::env::temp_dir())]
     scratch_dir: PathBuf,
     /// The disk image to write (`disk.img`): written to a hidden file beside it and renamed over

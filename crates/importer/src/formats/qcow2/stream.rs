@@ -186,8 +186,12 @@ impl Streamer {
         let offset = u64::from_be_bytes(first[48..56].try_into().expect("8 bytes"));
         let clusters = u32::from_be_bytes(first[56..60].try_into().expect("4 bytes")) as u64;
         let len = clusters * self.cs;
-        if offset >= self.cs && offset.is_multiple_of(self.cs) && len <= MAX_REFCOUNT_TABLE {
-            self.refcounts = offset..offset + len;
+        if offset >= self.cs
+            && offset.is_multiple_of(self.cs)
+            && len <= MAX_REFCOUNT_TABLE
+            && let Some(end) = offset.checked_add(len)
+        {
+            self.refcounts = offset..end;
         }
     }
 
