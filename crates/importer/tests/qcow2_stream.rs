@@ -255,3 +255,90 @@ async fn a_cut_stream_is_refused_as_a_cut_file() {
     assert!(err.to_string().contains("lies outside the"), "{err}");
     assert!(!s.path("out.img").exists());
 }
+
+/// A compressed cluster stored from the end of a cluster held before its table, over the table's
+/// own cluster and into the next: its bytes are read once each, in order, as at random. (Raw
+/// deflate in stored blocks, so the output is the input's bytes.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_compressed_cluster_across_its_own_table_reads_each_byte_once() {
+    const CS: usize = 1 << 16;
+    let s = Scenario::new();
+    let mut image = vec![0u8; 6 * CS];
+    // v3 header: 64 KiB clusters, a 64 KiB disk, the L1 table in cluster 1.
+    image[..4].copy_from_slice(b"QFI\xfb");
+    image[4..8].copy_from_slice(&3u32.to_be_bytes());
+    image[20..24].copy_from_slice(&16u32.to_be_bytes());
+    image[24..32].copy_from_slice(&(CS as u64).to_be_bytes());
+    image[36..40].copy_from_slice(&1u32.to_be_bytes());
+    image[40..48].copy_from_slice(&(CS as u64).to_be_bytes());
+    image[96..100].copy_from_slice(&4u32.to_be_bytes());
+    image[100..104].copy_from_slice(&104u32.to_be_bytes());
+    // The L2 table in cluster 4; cluster 2 and 3 arrive before anything places them.
+    image[CS..CS + 8].copy_from_slice(&(4 * CS as u64).to_be_bytes());
+    let host = 3 * CS + CS - 6;
+    // 256 sectors stored: from the end of cluster 3 into cluster 5.
+    let entry = (1u64 << 62) | (255u64 << 54) | host as u64;
+    image[4 * CS..4 * CS + 8].copy_from_slice(&entry.to_be_bytes());
+    // Stored block 1 (65535 bytes, not final), its payload runs to 2 bytes before cluster 5;
+    // stored block 2 (1 byte, final) straddles clusters 4 and 5.
+    image[host] = 0;
+    image[host + 1..host + 5].copy_from_slice(&[0xff, 0xff, 0x00, 0x00]);
+    for (i, b) in image[3 * CS..host].iter_mut().enumerate() {
+        *b = i as u8;
+    }
+    let second = host + 5 + 65535;
+    assert_eq!(second, 5 * CS - 2);
+    image[second..second + 5].copy_from_slice(&[0x01, 0x01, 0x00, 0xfe, 0xff]);
+    image[second + 5] = 0x77;
+    image[second + 6..].fill(0x99);
+    std::fs::write(s.path("across.qcow2"), &image).unwrap();
+    let mut expected = image[host + 5..second].to_vec();
+    expected.push(0x77);
+
+    let opts = ImportOptions {
+        target: TargetSpec::File(s.path("random.img")),
+        ..s.options("random.img", 64 * MIB)
+    };
+    import_file(
+        &s.path("across.qcow2"),
+        &opts,
+        Arc::new(Progress::default()),
+    )
+    .await
+    .unwrap();
+    assert_same(&s.read("random.img"), &expected, "at random");
+    let report = s.stream("across.qcow2", "out.img", 64 * MIB).await.unwrap();
+    assert!(!report.scratch_used);
+    assert_same(&s.read("out.img"), &expected, "as it streams");
+}
+
+/// One L2 table named by every L1 entry, all its entries naming one cluster still to come: what
+/// is awaited is counted table by table, and past the budget the image goes through scratch.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_table_named_over_and_over_stays_within_the_budget() {
+    const CS: usize = 1 << 16;
+    let s = Scenario::new();
+    let mut image = vec![0u8; 5 * CS];
+    // A 32 GiB disk: 64 L1 entries of 512 MiB each.
+    image[..4].copy_from_slice(b"QFI\xfb");
+    image[4..8].copy_from_slice(&3u32.to_be_bytes());
+    image[20..24].copy_from_slice(&16u32.to_be_bytes());
+    image[24..32].copy_from_slice(&(32u64 << 30).to_be_bytes());
+    image[36..40].copy_from_slice(&64u32.to_be_bytes());
+    image[40..48].copy_from_slice(&(CS as u64).to_be_bytes());
+    image[96..100].copy_from_slice(&4u32.to_be_bytes());
+    image[100..104].copy_from_slice(&104u32.to_be_bytes());
+    for i in 0..64 {
+        image[CS + 8 * i..CS + 8 * i + 8].copy_from_slice(&(3 * CS as u64).to_be_bytes());
+    }
+    for i in 0..CS / 8 {
+        let at = 3 * CS + 8 * i;
+        image[at..at + 8].copy_from_slice(&((1u64 << 63) | (4 * CS as u64)).to_be_bytes());
+    }
+    std::fs::write(s.path("named.qcow2"), &image).unwrap();
+    let err = s.stream("named.qcow2", "out.img", MIB).await.unwrap_err();
+    assert!(
+        matches!(&err, ImportError::ScratchRequired(why) if why.contains("more than 1 MiB")),
+        "{err}"
+    );
+}

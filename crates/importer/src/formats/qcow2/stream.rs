@@ -36,6 +36,8 @@ const ENTRY_COST: u64 = 64;
 /// The largest refcount table read to know the refcount blocks (which are then not held); a
 /// larger one is passed over, and its blocks are held like any cluster not yet placed.
 const MAX_REFCOUNT_TABLE: u64 = 4 << 20;
+/// Writes gathered before they are sent to the writer.
+const OPS_BYTES: u64 = 4 << 20;
 
 /// Convert the qcow2 image `stream` holds (from its first byte) into `target`, refusing one
 /// larger than `limit`; `context` names the stream in messages. Returns the virtual size and
@@ -126,12 +128,17 @@ struct Streamer {
     /// The L1 table's bytes as they arrive, until it is whole.
     l1: Vec<u8>,
     l1_read: bool,
-    /// L2 tables still to come: host offset → the L1 indices that name it.
+    /// L2 tables still to come: host offset → the L1 indices that name it; and how many
+    /// indices that is.
     tables: BTreeMap<u64, Vec<u64>>,
+    table_refs: u64,
     /// Clusters still to come: (host offset, guest offset) → what is stored there.
     needs: BTreeMap<(u64, u64), Need>,
     held: BTreeMap<u64, Held>,
     held_bytes: u64,
+    /// Held clusters that may have become used up: more of them was placed, or they were kept
+    /// only for the sector before the frontier. Only these are looked at again.
+    touched: BTreeSet<u64>,
     /// Where the refcount table is, its bytes as they arrive, and the refcount blocks it names:
     /// refcounts are not needed for the conversion, so those clusters are never held.
     refcounts: std::ops::Range<u64>,
@@ -143,8 +150,9 @@ struct Streamer {
     frontier: u64,
     partials: Vec<Partial>,
     inflater: Option<Inflater>,
-    /// Writes gathered for one send.
+    /// Writes gathered for one send, and their bytes.
     ops: Vec<Op>,
+    ops_bytes: u64,
     zero_run: Option<(u64, u64)>,
 }
 
@@ -159,12 +167,14 @@ impl Streamer {
             zero_fill,
             hold_limit,
             l1_end,
-            l1: Vec::with_capacity((needed * 8) as usize),
+            l1: Vec::new(),
             l1_read: needed == 0,
             tables: BTreeMap::new(),
+            table_refs: 0,
             needs: BTreeMap::new(),
             held: BTreeMap::new(),
             held_bytes: 0,
+            touched: BTreeSet::new(),
             frontier: 0,
             refcounts: 0..0,
             refcount_bytes: Vec::new(),
@@ -172,6 +182,7 @@ impl Streamer {
             partials: Vec::new(),
             inflater: None,
             ops: Vec::new(),
+            ops_bytes: 0,
             zero_run: None,
             header,
         }
@@ -247,6 +258,18 @@ impl Streamer {
         if p == 0 {
             used.push((p, end));
         }
+        // Compressed clusters that began in earlier clusters, before the tables here add ones
+        // that already hold this cluster's bytes.
+        for mut partial in std::mem::take(&mut self.partials) {
+            let want = (partial.host + partial.len - p).min(c.len() as u64);
+            partial.bytes.extend_from_slice(&c[..want as usize]);
+            used.push((p, p + want));
+            if p + want == partial.host + partial.len {
+                self.inflate(partial.guest, partial.host, &partial.bytes)?;
+            } else {
+                self.partials.push(partial);
+            }
+        }
         // The L1 table (its last cluster whole: the rest of it is unused entries).
         let l1_start = self.header.l1_table_offset;
         if !self.l1_read && p < self.l1_end && end > l1_start {
@@ -270,13 +293,14 @@ impl Streamer {
                         .map(|e| e & !(self.cs - 1))
                         .filter(|&o| o != 0),
                 );
-                self.sweep();
+                self.drop_refblocks();
             }
         }
         if self.refblocks.contains(&p) {
             used.push((p, end));
         }
         if let Some(indices) = self.tables.remove(&p) {
+            self.table_refs -= indices.len() as u64;
             if (c.len() as u64) < self.cs {
                 return Err(Qcow2Error::OutOfFile {
                     what: "L2 table",
@@ -291,17 +315,6 @@ impl Streamer {
             used.push((p, end));
             self.sweep();
         }
-        // Compressed clusters that began in earlier clusters.
-        for mut partial in std::mem::take(&mut self.partials) {
-            let want = (partial.host + partial.len - p).min(c.len() as u64);
-            partial.bytes.extend_from_slice(&c[..want as usize]);
-            used.push((p, p + want));
-            if p + want == partial.host + partial.len {
-                self.inflate(partial.guest, partial.host, &partial.bytes)?;
-            } else {
-                self.partials.push(partial);
-            }
-        }
         // What was waiting for this cluster.
         let here: Vec<((u64, u64), Need)> = self
             .needs
@@ -314,7 +327,7 @@ impl Streamer {
             match need {
                 Need::Data => {
                     used.push((host, end));
-                    self.data(guest, c.slice(at..));
+                    self.data(guest, c.slice(at..))?;
                 }
                 Need::Compressed(len) => {
                     let stop = (host + len).min(end);
@@ -334,6 +347,10 @@ impl Streamer {
             }
         }
         if !self.mapped() && !self.used_up(&mut used, p, end) {
+            if covers(&mut used, p, end) {
+                // Kept only for the sector before the frontier, which a later table moves on.
+                self.touched.insert(p);
+            }
             self.held_bytes += c.len() as u64;
             self.held.insert(p, Held { data: c, used });
         }
@@ -354,7 +371,10 @@ impl Streamer {
                         self.zeros(base, len)?;
                     }
                 }
-                Some(offset) if offset > p => self.tables.entry(offset).or_default().push(index),
+                Some(offset) if offset > p => {
+                    self.tables.entry(offset).or_default().push(index);
+                    self.table_refs += 1;
+                }
                 Some(offset) => {
                     // Left held: another L1 entry may name the same table.
                     let table = if offset == p {
@@ -421,7 +441,7 @@ impl Streamer {
             let stop = (host + len).min(now);
             let bytes = self.past(host, stop, p, c)?;
             match need {
-                Need::Data => self.data(guest, bytes),
+                Need::Data => self.data(guest, bytes)?,
                 Need::Compressed(len) if stop == host + len => self.inflate(guest, host, &bytes)?,
                 Need::Compressed(len) => self.partials.push(Partial {
                     guest,
@@ -431,7 +451,8 @@ impl Streamer {
                 }),
             }
         }
-        Ok(())
+        // Per table: one L1 table may name the same table many times.
+        self.check_memory()
     }
 
     /// The bytes `[from, to)` of the stream, all before the end of the cluster at `p` (`c`):
@@ -456,6 +477,11 @@ impl Streamer {
                     .data
                     .slice((lo - cluster) as usize..((hi - cluster) as usize).min(held.data.len()));
                 held.used.push((lo, hi));
+                if held.used.len() > 64 {
+                    // Merged, they stay few: packed clusters touch one another.
+                    covers(&mut held.used, cluster, cluster + held.data.len() as u64);
+                }
+                self.touched.insert(cluster);
                 piece
             };
             out.push(piece);
@@ -476,28 +502,49 @@ impl Streamer {
         covers(used, from, to) && (open.is_empty() || open.end <= from || open.start >= to)
     }
 
-    /// Let go of the held clusters that are used up; of all of them once every table is read.
+    /// Let go of the held clusters that are used up (of those that may be: see `touched`); of
+    /// all of them once every table is read.
     fn sweep(&mut self) {
         if self.mapped() {
             self.held.clear();
             self.held_bytes = 0;
+            self.touched.clear();
             return;
         }
-        let mut held = std::mem::take(&mut self.held);
-        held.retain(|&at, h| {
-            let keep = !self.refblocks.contains(&at)
-                && !self.used_up(&mut h.used, at, at + h.data.len() as u64);
-            if !keep {
+        for at in std::mem::take(&mut self.touched) {
+            let Some(mut h) = self.held.remove(&at) else {
+                continue;
+            };
+            let end = at + h.data.len() as u64;
+            if self.used_up(&mut h.used, at, end) {
+                self.held_bytes -= h.data.len() as u64;
+                continue;
+            }
+            if covers(&mut h.used, at, end) {
+                self.touched.insert(at);
+            }
+            self.held.insert(at, h);
+        }
+    }
+
+    /// Let go of the held clusters the refcount table names, once it is read.
+    fn drop_refblocks(&mut self) {
+        let found: Vec<u64> = self
+            .refblocks
+            .iter()
+            .filter(|b| self.held.contains_key(b))
+            .copied()
+            .collect();
+        for at in found {
+            if let Some(h) = self.held.remove(&at) {
                 self.held_bytes -= h.data.len() as u64;
             }
-            keep
-        });
-        self.held = held;
+        }
     }
 
     /// A data cluster at `guest`: `bytes` from its start (fewer at the end of the image: the
     /// rest reads as zeros).
-    fn data(&mut self, guest: u64, bytes: Bytes) {
+    fn data(&mut self, guest: u64, bytes: Bytes) -> Result<(), ImportError> {
         let n = self.cs.min(self.header.virtual_size - guest) as usize;
         let data = if bytes.len() >= n {
             bytes.slice(..n)
@@ -506,10 +553,18 @@ impl Streamer {
             padded.resize(n, 0);
             Bytes::from(padded)
         };
-        self.ops.push(Op::Data {
-            offset: guest,
-            data,
-        });
+        self.write(guest, data)
+    }
+
+    /// Gather a write; what is gathered is sent once it is large (one table can place the
+    /// same bytes at every one of its entries).
+    fn write(&mut self, offset: u64, data: Bytes) -> Result<(), ImportError> {
+        self.ops_bytes += data.len() as u64;
+        self.ops.push(Op::Data { offset, data });
+        if self.ops_bytes >= OPS_BYTES {
+            self.flush()?;
+        }
+        Ok(())
     }
 
     /// A compressed cluster at `guest`, stored at `host` as `input`.
@@ -527,11 +582,7 @@ impl Streamer {
                 "compressed cluster at guest offset {guest} (host {host}): {e}"
             ))
         })?;
-        self.ops.push(Op::Data {
-            offset: guest,
-            data: Bytes::from(out),
-        });
-        Ok(())
+        self.write(guest, Bytes::from(out))
     }
 
     /// Zeros for a block target, joined into runs.
@@ -560,13 +611,14 @@ impl Streamer {
             return Ok(());
         }
         let ops = std::mem::take(&mut self.ops);
+        self.ops_bytes = 0;
         self.tx.blocking_send(Op::Many(ops)).map_err(|_| stopped())
     }
 
     /// Held clusters, partial ones and what is awaited stay within the budget.
     fn check_memory(&self) -> Result<(), ImportError> {
         let partial: u64 = self.partials.iter().map(|p| p.bytes.len() as u64).sum();
-        let entries = (self.needs.len() + self.tables.len() + self.refblocks.len()) as u64;
+        let entries = self.needs.len() as u64 + self.table_refs + self.refblocks.len() as u64;
         let used = self.held_bytes
             + partial
             + entries * ENTRY_COST
