@@ -327,9 +327,11 @@ async fn the_proxy_lets_only_valid_tokens_through() {
         &dir,
         &["apply", "-f", "-"],
         Some(&format!(
-            "{}---{PLAIN_CLAIM}---{}",
+            "{}---{PLAIN_CLAIM}---{}---{}---{}",
             upload_volume("via-proxy", "csi", "Filesystem", "1Gi"),
-            upload_volume_on("populated", "csi", "Filesystem", "1Gi", true)
+            upload_volume_on("populated", "csi", "Filesystem", "1Gi", true),
+            upload_volume("form", "csi", "Filesystem", "1Gi"),
+            upload_volume("form-async", "csi", "Block", "64Mi")
         )),
     );
     let raw = tmp.path().join("src.raw");
@@ -392,6 +394,27 @@ async fn the_proxy_lets_only_valid_tokens_through() {
     let (code, body) = proxy.post(Some(&token), upload, &xz);
     assert_eq!(code, 503, "{body}");
     assert!(body.contains("already finished uploading"), "{body}");
+
+    // Multipart forms, as a browser sends them: the xz image to the sync form endpoint, a
+    // qcow2 to the async one into a Block volume.
+    let qcow2 = tmp.path().join("src.qcow2");
+    convert(&raw, "qcow2", &[], &qcow2);
+    for (name, path, image) in [
+        ("form", "/v1beta1/upload-form", &xz),
+        ("form-async", "/v1beta1/upload-form-async", &qcow2),
+    ] {
+        wait_for(&format!("{name} to be ready for the upload"), 60, || {
+            get(&dir, &format!("dv/{name}")).filter(|d| phase(d) == "UploadReady")
+        });
+        let token = proxy.token(None, Operation::Upload, name, 0);
+        let (code, body) = proxy.post_form(Some(&token), path, image);
+        assert_eq!(code, 200, "{name}: {body}");
+        wait_for(&format!("{name} to succeed"), 60, || {
+            get(&dir, &format!("dv/{name}")).filter(|d| phase(d) == "Succeeded")
+        });
+        let disk = std::fs::read(volume_path(&dir, name)).unwrap();
+        assert_same(&disk[..data.len()], &data, name);
+    }
 
     // The populator path: the token names the target; the image lands in PVC prime, whose
     // volume the target then takes over.

@@ -285,6 +285,16 @@ impl UploadProxy {
 
     /// curl posting `image` to `path` with `token`: the status and the body.
     pub fn post(&self, token: Option<&str>, path: &str, image: &Path) -> (u16, String) {
+        self.send(token, path, image, false)
+    }
+
+    /// The same as a multipart form whose part `file` is `image` (`curl -F`).
+    #[allow(dead_code)]
+    pub fn post_form(&self, token: Option<&str>, path: &str, image: &Path) -> (u16, String) {
+        self.send(token, path, image, true)
+    }
+
+    fn send(&self, token: Option<&str>, path: &str, image: &Path, form: bool) -> (u16, String) {
         let mut cmd = Command::new("curl");
         cmd.args([
             "-sS",
@@ -296,9 +306,13 @@ impl UploadProxy {
             &self.resolve,
         ])
         .arg("--cacert")
-        .arg(&self.ca)
-        .arg("--data-binary")
-        .arg(format!("@{}", image.display()));
+        .arg(&self.ca);
+        if form {
+            cmd.arg("-F").arg(format!("file=@{}", image.display()));
+        } else {
+            cmd.arg("--data-binary")
+                .arg(format!("@{}", image.display()));
+        }
         if let Some(t) = token {
             cmd.arg("-H").arg(format!("Authorization: Bearer {t}"));
         }
