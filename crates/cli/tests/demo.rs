@@ -112,8 +112,13 @@ fn the_upload_demo_is_refused_without_force_bind_then_fills_the_vm_disk() {
         "OK: the VM runs on node-2 with its 20Gi disk on node-2, uploaded",
     ];
     assert_in_order(&stdout, &order);
+    // The upload pod reaches the tainted node as an importer does: by the VM's toleration.
     assert!(
         stdout.contains("upload pod cdi-upload-vm-with-wffc-disk-root running on node-2"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("its worker pods inherit toleration virt-local=true:NoSchedule"),
         "{stdout}"
     );
 }
