@@ -104,7 +104,8 @@ fn the_upload_demo_is_refused_without_force_bind_then_fills_the_vm_disk() {
     let order = [
         "cdi image-upload dv waiting-disk (no --force-bind): error: cannot upload to DataVolume in WaitForFirstConsumer phase, make sure the PVC is Bound, or use force-bind flag",
         "--no-create --force-bind",
-        "DataVolume vm-with-wffc-disk-root: UploadReady",
+        // The client starts once it sees the pod ready; the controller writes UploadReady when
+        // it does: either can be told first.
         "cdi image-upload: Uploading data to https://",
         "DataVolume vm-with-wffc-disk-root: Succeeded (100.0%)",
         "Running on node-2",
@@ -112,6 +113,13 @@ fn the_upload_demo_is_refused_without_force_bind_then_fills_the_vm_disk() {
         "OK: the VM runs on node-2 with its 20Gi disk on node-2, uploaded",
     ];
     assert_in_order(&stdout, &order);
+    assert_in_order(
+        &stdout,
+        &[
+            "DataVolume vm-with-wffc-disk-root: UploadReady",
+            "DataVolume vm-with-wffc-disk-root: Succeeded (100.0%)",
+        ],
+    );
     // The upload pod reaches the tainted node as an importer does: by the VM's toleration.
     assert!(
         stdout.contains("upload pod cdi-upload-vm-with-wffc-disk-root running on node-2"),
