@@ -100,6 +100,7 @@ pub(crate) fn image_map(extra: &[(String, Vec<String>)]) -> anyhow::Result<Image
             "cdi-uploadserver",
             vec![exe.clone(), "upload-server".into()],
         )
+        .with("cdi-cloner", vec![exe.clone(), "cloner".into()])
         .with("cdi-controller", vec![exe.clone(), "controller".into()])
         .with("cdi-uploadproxy", vec![exe.clone(), "upload-proxy".into()])
         .with("cdi-apiserver", vec![exe.clone(), "apiserver".into()])

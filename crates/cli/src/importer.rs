@@ -98,6 +98,7 @@ pub fn run(args: &ImporterArgs) -> ExitCode {
     let progress = Arc::new(Progress::default());
     let result = runtime.block_on(async {
         let metrics = cdi_importer::metrics::serve(
+            cdi_importer::metrics::IMPORT_PROGRESS,
             devpod.listen(args.metrics_addr),
             config.owner_uid.clone(),
             progress.clone(),

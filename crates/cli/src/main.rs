@@ -2,6 +2,7 @@
 //! done by the library crates.
 
 mod apiserver;
+mod cloner;
 mod controller;
 mod demo;
 mod demo_image;
@@ -58,6 +59,10 @@ enum Command {
     /// The upload proxy: checks upload tokens and streams each upload to its claim's upload
     /// pod over mutual TLS.
     UploadProxy(upload_proxy::UploadProxyArgs),
+    /// The clone source pod's entry point: sends a volume to the clone target's upload server
+    /// over mutual TLS. Hidden until the controllers run host-assisted clones.
+    #[command(hide = true)]
+    Cloner(cloner::ClonerArgs),
     /// The aggregated API of upload.cdi.kubevirt.io: UploadTokenRequests answered with an
     /// upload token for callers allowed to create them.
     Apiserver(apiserver::ApiServerArgs),
@@ -74,6 +79,7 @@ fn main() -> ExitCode {
         // The pod entry point reports through its termination message and exit code itself.
         Command::Importer(args) => return importer::run(&args),
         Command::UploadServer(args) => return upload_server::run(&args),
+        Command::Cloner(args) => return cloner::run(&args),
         Command::Crds { out_dir } => crds(out_dir),
         Command::Size(args) => size::run(&args),
         Command::Import(args) => import::run(&args),

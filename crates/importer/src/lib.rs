@@ -9,11 +9,13 @@
 //! - The rest is neither: the import itself ([`import`]) with the tuning and progress every
 //!   conversion shares ([`convert`]), the target [`writer`], transfer [`buffer`]s,
 //!   [`checksum`]s, tar [`archive`]s, the pod contract ([`pod`]), the progress [`metrics`] and
-//!   the [`error`].
+//!   the [`error`]; and the target side of a host-assisted [`clone`], which copies bytes as
+//!   they are.
 
 pub mod archive;
 pub mod buffer;
 pub mod checksum;
+pub mod clone;
 pub mod convert;
 pub mod error;
 pub mod formats;

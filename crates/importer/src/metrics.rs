@@ -1,5 +1,6 @@
-//! The importer's progress metric, served over HTTPS (self-signed) as upstream's importer does:
-//! `kubevirt_cdi_import_progress_total{ownerUID="…"} <percent>` on `/metrics`.
+//! A worker's progress metric, served over HTTPS (self-signed) as upstream's importer and cloner
+//! do: `kubevirt_cdi_import_progress_total{ownerUID="…"} <percent>` (or the cloner's
+//! `kubevirt_cdi_clone_progress_total`) on `/metrics`.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -13,11 +14,27 @@ use hyper_util::rt::TokioIo;
 use crate::convert::Progress;
 use crate::error::ImportError;
 
-/// The metric's name, as upstream.
-pub const IMPORT_PROGRESS: &str = "kubevirt_cdi_import_progress_total";
+/// A progress metric: its name and help text, as upstream's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Metric {
+    pub name: &'static str,
+    pub help: &'static str,
+}
+
+/// The importer's.
+pub const IMPORT_PROGRESS: Metric = Metric {
+    name: "kubevirt_cdi_import_progress_total",
+    help: "The import progress in percentage",
+};
+
+/// The cloner's (the source side of a host-assisted clone).
+pub const CLONE_PROGRESS: Metric = Metric {
+    name: "kubevirt_cdi_clone_progress_total",
+    help: "The clone progress in percentage",
+};
 
 /// The exposition text for the current progress.
-pub fn render(owner_uid: &str, progress: &Progress) -> String {
+pub fn render(metric: Metric, owner_uid: &str, progress: &Progress) -> String {
     let total = progress.total.load(Ordering::Relaxed);
     let done = progress.done.load(Ordering::Relaxed);
     let percent = if total == 0 {
@@ -30,8 +47,9 @@ pub fn render(owner_uid: &str, progress: &Progress) -> String {
         .replace('\\', "\\\\")
         .replace('"', "\\\"")
         .replace('\n', "\\n");
+    let Metric { name, help } = metric;
     format!(
-        "# HELP {IMPORT_PROGRESS} The import progress in percentage\n# TYPE {IMPORT_PROGRESS} counter\n{IMPORT_PROGRESS}{{ownerUID=\"{uid}\"}} {percent:.2}\n"
+        "# HELP {name} {help}\n# TYPE {name} counter\n{name}{{ownerUID=\"{uid}\"}} {percent:.2}\n"
     )
 }
 
@@ -62,6 +80,7 @@ fn acceptor() -> Result<tokio_rustls::TlsAcceptor, ImportError> {
 /// whose seeding costs tens of milliseconds of CPU, and an import that ends before anyone
 /// scrapes it (most small ones) should not pay that.
 pub async fn serve(
+    metric: Metric,
     addr: SocketAddr,
     owner_uid: String,
     progress: Arc<Progress>,
@@ -97,7 +116,7 @@ pub async fn serve(
                 };
                 let service =
                     hyper::service::service_fn(move |req: Request<hyper::body::Incoming>| {
-                        let body = render(&uid, &progress);
+                        let body = render(metric, &uid, &progress);
                         async move {
                             let response = if req.uri().path() == "/metrics" {
                                 Response::builder()
@@ -130,9 +149,12 @@ mod tests {
         p.total.store(400, Ordering::Relaxed);
         p.add(181);
         assert_eq!(
-            render("5e1d", &p).lines().last().unwrap(),
+            render(IMPORT_PROGRESS, "5e1d", &p).lines().last().unwrap(),
             "kubevirt_cdi_import_progress_total{ownerUID=\"5e1d\"} 45.25"
         );
-        assert!(render("a\"b", &Progress::default()).contains("ownerUID=\"a\\\"b\"} 0.00"));
+        assert!(
+            render(CLONE_PROGRESS, "a\"b", &Progress::default())
+                .contains("ownerUID=\"a\\\"b\"} 0.00")
+        );
     }
 }

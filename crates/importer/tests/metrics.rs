@@ -11,6 +11,7 @@ async fn progress_is_served_over_https() {
     progress.total.store(1000, Ordering::Relaxed);
     progress.add(250);
     let (addr, task) = cdi_importer::metrics::serve(
+        cdi_importer::metrics::IMPORT_PROGRESS,
         "127.0.0.1:0".parse().unwrap(),
         "uid-1".into(),
         progress.clone(),

@@ -20,6 +20,7 @@ use bytes::Bytes;
 use cdi_core::Quantity;
 use cdi_core::size::{Overhead, VolumeMode};
 use cdi_importer::ImportError;
+use cdi_importer::clone::ClonePacking;
 use cdi_importer::convert::{Progress, Tuning};
 use cdi_importer::import::{ImportOptions, SizeSpec};
 use cdi_importer::pod::PodPaths;
@@ -237,10 +238,14 @@ pub struct RunResult {
     /// The image sent does not convert as it streams in and the pod has no scratch space: the
     /// next server is to have it.
     pub scratch_required: bool,
+    /// The upload done was a clone's.
+    pub clone: bool,
 }
 
 /// Upstream's message for a finished upload.
 pub const COMPLETE_MESSAGE: &str = "Upload Complete";
+/// … and for a finished clone.
+pub const CLONE_COMPLETE_MESSAGE: &str = "Clone Complete";
 pub const DEADLINE_MESSAGE: &str = "Deadline Passed";
 /// Upstream's importer's words for asking for scratch space.
 pub const SCRATCH_MESSAGE: &str = "scratch space required and none found";
@@ -261,8 +266,13 @@ impl RunResult {
                 ..Default::default()
             }
         } else {
+            let message = if self.clone {
+                CLONE_COMPLETE_MESSAGE
+            } else {
+                COMPLETE_MESSAGE
+            };
             cdi_api::TerminationMessage {
-                message: Some(COMPLETE_MESSAGE.into()),
+                message: Some(message.into()),
                 preallocation_applied: Some(self.preallocation_applied),
                 ..Default::default()
             }
@@ -282,6 +292,8 @@ struct State {
     failed: Option<String>,
     /// An upload needed scratch space the pod does not have.
     scratch_required: bool,
+    /// What was done was a clone.
+    clone: bool,
 }
 
 struct Server {
@@ -433,12 +445,13 @@ pub async fn run(
             }
         }
     }
-    let (done, scratch_required, preallocation_applied) = {
+    let (done, scratch_required, preallocation_applied, clone) = {
         let state = server.state();
         (
             state.done,
             state.scratch_required,
             server.config.preallocation,
+            state.clone,
         )
     };
     // Let the answer of the upload that finished reach its client.
@@ -447,6 +460,7 @@ pub async fn run(
         deadline_passed: !done && !scratch_required,
         preallocation_applied: done && preallocation_applied,
         scratch_required,
+        clone: done && clone,
     })
 }
 
@@ -477,6 +491,27 @@ async fn handle(
         tracing::warn!(client = ?client_cn, "refused an upload from a client without the expected certificate");
         return answer(StatusCode::UNAUTHORIZED, "");
     }
+    let packing = match req.headers().get(CONTENT_TYPE_HEADER) {
+        None => None,
+        Some(v) => match v.to_str().ok().and_then(ClonePacking::from_header) {
+            Some(p) => Some(p),
+            None => {
+                return answer(
+                    StatusCode::BAD_REQUEST,
+                    format!(
+                        "{CONTENT_TYPE_HEADER} {v:?} is not a clone stream: a clone source sends filesystem-clone or blockdevice-clone"
+                    ),
+                );
+            }
+        },
+    };
+    // A clone source waits for the answer (it ends once the copy is written).
+    if packing.is_some() && endpoint != Endpoint::Sync {
+        return answer(
+            StatusCode::BAD_REQUEST,
+            "async clone not supported: a clone source sends to /v1beta1/upload",
+        );
+    }
     {
         let mut state = server.state();
         if state.uploading || state.processing {
@@ -494,13 +529,15 @@ async fn handle(
     // must still be recorded, or the server would stay busy for ever.
     let (tx, rx) = tokio::sync::oneshot::channel();
     tokio::spawn(async move {
-        let response = upload(&server, endpoint, req).await.unwrap_or_else(|e| {
-            server.update(|s| {
-                s.uploading = false;
-                s.scratch_required = matches!(e, ImportError::ScratchRequired(_));
+        let response = upload(&server, endpoint, packing, req)
+            .await
+            .unwrap_or_else(|e| {
+                server.update(|s| {
+                    s.uploading = false;
+                    s.scratch_required = matches!(e, ImportError::ScratchRequired(_));
+                });
+                failure(&e)
             });
-            failure(&e)
-        });
         let _ = tx.send(response);
     });
     rx.await.unwrap_or_else(|_| {
@@ -600,6 +637,7 @@ where
 async fn upload(
     server: &Arc<Server>,
     endpoint: Endpoint,
+    packing: Option<ClonePacking>,
     req: Request<Incoming>,
 ) -> Result<Response<Body>, ImportError> {
     let (length, mut chunks) = match image_stream(endpoint, req).await {
@@ -631,7 +669,7 @@ async fn upload(
     });
     let mut drain = Some(drain_tx);
     let config = server.config.clone();
-    let mut work = write_in_background(config, endpoint, source);
+    let mut work = write_in_background(config, endpoint, packing, source);
     if endpoint.is_async() {
         tokio::select! {
             biased;
@@ -674,8 +712,9 @@ async fn upload(
     server.update(|s| {
         s.uploading = false;
         s.done = true;
+        s.clone = packing.is_some();
     });
-    tracing::info!(endpoint = ?endpoint, "upload complete");
+    tracing::info!(endpoint = ?endpoint, clone = ?packing, "upload complete");
     Ok(answer(StatusCode::OK, ""))
 }
 
@@ -713,6 +752,7 @@ fn flatten(
 fn write_in_background(
     config: Config,
     endpoint: Endpoint,
+    packing: Option<ClonePacking>,
     source: stream::StreamSource,
 ) -> tokio::sync::oneshot::Receiver<Result<(), ImportError>> {
     let (tx, rx) = tokio::sync::oneshot::channel();
@@ -724,7 +764,7 @@ fn write_in_background(
                 .enable_all()
                 .build()
                 .map_err(|e| ImportError::io("starting the upload's runtime", e))
-                .and_then(|rt| rt.block_on(write_image(&config, endpoint, &source)));
+                .and_then(|rt| rt.block_on(write_image(&config, endpoint, packing, &source)));
             let _ = tx.send(result);
         });
     if let Err(e) = spawned {
@@ -733,14 +773,25 @@ fn write_in_background(
     rx
 }
 
-/// Write the uploaded image (or unpack the archive) onto the volume.
+/// Write the uploaded image (or unpack the archive, or write the clone) onto the volume.
 async fn write_image(
     config: &Config,
     endpoint: Endpoint,
+    packing: Option<ClonePacking>,
     source: &stream::StreamSource,
 ) -> Result<(), ImportError> {
-    let (target, mode, capacity) = cdi_importer::pod::volume(&config.paths)?;
     let progress = Arc::new(Progress::default());
+    if let Some(packing) = packing {
+        return cdi_importer::clone::receive(
+            source,
+            packing,
+            &config.paths,
+            config.preallocation,
+            progress,
+        )
+        .await;
+    }
+    let (target, mode, capacity) = cdi_importer::pod::volume(&config.paths)?;
     if endpoint == Endpoint::Archive {
         if mode == VolumeMode::Block {
             return Err(ImportError::Config(
@@ -807,15 +858,26 @@ mod tests {
             deadline_passed: false,
             preallocation_applied: true,
             scratch_required: false,
+            clone: false,
         };
         assert_eq!(
             done.termination_message().to_json(),
             r#"{"preallocationApplied":true,"message":"Upload Complete"}"#
         );
+        let cloned = RunResult {
+            clone: true,
+            preallocation_applied: false,
+            ..done
+        };
+        assert_eq!(
+            cloned.termination_message().to_json(),
+            r#"{"preallocationApplied":false,"message":"Clone Complete"}"#
+        );
         let late = RunResult {
             deadline_passed: true,
             preallocation_applied: false,
             scratch_required: false,
+            clone: false,
         };
         assert_eq!(
             late.termination_message().to_json(),
@@ -825,6 +887,7 @@ mod tests {
             deadline_passed: false,
             preallocation_applied: false,
             scratch_required: true,
+            clone: false,
         };
         let said = cdi_api::TerminationMessage::parse(&spool.termination_message().to_json());
         assert_eq!(said.scratch_space_required, Some(true));
