@@ -26,6 +26,13 @@ pub struct ControllerArgs {
         default_value = "quay.io/kubevirt/cdi-uploadserver:latest"
     )]
     upload_server_image: String,
+    /// The clone source pod's image.
+    #[arg(
+        long,
+        env = "CLONER_IMAGE",
+        default_value = "quay.io/kubevirt/cdi-cloner:latest"
+    )]
+    cloner_image: String,
     /// Worker pods' imagePullPolicy.
     #[arg(long, env = "PULL_POLICY", default_value = "IfNotPresent")]
     pull_policy: String,
@@ -95,6 +102,7 @@ pub fn run(args: &ControllerArgs) -> anyhow::Result<()> {
             Options {
                 importer_image: args.importer_image.clone(),
                 upload_server_image: args.upload_server_image.clone(),
+                cloner_image: args.cloner_image.clone(),
                 pull_policy: args.pull_policy.clone(),
                 verbosity: args.verbosity,
                 namespace: args.namespace.clone(),

@@ -19,6 +19,7 @@
 //! starting it again converges.
 
 pub mod cache;
+pub mod clonesource;
 pub mod config;
 pub mod datavolume;
 pub mod events;
@@ -42,6 +43,8 @@ pub struct Options {
     pub importer_image: String,
     /// The upload pod's image (upstream's `UPLOADSERVER_IMAGE`).
     pub upload_server_image: String,
+    /// The clone source pod's image (upstream's `CLONER_IMAGE`).
+    pub cloner_image: String,
     pub pull_policy: String,
     /// `-v=N` for worker pods.
     pub verbosity: u32,
@@ -58,6 +61,7 @@ impl Default for Options {
         Options {
             importer_image: "quay.io/kubevirt/cdi-importer:latest".into(),
             upload_server_image: "quay.io/kubevirt/cdi-uploadserver:latest".into(),
+            cloner_image: "quay.io/kubevirt/cdi-cloner:latest".into(),
             pull_policy: "IfNotPresent".into(),
             verbosity: 1,
             namespace: "cdi".into(),
@@ -275,6 +279,7 @@ pub async fn run_controllers(ctx: Context) -> anyhow::Result<()> {
     let import_triggers = import::Triggers::subscribe(&mut feeds);
     let populator_triggers = populator::Triggers::subscribe(&mut feeds);
     let upload_triggers = upload::Triggers::subscribe(&mut feeds);
+    let clone_source_triggers = clonesource::Triggers::subscribe(&mut feeds);
     // Reconciles wait for the caches' first list themselves: the subscriptions must be read
     // from the start.
     tokio::select! {
@@ -285,6 +290,7 @@ pub async fn run_controllers(ctx: Context) -> anyhow::Result<()> {
         r = import::run(ctx.clone(), import_triggers) => r,
         r = populator::run(ctx.clone(), populator_triggers) => r,
         r = upload::run(ctx.clone(), upload_triggers) => r,
+        r = clonesource::run(ctx.clone(), clone_source_triggers) => r,
     }
 }
 

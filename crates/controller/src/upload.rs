@@ -15,7 +15,7 @@ use std::sync::Arc;
 
 use cdi_api::{ann, gate};
 use cdi_core::import::{self, Next, Settings};
-use cdi_core::upload;
+use cdi_core::{hostclone, upload};
 use cdi_upload::pki::{self, Ca, KeyPair};
 use futures::StreamExt;
 use k8s_openapi::ByteString;
@@ -57,7 +57,9 @@ pub const API_SERVICE: &str = "cdi-api";
 
 /// The certificate authorities, once read or made.
 pub struct UploadPki {
-    server_ca: Ca,
+    pub(crate) server_ca: Ca,
+    /// Signs the clients upload servers take: the proxy's, and each clone source pod's.
+    pub(crate) client_ca: Ca,
     client_ca_pem: String,
 }
 
@@ -146,7 +148,7 @@ async fn kept_ca(secrets: &Api<Secret>, name: &'static str) -> Result<Ca, Error>
 
 /// The upload path's CAs: read from the controller's namespace (what is missing is made) once
 /// per leadership term.
-async fn pki(ctx: &Context) -> Result<&UploadPki, Error> {
+pub(crate) async fn pki(ctx: &Context) -> Result<&UploadPki, Error> {
     ctx.upload_pki.get_or_try_init(|| ensure_pki(ctx)).await
 }
 
@@ -173,6 +175,7 @@ pub async fn ensure_pki(ctx: &Context) -> Result<UploadPki, Error> {
     ensure_signing_key(&secrets).await?;
     Ok(UploadPki {
         client_ca_pem: client_ca.pair.cert_pem.clone(),
+        client_ca,
         server_ca,
     })
 }
@@ -320,6 +323,11 @@ pub async fn reconcile(
     ctx: Arc<Context>,
 ) -> Result<Action, Error> {
     if !upload::is_upload_claim(&claim) {
+        if let Some(message) = upload::both_upload_and_clone(&claim) {
+            ctx.events
+                .record(claim.as_ref(), true, "ErrClaimNotValid", &message)
+                .await;
+        }
         return Ok(Action::await_change());
     }
     let ns = claim.namespace().unwrap_or_default();
@@ -349,9 +357,24 @@ pub async fn reconcile(
         if upload::next(&claim, gate_on) != next {
             return Ok(Action::await_change());
         }
+        let mut anns = BTreeMap::from([(ann::UPLOAD_POD_NAME.to_string(), pod_name.clone())]);
+        if let Some(source) = hostclone::clone_request(&claim) {
+            match clone_target_checks(&ctx, &claim, &source).await {
+                Some(client) => {
+                    anns.insert(ann::UPLOAD_CLIENT_NAME.into(), client);
+                }
+                None => return Ok(Action::requeue(ctx.options.resync * 5)),
+            }
+        }
         // Name the pod on the claim first, so a restart finds it.
-        let anns = BTreeMap::from([(ann::UPLOAD_POD_NAME.to_string(), pod_name.clone())]);
         crate::patch_claim(&claims, &claim, &anns, &BTreeMap::new()).await?;
+        // The pod is made from the claim as patched (a clone's client name).
+        let mut claim = claim;
+        claim
+            .metadata
+            .annotations
+            .get_or_insert_with(BTreeMap::new)
+            .extend(anns);
         let placement = ctx.caches.cdis().into_iter().find_map(|c| c.spec.workload);
         let worker = import::Worker {
             image: ctx.options.upload_server_image.clone(),
@@ -388,7 +411,8 @@ pub async fn reconcile(
     }
     let mut anns = claim.annotations().clone();
     let outcome = upload::update_from_pod(&mut anns, &pod);
-    if outcome.complete && !upload::is_complete(&claim) {
+    // A clone's completion is told by the clone controller.
+    if outcome.complete && !upload::is_complete(&claim) && !upload::is_clone_target(&claim) {
         ctx.events
             .record(
                 claim.as_ref(),
@@ -421,6 +445,40 @@ pub async fn reconcile(
         .await?;
     }
     Ok(Action::await_change())
+}
+
+/// A clone target's upload server starts only for a source that exists and fits (upstream's
+/// clone validation in its upload controller): the client name its server is to take, or `None`
+/// after an event saying what is wrong (looked at again later: the source's changes do not wake
+/// the target).
+async fn clone_target_checks(
+    ctx: &Context,
+    claim: &PersistentVolumeClaim,
+    source: &(String, String),
+) -> Option<String> {
+    let Some(found) = ctx.caches.claim(&source.0, &source.1) else {
+        let message = format!("The source pvc {}/{} doesn't exist", source.0, source.1);
+        ctx.events
+            .record(claim, true, "CloneWithoutSource", &message)
+            .await;
+        return None;
+    };
+    let cfg = ctx.caches.config();
+    let overhead = |c: &PersistentVolumeClaim| {
+        let spec = c.spec.as_ref();
+        cdi_core::render::filesystem_overhead(
+            cfg.as_ref(),
+            spec.and_then(|s| s.storage_class_name.as_deref()),
+            cdi_core::size::resolve_volume_mode(spec.and_then(|s| s.volume_mode.as_deref())),
+        )
+    };
+    if let Err(message) = hostclone::validate(&found, claim, overhead(&found), overhead(claim)) {
+        ctx.events
+            .record(claim, true, "ErrIncompatiblePVC", &message)
+            .await;
+        return None;
+    }
+    Some(hostclone::client_name(source, claim))
 }
 
 fn error_policy(claim: Arc<PersistentVolumeClaim>, error: &Error, ctx: Arc<Context>) -> Action {

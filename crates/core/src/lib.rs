@@ -12,6 +12,7 @@ pub mod datavolume;
 pub mod devpod;
 pub mod dvstatus;
 pub mod first_consumer;
+pub mod hostclone;
 pub mod import;
 pub mod naming;
 pub mod placement;

@@ -36,11 +36,32 @@ fn get<'a>(anns: &'a BTreeMap<String, String>, key: &str) -> Option<&'a str> {
     anns.get(key).map(String::as_str)
 }
 
-/// Whether the upload controller works on this claim: it is an upload target and not populated
-/// by someone else.
+/// Whether the upload controller works on this claim: it is an upload target or a host-assisted
+/// clone's target (whose source pod sends it the source), not both, and not populated by
+/// someone else.
 pub fn is_upload_claim(claim: &PersistentVolumeClaim) -> bool {
     let anns = annotations(claim);
-    anns.contains_key(ann::UPLOAD_REQUEST) && !anns.contains_key(ann::EXTERNAL_POPULATION)
+    (anns.contains_key(ann::UPLOAD_REQUEST) != anns.contains_key(ann::CLONE_REQUEST))
+        && !anns.contains_key(ann::EXTERNAL_POPULATION)
+}
+
+/// Upstream's refusal of a claim that is both: an upload target and a clone target.
+pub fn both_upload_and_clone(claim: &PersistentVolumeClaim) -> Option<String> {
+    let anns = annotations(claim);
+    (anns.contains_key(ann::UPLOAD_REQUEST) && anns.contains_key(ann::CLONE_REQUEST)).then(|| {
+        format!(
+            "PVC has both clone and upload annotations: claim {}/{} can be filled by one of {} and {}; remove one",
+            claim.metadata.namespace.as_deref().unwrap_or(""),
+            claim.metadata.name.as_deref().unwrap_or(""),
+            ann::UPLOAD_REQUEST,
+            ann::CLONE_REQUEST
+        )
+    })
+}
+
+/// The claim is a host-assisted clone's target.
+pub fn is_clone_target(claim: &PersistentVolumeClaim) -> bool {
+    annotations(claim).contains_key(ann::CLONE_REQUEST)
 }
 
 /// The upload is complete: the upload pod succeeded.
@@ -406,6 +427,18 @@ mod tests {
             "Filesystem",
         );
         assert!(!is_upload_claim(&external));
+        let clone = claim(json!({"k8s.io/CloneRequest": "src/golden"}), "Filesystem");
+        assert!(is_upload_claim(&clone) && is_clone_target(&clone));
+        let both = claim(
+            json!({"k8s.io/CloneRequest": "src/golden", "cdi.kubevirt.io/storage.upload.target": ""}),
+            "Filesystem",
+        );
+        assert!(!is_upload_claim(&both));
+        assert!(
+            both_upload_and_clone(&both)
+                .unwrap()
+                .starts_with("PVC has both clone and upload annotations")
+        );
     }
 
     #[test]

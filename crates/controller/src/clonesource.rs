@@ -1,0 +1,278 @@
+//! The clone controller (upstream's, for host-assisted copies): a bound claim annotated
+//! `k8s.io/CloneRequest` gets, once its upload server is ready, a source pod in the source's
+//! namespace (cdi-core `hostclone::source_pod`) with a client certificate only that server
+//! takes. When the server has written the copy, the claim says `k8s.io/CloneOf` and the source
+//! pod goes. The claim holds finalizer `cdi.kubevirt.io/cloneSource` while a source pod may exist:
+//! the pod has no owner in another namespace to go with.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use cdi_api::{ann, finalizer};
+use cdi_core::hostclone;
+use cdi_core::import::{self, Settings};
+use cdi_upload::pki;
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, Secret};
+use kube::api::{Patch, PatchParams, PostParams};
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::reflector::ObjectRef;
+use kube::{Api, ResourceExt};
+use serde_json::json;
+
+use crate::cache::Changes;
+use crate::{Context, Error};
+
+/// Add or remove `name` among the claim's finalizers (conditional on the version read, so a
+/// concurrent change is not lost).
+async fn set_finalizer(
+    api: &Api<PersistentVolumeClaim>,
+    claim: &PersistentVolumeClaim,
+    name: &str,
+    present: bool,
+) -> Result<(), Error> {
+    let mut list = claim.finalizers().to_vec();
+    if list.iter().any(|f| f == name) == present {
+        return Ok(());
+    }
+    if present {
+        list.push(name.to_string());
+    } else {
+        list.retain(|f| f != name);
+    }
+    let patch = json!({"metadata": {"finalizers": list,
+        "resourceVersion": claim.metadata.resource_version}});
+    api.patch(
+        &claim.name_any(),
+        &PatchParams::default(),
+        &Patch::Merge(&patch),
+    )
+    .await?;
+    Ok(())
+}
+
+/// The source claim is populated: a DataVolume's claim once the DataVolume succeeded, any other
+/// claim once bound (upstream's `IsPopulated`).
+async fn populated(ctx: &Context, source: &PersistentVolumeClaim) -> Result<bool, Error> {
+    let bound = source.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Bound");
+    let owner = source
+        .owner_references()
+        .iter()
+        .find(|o| o.controller == Some(true) && o.kind == "DataVolume");
+    let Some(owner) = owner else {
+        return Ok(bound);
+    };
+    let dvs: Api<cdi_api::datavolume::DataVolume> =
+        Api::namespaced(ctx.client.clone(), &source.namespace().unwrap_or_default());
+    let succeeded = dvs.get_opt(&owner.name).await?.is_some_and(|dv| {
+        dv.status.and_then(|s| s.phase) == Some(cdi_api::enums::DataVolumePhase::Succeeded)
+    });
+    Ok(bound && succeeded)
+}
+
+/// Create the source pod and its client certificate, once the source can be read.
+async fn start_source_pod(
+    ctx: &Context,
+    claim: &PersistentVolumeClaim,
+    source_ref: &(String, String),
+) -> Result<Action, Error> {
+    let later = Action::requeue(ctx.options.resync * 2);
+    let Some(source) = ctx.caches.claim(&source_ref.0, &source_ref.1) else {
+        let message = format!(
+            "The source pvc {}/{} doesn't exist",
+            source_ref.0, source_ref.1
+        );
+        ctx.events
+            .record(claim, true, "CloneWithoutSource", &message)
+            .await;
+        return Ok(later);
+    };
+    if !populated(ctx, &source).await? {
+        return Ok(later);
+    }
+    let pods: Vec<Pod> = ctx
+        .caches
+        .pods
+        .state()
+        .iter()
+        .filter(|p| p.namespace().as_deref() == Some(source_ref.0.as_str()))
+        .map(|p| p.as_ref().clone())
+        .collect();
+    if let Some(message) = hostclone::source_in_use(&source, &pods) {
+        ctx.events
+            .record(claim, true, "CloneSourceInUse", &message)
+            .await;
+        return Ok(later);
+    }
+    let anns = claim.annotations();
+    let Some(client) = anns.get(ann::UPLOAD_CLIENT_NAME) else {
+        // The upload controller names it before it makes the server this pod sends to.
+        return Ok(later);
+    };
+    let pki = crate::upload::pki(ctx).await?;
+    let worker = import::Worker {
+        image: ctx.options.cloner_image.clone(),
+        pull_policy: ctx.options.pull_policy.clone(),
+        verbosity: ctx.options.verbosity,
+    };
+    let placement = ctx.caches.cdis().into_iter().find_map(|c| c.spec.workload);
+    let mut settings = Settings::for_claim(&worker, ctx.caches.config().as_ref(), claim, placement);
+    // The source pod goes to the source, not to where the target's consumer was placed.
+    settings.inherited.clear();
+    let spec = hostclone::source_pod(claim, &source, &settings, &pki.server_ca.pair.cert_pem);
+    let pods_api: Api<Pod> = Api::namespaced(ctx.client.clone(), &source_ref.0);
+    let pod = match pods_api.create(&PostParams::default(), &spec).await {
+        Ok(pod) => {
+            tracing::info!(claim = %format!("{}/{}", claim.namespace().unwrap_or_default(), claim.name_any()),
+                pod = %format!("{}/{}", source_ref.0, pod.name_any()), "created clone source pod");
+            pod
+        }
+        Err(kube::Error::Api(e)) if e.code == 409 => pods_api.get(&spec.name_any()).await?,
+        Err(kube::Error::Api(e)) => {
+            let message = format!("Error starting pod '{}': {}", spec.name_any(), e.message);
+            ctx.events
+                .record(claim, true, import::ERR_CREATING_POD, &message)
+                .await;
+            return Err(kube::Error::Api(e).into());
+        }
+        Err(e) => return Err(e.into()),
+    };
+    let cert = pki
+        .client_ca
+        .client_cert(client, pki::CLIENT_LIFETIME)
+        .map_err(|e| Error::Other(e.to_string()))?;
+    crate::create(
+        &Api::<Secret>::namespaced(ctx.client.clone(), &source_ref.0),
+        &hostclone::client_secret(&pod, &cert.cert_pem, &cert.key_pem),
+    )
+    .await?;
+    Ok(Action::await_change())
+}
+
+/// One pass over a clone target claim.
+pub async fn reconcile(
+    claim: Arc<PersistentVolumeClaim>,
+    ctx: Arc<Context>,
+) -> Result<Action, Error> {
+    let Some(source) = hostclone::clone_request(&claim) else {
+        return Ok(Action::await_change());
+    };
+    let ns = claim.namespace().unwrap_or_default();
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(ctx.client.clone(), &ns);
+    let source_pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &source.0);
+    ctx.caches.ready().await;
+    let anns = claim.annotations().clone();
+    let pod_name = anns
+        .get(ann::CLONE_SOURCE_POD_NAME)
+        .filter(|n| cdi_core::naming::is_object_name(n))
+        .cloned()
+        .unwrap_or_else(|| hostclone::source_pod_name(&claim));
+    let pod = ctx.caches.pod(&source.0, &pod_name);
+    let holds = claim
+        .finalizers()
+        .iter()
+        .any(|f| f == finalizer::CLONE_SOURCE);
+
+    if claim.metadata.deletion_timestamp.is_some() || hostclone::is_done(&claim) {
+        // Done (or given up): the source pod goes, unless kept for debugging once it ended.
+        if let Some(pod) = &pod {
+            let ended = matches!(
+                pod.status.as_ref().and_then(|s| s.phase.as_deref()),
+                Some("Succeeded" | "Failed")
+            );
+            let keep = ended && !import::delete_pod_when_done(&anns);
+            if !keep && pod.metadata.deletion_timestamp.is_none() {
+                crate::delete(&source_pods, &pod_name).await?;
+            }
+        }
+        if holds {
+            set_finalizer(&claims, &claim, finalizer::CLONE_SOURCE, false).await?;
+        }
+        return Ok(Action::await_change());
+    }
+    let bound = claim.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Bound");
+    if !bound {
+        return Ok(Action::await_change());
+    }
+    if !holds || !anns.contains_key(ann::CLONE_SOURCE_POD_NAME) {
+        let named = BTreeMap::from([(ann::CLONE_SOURCE_POD_NAME.to_string(), pod_name)]);
+        crate::patch_claim(&claims, &claim, &named, &BTreeMap::new()).await?;
+        let fresh = claims.get(&claim.name_any()).await?;
+        set_finalizer(&claims, &fresh, finalizer::CLONE_SOURCE, true).await?;
+        return Ok(Action::await_change());
+    }
+
+    let upload_done = anns.get(ann::POD_PHASE).map(String::as_str) == Some("Succeeded");
+    let mut wanted = anns.clone();
+    let source_ended = match &pod {
+        Some(pod) => hostclone::update_from_source_pod(&mut wanted, pod),
+        None => true,
+    };
+    if upload_done && source_ended {
+        wanted.insert(ann::CLONE_OF.into(), "true".into());
+        crate::patch_claim(&claims, &claim, &wanted, &BTreeMap::new()).await?;
+        ctx.events
+            .record(claim.as_ref(), false, "CloneSucceeded", "Clone Complete")
+            .await;
+        return Ok(Action::await_change());
+    }
+    crate::patch_claim(&claims, &claim, &wanted, &BTreeMap::new()).await?;
+    if pod.is_some() || upload_done {
+        // The source pod's changes wake this claim.
+        return Ok(Action::await_change());
+    }
+    let ready = anns.get(ann::POD_READY).map(String::as_str) == Some("true");
+    if !ready {
+        // The upload server's readiness is written onto the claim, which wakes this pass.
+        return Ok(Action::await_change());
+    }
+    start_source_pod(&ctx, &claim, &source).await
+}
+
+fn error_policy(claim: Arc<PersistentVolumeClaim>, error: &Error, ctx: Arc<Context>) -> Action {
+    tracing::warn!(claim = %claim.name_any(), error = %error, "clone source reconcile failed");
+    Action::requeue(ctx.options.resync)
+}
+
+/// The cache subscriptions the controller is woken by.
+pub struct Triggers {
+    claims: Changes<PersistentVolumeClaim>,
+    pods: Changes<Pod>,
+}
+
+impl Triggers {
+    pub fn subscribe(feeds: &mut crate::cache::Feeds) -> Triggers {
+        Triggers {
+            claims: feeds.claims.subscribe(),
+            pods: feeds.pods.subscribe(),
+        }
+    }
+}
+
+/// Run the controller over clone target claims; a source pod wakes the claim its
+/// `storage.ownerRef` annotation names (it has no owner reference across namespaces).
+pub async fn run(ctx: Context, triggers: Triggers) -> anyhow::Result<()> {
+    ctx.caches.ready().await;
+    Controller::for_shared_stream(triggers.claims, ctx.caches.claims.clone())
+        .watches_shared_stream(triggers.pods, |pod: Arc<Pod>| {
+            let owner = pod.annotations().get(ann::OWNER_REF)?;
+            let (ns, name) = owner.split_once('/')?;
+            Some(ObjectRef::new(name).within(ns))
+        })
+        .run(
+            |o, c| {
+                let metrics = c.metrics.clone();
+                let object = format!("{}/{}", o.namespace().unwrap_or_default(), o.name_any());
+                async move { crate::guarded(&metrics, "clone-source", &object, reconcile(o, c)).await }
+            },
+            error_policy,
+            Arc::new(ctx),
+        )
+        .for_each(|r| async move {
+            if let Err(e) = r {
+                tracing::debug!(error = %e, "clone source controller");
+            }
+        })
+        .await;
+    Ok(())
+}
