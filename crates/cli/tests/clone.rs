@@ -91,8 +91,26 @@ fn annotations(v: &Value) -> &serde_json::Map<String, Value> {
     v["metadata"]["annotations"].as_object().unwrap()
 }
 
+/// The reasons of the events on `name` in `ns`.
+fn event_reasons(dir: &Path, ns: &str, name: &str) -> String {
+    kubectl(
+        dir,
+        &[
+            "get",
+            "events",
+            "-n",
+            ns,
+            "--field-selector",
+            &format!("involvedObject.name={name}"),
+            "-o",
+            "jsonpath={.items[*].reason}",
+        ],
+        None,
+    )
+}
+
 #[tokio::test(flavor = "multi_thread")]
-async fn a_claim_asking_for_a_copy_gets_the_sources_bytes_across_namespaces_and_modes() {
+async fn a_claim_asking_for_a_copy_gets_the_sources_bytes_across_modes() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("cluster");
     let (ok, out, err) = cdi(&["dev", "up", "--addr", "127.0.0.1:0"], &dir);
@@ -118,32 +136,28 @@ async fn a_claim_asking_for_a_copy_gets_the_sources_bytes_across_namespaces_and_
     let fs_bytes = scatter(&volume_file(&dir, "golden", "fs-image"));
     let block_bytes = scatter(&volume_file(&dir, "golden", "block-image"));
 
-    // Into another namespace: Filesystem → Filesystem, Filesystem → Block, Block → Filesystem.
-    kubectl(
-        &dir,
-        &["apply", "-f", "-"],
-        Some(&format!(
-            "{}---{}---{}",
-            clone_claim(
-                "fs-copy",
-                "default",
-                "golden/fs-image",
-                "Filesystem",
-                "64Mi"
-            ),
-            clone_claim("fs-to-block", "default", "golden/fs-image", "Block", "64Mi"),
-            clone_claim(
-                "block-to-fs",
-                "default",
-                "golden/block-image",
-                "Filesystem",
-                "64Mi"
-            ),
-        )),
-    );
-    for name in ["fs-copy", "fs-to-block", "block-to-fs"] {
+    // Filesystem → Filesystem, Filesystem → Block, Block → Filesystem; and a claim in another
+    // namespace asking for a copy, refused.
+    let copies = [
+        ("fs-copy", "golden/fs-image", "Filesystem"),
+        ("fs-to-block", "golden/fs-image", "Block"),
+        ("block-to-fs", "golden/block-image", "Filesystem"),
+    ];
+    let mut manifests: Vec<String> = copies
+        .iter()
+        .map(|(name, source, mode)| clone_claim(name, "golden", source, mode, "64Mi"))
+        .collect();
+    manifests.push(clone_claim(
+        "stolen",
+        "default",
+        "golden/fs-image",
+        "Filesystem",
+        "64Mi",
+    ));
+    kubectl(&dir, &["apply", "-f", "-"], Some(&manifests.join("---")));
+    for (name, _, _) in copies {
         let claim = wait_for(&format!("{name} to be a copy"), 120, || {
-            get_json(&dir, "default", &format!("pvc/{name}"))
+            get_json(&dir, "golden", &format!("pvc/{name}"))
                 .filter(|c| annotations(c).contains_key("k8s.io/CloneOf"))
         });
         let anns = annotations(&claim);
@@ -155,26 +169,27 @@ async fn a_claim_asking_for_a_copy_gets_the_sources_bytes_across_namespaces_and_
             anns["cdi.kubevirt.io/uploadClientName"]
                 .as_str()
                 .unwrap()
-                .ends_with(&format!("-default/{name}")),
+                .ends_with(&format!("-golden/{name}")),
             "{anns:?}"
         );
     }
-    let copy = std::fs::read(volume_file(&dir, "default", "fs-copy")).unwrap();
-    assert!(copy == fs_bytes, "fs-copy holds the source's bytes");
-    let device = std::fs::read(volume_file(&dir, "default", "fs-to-block")).unwrap();
+    let read = |name: &str| std::fs::read(volume_file(&dir, "golden", name)).unwrap();
     assert!(
-        device[..fs_bytes.len()] == fs_bytes[..],
+        read("fs-copy") == fs_bytes,
+        "fs-copy holds the source's bytes"
+    );
+    assert!(
+        read("fs-to-block")[..fs_bytes.len()] == fs_bytes[..],
         "the Block copy starts with the source's disk image"
     );
-    let from_block = std::fs::read(volume_file(&dir, "default", "block-to-fs")).unwrap();
     assert!(
-        from_block == block_bytes,
+        read("block-to-fs") == block_bytes,
         "block-to-fs holds the device's bytes"
     );
 
-    // The source pods and the upload pods go; the events say what happened.
-    for name in ["fs-copy", "fs-to-block", "block-to-fs"] {
-        let claim = get_json(&dir, "default", &format!("pvc/{name}")).unwrap();
+    // The source pods go, and so does the finalizer; the events say what happened.
+    for (name, _, _) in copies {
+        let claim = get_json(&dir, "golden", &format!("pvc/{name}")).unwrap();
         let source_pod = annotations(&claim)["cdi.kubevirt.io/storage.sourceClonePodName"]
             .as_str()
             .unwrap()
@@ -185,26 +200,137 @@ async fn a_claim_asking_for_a_copy_gets_the_sources_bytes_across_namespaces_and_
                 .then_some(())
         });
         wait_for(&format!("{name} to let go of its finalizer"), 60, || {
-            get_json(&dir, "default", &format!("pvc/{name}")).filter(|c| {
+            get_json(&dir, "golden", &format!("pvc/{name}")).filter(|c| {
                 let finalizers = c["metadata"]["finalizers"].as_array().cloned();
                 !finalizers
                     .unwrap_or_default()
                     .contains(&Value::from("cdi.kubevirt.io/cloneSource"))
             })
         });
-        let events = kubectl(
-            &dir,
-            &[
-                "get",
-                "events",
-                "--field-selector",
-                &format!("involvedObject.name={name}"),
-                "-o",
-                "jsonpath={.items[*].reason}",
-            ],
-            None,
-        );
+        let events = event_reasons(&dir, "golden", name);
         assert!(events.contains("CloneSucceeded"), "{name}: {events}");
         assert!(!events.contains("UploadSucceeded"), "{name}: {events}");
     }
+    // The claim of another namespace is told why, and no pod was made for it.
+    wait_for("the cross-namespace claim to be refused", 60, || {
+        event_reasons(&dir, "default", "stolen")
+            .contains("CloneNotAuthorized")
+            .then_some(())
+    });
+    let stolen = get_json(&dir, "default", "pvc/stolen").unwrap();
+    assert!(!annotations(&stolen).contains_key("cdi.kubevirt.io/storage.uploadPodName"));
+    let pods = kubectl(&dir, &["get", "pods", "-A", "-o", "name"], None);
+    assert!(!pods.contains("cdi-upload-stolen"), "{pods}");
+
+    // A DataVolume cloning a claim of its namespace on a class no CSI driver serves (the
+    // host-assisted copy onto its own claim), with no size of its own: the source's. One in
+    // another namespace is refused before anything is made.
+    let dv = |name: &str, ns: &str| {
+        format!(
+            r#"
+apiVersion: cdi.kubevirt.io/v1beta1
+kind: DataVolume
+metadata: {{name: {name}, namespace: {ns}}}
+spec:
+  source: {{pvc: {{namespace: golden, name: fs-image}}}}
+  storage: {{storageClassName: local-path, accessModes: [ReadWriteOnce]}}
+"#
+        )
+    };
+    kubectl(
+        &dir,
+        &["apply", "-f", "-"],
+        Some(&format!(
+            "{}---{}",
+            dv("vm-disk", "golden"),
+            dv("elsewhere", "default")
+        )),
+    );
+    let done = wait_for("the clone DataVolume to succeed", 120, || {
+        get_json(&dir, "golden", "dv/vm-disk").filter(|d| d["status"]["phase"] == "Succeeded")
+    });
+    assert_eq!(done["status"]["progress"], "100.0%");
+    let claim = get_json(&dir, "golden", "pvc/vm-disk").unwrap();
+    assert_eq!(
+        annotations(&claim)["k8s.io/CloneRequest"],
+        "golden/fs-image"
+    );
+    assert!(
+        read("vm-disk") == fs_bytes,
+        "vm-disk holds the source's disk image"
+    );
+    let events = kubectl(
+        &dir,
+        &[
+            "get",
+            "events",
+            "-n",
+            "golden",
+            "--field-selector",
+            "involvedObject.name=vm-disk,involvedObject.kind=DataVolume",
+            "-o",
+            "jsonpath={.items[*].message}",
+        ],
+        None,
+    );
+    assert!(
+        events.contains("Successfully cloned from golden/fs-image into golden/vm-disk"),
+        "{events}"
+    );
+    let elsewhere = wait_for("the cross-namespace DataVolume to be refused", 60, || {
+        get_json(&dir, "default", "dv/elsewhere").filter(|d| {
+            d["status"]["conditions"]
+                .to_string()
+                .contains("needs an authorized clone token")
+        })
+    });
+    assert_eq!(elsewhere["status"]["phase"], "Pending");
+    assert!(get_json(&dir, "default", "pvc/elsewhere").is_none());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_clone_of_a_missing_source_waits_and_says_so() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("cluster");
+    let (ok, out, err) = cdi(&["dev", "up", "--addr", "127.0.0.1:0"], &dir);
+    assert!(ok, "{out}{err}");
+    let _down = Down(&dir);
+    let _controller = controller(&dir, tmp.path());
+    kubectl(
+        &dir,
+        &["apply", "-f", "-"],
+        Some(
+            r#"
+apiVersion: cdi.kubevirt.io/v1beta1
+kind: DataVolume
+metadata: {name: early}
+spec:
+  source: {pvc: {namespace: default, name: later}}
+  storage: {storageClassName: local-path, accessModes: [ReadWriteOnce], resources: {requests: {storage: 64Mi}}}
+"#,
+        ),
+    );
+    let dv = wait_for("the DataVolume to say its source is missing", 60, || {
+        get_json(&dir, "default", "dv/early").filter(|d| {
+            d["status"]["conditions"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .any(|c| c["reason"] == "CloneWithoutSource")
+        })
+    });
+    assert_eq!(dv["status"]["phase"], "Pending");
+    assert!(
+        get_json(&dir, "default", "pvc/early").is_none(),
+        "no claim before the source"
+    );
+    // Once the source is there, the clone goes ahead.
+    kubectl(
+        &dir,
+        &["apply", "-f", "-"],
+        Some(&blank_volume("later", "default", "Filesystem", "32Mi")),
+    );
+    wait_for("the clone to succeed once its source exists", 120, || {
+        get_json(&dir, "default", "dv/early").filter(|d| d["status"]["phase"] == "Succeeded")
+    });
 }

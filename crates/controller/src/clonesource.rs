@@ -77,6 +77,14 @@ async fn start_source_pod(
     source_ref: &(String, String),
 ) -> Result<Action, Error> {
     let later = Action::requeue(ctx.options.resync * 2);
+    // Checked again here: nothing reads a source the claim may not copy.
+    let ns = claim.namespace().unwrap_or_default();
+    if let Some(message) = hostclone::cross_namespace_refusal(&ns, source_ref) {
+        ctx.events
+            .record(claim, true, hostclone::NOT_AUTHORIZED, &message)
+            .await;
+        return Ok(Action::await_change());
+    }
     let Some(source) = ctx.caches.claim(&source_ref.0, &source_ref.1) else {
         let message = format!(
             "The source pvc {}/{} doesn't exist",

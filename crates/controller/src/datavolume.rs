@@ -31,6 +31,7 @@ struct Observed {
     claim_events: Vec<Event>,
     progress: Option<String>,
     first_consumer: Option<Pod>,
+    clone_source: Option<PersistentVolumeClaim>,
     classes: Vec<StorageClass>,
     profiles: Vec<StorageProfile>,
     drivers: Vec<String>,
@@ -49,6 +50,9 @@ async fn observe(ctx: &Context, dv: &DataVolume) -> Observed {
         claim_events: Vec::new(),
         progress: None,
         first_consumer: None,
+        clone_source: datavolume::clone_source_of(dv)
+            .and_then(|(ns, name)| caches.claim(&ns, &name))
+            .map(|c| c.as_ref().clone()),
         classes: caches.classes(),
         profiles: caches.profiles(),
         drivers: caches.csi_drivers(),
@@ -116,6 +120,10 @@ async fn execute(
             Companion::ImportSource(s) => crate::create(&sources, s.as_ref()).await?,
             Companion::UploadSource(s) => {
                 crate::create(&Api::namespaced(ctx.client.clone(), &ns), s.as_ref()).await?
+            }
+            Companion::CloneSource(s) => {
+                let at = s.namespace().unwrap_or_else(|| ns.clone());
+                crate::create(&Api::namespaced(ctx.client.clone(), &at), s.as_ref()).await?
             }
         }
     }
@@ -240,6 +248,7 @@ pub async fn reconcile(dv: Arc<DataVolume>, ctx: Arc<Context>) -> Result<Action,
         claim_events: &o.claim_events,
         progress: o.progress,
         first_consumer: o.first_consumer.as_ref(),
+        clone_source: o.clone_source.as_ref(),
         worker_image: &ctx.options.importer_image,
         now: k8s_openapi::jiff::Timestamp::now(),
     });

@@ -12,8 +12,8 @@ use cdi_api::config::CDIConfig;
 use cdi_api::datavolume::DataVolume;
 use cdi_api::enums::DataVolumePhase as Phase;
 use cdi_api::populators::{
-    ImportSourceType, VolumeImportSource, VolumeImportSourceSpec, VolumeUploadSource,
-    VolumeUploadSourceSpec,
+    ImportSourceType, VolumeCloneSource, VolumeCloneSourceSpec, VolumeImportSource,
+    VolumeImportSourceSpec, VolumeUploadSource, VolumeUploadSourceSpec,
 };
 use cdi_api::storageprofile::StorageProfile;
 use cdi_api::{ann, gate};
@@ -26,6 +26,7 @@ use crate::claims::{adoptable, claim_made_for, owned_by, populated_for};
 use crate::dvstatus::{self, Computed, Event, External, Observed};
 use crate::render::{self, RenderContext, RenderedClaim};
 use crate::source::{self, Filled, Refusal};
+use cdi_api::datavolume::SourceKind;
 
 /// The component the controller reports its events as; its own events on a claim are not what
 /// the claim waits for.
@@ -50,6 +51,8 @@ pub struct Snapshot<'a> {
     pub progress: Option<String>,
     /// The temporary pod of a first-consumer template (SPEC §9), when it exists.
     pub first_consumer: Option<&'a Pod>,
+    /// The claim a clone copies (`spec.source.pvc`), when it exists.
+    pub clone_source: Option<&'a PersistentVolumeClaim>,
     /// The image worker pods run (the first consumer's too).
     pub worker_image: &'a str,
     pub now: Timestamp,
@@ -79,6 +82,8 @@ pub enum ClaimStep {
 pub enum Companion {
     ImportSource(Box<VolumeImportSource>),
     UploadSource(Box<VolumeUploadSource>),
+    /// In the source's namespace.
+    CloneSource(Box<VolumeCloneSource>),
 }
 
 /// When to look at the DataVolume again.
@@ -189,6 +194,62 @@ pub fn upload_source(dv: &DataVolume) -> VolumeUploadSource {
     object
 }
 
+/// Clone (`source.pvc`): a host-assisted copy into the claim, or through the clone populator
+/// (which may also use a CSI clone or a snapshot) into PVC prime.
+pub struct Clone;
+
+/// The claim a clone DataVolume copies, as `(namespace, name)`: its own namespace when
+/// `source.pvc.namespace` is empty.
+pub fn clone_source_of(dv: &DataVolume) -> Option<(String, String)> {
+    let pvc = dv.spec.source.as_ref()?.pvc.as_ref()?;
+    let ns = if pvc.namespace.is_empty() {
+        dv.metadata.namespace.clone().unwrap_or_default()
+    } else {
+        pvc.namespace.clone()
+    };
+    Some((ns, pvc.name.clone()))
+}
+
+/// The VolumeCloneSource the populator path's claim names (`volume-clone-source-<uid>`), in
+/// the source's namespace: owned by the DataVolume there, else naming it by annotation.
+pub fn clone_source(dv: &DataVolume) -> Option<VolumeCloneSource> {
+    let (ns, name) = clone_source_of(dv)?;
+    let mut object = VolumeCloneSource::new(
+        &format!(
+            "{}-{}",
+            cdi_api::name::VOLUME_CLONE_SOURCE_PREFIX,
+            dv.metadata.uid.as_deref().unwrap_or("")
+        ),
+        VolumeCloneSourceSpec {
+            source: k8s_openapi::api::core::v1::TypedLocalObjectReference {
+                api_group: None,
+                kind: "PersistentVolumeClaim".into(),
+                name,
+            },
+            preallocation: dv.spec.preallocation,
+            priority_class_name: dv
+                .spec
+                .priority_class_name
+                .clone()
+                .filter(|p| !p.is_empty()),
+        },
+    );
+    if dv.metadata.namespace.as_deref() == Some(ns.as_str()) {
+        object.metadata.owner_references = owner_reference(dv).map(|o| vec![o]);
+    } else {
+        object.metadata.annotations = Some(BTreeMap::from([(
+            ann::OWNED_BY_DATA_VOLUME.to_string(),
+            format!(
+                "{}/{}",
+                dv.metadata.namespace.as_deref().unwrap_or(""),
+                dv.metadata.name.as_deref().unwrap_or("")
+            ),
+        )]));
+    }
+    object.metadata.namespace = Some(ns);
+    Some(object)
+}
+
 /// The VolumeImportSource of a DataVolume: `volume-import-source-<uid>`.
 pub fn import_source_name(dv: &DataVolume) -> String {
     format!(
@@ -295,6 +356,25 @@ impl Kind for Upload {
     }
 }
 
+impl Kind for Clone {
+    fn companions(&self, dv: &DataVolume, rendered: &RenderedClaim) -> Vec<Companion> {
+        match clone_source(dv) {
+            Some(source) if rendered.use_populator => {
+                vec![Companion::CloneSource(Box::new(source))]
+            }
+            _ => Vec::new(),
+        }
+    }
+
+    fn status(&self, o: &Observed<'_>, _: &Snapshot<'_>) -> Computed {
+        dvstatus::clone_status(o)
+    }
+
+    fn finished(&self, _: &DataVolume, _: &PersistentVolumeClaim, _: &Computed) -> Vec<String> {
+        Vec::new()
+    }
+}
+
 impl Kind for ExternalPopulation {
     fn companions(&self, _: &DataVolume, _: &RenderedClaim) -> Vec<Companion> {
         // The claim keeps the dataSourceRef the DataVolume gave it.
@@ -312,12 +392,25 @@ impl Kind for ExternalPopulation {
     }
 }
 
+/// A claim's size: its capacity once bound, else its request.
+fn claim_size(claim: &PersistentVolumeClaim) -> Option<i64> {
+    let capacity = claim.status.as_ref()?.capacity.as_ref();
+    let request = claim.spec.as_ref()?.resources.as_ref()?.requests.as_ref();
+    let q = capacity
+        .and_then(|c| c.get("storage"))
+        .or_else(|| request.and_then(|r| r.get("storage")))?;
+    crate::quantity::Quantity::try_from(q)
+        .ok()
+        .map(|q| q.value())
+}
+
 /// The kind that fills the DataVolume. A source that can no longer be read (edited after its
 /// claim was made) is judged by the claim it already has: the import kind.
 pub fn kind_of(filled: &Result<Filled, Refusal>) -> &'static dyn Kind {
     match filled {
         Ok(Filled::External) => &ExternalPopulation,
         Ok(Filled::Import(cdi_api::datavolume::SourceKind::Upload)) => &Upload,
+        Ok(Filled::Import(cdi_api::datavolume::SourceKind::Pvc)) => &Clone,
         Ok(Filled::Import(_)) | Err(_) => &Import,
     }
 }
@@ -468,6 +561,37 @@ pub fn decide(s: &Snapshot<'_>) -> Plan {
     let mut populated = false;
     match s.claim {
         None => {
+            let mut clone_size = None;
+            if matches!(filled, Ok(Filled::Import(SourceKind::Pvc)))
+                && let Some((src_ns, src_name)) = clone_source_of(dv)
+            {
+                let own = dv.metadata.namespace.clone().unwrap_or_default();
+                if let Some(message) = crate::hostclone::cross_namespace_refusal(
+                    &own,
+                    &(src_ns.clone(), src_name.clone()),
+                ) {
+                    let refusal = Refusal {
+                        reason: crate::hostclone::NOT_AUTHORIZED,
+                        message: format!("DataVolume {own}/{name}: {message}"),
+                    };
+                    let status = dvstatus::refused_status(dv, &refusal, Phase::Pending, s.now);
+                    return Plan::stopped(status, Requeue::OnChange);
+                }
+                // Upstream waits for the source before making the claim, and sizes from it.
+                let Some(source) = s.clone_source else {
+                    let refusal = Refusal {
+                        reason: "CloneWithoutSource",
+                        message: format!(
+                            "The source pvc {src_ns}/{src_name} doesn't exist; DataVolume {}/{name} is cloned once it does",
+                            dv.metadata.namespace.as_deref().unwrap_or("")
+                        ),
+                    };
+                    let status = dvstatus::refused_status(dv, &refusal, Phase::Pending, s.now);
+                    // A claim made in another namespace wakes nothing here.
+                    return Plan::stopped(status, Requeue::Soon);
+                };
+                clone_size = claim_size(source);
+            }
             let rendered = match render::render_claim(
                 dv,
                 &RenderContext {
@@ -475,6 +599,7 @@ pub fn decide(s: &Snapshot<'_>) -> Plan {
                     storage_profiles: s.profiles,
                     config: s.config,
                     csi_drivers: s.csi_drivers,
+                    clone_size,
                 },
             ) {
                 Ok(r) => r,
@@ -754,6 +879,7 @@ mod tests {
                 claim_events: &self.events,
                 progress: None,
                 first_consumer,
+                clone_source: None,
                 worker_image: "cdi-importer",
                 now: "2026-12-01T12:00:00Z".parse().unwrap(),
             })
@@ -775,6 +901,189 @@ mod tests {
             .chain(status_events)
             .map(|e| e.reason.as_str())
             .collect()
+    }
+
+    #[test]
+    fn a_clone_waits_for_its_source_sizes_from_it_and_says_its_phases() {
+        let world = World::new("Immediate", false);
+        let mut d = dv(
+            json!({"pvc": {"namespace": "vms", "name": "fedora"}}),
+            json!({}),
+        );
+        d.spec.storage.as_mut().unwrap().resources = None;
+        let mut across = d.clone();
+        across
+            .spec
+            .source
+            .as_mut()
+            .unwrap()
+            .pvc
+            .as_mut()
+            .unwrap()
+            .namespace = "golden".into();
+        let decide = |d: &DataVolume, claim: Option<&PersistentVolumeClaim>, source| {
+            decide(&Snapshot {
+                dv: d,
+                claim,
+                prime: None,
+                classes: &world.classes,
+                profiles: &world.profiles,
+                csi_drivers: &world.drivers,
+                config: Some(&world.config),
+                claim_events: &world.events,
+                progress: None,
+                first_consumer: None,
+                clone_source: source,
+                worker_image: "cdi-importer",
+                now: "2026-12-01T12:00:00Z".parse().unwrap(),
+            })
+        };
+        // From another namespace: refused before anything is made or read (no clone token).
+        let refused = decide(&across, None, None);
+        assert_eq!(phase(&refused), "Pending");
+        assert!(
+            reasons(&refused).contains(&"CloneNotAuthorized"),
+            "{refused:?}"
+        );
+        assert!(!refused.creates());
+
+        let waiting = decide(&d, None, None);
+        assert_eq!(phase(&waiting), "Pending");
+        assert!(
+            reasons(&waiting).contains(&"CloneWithoutSource"),
+            "{waiting:?}"
+        );
+        assert!(!waiting.creates());
+
+        let source: PersistentVolumeClaim = serde_json::from_value(json!({
+            "metadata": {"name": "fedora", "namespace": "vms"},
+            "spec": {"resources": {"requests": {"storage": "1Gi"}}},
+            "status": {"phase": "Bound", "capacity": {"storage": "2Gi"}}}))
+        .unwrap();
+        let plan = decide(&d, None, Some(&source));
+        let ClaimStep::Create(made) = &plan.claim else {
+            panic!("{plan:?}")
+        };
+        // Not a CSI class: the host-assisted copy onto the claim itself, as large as the
+        // source's capacity with the overhead on top.
+        assert_eq!(
+            made.metadata.annotations.as_ref().unwrap()[ann::CLONE_REQUEST],
+            "vms/fedora"
+        );
+        let request = &made
+            .spec
+            .as_ref()
+            .unwrap()
+            .resources
+            .as_ref()
+            .unwrap()
+            .requests
+            .as_ref()
+            .unwrap()["storage"];
+        let bytes = crate::quantity::Quantity::try_from(request)
+            .unwrap()
+            .value();
+        assert!(bytes > 2 << 30, "{request:?}");
+        assert!(plan.create.is_empty());
+
+        let with = |anns: Value| {
+            let mut c = claim("Bound", Some("dv-uid"), anns);
+            c.metadata
+                .annotations
+                .get_or_insert_default()
+                .insert(ann::CLONE_REQUEST.into(), "vms/fedora".into());
+            c
+        };
+        for (pod, want, event) in [
+            (json!({}), "CloneScheduled", Some("CloneScheduled")),
+            (
+                json!({"cdi.kubevirt.io/storage.pod.phase": "Running"}),
+                "CloneInProgress",
+                Some("CloneInProgress"),
+            ),
+            (
+                json!({"cdi.kubevirt.io/storage.pod.phase": "Succeeded"}),
+                "Succeeded",
+                Some("CloneSucceeded"),
+            ),
+        ] {
+            let plan = decide(&d, Some(&with(pod)), Some(&source));
+            assert_eq!(phase(&plan), want);
+            if let Some(e) = event {
+                assert!(reasons(&plan).contains(&e), "{want}: {:?}", reasons(&plan));
+            }
+        }
+        let done = decide(
+            &d,
+            Some(&with(
+                json!({"cdi.kubevirt.io/storage.pod.phase": "Succeeded"}),
+            )),
+            Some(&source),
+        );
+        let message = done
+            .status
+            .unwrap()
+            .events
+            .into_iter()
+            .find(|e| e.reason == "CloneSucceeded")
+            .unwrap()
+            .message;
+        assert_eq!(message, "Successfully cloned from vms/fedora into vms/disk");
+
+        // Through the populator (a CSI class): a VolumeCloneSource in the source's namespace,
+        // and the phases from the claim's clonePhase.
+        let csi = World::new("Immediate", true);
+        let plan = super::decide(&Snapshot {
+            classes: &csi.classes,
+            csi_drivers: &csi.drivers,
+            ..Snapshot {
+                dv: &d,
+                claim: None,
+                prime: None,
+                classes: &world.classes,
+                profiles: &world.profiles,
+                csi_drivers: &world.drivers,
+                config: Some(&world.config),
+                claim_events: &world.events,
+                progress: None,
+                first_consumer: None,
+                clone_source: Some(&source),
+                worker_image: "cdi-importer",
+                now: "2026-12-01T12:00:00Z".parse().unwrap(),
+            }
+        });
+        let [Companion::CloneSource(vcs)] = plan.create.as_slice() else {
+            panic!("{plan:?}")
+        };
+        assert_eq!(vcs.metadata.namespace.as_deref(), Some("vms"));
+        assert_eq!(
+            vcs.metadata.name.as_deref(),
+            Some("volume-clone-source-dv-uid")
+        );
+        assert_eq!(vcs.spec.source.name, "fedora");
+        assert_eq!(
+            vcs.metadata.owner_references.as_ref().unwrap()[0].uid,
+            "dv-uid"
+        );
+        let populating = |clone_phase: &str, claim_phase: &str| {
+            let mut c = claim(
+                claim_phase,
+                Some("dv-uid"),
+                json!({ann::CLONE_PHASE: clone_phase}),
+            );
+            c.spec.as_mut().unwrap().data_source_ref =
+                Some(k8s_openapi::api::core::v1::TypedObjectReference {
+                    api_group: Some("cdi.kubevirt.io".into()),
+                    kind: "VolumeCloneSource".into(),
+                    name: "volume-clone-source-dv-uid".into(),
+                    namespace: None,
+                });
+            phase(&decide(&d, Some(&c), Some(&source))).to_string()
+        };
+        assert_eq!(populating("Pending", "Pending"), "CloneScheduled");
+        assert_eq!(populating("HostClone", "Pending"), "CloneInProgress");
+        assert_eq!(populating("Rebind", "Bound"), "RebindInProgress");
+        assert_eq!(populating("Succeeded", "Bound"), "Succeeded");
     }
 
     #[test]

@@ -594,6 +594,134 @@ fn worker_status(o: &Observed<'_>, worker_phase: WorkerPhase) -> Computed {
     computed(o, &phase)
 }
 
+/// `<namespace>/<name>` of a clone DataVolume's source and of the DataVolume, for its events.
+fn clone_names(dv: &DataVolume) -> (String, String) {
+    let (ns, name) = crate::datavolume::clone_source_of(dv).unwrap_or_default();
+    let own = format!(
+        "{}/{}",
+        dv.metadata.namespace.as_deref().unwrap_or(""),
+        dv.metadata.name.as_deref().unwrap_or("")
+    );
+    (format!("{ns}/{name}"), own)
+}
+
+/// The phase of a clone DataVolume and its event (upstream's clone phase maps): on the populator
+/// path from the target claim's `clonePhase`, else from the host-assisted copy's upload pod.
+fn clone_phase(
+    dv: &DataVolume,
+    anns: &BTreeMap<String, String>,
+    populating: bool,
+) -> (Phase, Option<Event>) {
+    let (from, into) = clone_names(dv);
+    let scheduled = || {
+        (
+            Phase::CloneScheduled,
+            Some(Event::normal(
+                "CloneScheduled",
+                format!("Cloning from {from} into {into} scheduled"),
+            )),
+        )
+    };
+    let in_progress = || {
+        (
+            Phase::CloneInProgress,
+            Some(Event::normal(
+                "CloneInProgress",
+                format!("Cloning from {from} into {into} in progress"),
+            )),
+        )
+    };
+    let succeeded = || {
+        (
+            Phase::Succeeded,
+            Some(Event::normal(
+                "CloneSucceeded",
+                format!("Successfully cloned from {from} into {into}"),
+            )),
+        )
+    };
+    if !populating {
+        return match anns.get(ann::POD_PHASE).map(String::as_str) {
+            Some("Running") => in_progress(),
+            Some("Succeeded") => succeeded(),
+            _ => scheduled(),
+        };
+    }
+    match anns.get(ann::CLONE_PHASE).map(String::as_str).unwrap_or("") {
+        "" | "Pending" => scheduled(),
+        "HostClone" => in_progress(),
+        "Rebind" => (
+            Phase::RebindInProgress,
+            Some(Event::normal(
+                "RebindInProgress",
+                format!("Rebinding PersistentVolumeClaim for DataVolume {into}"),
+            )),
+        ),
+        "PrepClaim" => (
+            Phase::PrepClaimInProgress,
+            Some(Event::normal(
+                "PrepClaimInProgress",
+                format!("Prepping PersistentVolumeClaim for DataVolume {into}"),
+            )),
+        ),
+        "CSIClone" => (Phase::CsiCloneInProgress, None),
+        "SnapshotClone" => (Phase::CloneFromSnapshotSourceInProgress, None),
+        "Snapshot" => (Phase::SnapshotForSmartCloneInProgress, None),
+        "Succeeded" => succeeded(),
+        // Error and anything unknown: the phase stays (the claim's cloneError says why).
+        _ => (Phase::Other(String::new()), None),
+    }
+}
+
+/// The status of a clone DataVolume (`source.pvc`), host-assisted on the claim itself or
+/// through the clone populator.
+pub fn clone_status(o: &Observed<'_>) -> Computed {
+    let populating = o
+        .claim
+        .and_then(|c| c.spec.as_ref()?.data_source_ref.as_ref())
+        .is_some_and(|r| r.kind == cdi_api::populators::VOLUME_CLONE_SOURCE_KIND);
+    let phase = |c: &PersistentVolumeClaim,
+                 anns: &BTreeMap<String, String>,
+                 current: Phase,
+                 unset: bool| {
+        let claim_phase = c.status.as_ref().and_then(|s| s.phase.as_deref());
+        let keep = |(p, e): (Phase, Option<Event>)| match p {
+            Phase::Other(ref x) if x.is_empty() => Some((
+                if unset {
+                    Phase::Pending
+                } else {
+                    current.clone()
+                },
+                None,
+            )),
+            _ => Some((p, e)),
+        };
+        match claim_phase {
+            Some("Pending") if populating => {
+                let clone = anns.get(ann::CLONE_PHASE).map(String::as_str).unwrap_or("");
+                if matches!(clone, "" | "Pending")
+                    && crate::populator::waits_for_first_consumer(anns, o.class_wffc)
+                {
+                    Some((Phase::PendingPopulation, None))
+                } else {
+                    keep(clone_phase(o.dv, anns, true))
+                }
+            }
+            Some("Pending") => Some((
+                if o.honor_wffc && o.class_wffc {
+                    Phase::WaitForFirstConsumer
+                } else {
+                    Phase::Pending
+                },
+                None,
+            )),
+            Some("Bound") => keep(clone_phase(o.dv, anns, populating)),
+            _ => None,
+        }
+    };
+    computed(o, &phase)
+}
+
 /// The status of an externally populated DataVolume (upstream's external-population controller).
 pub fn external_status(o: &Observed<'_>, external: External) -> Computed {
     if let Some(claim) = o.claim
@@ -671,7 +799,7 @@ fn computed(o: &Observed<'_>, kind_phase: KindPhase<'_>) -> Computed {
     }
     status.progress = Some(match &phase {
         Phase::Succeeded => "100.0%".into(),
-        Phase::ImportInProgress => o
+        Phase::ImportInProgress | Phase::CloneInProgress => o
             .progress
             .clone()
             .or_else(|| {

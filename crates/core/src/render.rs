@@ -31,6 +31,9 @@ pub struct RenderContext<'a> {
     pub config: Option<&'a CDIConfig>,
     /// Names of the CSIDriver objects in the cluster.
     pub csi_drivers: &'a [String],
+    /// A clone's source size in bytes (its capacity, else its request): the size of a clone
+    /// that asks for none.
+    pub clone_size: Option<i64>,
 }
 
 /// Why a DataVolume's claim cannot be rendered. Every message names the object and the fix.
@@ -319,16 +322,26 @@ fn size_storage(
         .get_or_insert_with(VolumeResourceRequirements::default)
         .requests
         .get_or_insert_with(BTreeMap::new);
-    let Some(requested) = requests.get("storage") else {
-        if is_clone {
-            // The clone controllers detect the size from the source.
+    let detected;
+    let requested = match (requests.get("storage"), ctx.clone_size) {
+        (Some(r), _) => r,
+        // A clone that asks for no size gets its source's (upstream's detectCloneSize), with
+        // the target's overhead on top as for any spec.storage size.
+        (None, Some(bytes)) if is_clone => {
+            detected = Quantity::from_bytes_binary(bytes).into();
+            &detected
+        }
+        (None, None) if is_clone => {
+            // Not known yet: the source is looked at again before the claim is made.
             requests.insert("storage".into(), Quantity::from_bytes(0).into());
             return Ok(());
         }
-        return Err(RenderError::MissingSize {
-            dv: dv.into(),
-            api: "spec.storage",
-        });
+        (None, _) => {
+            return Err(RenderError::MissingSize {
+                dv: dv.into(),
+                api: "spec.storage",
+            });
+        }
     };
     let quantity = Quantity::try_from(requested).map_err(|source| RenderError::BadSize {
         dv: dv.into(),

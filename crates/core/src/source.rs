@@ -8,7 +8,8 @@ use cdi_api::datavolume::{DataVolume, SourceKind};
 /// What fills the DataVolume's claim.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Filled {
-    /// One of the sources a worker pod of this controller fills: http, blank or upload.
+    /// One of the sources a worker pod of this controller fills: http, blank, upload, or a clone
+    /// of a claim.
     Import(SourceKind),
     /// Something else, named by the claim's `dataSource`/`dataSourceRef` (external population).
     External,
@@ -164,6 +165,16 @@ pub fn check(dv: &DataVolume) -> Result<Filled, Refusal> {
         }
         [SourceKind::Blank] => Ok(Filled::Import(SourceKind::Blank)),
         [SourceKind::Upload] => Ok(Filled::Import(SourceKind::Upload)),
+        [SourceKind::Pvc] => {
+            let pvc = source.pvc.as_ref();
+            if pvc.is_none_or(|p| p.name.is_empty()) {
+                return Err(invalid(
+                    "spec.source.pvc.name source PVC is not valid",
+                    "name the claim to clone in spec.source.pvc.name",
+                ));
+            }
+            Ok(Filled::Import(SourceKind::Pvc))
+        }
         [kind] => Err(Refusal {
             reason: UNSUPPORTED_SOURCE,
             message: format!(

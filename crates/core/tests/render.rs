@@ -129,6 +129,7 @@ impl World {
             storage_profiles: &self.profiles,
             config: Some(&self.config),
             csi_drivers: &self.drivers,
+            clone_size: None,
         }
     }
 }
