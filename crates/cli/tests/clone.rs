@@ -56,8 +56,12 @@ spec:
 }
 
 /// The file holding a claim's data: the disk image of a Filesystem volume, or the Block volume.
+/// Waits for the claim to be bound (a populated DataVolume can say Succeeded a moment before its
+/// claim takes the volume over).
 fn volume_file(dir: &Path, ns: &str, claim: &str) -> PathBuf {
-    let claim = get_json(dir, ns, &format!("pvc/{claim}")).unwrap();
+    let claim = wait_for(&format!("{claim} to be bound"), 30, || {
+        get_json(dir, ns, &format!("pvc/{claim}")).filter(|c| c["spec"]["volumeName"].is_string())
+    });
     let pv = get_json(
         dir,
         ns,
@@ -333,4 +337,106 @@ spec:
     wait_for("the clone to succeed once its source exists", 120, || {
         get_json(&dir, "default", "dv/early").filter(|d| d["status"]["phase"] == "Succeeded")
     });
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_clone_populator_copies_through_a_temporary_claim_and_hands_its_volume_over() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("cluster");
+    let (ok, out, err) = cdi(&["dev", "up", "--addr", "127.0.0.1:0"], &dir);
+    assert!(ok, "{out}{err}");
+    let _down = Down(&dir);
+    let _controller = controller(&dir, tmp.path());
+    kubectl(
+        &dir,
+        &["apply", "-f", "-"],
+        Some(&blank_volume("golden", "default", "Filesystem", "64Mi")),
+    );
+    wait_for("the source to succeed", 90, || {
+        get_json(&dir, "default", "dv/golden").filter(|d| d["status"]["phase"] == "Succeeded")
+    });
+    let bytes = scatter(&volume_file(&dir, "default", "golden"));
+    let clone = |name: &str| {
+        format!(
+            r#"
+apiVersion: cdi.kubevirt.io/v1beta1
+kind: DataVolume
+metadata: {{name: {name}}}
+spec:
+  source: {{pvc: {{namespace: default, name: golden}}}}
+  storage: {{storageClassName: csi, accessModes: [ReadWriteOnce]}}
+"#
+        )
+    };
+    // The CSI class has a VolumeSnapshotClass: the snapshot strategy, which this version does
+    // not do, and says so.
+    kubectl(&dir, &["apply", "-f", "-"], Some(&clone("by-snapshot")));
+    let claim = wait_for("the snapshot clone to stop with why", 60, || {
+        get_json(&dir, "default", "pvc/by-snapshot")
+            .filter(|c| c["metadata"]["annotations"]["cdi.kubevirt.io/clonePhase"] == "Error")
+    });
+    assert_eq!(annotations(&claim)["cdi.kubevirt.io/cloneType"], "snapshot");
+    assert!(
+        annotations(&claim)["cdi.kubevirt.io/cloneError"]
+            .as_str()
+            .unwrap()
+            .contains("set spec.cloneStrategy: copy on StorageProfile csi"),
+        "{claim}"
+    );
+
+    // With the profile saying copy: a host-assisted copy into tmp-pvc-<uid>, whose volume the
+    // target takes over.
+    kubectl(
+        &dir,
+        &[
+            "patch",
+            "storageprofile",
+            "csi",
+            "--type=merge",
+            "-p",
+            r#"{"spec":{"cloneStrategy":"copy"}}"#,
+        ],
+        None,
+    );
+    wait_for("the profile to say copy", 30, || {
+        get_json(&dir, "default", "storageprofile/csi")
+            .filter(|p| p["status"]["cloneStrategy"] == "copy")
+    });
+    kubectl(&dir, &["apply", "-f", "-"], Some(&clone("by-copy")));
+    let dv = wait_for("the populator clone to succeed", 120, || {
+        get_json(&dir, "default", "dv/by-copy").filter(|d| d["status"]["phase"] == "Succeeded")
+    });
+    assert_eq!(dv["status"]["progress"], "100.0%");
+    let claim = get_json(&dir, "default", "pvc/by-copy").unwrap();
+    let anns = annotations(&claim);
+    assert_eq!(anns["cdi.kubevirt.io/cloneType"], "copy");
+    assert_eq!(anns["cdi.kubevirt.io/clonePhase"], "Succeeded");
+    assert_eq!(claim["spec"]["dataSourceRef"]["kind"], "VolumeCloneSource");
+    let copy = std::fs::read(volume_file(&dir, "default", "by-copy")).unwrap();
+    assert!(copy == bytes, "by-copy holds the source's disk image");
+    let uid = claim["metadata"]["uid"].as_str().unwrap().to_string();
+    wait_for("the temporary claim and the finalizer to go", 60, || {
+        let tmp_gone = get_json(&dir, "default", &format!("pvc/tmp-pvc-{uid}")).is_none();
+        let released = get_json(&dir, "default", "pvc/by-copy").is_some_and(|c| {
+            !c["metadata"]["finalizers"]
+                .to_string()
+                .contains("cdi.kubevirt.io/clonePopulator")
+        });
+        (tmp_gone && released).then_some(())
+    });
+    let events = kubectl(
+        &dir,
+        &[
+            "get",
+            "events",
+            "--field-selector",
+            "involvedObject.name=by-copy,involvedObject.kind=DataVolume",
+            "-o",
+            "jsonpath={.items[*].reason}",
+        ],
+        None,
+    );
+    for reason in ["CloneScheduled", "CloneInProgress", "CloneSucceeded"] {
+        assert!(events.contains(reason), "{reason} in {events}");
+    }
 }

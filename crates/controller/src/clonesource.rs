@@ -14,42 +14,13 @@ use cdi_core::import::{self, Settings};
 use cdi_upload::pki;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, Secret};
-use kube::api::{Patch, PatchParams, PostParams};
+use kube::api::PostParams;
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::reflector::ObjectRef;
 use kube::{Api, ResourceExt};
-use serde_json::json;
 
 use crate::cache::Changes;
 use crate::{Context, Error};
-
-/// Add or remove `name` among the claim's finalizers (conditional on the version read, so a
-/// concurrent change is not lost).
-async fn set_finalizer(
-    api: &Api<PersistentVolumeClaim>,
-    claim: &PersistentVolumeClaim,
-    name: &str,
-    present: bool,
-) -> Result<(), Error> {
-    let mut list = claim.finalizers().to_vec();
-    if list.iter().any(|f| f == name) == present {
-        return Ok(());
-    }
-    if present {
-        list.push(name.to_string());
-    } else {
-        list.retain(|f| f != name);
-    }
-    let patch = json!({"metadata": {"finalizers": list,
-        "resourceVersion": claim.metadata.resource_version}});
-    api.patch(
-        &claim.name_any(),
-        &PatchParams::default(),
-        &Patch::Merge(&patch),
-    )
-    .await?;
-    Ok(())
-}
 
 /// The source claim is populated: a DataVolume's claim once the DataVolume succeeded, any other
 /// claim once bound (upstream's `IsPopulated`).
@@ -194,7 +165,7 @@ pub async fn reconcile(
             }
         }
         if holds {
-            set_finalizer(&claims, &claim, finalizer::CLONE_SOURCE, false).await?;
+            crate::set_finalizer(&claims, &claim, finalizer::CLONE_SOURCE, false).await?;
         }
         return Ok(Action::await_change());
     }
@@ -206,7 +177,7 @@ pub async fn reconcile(
         let named = BTreeMap::from([(ann::CLONE_SOURCE_POD_NAME.to_string(), pod_name)]);
         crate::patch_claim(&claims, &claim, &named, &BTreeMap::new()).await?;
         let fresh = claims.get(&claim.name_any()).await?;
-        set_finalizer(&claims, &fresh, finalizer::CLONE_SOURCE, true).await?;
+        crate::set_finalizer(&claims, &fresh, finalizer::CLONE_SOURCE, true).await?;
         return Ok(Action::await_change());
     }
 

@@ -19,6 +19,7 @@
 //! starting it again converges.
 
 pub mod cache;
+pub mod clonepop;
 pub mod clonesource;
 pub mod config;
 pub mod datavolume;
@@ -200,6 +201,35 @@ where
     }
 }
 
+/// Add or remove `name` among the claim's finalizers (conditional on the version read, so a
+/// concurrent change is not lost).
+pub(crate) async fn set_finalizer(
+    api: &kube::Api<k8s_openapi::api::core::v1::PersistentVolumeClaim>,
+    claim: &k8s_openapi::api::core::v1::PersistentVolumeClaim,
+    name: &str,
+    present: bool,
+) -> Result<(), Error> {
+    use kube::ResourceExt;
+    let mut list = claim.finalizers().to_vec();
+    if list.iter().any(|f| f == name) == present {
+        return Ok(());
+    }
+    if present {
+        list.push(name.to_string());
+    } else {
+        list.retain(|f| f != name);
+    }
+    let patch = serde_json::json!({"metadata": {"finalizers": list,
+        "resourceVersion": claim.metadata.resource_version}});
+    api.patch(
+        &claim.name_any(),
+        &kube::api::PatchParams::default(),
+        &kube::api::Patch::Merge(&patch),
+    )
+    .await?;
+    Ok(())
+}
+
 /// Write the annotations (and add the labels) that differ from the claim's.
 pub async fn patch_claim(
     claims: &kube::Api<k8s_openapi::api::core::v1::PersistentVolumeClaim>,
@@ -280,6 +310,7 @@ pub async fn run_controllers(ctx: Context) -> anyhow::Result<()> {
     let populator_triggers = populator::Triggers::subscribe(&mut feeds);
     let upload_triggers = upload::Triggers::subscribe(&mut feeds);
     let clone_source_triggers = clonesource::Triggers::subscribe(&mut feeds);
+    let clone_populator_triggers = clonepop::Triggers::subscribe(&mut feeds);
     // Reconciles wait for the caches' first list themselves: the subscriptions must be read
     // from the start.
     tokio::select! {
@@ -291,6 +322,7 @@ pub async fn run_controllers(ctx: Context) -> anyhow::Result<()> {
         r = populator::run(ctx.clone(), populator_triggers) => r,
         r = upload::run(ctx.clone(), upload_triggers) => r,
         r = clonesource::run(ctx.clone(), clone_source_triggers) => r,
+        r = clonepop::run(ctx.clone(), clone_populator_triggers) => r,
     }
 }
 

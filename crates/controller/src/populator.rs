@@ -22,7 +22,11 @@ use crate::{Context, Error};
 /// Re-emit PVC prime's events on the target, prefixed `[prime-…] : ` as upstream does; each
 /// once (compared with the target's events in the cache; one copied while the cache has not
 /// caught up is counted again by the recorder, not lost).
-async fn copy_events(ctx: &Context, prime: &PersistentVolumeClaim, target: &PersistentVolumeClaim) {
+pub(crate) async fn copy_events(
+    ctx: &Context,
+    prime: &PersistentVolumeClaim,
+    target: &PersistentVolumeClaim,
+) {
     let ns = prime.namespace().unwrap_or_default();
     let from = ctx.caches.claim_events(&ns, &prime.name_any());
     if from.is_empty() {

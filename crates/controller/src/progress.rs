@@ -42,6 +42,18 @@ pub fn client() -> reqwest::Client {
         .unwrap_or_default()
 }
 
+/// Read the clone progress of the source pod for `owner_uid` (the clone's target); `None` when
+/// it cannot be read now.
+pub async fn clone_progress(
+    client: &reqwest::Client,
+    pod: &Pod,
+    owner_uid: &str,
+) -> Option<String> {
+    let url = metrics_url(pod)?;
+    let page = client.get(&url).send().await.ok()?.text().await.ok()?;
+    parse(&page, "kubevirt_cdi_clone_progress_total", owner_uid)
+}
+
 /// Read the import progress of the pod for `owner_uid`; `None` when it cannot be read now.
 pub async fn import_progress(
     client: &reqwest::Client,

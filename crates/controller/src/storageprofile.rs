@@ -34,7 +34,7 @@ fn snapshot_classes_resource() -> ApiResource {
 }
 
 /// Every VolumeSnapshotClass, or none when the snapshot API is not served.
-async fn snapshot_classes(ctx: &Context) -> Vec<SnapshotClassInfo> {
+pub(crate) async fn snapshot_classes(ctx: &Context) -> Vec<SnapshotClassInfo> {
     let api: Api<DynamicObject> = Api::all_with(ctx.client.clone(), &snapshot_classes_resource());
     let Ok(list) = api.list(&ListParams::default()).await else {
         return Vec::new();

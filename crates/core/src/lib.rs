@@ -7,6 +7,7 @@
 pub mod capabilities;
 pub mod claims;
 pub mod clone;
+pub mod clonepop;
 pub mod config;
 pub mod datavolume;
 pub mod devpod;

@@ -1,0 +1,446 @@
+//! The clone populator: claims whose `dataSourceRef` is a VolumeCloneSource. The strategy is
+//! chosen once (cdi-core `clone::choose_strategy`, recorded as `cdi.kubevirt.io/cloneType` with
+//! any fallback's reason), then the strategy's phases run, each written as
+//! `cdi.kubevirt.io/clonePhase` (cdi-core `clonepop`). `copy`: a temporary claim in the
+//! source's namespace asks the upload and clone controllers for a host-assisted copy, and its
+//! volume is handed to the target. Snapshot and CSI clones are not done by this version: such a
+//! clone stops in phase Error, saying so.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use cdi_api::enums::CloneStrategy;
+use cdi_api::populators::VolumeCloneSource;
+use cdi_api::{ann, finalizer};
+use cdi_core::clone::{CloneClaim, CloneEnvironment, CloneError, choose_strategy};
+use cdi_core::clonepop::{self, phase};
+use cdi_core::populator::{self, Readiness};
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{Event, PersistentVolume, PersistentVolumeClaim};
+use kube::api::{Patch, PatchParams, PostParams};
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::reflector::ObjectRef;
+use kube::{Api, ResourceExt};
+use serde_json::json;
+
+use crate::cache::Changes;
+use crate::{Context, Error};
+
+/// Write `wanted` over the target's annotations (only what changed).
+async fn annotate(
+    ctx: &Context,
+    target: &PersistentVolumeClaim,
+    wanted: &BTreeMap<String, String>,
+) -> Result<(), Error> {
+    let claims: Api<PersistentVolumeClaim> =
+        Api::namespaced(ctx.client.clone(), &target.namespace().unwrap_or_default());
+    crate::patch_claim(&claims, target, wanted, &BTreeMap::new()).await?;
+    Ok(())
+}
+
+/// Stop the clone in phase Error, saying why on the target (and as a Warning event).
+async fn fail(
+    ctx: &Context,
+    target: &PersistentVolumeClaim,
+    reason: &str,
+    message: &str,
+) -> Result<Action, Error> {
+    let mut wanted = target.annotations().clone();
+    let already = wanted.get(ann::CLONE_ERROR).map(String::as_str) == Some(message);
+    wanted.insert(ann::CLONE_PHASE.into(), phase::ERROR.into());
+    wanted.insert(ann::CLONE_ERROR.into(), message.into());
+    annotate(ctx, target, &wanted).await?;
+    if !already {
+        ctx.events.record(target, true, reason, message).await;
+    }
+    Ok(Action::await_change())
+}
+
+fn class_provisioner(ctx: &Context, claim: &PersistentVolumeClaim) -> Option<String> {
+    let name = claim.spec.as_ref()?.storage_class_name.as_deref()?;
+    ctx.caches
+        .classes
+        .get(&ObjectRef::new(name))
+        .map(|c| c.provisioner.clone())
+}
+
+fn clone_claim(ctx: &Context, claim: &PersistentVolumeClaim) -> CloneClaim {
+    let spec = claim.spec.as_ref();
+    let bytes = |q: Option<&k8s_openapi::apimachinery::pkg::api::resource::Quantity>| {
+        q.and_then(|q| cdi_core::Quantity::try_from(q).ok())
+            .map(|q| q.value())
+    };
+    CloneClaim {
+        namespace: claim.namespace().unwrap_or_default(),
+        name: claim.name_any(),
+        driver: class_provisioner(ctx, claim),
+        volume_mode: cdi_core::size::resolve_volume_mode(
+            spec.and_then(|s| s.volume_mode.as_deref()),
+        ),
+        request: bytes(spec.and_then(|s| s.resources.as_ref()?.requests.as_ref()?.get("storage")))
+            .unwrap_or(0),
+        capacity: bytes(
+            claim
+                .status
+                .as_ref()
+                .and_then(|s| s.capacity.as_ref()?.get("storage")),
+        ),
+    }
+}
+
+/// Choose the strategy once and record it on the target (with its fallback's reason, and the
+/// finalizer that keeps the target until the temporary objects are gone).
+async fn choose(
+    ctx: &Context,
+    target: &PersistentVolumeClaim,
+    source_ns: &str,
+    source_name: &str,
+) -> Result<Action, Error> {
+    let source = ctx.caches.claim(source_ns, source_name);
+    let class_name = target
+        .spec
+        .as_ref()
+        .and_then(|s| s.storage_class_name.clone());
+    let class = class_name
+        .as_deref()
+        .and_then(|n| ctx.caches.classes.get(&ObjectRef::new(n)));
+    let profile = class_name.as_deref().and_then(|n| {
+        ctx.caches
+            .profiles()
+            .into_iter()
+            .find(|p| p.name_any() == n)
+    });
+    let snapshot_classes = crate::storageprofile::snapshot_classes(ctx).await;
+    let env = CloneEnvironment {
+        target_class: class_name.as_deref(),
+        target_class_exists: class.is_some(),
+        allow_volume_expansion: class
+            .as_ref()
+            .and_then(|c| c.allow_volume_expansion)
+            .unwrap_or(false),
+        strategy_override: ctx
+            .caches
+            .cdis()
+            .into_iter()
+            .find_map(|c| c.spec.clone_strategy_override),
+        profile_strategy: profile
+            .as_ref()
+            .and_then(|p| p.status.as_ref()?.clone_strategy),
+        profile_snapshot_class: profile
+            .as_ref()
+            .and_then(|p| p.status.as_ref()?.snapshot_class.as_deref()),
+        snapshot_classes: &snapshot_classes,
+        permissive: target.annotations().contains_key(ann::PERMISSIVE_CLONE),
+    };
+    let source_claim = source.as_deref().map(|s| clone_claim(ctx, s));
+    let plan = match choose_strategy(
+        &format!("{source_ns}/{source_name}"),
+        source_claim.as_ref(),
+        &clone_claim(ctx, target),
+        &env,
+    ) {
+        Ok(plan) => plan,
+        Err(CloneError::SourceMissing { .. }) => {
+            let message = format!("The source pvc {source_ns}/{source_name} doesn't exist");
+            ctx.events
+                .record(target, true, "CloneWithoutSource", &message)
+                .await;
+            // A claim made in another namespace wakes nothing here.
+            return Ok(Action::requeue(ctx.options.resync * 5));
+        }
+        Err(e @ CloneError::TargetTooSmall { .. }) => {
+            ctx.events
+                .record(target, true, "ErrIncompatiblePVC", &e.to_string())
+                .await;
+            return fail(
+                ctx,
+                target,
+                "CloneValidationFailed",
+                "The clone doesn't meet the validation requirements",
+            )
+            .await;
+        }
+        Err(e) => {
+            ctx.events
+                .record(target, true, "CloneNotReady", &e.to_string())
+                .await;
+            return Ok(Action::requeue(ctx.options.resync * 5));
+        }
+    };
+    let mut wanted = target.annotations().clone();
+    wanted.insert(ann::CLONE_TYPE.into(), plan.strategy.as_str().into());
+    wanted
+        .entry(ann::CLONE_PHASE.into())
+        .or_insert_with(|| phase::PENDING.into());
+    if let Some(reason) = plan.fallback {
+        wanted
+            .entry(ann::CLONE_FALLBACK_REASON.into())
+            .or_insert_with(|| reason.message().into());
+        ctx.events
+            .record(target, true, reason.reason(), reason.message())
+            .await;
+    }
+    annotate(ctx, target, &wanted).await?;
+    let claims: Api<PersistentVolumeClaim> =
+        Api::namespaced(ctx.client.clone(), &target.namespace().unwrap_or_default());
+    let fresh = claims.get(&target.name_any()).await?;
+    crate::set_finalizer(&claims, &fresh, finalizer::CLONE_POPULATOR, true).await?;
+    Ok(Action::await_change())
+}
+
+/// The temporary claim goes once the clone is over (kept, Lost, for debugging when the target
+/// asks to retain its worker), then the finalizer.
+async fn finish(
+    ctx: &Context,
+    target: &PersistentVolumeClaim,
+    source_ns: &str,
+) -> Result<Action, Error> {
+    let tmp_name = clonepop::tmp_claim_name(target);
+    let retain = target
+        .annotations()
+        .get(ann::POD_RETAIN_AFTER_COMPLETION)
+        .is_some_and(|v| v == "true");
+    if !retain {
+        crate::delete(
+            &Api::<PersistentVolumeClaim>::namespaced(ctx.client.clone(), source_ns),
+            &tmp_name,
+        )
+        .await?;
+    }
+    let claims: Api<PersistentVolumeClaim> =
+        Api::namespaced(ctx.client.clone(), &target.namespace().unwrap_or_default());
+    crate::set_finalizer(&claims, target, finalizer::CLONE_POPULATOR, false).await?;
+    Ok(Action::await_change())
+}
+
+/// One pass over a clone target.
+pub async fn reconcile(
+    target: Arc<PersistentVolumeClaim>,
+    ctx: Arc<Context>,
+) -> Result<Action, Error> {
+    let Some(vcs_name) = clonepop::clone_source_name(&target).map(str::to_string) else {
+        return Ok(Action::await_change());
+    };
+    let ns = target.namespace().unwrap_or_default();
+    let source_ns = clonepop::source_namespace(&target);
+    ctx.caches.ready().await;
+    let anns = target.annotations().clone();
+    let clone_phase = anns.get(ann::CLONE_PHASE).cloned().unwrap_or_default();
+    let holds = target
+        .finalizers()
+        .iter()
+        .any(|f| f == finalizer::CLONE_POPULATOR);
+    if target.metadata.deletion_timestamp.is_some() || clone_phase == phase::SUCCEEDED {
+        return if holds {
+            finish(&ctx, &target, &source_ns).await
+        } else {
+            Ok(Action::await_change())
+        };
+    }
+    let bound = target
+        .spec
+        .as_ref()
+        .and_then(|s| s.volume_name.as_deref())
+        .is_some_and(|v| !v.is_empty());
+    if bound {
+        // Handed over (or bound by someone else): the clone is over.
+        annotate(&ctx, &target, &clonepop::succeeded(&target)).await?;
+        return Ok(Action::await_change());
+    }
+    if let Some(message) =
+        cdi_core::hostclone::cross_namespace_refusal(&ns, &(source_ns.clone(), vcs_name.clone()))
+    {
+        return fail(&ctx, &target, cdi_core::hostclone::NOT_AUTHORIZED, &message).await;
+    }
+    let class = target
+        .spec
+        .as_ref()
+        .and_then(|s| s.storage_class_name.as_deref())
+        .filter(|n| !n.is_empty())
+        .and_then(|n| ctx.caches.classes.get(&ObjectRef::new(n)));
+    let node = match populator::readiness(&target, class.as_deref()) {
+        Readiness::Wait => return Ok(Action::await_change()),
+        Readiness::Refused(message) => {
+            return fail(&ctx, &target, "ErrClaimNotValid", &message).await;
+        }
+        Readiness::Ready { node } => node,
+    };
+    let Some(vcs) = Api::<VolumeCloneSource>::namespaced(ctx.client.clone(), &source_ns)
+        .get_opt(&vcs_name)
+        .await?
+    else {
+        // Created with or after its claim: looked for again slowly.
+        return Ok(Action::requeue(ctx.options.resync * 5));
+    };
+    if vcs.spec.source.kind != "PersistentVolumeClaim" {
+        return fail(
+            &ctx,
+            &target,
+            "CloneSourceNotSupported",
+            &format!(
+                "VolumeCloneSource {source_ns}/{vcs_name}: a {} source is not cloned by this version of cdi-rs yet; clone a PersistentVolumeClaim",
+                vcs.spec.source.kind
+            ),
+        )
+        .await;
+    }
+    let strategy = anns
+        .get(ann::CLONE_TYPE)
+        .and_then(|s| s.parse::<CloneStrategy>().ok());
+    let Some(strategy) = strategy else {
+        return choose(&ctx, &target, &source_ns, &vcs.spec.source.name).await;
+    };
+    if !holds {
+        // Chosen before (by an earlier pass, or given): kept, and the finalizer added.
+        let claims: Api<PersistentVolumeClaim> = Api::namespaced(ctx.client.clone(), &ns);
+        crate::set_finalizer(&claims, &target, finalizer::CLONE_POPULATOR, true).await?;
+        return Ok(Action::await_change());
+    }
+    if strategy != CloneStrategy::Copy {
+        return fail(
+            &ctx,
+            &target,
+            "CloneStrategyNotSupported",
+            &format!(
+                "the {} clone strategy is not done by this version of cdi-rs yet; set spec.cloneStrategy: copy on StorageProfile {} (or CDI spec.cloneStrategyOverride) and create the claim again",
+                strategy.as_str(),
+                target
+                    .spec
+                    .as_ref()
+                    .and_then(|s| s.storage_class_name.as_deref())
+                    .unwrap_or("")
+            ),
+        )
+        .await;
+    }
+    host_clone(&ctx, &target, &vcs, node.as_deref()).await
+}
+
+/// The `copy` strategy: HostClone, then Rebind.
+async fn host_clone(
+    ctx: &Context,
+    target: &PersistentVolumeClaim,
+    vcs: &VolumeCloneSource,
+    node: Option<&str>,
+) -> Result<Action, Error> {
+    let source_ns = vcs.namespace().unwrap_or_default();
+    let tmp_name = clonepop::tmp_claim_name(target);
+    let Some(tmp) = ctx.caches.claim(&source_ns, &tmp_name) else {
+        if crate::live(&ctx.client, target).await?.is_some() {
+            let preallocation = ctx
+                .caches
+                .config()
+                .and_then(|c| c.status?.preallocation)
+                .unwrap_or(false);
+            let claim = clonepop::tmp_claim(target, vcs, node, preallocation);
+            let claims: Api<PersistentVolumeClaim> =
+                Api::namespaced(ctx.client.clone(), &source_ns);
+            match claims.create(&PostParams::default(), &claim).await {
+                Ok(_) => {
+                    tracing::info!(target = %format!("{}/{}", target.namespace().unwrap_or_default(), target.name_any()),
+                    claim = %format!("{source_ns}/{tmp_name}"), "created the host-assisted clone's claim")
+                }
+                Err(kube::Error::Api(e)) if e.code == 409 => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        let mut wanted = target.annotations().clone();
+        wanted.insert(ann::CLONE_PHASE.into(), phase::HOST_CLONE.into());
+        annotate(ctx, target, &wanted).await?;
+        return Ok(Action::await_change());
+    };
+    crate::populator::copy_events(ctx, &tmp, target).await;
+    let mut progress = None;
+    if let Some(pod_name) = tmp.annotations().get(ann::CLONE_SOURCE_POD_NAME)
+        && let Some(pod) = ctx.caches.pod(&source_ns, pod_name)
+        && pod.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
+    {
+        let uid = target.metadata.uid.clone().unwrap_or_default();
+        progress = crate::progress::clone_progress(&ctx.http, &pod, &uid).await;
+    }
+    let mut wanted = clonepop::mirrored(target, &tmp, progress.as_deref());
+    if !clonepop::host_clone_done(&tmp) {
+        wanted.insert(ann::CLONE_PHASE.into(), phase::HOST_CLONE.into());
+        annotate(ctx, target, &wanted).await?;
+        // Progress is read on a timer; the copy's end changes the temporary claim.
+        return Ok(if progress.is_some() {
+            Action::requeue(ctx.options.resync)
+        } else {
+            Action::await_change()
+        });
+    }
+    wanted.insert(ann::CLONE_PHASE.into(), phase::REBIND.into());
+    annotate(ctx, target, &wanted).await?;
+    let Some(volume) = tmp.spec.as_ref().and_then(|s| s.volume_name.clone()) else {
+        return Ok(Action::await_change());
+    };
+    let claim_ref = json!({"spec": {"claimRef": {"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+        "namespace": target.namespace(), "name": target.name_any(), "uid": target.metadata.uid,
+        "resourceVersion": null}}});
+    Api::<PersistentVolume>::all(ctx.client.clone())
+        .patch(&volume, &PatchParams::default(), &Patch::Merge(&claim_ref))
+        .await?;
+    tracing::info!(target = %target.name_any(), volume = %volume, "rebound the copy's volume to the target");
+    // The target's binding wakes the next pass.
+    Ok(Action::await_change())
+}
+
+fn error_policy(target: Arc<PersistentVolumeClaim>, error: &Error, ctx: Arc<Context>) -> Action {
+    tracing::warn!(claim = %target.name_any(), error = %error, "clone populator reconcile failed");
+    Action::requeue(ctx.options.resync)
+}
+
+/// The cache subscriptions the clone populator is woken by.
+pub struct Triggers {
+    targets: Changes<PersistentVolumeClaim>,
+    tmps: Changes<PersistentVolumeClaim>,
+    events: Changes<Event>,
+}
+
+impl Triggers {
+    pub fn subscribe(feeds: &mut crate::cache::Feeds) -> Triggers {
+        Triggers {
+            targets: feeds.claims.subscribe(),
+            tmps: feeds.claims.subscribe(),
+            events: feeds.events.subscribe(),
+        }
+    }
+}
+
+/// Run the clone populator over claims; a temporary claim (and its events) wakes the target its
+/// `events.source` names.
+pub async fn run(ctx: Context, triggers: Triggers) -> anyhow::Result<()> {
+    ctx.caches.ready().await;
+    let claims = ctx.caches.claims.clone();
+    let target_of = |c: &PersistentVolumeClaim| {
+        clonepop::target_of(c).map(|(ns, name)| ObjectRef::new(&name).within(&ns))
+    };
+    Controller::for_shared_stream(triggers.targets, ctx.caches.claims.clone())
+        .watches_shared_stream(triggers.tmps, move |c: Arc<PersistentVolumeClaim>| {
+            target_of(&c)
+        })
+        .watches_shared_stream(triggers.events, move |e: Arc<Event>| {
+            let o = &e.involved_object;
+            let tmp =
+                claims.get(&ObjectRef::new(o.name.as_deref()?).within(o.namespace.as_deref()?))?;
+            target_of(&tmp)
+        })
+        .run(
+            |o, c| {
+                let metrics = c.metrics.clone();
+                let object = format!("{}/{}", o.namespace().unwrap_or_default(), o.name_any());
+                async move {
+                    crate::guarded(&metrics, "clone-populator", &object, reconcile(o, c)).await
+                }
+            },
+            error_policy,
+            Arc::new(ctx),
+        )
+        .for_each(|r| async move {
+            if let Err(e) = r {
+                tracing::debug!(error = %e, "clone populator");
+            }
+        })
+        .await;
+    Ok(())
+}

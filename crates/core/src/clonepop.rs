@@ -1,0 +1,298 @@
+//! The clone populator's decisions (upstream's clone populator and planner): a target claim whose
+//! `dataSourceRef` is a VolumeCloneSource gets its strategy chosen once (`cdi.kubevirt.io/
+//! cloneType`), then goes through the phases of that strategy, written as
+//! `cdi.kubevirt.io/clonePhase`. For `copy` (host-assisted): a temporary claim `tmp-pvc-<target
+//! uid>` in the source's namespace asks for a copy of the source (`k8s.io/CloneRequest`), the
+//! upload and clone controllers fill it, and its volume is handed to the target (Rebind).
+
+use std::collections::BTreeMap;
+
+use cdi_api::populators::{VOLUME_CLONE_SOURCE_KIND, VolumeCloneSource};
+use cdi_api::{ann, label};
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, PersistentVolumeClaimSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+use crate::import::annotations;
+
+/// The temporary claim's name prefix.
+pub const TMP_PREFIX: &str = "tmp-pvc";
+
+/// The phases, as written on the target (upstream's names).
+pub mod phase {
+    pub const PENDING: &str = "Pending";
+    pub const HOST_CLONE: &str = "HostClone";
+    pub const REBIND: &str = "Rebind";
+    pub const SUCCEEDED: &str = "Succeeded";
+    pub const ERROR: &str = "Error";
+}
+
+/// The VolumeCloneSource the target's `dataSourceRef` names, when it names one.
+pub fn clone_source_name(target: &PersistentVolumeClaim) -> Option<&str> {
+    let r = target.spec.as_ref()?.data_source_ref.as_ref()?;
+    (r.api_group.as_deref() == Some(cdi_api::GROUP) && r.kind == VOLUME_CLONE_SOURCE_KIND)
+        .then_some(r.name.as_str())
+}
+
+/// Where the VolumeCloneSource is: `cdi.kubevirt.io/dataSourceNamespace`, else the reference's
+/// namespace, else the target's.
+pub fn source_namespace(target: &PersistentVolumeClaim) -> String {
+    let anns = annotations(target);
+    anns.get(ann::DATA_SOURCE_NAMESPACE)
+        .filter(|n| !n.is_empty())
+        .cloned()
+        .or_else(|| {
+            target
+                .spec
+                .as_ref()?
+                .data_source_ref
+                .as_ref()?
+                .namespace
+                .clone()
+        })
+        .unwrap_or_else(|| target.metadata.namespace.clone().unwrap_or_default())
+}
+
+/// The temporary claim of a host-assisted copy: `tmp-pvc-<target uid>`.
+pub fn tmp_claim_name(target: &PersistentVolumeClaim) -> String {
+    format!(
+        "{TMP_PREFIX}-{}",
+        target.metadata.uid.as_deref().unwrap_or("")
+    )
+}
+
+/// The target claim the temporary claim `tmp` works for (its `events.source`), as
+/// `(namespace, name)`.
+pub fn target_of(tmp: &PersistentVolumeClaim) -> Option<(String, String)> {
+    let anns = tmp.metadata.annotations.as_ref()?;
+    if anns.get(ann::POPULATOR_KIND).map(String::as_str) != Some(VOLUME_CLONE_SOURCE_KIND) {
+        return None;
+    }
+    let (ns, name) = anns.get(ann::EVENT_SOURCE)?.split_once('/')?;
+    Some((ns.to_string(), name.to_string()))
+}
+
+/// The temporary claim (upstream's host-clone claim): the target's class, size, access and
+/// volume modes without its data source, in the source's namespace, asking for a copy of the
+/// source; bound at once on the target's node (when its class waits for a first consumer);
+/// found by the target's UID label, as it can have no owner in another namespace.
+pub fn tmp_claim(
+    target: &PersistentVolumeClaim,
+    source: &VolumeCloneSource,
+    node: Option<&str>,
+    preallocation_default: bool,
+) -> PersistentVolumeClaim {
+    let spec = target.spec.clone().unwrap_or_default();
+    let target_anns = annotations(target);
+    let uid = target.metadata.uid.clone().unwrap_or_default();
+    let ns = source
+        .metadata
+        .namespace
+        .clone()
+        .unwrap_or_else(|| target.metadata.namespace.clone().unwrap_or_default());
+    let mut anns = BTreeMap::from([
+        (ann::IMMEDIATE_BINDING.to_string(), String::new()),
+        (ann::OWNER_UID.into(), uid.clone()),
+        (ann::POD_RESTARTS.into(), "0".into()),
+        (
+            ann::CLONE_REQUEST.into(),
+            format!("{ns}/{}", source.spec.source.name),
+        ),
+        (ann::POPULATOR_KIND.into(), VOLUME_CLONE_SOURCE_KIND.into()),
+        (
+            ann::EVENT_SOURCE_KIND.into(),
+            "PersistentVolumeClaim".into(),
+        ),
+        (
+            ann::EVENT_SOURCE.into(),
+            format!(
+                "{}/{}",
+                target.metadata.namespace.as_deref().unwrap_or(""),
+                target.metadata.name.as_deref().unwrap_or("")
+            ),
+        ),
+        (
+            ann::PREALLOCATION_REQUESTED.into(),
+            source
+                .spec
+                .preallocation
+                .unwrap_or(preallocation_default)
+                .to_string(),
+        ),
+    ]);
+    if let Some(n) = node {
+        anns.insert(ann::SELECTED_NODE.into(), n.into());
+    }
+    if let Some(pc) = source
+        .spec
+        .priority_class_name
+        .as_deref()
+        .filter(|p| !p.is_empty())
+    {
+        anns.insert(ann::PRIORITY_CLASS_NAME.into(), pc.into());
+    }
+    for key in [
+        ann::CONTENT_TYPE,
+        ann::POD_RETAIN_AFTER_COMPLETION,
+        ann::PERMISSIVE_CLONE,
+        // The target's consumer placed it: the upload pod inherits as the target's would.
+        cdi_api::ext::WORKER_TOLERATIONS,
+        cdi_api::ext::WORKER_PLACEMENT,
+        ann::POD_SERVICE_ACCOUNT_NAME,
+        ann::POD_MULTUS_NETWORKS,
+        ann::POD_MULTUS_DEFAULT_NETWORK,
+    ] {
+        if let Some(v) = target_anns.get(key) {
+            anns.insert(key.into(), v.clone());
+        }
+    }
+    PersistentVolumeClaim {
+        metadata: ObjectMeta {
+            name: Some(tmp_claim_name(target)),
+            namespace: Some(ns),
+            labels: Some(BTreeMap::from([
+                (label::APP.to_string(), label::APP_VALUE.to_string()),
+                (label::OWNED_BY_UID.to_string(), uid),
+                (
+                    label::EXCLUDE_FROM_VELERO_BACKUP.to_string(),
+                    "true".to_string(),
+                ),
+            ])),
+            annotations: Some(anns),
+            ..Default::default()
+        },
+        spec: Some(PersistentVolumeClaimSpec {
+            access_modes: spec.access_modes,
+            resources: spec.resources,
+            storage_class_name: spec.storage_class_name,
+            volume_mode: spec.volume_mode,
+            ..Default::default()
+        }),
+        status: None,
+    }
+}
+
+/// The copy into the temporary claim is complete: the clone controller said so, and it is
+/// preallocated when that was asked for (upstream's host-clone phase).
+pub fn host_clone_done(tmp: &PersistentVolumeClaim) -> bool {
+    let anns = annotations(tmp);
+    let preallocated = anns.get(ann::PREALLOCATION_REQUESTED).map(String::as_str) != Some("true")
+        || anns.get(ann::PREALLOCATION_APPLIED).map(String::as_str) == Some("true");
+    anns.contains_key(ann::CLONE_OF) && preallocated
+}
+
+/// What the target mirrors of the temporary claim while the copy runs (its worker's state) and
+/// the progress; written over the target's annotations.
+pub fn mirrored(
+    target: &PersistentVolumeClaim,
+    tmp: &PersistentVolumeClaim,
+    progress: Option<&str>,
+) -> BTreeMap<String, String> {
+    let mut out = annotations(target);
+    let from = annotations(tmp);
+    for key in [
+        ann::POD_RESTARTS,
+        ann::RUNNING_CONDITION,
+        ann::RUNNING_CONDITION_MESSAGE,
+        ann::RUNNING_CONDITION_REASON,
+        ann::PREALLOCATION_APPLIED,
+        ann::CLONE_OF,
+    ] {
+        if let Some(v) = from.get(key) {
+            out.insert(key.into(), v.clone());
+        }
+    }
+    if host_clone_done(tmp) {
+        out.insert(ann::POPULATOR_PROGRESS.into(), "100.0%".into());
+    } else if let Some(p) = progress {
+        out.insert(ann::POPULATOR_PROGRESS.into(), p.into());
+    }
+    out
+}
+
+/// The target's annotations at the end: Succeeded, complete progress, the running condition
+/// upstream writes for a finished clone.
+pub fn succeeded(target: &PersistentVolumeClaim) -> BTreeMap<String, String> {
+    let mut out = annotations(target);
+    out.remove(ann::CLONE_ERROR);
+    for (k, v) in [
+        (ann::CLONE_PHASE, phase::SUCCEEDED),
+        (ann::POPULATOR_PROGRESS, "100.0%"),
+        (ann::RUNNING_CONDITION, "false"),
+        (ann::RUNNING_CONDITION_MESSAGE, "Clone Complete"),
+        (ann::RUNNING_CONDITION_REASON, "Completed"),
+    ] {
+        out.insert(k.into(), v.into());
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn target(anns: serde_json::Value) -> PersistentVolumeClaim {
+        serde_json::from_value(json!({
+            "metadata": {"name": "disk", "namespace": "vms", "uid": "t-uid", "annotations": anns},
+            "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": "csi", "volumeMode": "Block",
+                "resources": {"requests": {"storage": "10Gi"}},
+                "dataSourceRef": {"apiGroup": "cdi.kubevirt.io", "kind": "VolumeCloneSource",
+                    "name": "volume-clone-source-dv"}}}))
+        .unwrap()
+    }
+
+    fn vcs() -> VolumeCloneSource {
+        serde_json::from_value(json!({"apiVersion": "cdi.kubevirt.io/v1beta1",
+            "kind": "VolumeCloneSource", "metadata": {"name": "volume-clone-source-dv", "namespace": "vms"},
+            "spec": {"source": {"kind": "PersistentVolumeClaim", "name": "golden"}}}))
+        .unwrap()
+    }
+
+    #[test]
+    fn the_temporary_claim_asks_for_a_copy_for_its_target() {
+        let t = target(json!({"cdi.kubevirt.io/storage.contentType": "kubevirt"}));
+        assert_eq!(clone_source_name(&t), Some("volume-clone-source-dv"));
+        assert_eq!(source_namespace(&t), "vms");
+        let tmp = tmp_claim(&t, &vcs(), Some("node-2"), false);
+        assert_eq!(tmp.metadata.name.as_deref(), Some("tmp-pvc-t-uid"));
+        assert_eq!(tmp.metadata.namespace.as_deref(), Some("vms"));
+        let anns = tmp.metadata.annotations.clone().unwrap();
+        assert_eq!(anns[ann::CLONE_REQUEST], "vms/golden");
+        assert_eq!(anns[ann::SELECTED_NODE], "node-2");
+        assert_eq!(anns[ann::OWNER_UID], "t-uid");
+        assert_eq!(anns[ann::CONTENT_TYPE], "kubevirt");
+        assert_eq!(anns[ann::PREALLOCATION_REQUESTED], "false");
+        assert_eq!(tmp.metadata.labels.unwrap()[label::OWNED_BY_UID], "t-uid");
+        let spec = tmp.spec.unwrap();
+        assert!(spec.data_source_ref.is_none());
+        assert_eq!(spec.volume_mode.as_deref(), Some("Block"));
+        assert_eq!(
+            target_of(&tmp_claim(&t, &vcs(), None, false)),
+            Some(("vms".into(), "disk".into()))
+        );
+        let across = target(json!({"cdi.kubevirt.io/dataSourceNamespace": "golden"}));
+        assert_eq!(source_namespace(&across), "golden");
+    }
+
+    #[test]
+    fn done_when_copied_and_preallocated_as_asked() {
+        let t = target(json!({}));
+        let mut tmp = tmp_claim(&t, &vcs(), None, true);
+        assert!(!host_clone_done(&tmp));
+        let anns = tmp.metadata.annotations.as_mut().unwrap();
+        anns.insert(ann::CLONE_OF.into(), "true".into());
+        assert!(
+            !host_clone_done(&tmp),
+            "preallocation asked and not applied"
+        );
+        tmp.metadata
+            .annotations
+            .as_mut()
+            .unwrap()
+            .insert(ann::PREALLOCATION_APPLIED.into(), "true".into());
+        assert!(host_clone_done(&tmp));
+        let m = mirrored(&t, &tmp, Some("50.00%"));
+        assert_eq!(m[ann::POPULATOR_PROGRESS], "100.0%");
+        assert_eq!(succeeded(&t)[ann::CLONE_PHASE], "Succeeded");
+    }
+}
