@@ -171,6 +171,9 @@ pub mod ext {
     pub const FIRST_CONSUMER: &str = "cdi-rs.dev/first-consumer";
     /// Label on that temporary pod: the DataVolume it binds the claim for.
     pub const FIRST_CONSUMER_FOR: &str = "cdi-rs.dev/first-consumer-for";
+    /// On a clone target: the VolumeSnapshotClass chosen with the snapshot strategy (upstream
+    /// looks it up again when it takes the snapshot; here it is chosen once, with the strategy).
+    pub const CLONE_SNAPSHOT_CLASS: &str = "cdi-rs.dev/clone-snapshot-class";
 }
 
 /// Label keys and fixed label values (`metadata.labels`).

@@ -339,8 +339,78 @@ spec:
     });
 }
 
+/// The clone DataVolume `name` of claim `golden` on the CSI class.
+fn csi_clone_volume(name: &str) -> String {
+    format!(
+        r#"
+apiVersion: cdi.kubevirt.io/v1beta1
+kind: DataVolume
+metadata: {{name: {name}}}
+spec:
+  source: {{pvc: {{namespace: default, name: golden}}}}
+  storage: {{storageClassName: csi, accessModes: [ReadWriteOnce]}}
+"#
+    )
+}
+
+/// Wait for the clone DataVolume `name` to succeed by `strategy`; check its bytes, that the
+/// temporary objects and the finalizer are gone, and the DataVolume's events.
+fn assert_cloned(dir: &Path, name: &str, strategy: &str, bytes: &[u8], phases: &[&str]) {
+    let dv = wait_for(&format!("{name} to succeed"), 120, || {
+        get_json(dir, "default", &format!("dv/{name}"))
+            .filter(|d| d["status"]["phase"] == "Succeeded")
+    });
+    assert_eq!(dv["status"]["progress"], "100.0%");
+    let claim = get_json(dir, "default", &format!("pvc/{name}")).unwrap();
+    let anns = annotations(&claim);
+    assert_eq!(anns["cdi.kubevirt.io/cloneType"], strategy, "{name}");
+    assert_eq!(anns["cdi.kubevirt.io/clonePhase"], "Succeeded", "{name}");
+    assert_eq!(claim["spec"]["dataSourceRef"]["kind"], "VolumeCloneSource");
+    let copy = std::fs::read(volume_file(dir, "default", name)).unwrap();
+    assert!(
+        copy[..bytes.len()] == bytes[..],
+        "{name} holds the source's disk image"
+    );
+    let uid = claim["metadata"]["uid"].as_str().unwrap().to_string();
+    wait_for(
+        &format!("the temporary objects of {name} to go"),
+        60,
+        || {
+            let gone = get_json(dir, "default", &format!("pvc/tmp-pvc-{uid}")).is_none()
+                && get_json(
+                    dir,
+                    "default",
+                    &format!("volumesnapshot/tmp-snapshot-{uid}"),
+                )
+                .is_none()
+                && get_json(dir, "default", &format!("pod/prep-{uid}")).is_none();
+            let released = get_json(dir, "default", &format!("pvc/{name}")).is_some_and(|c| {
+                !c["metadata"]["finalizers"]
+                    .to_string()
+                    .contains("cdi.kubevirt.io/clonePopulator")
+            });
+            (gone && released).then_some(())
+        },
+    );
+    let events = kubectl(
+        dir,
+        &[
+            "get",
+            "events",
+            "--field-selector",
+            &format!("involvedObject.name={name},involvedObject.kind=DataVolume"),
+            "-o",
+            "jsonpath={.items[*].reason}",
+        ],
+        None,
+    );
+    for reason in phases {
+        assert!(events.contains(reason), "{name}: {reason} in {events}");
+    }
+}
+
 #[tokio::test(flavor = "multi_thread")]
-async fn the_clone_populator_copies_through_a_temporary_claim_and_hands_its_volume_over() {
+async fn the_clone_populator_clones_by_snapshot_csi_clone_and_copy() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("cluster");
     let (ok, out, err) = cdi(&["dev", "up", "--addr", "127.0.0.1:0"], &dir);
@@ -356,87 +426,52 @@ async fn the_clone_populator_copies_through_a_temporary_claim_and_hands_its_volu
         get_json(&dir, "default", "dv/golden").filter(|d| d["status"]["phase"] == "Succeeded")
     });
     let bytes = scatter(&volume_file(&dir, "default", "golden"));
-    let clone = |name: &str| {
-        format!(
-            r#"
-apiVersion: cdi.kubevirt.io/v1beta1
-kind: DataVolume
-metadata: {{name: {name}}}
-spec:
-  source: {{pvc: {{namespace: default, name: golden}}}}
-  storage: {{storageClassName: csi, accessModes: [ReadWriteOnce]}}
-"#
-        )
-    };
-    // The CSI class has a VolumeSnapshotClass: the snapshot strategy, which this version does
-    // not do, and says so.
-    kubectl(&dir, &["apply", "-f", "-"], Some(&clone("by-snapshot")));
-    let claim = wait_for("the snapshot clone to stop with why", 60, || {
-        get_json(&dir, "default", "pvc/by-snapshot")
-            .filter(|c| c["metadata"]["annotations"]["cdi.kubevirt.io/clonePhase"] == "Error")
-    });
-    assert_eq!(annotations(&claim)["cdi.kubevirt.io/cloneType"], "snapshot");
-    assert!(
-        annotations(&claim)["cdi.kubevirt.io/cloneError"]
-            .as_str()
-            .unwrap()
-            .contains("set spec.cloneStrategy: copy on StorageProfile csi"),
-        "{claim}"
-    );
 
-    // With the profile saying copy: a host-assisted copy into tmp-pvc-<uid>, whose volume the
-    // target takes over.
+    // The CSI class has a VolumeSnapshotClass: the default strategy, snapshot (a snapshot of the
+    // source restored into tmp-pvc-<uid>, whose volume the target takes over).
     kubectl(
         &dir,
-        &[
-            "patch",
-            "storageprofile",
-            "csi",
-            "--type=merge",
-            "-p",
-            r#"{"spec":{"cloneStrategy":"copy"}}"#,
-        ],
-        None,
+        &["apply", "-f", "-"],
+        Some(&csi_clone_volume("by-snapshot")),
     );
-    wait_for("the profile to say copy", 30, || {
-        get_json(&dir, "default", "storageprofile/csi")
-            .filter(|p| p["status"]["cloneStrategy"] == "copy")
-    });
-    kubectl(&dir, &["apply", "-f", "-"], Some(&clone("by-copy")));
-    let dv = wait_for("the populator clone to succeed", 120, || {
-        get_json(&dir, "default", "dv/by-copy").filter(|d| d["status"]["phase"] == "Succeeded")
-    });
-    assert_eq!(dv["status"]["progress"], "100.0%");
-    let claim = get_json(&dir, "default", "pvc/by-copy").unwrap();
-    let anns = annotations(&claim);
-    assert_eq!(anns["cdi.kubevirt.io/cloneType"], "copy");
-    assert_eq!(anns["cdi.kubevirt.io/clonePhase"], "Succeeded");
-    assert_eq!(claim["spec"]["dataSourceRef"]["kind"], "VolumeCloneSource");
-    let copy = std::fs::read(volume_file(&dir, "default", "by-copy")).unwrap();
-    assert!(copy == bytes, "by-copy holds the source's disk image");
-    let uid = claim["metadata"]["uid"].as_str().unwrap().to_string();
-    wait_for("the temporary claim and the finalizer to go", 60, || {
-        let tmp_gone = get_json(&dir, "default", &format!("pvc/tmp-pvc-{uid}")).is_none();
-        let released = get_json(&dir, "default", "pvc/by-copy").is_some_and(|c| {
-            !c["metadata"]["finalizers"]
-                .to_string()
-                .contains("cdi.kubevirt.io/clonePopulator")
-        });
-        (tmp_gone && released).then_some(())
-    });
-    let events = kubectl(
+    assert_cloned(
         &dir,
-        &[
-            "get",
-            "events",
-            "--field-selector",
-            "involvedObject.name=by-copy,involvedObject.kind=DataVolume",
-            "-o",
-            "jsonpath={.items[*].reason}",
-        ],
-        None,
+        "by-snapshot",
+        "snapshot",
+        &bytes,
+        &["CloneScheduled", "CloneSucceeded"],
     );
-    for reason in ["CloneScheduled", "CloneInProgress", "CloneSucceeded"] {
-        assert!(events.contains(reason), "{reason} in {events}");
+
+    // The profile says csi-clone, then copy: the driver's clone, then the host-assisted copy.
+    for (strategy, name, phases) in [
+        (
+            "csi-clone",
+            "by-csi-clone",
+            &["CloneScheduled", "CloneSucceeded"][..],
+        ),
+        (
+            "copy",
+            "by-copy",
+            &["CloneScheduled", "CloneInProgress", "CloneSucceeded"][..],
+        ),
+    ] {
+        kubectl(
+            &dir,
+            &[
+                "patch",
+                "storageprofile",
+                "csi",
+                "--type=merge",
+                "-p",
+                &format!(r#"{{"spec":{{"cloneStrategy":"{strategy}"}}}}"#),
+            ],
+            None,
+        );
+        wait_for(&format!("the profile to say {strategy}"), 30, || {
+            get_json(&dir, "default", "storageprofile/csi")
+                .filter(|p| p["status"]["cloneStrategy"] == strategy)
+        });
+        kubectl(&dir, &["apply", "-f", "-"], Some(&csi_clone_volume(name)));
+        assert_cloned(&dir, name, strategy, &bytes, phases);
     }
 }

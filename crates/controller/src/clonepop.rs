@@ -1,10 +1,12 @@
 //! The clone populator: claims whose `dataSourceRef` is a VolumeCloneSource. The strategy is
 //! chosen once (cdi-core `clone::choose_strategy`, recorded as `cdi.kubevirt.io/cloneType` with
 //! any fallback's reason), then the strategy's phases run, each written as
-//! `cdi.kubevirt.io/clonePhase` (cdi-core `clonepop`). `copy`: a temporary claim in the
-//! source's namespace asks the upload and clone controllers for a host-assisted copy, and its
-//! volume is handed to the target. Snapshot and CSI clones are not done by this version: such a
-//! clone stops in phase Error, saying so.
+//! `cdi.kubevirt.io/clonePhase` (cdi-core `clonepop`). Every strategy fills a temporary claim
+//! `tmp-pvc-<target uid>` in the source's namespace and then hands its volume to the target
+//! (Rebind): `copy` asks the upload and clone controllers for a host-assisted copy into it,
+//! `csi-clone` has the CSI driver clone the source into it, `snapshot` takes a VolumeSnapshot of
+//! the source and has the driver restore it. A temporary claim of a WaitForFirstConsumer class
+//! with no node yet is bound by a prep pod (PrepClaim).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -16,8 +18,8 @@ use cdi_core::clone::{CloneClaim, CloneEnvironment, CloneError, choose_strategy}
 use cdi_core::clonepop::{self, phase};
 use cdi_core::populator::{self, Readiness};
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::{Event, PersistentVolume, PersistentVolumeClaim};
-use kube::api::{Patch, PatchParams, PostParams};
+use k8s_openapi::api::core::v1::{Event, PersistentVolume, PersistentVolumeClaim, Pod};
+use kube::api::{ApiResource, DynamicObject, Patch, PatchParams, PostParams};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::reflector::ObjectRef;
 use kube::{Api, ResourceExt};
@@ -169,6 +171,9 @@ async fn choose(
     };
     let mut wanted = target.annotations().clone();
     wanted.insert(ann::CLONE_TYPE.into(), plan.strategy.as_str().into());
+    if let Some(class) = &plan.snapshot_class {
+        wanted.insert(cdi_api::ext::CLONE_SNAPSHOT_CLASS.into(), class.clone());
+    }
     wanted
         .entry(ann::CLONE_PHASE.into())
         .or_insert_with(|| phase::PENDING.into());
@@ -206,6 +211,22 @@ async fn finish(
             &tmp_name,
         )
         .await?;
+    }
+    crate::delete(
+        &Api::<Pod>::namespaced(ctx.client.clone(), source_ns),
+        &clonepop::prep_pod_name(target),
+    )
+    .await?;
+    let snapshots: Api<DynamicObject> =
+        Api::namespaced_with(ctx.client.clone(), source_ns, &snapshots_resource());
+    match snapshots
+        .delete(&clonepop::tmp_snapshot_name(target), &Default::default())
+        .await
+    {
+        Ok(_) => {}
+        // None made, or no snapshot API at all.
+        Err(kube::Error::Api(e)) if e.code == 404 => {}
+        Err(e) => return Err(e.into()),
     }
     let claims: Api<PersistentVolumeClaim> =
         Api::namespaced(ctx.client.clone(), &target.namespace().unwrap_or_default());
@@ -296,24 +317,225 @@ pub async fn reconcile(
         crate::set_finalizer(&claims, &target, finalizer::CLONE_POPULATOR, true).await?;
         return Ok(Action::await_change());
     }
-    if strategy != CloneStrategy::Copy {
-        return fail(
-            &ctx,
-            &target,
-            "CloneStrategyNotSupported",
-            &format!(
-                "the {} clone strategy is not done by this version of cdi-rs yet; set spec.cloneStrategy: copy on StorageProfile {} (or CDI spec.cloneStrategyOverride) and create the claim again",
-                strategy.as_str(),
-                target
-                    .spec
-                    .as_ref()
-                    .and_then(|s| s.storage_class_name.as_deref())
-                    .unwrap_or("")
-            ),
-        )
-        .await;
+    match strategy {
+        CloneStrategy::Copy => host_clone(&ctx, &target, &vcs, node.as_deref()).await,
+        CloneStrategy::CsiClone => csi_clone(&ctx, &target, &vcs, node.as_deref()).await,
+        CloneStrategy::Snapshot => snapshot_clone(&ctx, &target, &vcs, node.as_deref()).await,
     }
-    host_clone(&ctx, &target, &vcs, node.as_deref()).await
+}
+
+fn snapshots_resource() -> ApiResource {
+    ApiResource {
+        group: "snapshot.storage.k8s.io".into(),
+        version: "v1".into(),
+        api_version: "snapshot.storage.k8s.io/v1".into(),
+        kind: "VolumeSnapshot".into(),
+        plural: "volumesnapshots".into(),
+    }
+}
+
+/// Write the phase onto the target.
+async fn set_phase(
+    ctx: &Context,
+    target: &PersistentVolumeClaim,
+    phase: &str,
+) -> Result<(), Error> {
+    let mut wanted = target.annotations().clone();
+    wanted.insert(ann::CLONE_PHASE.into(), phase.into());
+    annotate(ctx, target, &wanted).await
+}
+
+/// Create the temporary claim (once), filled as `fill` says.
+async fn create_tmp(
+    ctx: &Context,
+    target: &PersistentVolumeClaim,
+    vcs: &VolumeCloneSource,
+    node: Option<&str>,
+    fill: clonepop::Fill<'_>,
+) -> Result<(), Error> {
+    if crate::live(&ctx.client, target).await?.is_none() {
+        return Ok(());
+    }
+    let preallocation = ctx
+        .caches
+        .config()
+        .and_then(|c| c.status?.preallocation)
+        .unwrap_or(false);
+    let claim = clonepop::tmp_claim(target, vcs, node, preallocation, fill);
+    let source_ns = vcs.namespace().unwrap_or_default();
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(ctx.client.clone(), &source_ns);
+    match claims.create(&PostParams::default(), &claim).await {
+        Ok(_) => tracing::info!(claim = %format!("{source_ns}/{}", claim.name_any()), fill = ?fill,
+            "created the clone's temporary claim"),
+        Err(kube::Error::Api(e)) if e.code == 409 => {}
+        Err(e) => return Err(e.into()),
+    }
+    Ok(())
+}
+
+/// A temporary claim the driver fills: bound (by a prep pod when its class waits for a first
+/// consumer and no node was chosen), then handed over.
+async fn prep_and_rebind(
+    ctx: &Context,
+    target: &PersistentVolumeClaim,
+    tmp: &PersistentVolumeClaim,
+) -> Result<Action, Error> {
+    crate::populator::copy_events(ctx, tmp, target).await;
+    let source_ns = tmp.namespace().unwrap_or_default();
+    let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &source_ns);
+    let prep_name = clonepop::prep_pod_name(target);
+    let bound = tmp.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Bound");
+    if !bound {
+        let class_wffc = tmp
+            .spec
+            .as_ref()
+            .and_then(|s| s.storage_class_name.as_deref())
+            .and_then(|n| ctx.caches.classes.get(&ObjectRef::new(n)))
+            .and_then(|c| c.volume_binding_mode.clone())
+            .as_deref()
+            == Some("WaitForFirstConsumer");
+        let unplaced = !tmp.annotations().contains_key(ann::SELECTED_NODE);
+        if class_wffc && unplaced && ctx.caches.pod(&source_ns, &prep_name).is_none() {
+            let pod = clonepop::prep_pod(target, tmp, &ctx.options.cloner_image);
+            crate::create(&pods, &pod).await?;
+            tracing::info!(pod = %format!("{source_ns}/{prep_name}"), "created the prep pod");
+            set_phase(ctx, target, phase::PREP_CLAIM).await?;
+        }
+        // The temporary claim's binding wakes the target.
+        return Ok(Action::await_change());
+    }
+    if ctx.caches.pod(&source_ns, &prep_name).is_some() {
+        crate::delete(&pods, &prep_name).await?;
+    }
+    rebind(ctx, target, tmp).await
+}
+
+/// Hand the temporary claim's volume to the target (Rebind).
+async fn rebind(
+    ctx: &Context,
+    target: &PersistentVolumeClaim,
+    tmp: &PersistentVolumeClaim,
+) -> Result<Action, Error> {
+    set_phase(ctx, target, phase::REBIND).await?;
+    let Some(volume) = tmp.spec.as_ref().and_then(|s| s.volume_name.clone()) else {
+        return Ok(Action::await_change());
+    };
+    let claim_ref = json!({"spec": {"claimRef": {"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+        "namespace": target.namespace(), "name": target.name_any(), "uid": target.metadata.uid,
+        "resourceVersion": null}}});
+    Api::<PersistentVolume>::all(ctx.client.clone())
+        .patch(&volume, &PatchParams::default(), &Patch::Merge(&claim_ref))
+        .await?;
+    tracing::info!(target = %target.name_any(), volume = %volume, "rebound the clone's volume to the target");
+    // The target's binding wakes the next pass.
+    Ok(Action::await_change())
+}
+
+/// Why the source cannot be given to its driver now (not bound, or a pod writes it): an event
+/// for the latter, and when to look again.
+async fn source_unready(
+    ctx: &Context,
+    target: &PersistentVolumeClaim,
+    vcs: &VolumeCloneSource,
+) -> Option<Action> {
+    let source_ns = vcs.namespace().unwrap_or_default();
+    let later = Action::requeue(ctx.options.resync * 2);
+    let Some(source) = ctx.caches.claim(&source_ns, &vcs.spec.source.name) else {
+        return Some(later);
+    };
+    if source.status.as_ref().and_then(|s| s.phase.as_deref()) != Some("Bound") {
+        return Some(later);
+    }
+    let pods: Vec<Pod> = ctx
+        .caches
+        .pods
+        .state()
+        .iter()
+        .filter(|p| p.namespace().as_deref() == Some(source_ns.as_str()))
+        .map(|p| p.as_ref().clone())
+        .collect();
+    if let Some(message) = cdi_core::hostclone::source_in_use(&source, &pods) {
+        ctx.events
+            .record(target, true, "CloneSourceInUse", &message)
+            .await;
+        return Some(later);
+    }
+    None
+}
+
+/// `csi-clone`: the driver clones the source (bound, not written by a pod) into the temporary
+/// claim.
+async fn csi_clone(
+    ctx: &Context,
+    target: &PersistentVolumeClaim,
+    vcs: &VolumeCloneSource,
+    node: Option<&str>,
+) -> Result<Action, Error> {
+    let source_ns = vcs.namespace().unwrap_or_default();
+    if let Some(tmp) = ctx
+        .caches
+        .claim(&source_ns, &clonepop::tmp_claim_name(target))
+    {
+        return prep_and_rebind(ctx, target, &tmp).await;
+    }
+    if let Some(wait) = source_unready(ctx, target, vcs).await {
+        return Ok(wait);
+    }
+    create_tmp(ctx, target, vcs, node, clonepop::Fill::CsiClone).await?;
+    set_phase(ctx, target, phase::CSI_CLONE).await?;
+    Ok(Action::await_change())
+}
+
+/// `snapshot`: a VolumeSnapshot of the source, restored by the driver into the temporary claim.
+async fn snapshot_clone(
+    ctx: &Context,
+    target: &PersistentVolumeClaim,
+    vcs: &VolumeCloneSource,
+    node: Option<&str>,
+) -> Result<Action, Error> {
+    let source_ns = vcs.namespace().unwrap_or_default();
+    if let Some(tmp) = ctx
+        .caches
+        .claim(&source_ns, &clonepop::tmp_claim_name(target))
+    {
+        return prep_and_rebind(ctx, target, &tmp).await;
+    }
+    let snapshots: Api<DynamicObject> =
+        Api::namespaced_with(ctx.client.clone(), &source_ns, &snapshots_resource());
+    let name = clonepop::tmp_snapshot_name(target);
+    // Snapshots are not in the caches: their readiness is looked at on a timer.
+    let later = Action::requeue(ctx.options.resync);
+    let Some(snapshot) = snapshots.get_opt(&name).await? else {
+        if let Some(wait) = source_unready(ctx, target, vcs).await {
+            return Ok(wait);
+        }
+        let class = target
+            .annotations()
+            .get(cdi_api::ext::CLONE_SNAPSHOT_CLASS)
+            .cloned();
+        let object: DynamicObject = serde_json::from_value(clonepop::tmp_snapshot(
+            target,
+            &source_ns,
+            &vcs.spec.source.name,
+            class.as_deref(),
+        ))
+        .map_err(|e| Error::Other(e.to_string()))?;
+        crate::create(&snapshots, &object).await?;
+        tracing::info!(snapshot = %format!("{source_ns}/{name}"), "created the clone's snapshot");
+        set_phase(ctx, target, phase::SNAPSHOT).await?;
+        return Ok(later);
+    };
+    if let Some(message) = snapshot.data["status"]["error"]["message"].as_str() {
+        ctx.events
+            .record(target, true, "SnapshotFailed", message)
+            .await;
+    }
+    if snapshot.data["status"]["readyToUse"] != true {
+        return Ok(later);
+    }
+    create_tmp(ctx, target, vcs, node, clonepop::Fill::Restore(&name)).await?;
+    set_phase(ctx, target, phase::SNAPSHOT_CLONE).await?;
+    Ok(Action::await_change())
 }
 
 /// The `copy` strategy: HostClone, then Rebind.
@@ -326,27 +548,8 @@ async fn host_clone(
     let source_ns = vcs.namespace().unwrap_or_default();
     let tmp_name = clonepop::tmp_claim_name(target);
     let Some(tmp) = ctx.caches.claim(&source_ns, &tmp_name) else {
-        if crate::live(&ctx.client, target).await?.is_some() {
-            let preallocation = ctx
-                .caches
-                .config()
-                .and_then(|c| c.status?.preallocation)
-                .unwrap_or(false);
-            let claim = clonepop::tmp_claim(target, vcs, node, preallocation);
-            let claims: Api<PersistentVolumeClaim> =
-                Api::namespaced(ctx.client.clone(), &source_ns);
-            match claims.create(&PostParams::default(), &claim).await {
-                Ok(_) => {
-                    tracing::info!(target = %format!("{}/{}", target.namespace().unwrap_or_default(), target.name_any()),
-                    claim = %format!("{source_ns}/{tmp_name}"), "created the host-assisted clone's claim")
-                }
-                Err(kube::Error::Api(e)) if e.code == 409 => {}
-                Err(e) => return Err(e.into()),
-            }
-        }
-        let mut wanted = target.annotations().clone();
-        wanted.insert(ann::CLONE_PHASE.into(), phase::HOST_CLONE.into());
-        annotate(ctx, target, &wanted).await?;
+        create_tmp(ctx, target, vcs, node, clonepop::Fill::Copy).await?;
+        set_phase(ctx, target, phase::HOST_CLONE).await?;
         return Ok(Action::await_change());
     };
     crate::populator::copy_events(ctx, &tmp, target).await;
@@ -369,20 +572,8 @@ async fn host_clone(
             Action::await_change()
         });
     }
-    wanted.insert(ann::CLONE_PHASE.into(), phase::REBIND.into());
     annotate(ctx, target, &wanted).await?;
-    let Some(volume) = tmp.spec.as_ref().and_then(|s| s.volume_name.clone()) else {
-        return Ok(Action::await_change());
-    };
-    let claim_ref = json!({"spec": {"claimRef": {"apiVersion": "v1", "kind": "PersistentVolumeClaim",
-        "namespace": target.namespace(), "name": target.name_any(), "uid": target.metadata.uid,
-        "resourceVersion": null}}});
-    Api::<PersistentVolume>::all(ctx.client.clone())
-        .patch(&volume, &PatchParams::default(), &Patch::Merge(&claim_ref))
-        .await?;
-    tracing::info!(target = %target.name_any(), volume = %volume, "rebound the copy's volume to the target");
-    // The target's binding wakes the next pass.
-    Ok(Action::await_change())
+    rebind(ctx, target, &tmp).await
 }
 
 fn error_policy(target: Arc<PersistentVolumeClaim>, error: &Error, ctx: Arc<Context>) -> Action {

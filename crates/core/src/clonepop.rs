@@ -9,7 +9,9 @@ use std::collections::BTreeMap;
 
 use cdi_api::populators::{VOLUME_CLONE_SOURCE_KIND, VolumeCloneSource};
 use cdi_api::{ann, label};
-use k8s_openapi::api::core::v1::{PersistentVolumeClaim, PersistentVolumeClaimSpec};
+use k8s_openapi::api::core::v1::{
+    PersistentVolumeClaim, PersistentVolumeClaimSpec, TypedObjectReference,
+};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use crate::import::annotations;
@@ -17,10 +19,19 @@ use crate::import::annotations;
 /// The temporary claim's name prefix.
 pub const TMP_PREFIX: &str = "tmp-pvc";
 
+/// The temporary VolumeSnapshot's name prefix.
+pub const SNAPSHOT_PREFIX: &str = "tmp-snapshot";
+/// The pod that gets a temporary claim of a WaitForFirstConsumer class bound.
+pub const PREP_PREFIX: &str = "prep";
+
 /// The phases, as written on the target (upstream's names).
 pub mod phase {
     pub const PENDING: &str = "Pending";
     pub const HOST_CLONE: &str = "HostClone";
+    pub const CSI_CLONE: &str = "CSIClone";
+    pub const SNAPSHOT: &str = "Snapshot";
+    pub const SNAPSHOT_CLONE: &str = "SnapshotClone";
+    pub const PREP_CLAIM: &str = "PrepClaim";
     pub const REBIND: &str = "Rebind";
     pub const SUCCEEDED: &str = "Succeeded";
     pub const ERROR: &str = "Error";
@@ -60,6 +71,113 @@ pub fn tmp_claim_name(target: &PersistentVolumeClaim) -> String {
     )
 }
 
+/// `tmp-snapshot-<target uid>`.
+pub fn tmp_snapshot_name(target: &PersistentVolumeClaim) -> String {
+    format!(
+        "{SNAPSHOT_PREFIX}-{}",
+        target.metadata.uid.as_deref().unwrap_or("")
+    )
+}
+
+/// `prep-<target uid>`.
+pub fn prep_pod_name(target: &PersistentVolumeClaim) -> String {
+    format!(
+        "{PREP_PREFIX}-{}",
+        target.metadata.uid.as_deref().unwrap_or("")
+    )
+}
+
+/// How the temporary claim gets its data.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fill<'a> {
+    /// Host-assisted: the upload and clone controllers copy the source into it.
+    Copy,
+    /// The CSI driver clones the source claim into it (`dataSourceRef` the claim).
+    CsiClone,
+    /// The CSI driver restores the named VolumeSnapshot into it.
+    Restore(&'a str),
+}
+
+/// The temporary VolumeSnapshot of the source (upstream's snapshot phase), in the source's
+/// namespace, labelled with the target's UID.
+pub fn tmp_snapshot(
+    target: &PersistentVolumeClaim,
+    source_ns: &str,
+    source_name: &str,
+    class: Option<&str>,
+) -> serde_json::Value {
+    serde_json::json!({
+        "apiVersion": "snapshot.storage.k8s.io/v1",
+        "kind": "VolumeSnapshot",
+        "metadata": {
+            "name": tmp_snapshot_name(target),
+            "namespace": source_ns,
+            "labels": {
+                label::APP: label::APP_VALUE,
+                label::OWNED_BY_UID: target.metadata.uid.as_deref().unwrap_or(""),
+            },
+        },
+        "spec": {
+            "source": {"persistentVolumeClaimName": source_name},
+            "volumeSnapshotClassName": class,
+        },
+    })
+}
+
+/// The pod that makes the scheduler bind a temporary claim of a WaitForFirstConsumer class
+/// (upstream's prep pod): it mounts nothing, names the claim, and exits.
+pub fn prep_pod(
+    target: &PersistentVolumeClaim,
+    tmp: &PersistentVolumeClaim,
+    image: &str,
+) -> k8s_openapi::api::core::v1::Pod {
+    use k8s_openapi::api::core::v1::{
+        Container, PersistentVolumeClaimVolumeSource, Pod, PodSpec, Volume,
+    };
+    let node = annotations(tmp).get(ann::SELECTED_NODE).cloned();
+    Pod {
+        metadata: ObjectMeta {
+            name: Some(prep_pod_name(target)),
+            namespace: tmp.metadata.namespace.clone(),
+            labels: Some(BTreeMap::from([
+                (label::APP.to_string(), label::APP_VALUE.to_string()),
+                (
+                    label::COMPONENT.to_string(),
+                    label::POPULATOR_PREP_COMPONENT.to_string(),
+                ),
+                (
+                    label::OWNED_BY_UID.to_string(),
+                    target.metadata.uid.clone().unwrap_or_default(),
+                ),
+            ])),
+            ..Default::default()
+        },
+        spec: Some(PodSpec {
+            containers: vec![Container {
+                name: "dummy".into(),
+                image: Some(image.into()),
+                command: Some(vec!["/bin/sh".into(), "-c".into(), "exit 0".into()]),
+                security_context: Some(crate::import::worker_security_context()),
+                ..Default::default()
+            }],
+            volumes: Some(vec![Volume {
+                name: "claim".into(),
+                persistent_volume_claim: Some(PersistentVolumeClaimVolumeSource {
+                    claim_name: tmp.metadata.name.clone().unwrap_or_default(),
+                    read_only: None,
+                }),
+                ..Default::default()
+            }]),
+            node_name: node,
+            restart_policy: Some("Never".into()),
+            enable_service_links: Some(false),
+            automount_service_account_token: Some(false),
+            ..Default::default()
+        }),
+        status: None,
+    }
+}
+
 /// The target claim the temporary claim `tmp` works for (its `events.source`), as
 /// `(namespace, name)`.
 pub fn target_of(tmp: &PersistentVolumeClaim) -> Option<(String, String)> {
@@ -80,6 +198,7 @@ pub fn tmp_claim(
     source: &VolumeCloneSource,
     node: Option<&str>,
     preallocation_default: bool,
+    fill: Fill<'_>,
 ) -> PersistentVolumeClaim {
     let spec = target.spec.clone().unwrap_or_default();
     let target_anns = annotations(target);
@@ -121,6 +240,10 @@ pub fn tmp_claim(
     ]);
     if let Some(n) = node {
         anns.insert(ann::SELECTED_NODE.into(), n.into());
+    }
+    // Only a host-assisted copy asks the upload and clone controllers for a copy.
+    if fill != Fill::Copy {
+        anns.remove(ann::CLONE_REQUEST);
     }
     if let Some(pc) = source
         .spec
@@ -165,6 +288,21 @@ pub fn tmp_claim(
             resources: spec.resources,
             storage_class_name: spec.storage_class_name,
             volume_mode: spec.volume_mode,
+            data_source_ref: match fill {
+                Fill::Copy => None,
+                Fill::CsiClone => Some(TypedObjectReference {
+                    api_group: None,
+                    kind: "PersistentVolumeClaim".into(),
+                    name: source.spec.source.name.clone(),
+                    namespace: None,
+                }),
+                Fill::Restore(snapshot) => Some(TypedObjectReference {
+                    api_group: Some("snapshot.storage.k8s.io".into()),
+                    kind: "VolumeSnapshot".into(),
+                    name: snapshot.into(),
+                    namespace: None,
+                }),
+            },
             ..Default::default()
         }),
         status: None,
@@ -253,7 +391,7 @@ mod tests {
         let t = target(json!({"cdi.kubevirt.io/storage.contentType": "kubevirt"}));
         assert_eq!(clone_source_name(&t), Some("volume-clone-source-dv"));
         assert_eq!(source_namespace(&t), "vms");
-        let tmp = tmp_claim(&t, &vcs(), Some("node-2"), false);
+        let tmp = tmp_claim(&t, &vcs(), Some("node-2"), false, Fill::Copy);
         assert_eq!(tmp.metadata.name.as_deref(), Some("tmp-pvc-t-uid"));
         assert_eq!(tmp.metadata.namespace.as_deref(), Some("vms"));
         let anns = tmp.metadata.annotations.clone().unwrap();
@@ -267,9 +405,43 @@ mod tests {
         assert!(spec.data_source_ref.is_none());
         assert_eq!(spec.volume_mode.as_deref(), Some("Block"));
         assert_eq!(
-            target_of(&tmp_claim(&t, &vcs(), None, false)),
+            target_of(&tmp_claim(&t, &vcs(), None, false, Fill::Copy)),
             Some(("vms".into(), "disk".into()))
         );
+        let clone = tmp_claim(&t, &vcs(), None, false, Fill::CsiClone);
+        assert!(
+            !clone
+                .metadata
+                .annotations
+                .as_ref()
+                .unwrap()
+                .contains_key(ann::CLONE_REQUEST)
+        );
+        assert_eq!(
+            clone
+                .spec
+                .as_ref()
+                .unwrap()
+                .data_source_ref
+                .as_ref()
+                .unwrap()
+                .name,
+            "golden"
+        );
+        let restore = tmp_claim(&t, &vcs(), None, false, Fill::Restore("tmp-snapshot-t-uid"));
+        let r = restore.spec.unwrap().data_source_ref.unwrap();
+        assert_eq!(
+            (r.kind.as_str(), r.name.as_str()),
+            ("VolumeSnapshot", "tmp-snapshot-t-uid")
+        );
+        let snap = tmp_snapshot(&t, "vms", "golden", Some("csi-snapclass"));
+        assert_eq!(
+            snap["spec"]["source"]["persistentVolumeClaimName"],
+            "golden"
+        );
+        assert_eq!(snap["metadata"]["labels"][label::OWNED_BY_UID], "t-uid");
+        let prep = prep_pod(&t, &clone, "cdi-cloner");
+        assert_eq!(prep.metadata.name.as_deref(), Some("prep-t-uid"));
         let across = target(json!({"cdi.kubevirt.io/dataSourceNamespace": "golden"}));
         assert_eq!(source_namespace(&across), "golden");
     }
@@ -277,7 +449,7 @@ mod tests {
     #[test]
     fn done_when_copied_and_preallocated_as_asked() {
         let t = target(json!({}));
-        let mut tmp = tmp_claim(&t, &vcs(), None, true);
+        let mut tmp = tmp_claim(&t, &vcs(), None, true, Fill::Copy);
         assert!(!host_clone_done(&tmp));
         let anns = tmp.metadata.annotations.as_mut().unwrap();
         anns.insert(ann::CLONE_OF.into(), "true".into());
