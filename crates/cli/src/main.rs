@@ -60,8 +60,7 @@ enum Command {
     /// pod over mutual TLS.
     UploadProxy(upload_proxy::UploadProxyArgs),
     /// The clone source pod's entry point: sends a volume to the clone target's upload server
-    /// over mutual TLS. Hidden until the controllers run host-assisted clones.
-    #[command(hide = true)]
+    /// over mutual TLS (a host-assisted clone).
     Cloner(cloner::ClonerArgs),
     /// The aggregated API of upload.cdi.kubevirt.io: UploadTokenRequests answered with an
     /// upload token for callers allowed to create them.
