@@ -475,3 +475,129 @@ async fn the_clone_populator_clones_by_snapshot_csi_clone_and_copy() {
         assert_cloned(&dir, name, strategy, &bytes, phases);
     }
 }
+
+/// The Ready condition of DataSource `name`: (status, reason, message).
+fn data_source_ready(dir: &Path, name: &str) -> Option<(String, String, String)> {
+    let ds = get_json(dir, "default", &format!("datasource/{name}"))?;
+    let c = ds["status"]["conditions"]
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == "Ready")?
+        .clone();
+    let text = |k: &str| c[k].as_str().unwrap_or("").to_string();
+    Some((text("status"), text("reason"), text("message")))
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn data_sources_say_when_they_are_ready_and_source_refs_clone_what_they_name() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("cluster");
+    let (ok, out, err) = cdi(&["dev", "up", "--addr", "127.0.0.1:0"], &dir);
+    assert!(ok, "{out}{err}");
+    let _down = Down(&dir);
+    let _controller = controller(&dir, tmp.path());
+    let data_source = |name: &str, source: &str| {
+        format!(
+            "apiVersion: cdi.kubevirt.io/v1beta1\nkind: DataSource\nmetadata: {{name: {name}}}\nspec:\n  source: {source}\n"
+        )
+    };
+    kubectl(
+        &dir,
+        &["apply", "-f", "-"],
+        Some(
+            &[
+                data_source("fedora", "{pvc: {namespace: default, name: f40}}"),
+                data_source("latest", "{dataSource: {namespace: default, name: fedora}}"),
+                data_source("itself", "{dataSource: {namespace: default, name: itself}}"),
+            ]
+            .join("---\n"),
+        ),
+    );
+    // Before the image exists: not ready, and a DataVolume naming it waits.
+    wait_for("fedora to say its claim is missing", 60, || {
+        data_source_ready(&dir, "fedora").filter(|r| r.1 == "NotFound" && r.2 == "PVC not found")
+    });
+    wait_for("a self reference to be told", 60, || {
+        data_source_ready(&dir, "itself").filter(|r| r.1 == "SelfReference")
+    });
+    let vm_disk = |name: &str, ds: &str| {
+        format!(
+            r#"
+apiVersion: cdi.kubevirt.io/v1beta1
+kind: DataVolume
+metadata: {{name: {name}}}
+spec:
+  sourceRef: {{kind: DataSource, name: {ds}}}
+  storage: {{storageClassName: local-path, accessModes: [ReadWriteOnce]}}
+"#
+        )
+    };
+    kubectl(
+        &dir,
+        &["apply", "-f", "-"],
+        Some(&vm_disk("no-such", "nope")),
+    );
+    let waiting = wait_for(
+        "a DataVolume naming a missing DataSource to say so",
+        60,
+        || {
+            get_json(&dir, "default", "dv/no-such").filter(|d| {
+                d["status"]["conditions"]
+                    .to_string()
+                    .contains("DataSource default/nope not found")
+            })
+        },
+    );
+    assert_eq!(waiting["status"]["phase"], "Pending");
+
+    // The image: a DataVolume labelled with the instance type KubeVirt should infer.
+    kubectl(
+        &dir,
+        &["apply", "-f", "-"],
+        Some(
+            r#"
+apiVersion: cdi.kubevirt.io/v1beta1
+kind: DataVolume
+metadata:
+  name: f40
+  labels: {instancetype.kubevirt.io/default-preference: fedora}
+spec:
+  source: {blank: {}}
+  storage: {storageClassName: csi, accessModes: [ReadWriteOnce], resources: {requests: {storage: 32Mi}}}
+"#,
+        ),
+    );
+    for name in ["fedora", "latest"] {
+        wait_for(&format!("{name} to be ready"), 90, || {
+            data_source_ready(&dir, name).filter(|r| {
+                r == &(
+                    "True".to_string(),
+                    "Ready".to_string(),
+                    "DataSource is ready to be consumed".to_string(),
+                )
+            })
+        });
+    }
+    let latest = get_json(&dir, "default", "datasource/latest").unwrap();
+    assert_eq!(latest["status"]["source"]["pvc"]["name"], "f40");
+    let fedora = get_json(&dir, "default", "datasource/fedora").unwrap();
+    assert_eq!(
+        fedora["metadata"]["labels"]["instancetype.kubevirt.io/default-preference"],
+        "fedora"
+    );
+    let bytes = scatter(&volume_file(&dir, "default", "f40"));
+
+    // A DataVolume through the chained DataSource clones the image.
+    kubectl(
+        &dir,
+        &["apply", "-f", "-"],
+        Some(&vm_disk("vm-root", "latest")),
+    );
+    wait_for("the sourceRef clone to succeed", 120, || {
+        get_json(&dir, "default", "dv/vm-root").filter(|d| d["status"]["phase"] == "Succeeded")
+    });
+    let claim = get_json(&dir, "default", "pvc/vm-root").unwrap();
+    assert_eq!(annotations(&claim)["k8s.io/CloneRequest"], "default/f40");
+    let copy = std::fs::read(volume_file(&dir, "default", "vm-root")).unwrap();
+    assert!(copy == bytes, "vm-root holds the image");
+}

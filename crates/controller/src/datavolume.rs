@@ -236,9 +236,33 @@ pub async fn reconcile(dv: Arc<DataVolume>, ctx: Arc<Context>) -> Result<Action,
         return Ok(Action::await_change());
     }
     ctx.caches.ready().await;
-    let o = observe(&ctx, &dv).await;
+    // A sourceRef is decided as the source its DataSource names (upstream fills spec.source in
+    // memory the same way); the DataVolume itself is not changed.
+    let mut effective = None;
+    let mut ref_refusal = None;
+    match cdi_core::datasource::source_ref_target(&dv) {
+        None => {}
+        Some(Err(r)) => ref_refusal = Some(r),
+        Some(Ok(at)) => {
+            let found =
+                Api::<cdi_api::datasource::DataSource>::namespaced(ctx.client.clone(), &at.0)
+                    .get_opt(&at.1)
+                    .await?;
+            match cdi_core::datasource::source_of_ref(&dv, &at, found.as_ref()) {
+                Ok(source) => {
+                    let mut e = dv.as_ref().clone();
+                    e.spec.source = Some(source);
+                    e.spec.source_ref = None;
+                    effective = Some(e);
+                }
+                Err(r) => ref_refusal = Some(r),
+            }
+        }
+    }
+    let decided = effective.as_ref().unwrap_or(dv.as_ref());
+    let o = observe(&ctx, decided).await;
     let plan = datavolume::decide(&Snapshot {
-        dv: &dv,
+        dv: decided,
         claim: o.claim.as_ref(),
         prime: o.prime.as_ref(),
         classes: &o.classes,
@@ -249,6 +273,7 @@ pub async fn reconcile(dv: Arc<DataVolume>, ctx: Arc<Context>) -> Result<Action,
         progress: o.progress,
         first_consumer: o.first_consumer.as_ref(),
         clone_source: o.clone_source.as_ref(),
+        source_ref_refusal: ref_refusal.as_ref(),
         worker_image: &ctx.options.importer_image,
         now: k8s_openapi::jiff::Timestamp::now(),
     });

@@ -22,6 +22,7 @@ pub mod cache;
 pub mod clonepop;
 pub mod clonesource;
 pub mod config;
+pub mod datasource;
 pub mod datavolume;
 pub mod events;
 pub mod import;
@@ -311,6 +312,7 @@ pub async fn run_controllers(ctx: Context) -> anyhow::Result<()> {
     let upload_triggers = upload::Triggers::subscribe(&mut feeds);
     let clone_source_triggers = clonesource::Triggers::subscribe(&mut feeds);
     let clone_populator_triggers = clonepop::Triggers::subscribe(&mut feeds);
+    let datasource_triggers = datasource::Triggers::subscribe(&mut feeds);
     // Reconciles wait for the caches' first list themselves: the subscriptions must be read
     // from the start.
     tokio::select! {
@@ -323,6 +325,7 @@ pub async fn run_controllers(ctx: Context) -> anyhow::Result<()> {
         r = upload::run(ctx.clone(), upload_triggers) => r,
         r = clonesource::run(ctx.clone(), clone_source_triggers) => r,
         r = clonepop::run(ctx.clone(), clone_populator_triggers) => r,
+        r = datasource::run(ctx.clone(), datasource_triggers) => r,
     }
 }
 

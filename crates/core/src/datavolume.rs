@@ -53,6 +53,9 @@ pub struct Snapshot<'a> {
     pub first_consumer: Option<&'a Pod>,
     /// The claim a clone copies (`spec.source.pvc`), when it exists.
     pub clone_source: Option<&'a PersistentVolumeClaim>,
+    /// Why the DataVolume's `sourceRef` stands for no source now (its DataSource is missing or
+    /// not ready). A resolved `sourceRef` comes as `dv` with `spec.source` filled in.
+    pub source_ref_refusal: Option<&'a Refusal>,
     /// The image worker pods run (the first consumer's too).
     pub worker_image: &'a str,
     pub now: Timestamp,
@@ -541,6 +544,13 @@ pub fn decide(s: &Snapshot<'_>) -> Plan {
         let status = dvstatus::claim_taken_status(dv, &refusal, s.now);
         return Plan::stopped(status, Requeue::Soon);
     }
+    if let Some(refusal) = s.source_ref_refusal
+        && !claim_made_for(s.claim, dv)
+    {
+        let status = dvstatus::refused_status(dv, refusal, Phase::Pending, s.now);
+        // A DataSource's changes do not wake its DataVolumes.
+        return Plan::stopped(status, Requeue::Soon);
+    }
     let filled = source::check(dv);
     if !claim_made_for(s.claim, dv)
         && let Err(refusal) = &filled
@@ -880,6 +890,7 @@ mod tests {
                 progress: None,
                 first_consumer,
                 clone_source: None,
+                source_ref_refusal: None,
                 worker_image: "cdi-importer",
                 now: "2026-12-01T12:00:00Z".parse().unwrap(),
             })
@@ -934,6 +945,7 @@ mod tests {
                 progress: None,
                 first_consumer: None,
                 clone_source: source,
+                source_ref_refusal: None,
                 worker_image: "cdi-importer",
                 now: "2026-12-01T12:00:00Z".parse().unwrap(),
             })
@@ -1048,6 +1060,7 @@ mod tests {
                 progress: None,
                 first_consumer: None,
                 clone_source: Some(&source),
+                source_ref_refusal: None,
                 worker_image: "cdi-importer",
                 now: "2026-12-01T12:00:00Z".parse().unwrap(),
             }

@@ -130,11 +130,13 @@ pub fn check(dv: &DataVolume) -> Result<Filled, Refusal> {
                 "it has both: keep spec.source or spec.sourceRef, not both",
             ));
         }
+        // The controller decides a DataVolume with a sourceRef as the source its DataSource
+        // names (`datasource::source_of_ref`); one that reaches here was not resolved.
         (None, true) => {
             return Err(Refusal {
                 reason: UNSUPPORTED_SOURCE,
                 message: format!(
-                    "DataVolume {ns}/{name}: sourceRef is not supported by this version of cdi-rs yet"
+                    "DataVolume {ns}/{name}: spec.sourceRef is decided as the source its DataSource names, and it was not resolved"
                 ),
             });
         }
@@ -274,7 +276,7 @@ mod tests {
                 json!({"sourceRef": {"kind": "DataSource", "name": "d"}, "pvc": pvc}),
                 Err((
                     UNSUPPORTED_SOURCE,
-                    "DataVolume vms/disk: sourceRef is not supported by this version of cdi-rs yet",
+                    "DataVolume vms/disk: spec.sourceRef is decided as the source its DataSource names, and it was not resolved",
                 )),
             ),
         ];
