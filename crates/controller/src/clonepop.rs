@@ -437,14 +437,15 @@ async fn source_unready(
     ctx: &Context,
     target: &PersistentVolumeClaim,
     vcs: &VolumeCloneSource,
-) -> Option<Action> {
+) -> Result<Option<Action>, Error> {
     let source_ns = vcs.namespace().unwrap_or_default();
     let later = Action::requeue(ctx.options.resync * 2);
     let Some(source) = ctx.caches.claim(&source_ns, &vcs.spec.source.name) else {
-        return Some(later);
+        return Ok(Some(later));
     };
-    if source.status.as_ref().and_then(|s| s.phase.as_deref()) != Some("Bound") {
-        return Some(later);
+    // Bound is not filled: a DataVolume's claim is populated once the DataVolume succeeded.
+    if !crate::clonesource::populated(ctx, &source).await? {
+        return Ok(Some(later));
     }
     let pods: Vec<Pod> = ctx
         .caches
@@ -458,9 +459,9 @@ async fn source_unready(
         ctx.events
             .record(target, true, "CloneSourceInUse", &message)
             .await;
-        return Some(later);
+        return Ok(Some(later));
     }
-    None
+    Ok(None)
 }
 
 /// `csi-clone`: the driver clones the source (bound, not written by a pod) into the temporary
@@ -478,7 +479,7 @@ async fn csi_clone(
     {
         return prep_and_rebind(ctx, target, &tmp).await;
     }
-    if let Some(wait) = source_unready(ctx, target, vcs).await {
+    if let Some(wait) = source_unready(ctx, target, vcs).await? {
         return Ok(wait);
     }
     create_tmp(ctx, target, vcs, node, clonepop::Fill::CsiClone).await?;
@@ -506,7 +507,7 @@ async fn snapshot_clone(
     // Snapshots are not in the caches: their readiness is looked at on a timer.
     let later = Action::requeue(ctx.options.resync);
     let Some(snapshot) = snapshots.get_opt(&name).await? else {
-        if let Some(wait) = source_unready(ctx, target, vcs).await {
+        if let Some(wait) = source_unready(ctx, target, vcs).await? {
             return Ok(wait);
         }
         let class = target

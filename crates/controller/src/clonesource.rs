@@ -24,7 +24,10 @@ use crate::{Context, Error};
 
 /// The source claim is populated: a DataVolume's claim once the DataVolume succeeded, any other
 /// claim once bound (upstream's `IsPopulated`).
-async fn populated(ctx: &Context, source: &PersistentVolumeClaim) -> Result<bool, Error> {
+pub(crate) async fn populated(
+    ctx: &Context,
+    source: &PersistentVolumeClaim,
+) -> Result<bool, Error> {
     let bound = source.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Bound");
     let owner = source
         .owner_references()
@@ -83,11 +86,6 @@ async fn start_source_pod(
             .await;
         return Ok(later);
     }
-    let anns = claim.annotations();
-    let Some(client) = anns.get(ann::UPLOAD_CLIENT_NAME) else {
-        // The upload controller names it before it makes the server this pod sends to.
-        return Ok(later);
-    };
     let pki = crate::upload::pki(ctx).await?;
     let worker = import::Worker {
         image: ctx.options.cloner_image.clone(),
@@ -116,15 +114,95 @@ async fn start_source_pod(
         }
         Err(e) => return Err(e.into()),
     };
+    ensure_secret(ctx, claim, source_ref, &pod).await?;
+    Ok(Action::await_change())
+}
+
+/// The source pod's client certificate, made while the pod waits for it (again after a pass
+/// that failed to make it). Its name is the clone's own, never read from the claim: an
+/// annotation a user can edit must not choose whose client a certificate says it is.
+async fn ensure_secret(
+    ctx: &Context,
+    claim: &PersistentVolumeClaim,
+    source_ref: &(String, String),
+    pod: &Pod,
+) -> Result<(), Error> {
+    let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), &source_ref.0);
+    if secrets.get_opt(&pod.name_any()).await?.is_some() {
+        return Ok(());
+    }
+    let pki = crate::upload::pki(ctx).await?;
     let cert = pki
         .client_ca
-        .client_cert(client, pki::CLIENT_LIFETIME)
+        .client_cert(
+            &hostclone::client_name(source_ref, claim),
+            pki::CLIENT_LIFETIME,
+        )
         .map_err(|e| Error::Other(e.to_string()))?;
     crate::create(
-        &Api::<Secret>::namespaced(ctx.client.clone(), &source_ref.0),
-        &hostclone::client_secret(&pod, &cert.cert_pem, &cert.key_pem),
+        &secrets,
+        &hostclone::client_secret(pod, &cert.cert_pem, &cert.key_pem),
     )
     .await?;
+    Ok(())
+}
+
+/// The claim's source pod, when the pod of that name in `namespace` is the one made for this
+/// claim (its clone-source label and its `storage.ownerRef`).
+fn own_source_pod(
+    ctx: &Context,
+    claim: &PersistentVolumeClaim,
+    namespace: &str,
+) -> Option<Arc<Pod>> {
+    let pod = ctx
+        .caches
+        .pod(namespace, &hostclone::source_pod_name(claim))?;
+    let owner = format!(
+        "{}/{}",
+        claim.namespace().unwrap_or_default(),
+        claim.name_any()
+    );
+    let labelled = pod
+        .labels()
+        .get(cdi_api::label::COMPONENT)
+        .map(String::as_str)
+        == Some(cdi_api::label::CLONE_SOURCE_COMPONENT);
+    (labelled && pod.annotations().get(ann::OWNER_REF) == Some(&owner)).then_some(pod)
+}
+
+/// Let go of the claim: its source pod deleted (by name: the cache may not hold a pod just
+/// made), unless kept for debugging once it ended, then the finalizer.
+async fn release(
+    ctx: &Context,
+    claim: &PersistentVolumeClaim,
+    namespace: &str,
+    holds: bool,
+) -> Result<Action, Error> {
+    let pod = own_source_pod(ctx, claim, namespace);
+    let ended = pod.as_ref().is_some_and(|p| {
+        matches!(
+            p.status.as_ref().and_then(|s| s.phase.as_deref()),
+            Some("Succeeded" | "Failed")
+        )
+    });
+    let keep = ended && !import::delete_pod_when_done(claim.annotations());
+    let foreign = ctx
+        .caches
+        .pod(namespace, &hostclone::source_pod_name(claim))
+        .is_some()
+        && pod.is_none();
+    if !keep && !foreign {
+        crate::delete(
+            &Api::<Pod>::namespaced(ctx.client.clone(), namespace),
+            &hostclone::source_pod_name(claim),
+        )
+        .await?;
+    }
+    if holds {
+        let claims: Api<PersistentVolumeClaim> =
+            Api::namespaced(ctx.client.clone(), &claim.namespace().unwrap_or_default());
+        crate::set_finalizer(&claims, claim, finalizer::CLONE_SOURCE, false).await?;
+    }
     Ok(Action::await_change())
 }
 
@@ -133,47 +211,46 @@ pub async fn reconcile(
     claim: Arc<PersistentVolumeClaim>,
     ctx: Arc<Context>,
 ) -> Result<Action, Error> {
-    let Some(source) = hostclone::clone_request(&claim) else {
-        return Ok(Action::await_change());
-    };
     let ns = claim.namespace().unwrap_or_default();
-    let claims: Api<PersistentVolumeClaim> = Api::namespaced(ctx.client.clone(), &ns);
-    let source_pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &source.0);
-    ctx.caches.ready().await;
-    let anns = claim.annotations().clone();
-    let pod_name = anns
-        .get(ann::CLONE_SOURCE_POD_NAME)
-        .filter(|n| cdi_core::naming::is_object_name(n))
-        .cloned()
-        .unwrap_or_else(|| hostclone::source_pod_name(&claim));
-    let pod = ctx.caches.pod(&source.0, &pod_name);
     let holds = claim
         .finalizers()
         .iter()
         .any(|f| f == finalizer::CLONE_SOURCE);
-
-    if claim.metadata.deletion_timestamp.is_some() || hostclone::is_done(&claim) {
-        // Done (or given up): the source pod goes, unless kept for debugging once it ended.
-        if let Some(pod) = &pod {
-            let ended = matches!(
-                pod.status.as_ref().and_then(|s| s.phase.as_deref()),
-                Some("Succeeded" | "Failed")
-            );
-            let keep = ended && !import::delete_pod_when_done(&anns);
-            if !keep && pod.metadata.deletion_timestamp.is_none() {
-                crate::delete(&source_pods, &pod_name).await?;
-            }
-        }
+    ctx.caches.ready().await;
+    let Some(source) = hostclone::clone_request(&claim) else {
         if holds {
-            crate::set_finalizer(&claims, &claim, finalizer::CLONE_SOURCE, false).await?;
+            // The request was removed (or spoiled) mid-clone: whatever source pod it had goes.
+            let made_in = ctx
+                .caches
+                .pods
+                .state()
+                .into_iter()
+                .find(|p| p.name_any() == hostclone::source_pod_name(&claim))
+                .and_then(|p| p.namespace())
+                .unwrap_or_else(|| ns.clone());
+            return release(&ctx, &claim, &made_in, holds).await;
         }
         return Ok(Action::await_change());
+    };
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(ctx.client.clone(), &ns);
+    if claim.metadata.deletion_timestamp.is_some() || hostclone::is_done(&claim) {
+        return release(&ctx, &claim, &source.0, holds).await;
     }
+    // Nothing of another namespace is touched (no pod read, made or deleted there).
+    if let Some(message) = hostclone::cross_namespace_refusal(&ns, &source) {
+        ctx.events
+            .record(claim.as_ref(), true, hostclone::NOT_AUTHORIZED, &message)
+            .await;
+        return Ok(Action::await_change());
+    }
+    let pod_name = hostclone::source_pod_name(&claim);
+    let pod = own_source_pod(&ctx, &claim, &source.0);
+    let anns = claim.annotations().clone();
     let bound = claim.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Bound");
     if !bound {
         return Ok(Action::await_change());
     }
-    if !holds || !anns.contains_key(ann::CLONE_SOURCE_POD_NAME) {
+    if !holds || anns.get(ann::CLONE_SOURCE_POD_NAME) != Some(&pod_name) {
         let named = BTreeMap::from([(ann::CLONE_SOURCE_POD_NAME.to_string(), pod_name)]);
         crate::patch_claim(&claims, &claim, &named, &BTreeMap::new()).await?;
         let fresh = claims.get(&claim.name_any()).await?;
@@ -196,8 +273,14 @@ pub async fn reconcile(
         return Ok(Action::await_change());
     }
     crate::patch_claim(&claims, &claim, &wanted, &BTreeMap::new()).await?;
-    if pod.is_some() || upload_done {
+    if let Some(pod) = &pod {
+        if pod.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Pending") {
+            ensure_secret(&ctx, &claim, &source, pod).await?;
+        }
         // The source pod's changes wake this claim.
+        return Ok(Action::await_change());
+    }
+    if upload_done {
         return Ok(Action::await_change());
     }
     let ready = anns.get(ann::POD_READY).map(String::as_str) == Some("true");

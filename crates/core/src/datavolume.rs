@@ -1015,6 +1015,11 @@ mod tests {
             ),
             (
                 json!({"cdi.kubevirt.io/storage.pod.phase": "Succeeded"}),
+                "CloneInProgress",
+                None,
+            ),
+            (
+                json!({"cdi.kubevirt.io/storage.pod.phase": "Succeeded", "k8s.io/CloneOf": "true"}),
                 "Succeeded",
                 Some("CloneSucceeded"),
             ),
@@ -1028,7 +1033,7 @@ mod tests {
         let done = decide(
             &d,
             Some(&with(
-                json!({"cdi.kubevirt.io/storage.pod.phase": "Succeeded"}),
+                json!({"cdi.kubevirt.io/storage.pod.phase": "Succeeded", "k8s.io/CloneOf": "true"}),
             )),
             Some(&source),
         );

@@ -641,9 +641,13 @@ fn clone_phase(
         )
     };
     if !populating {
+        // The copy is complete when the clone controller says so (the upload server and the
+        // source pod both done), not when the upload server alone is.
+        if anns.contains_key(ann::CLONE_OF) {
+            return succeeded();
+        }
         return match anns.get(ann::POD_PHASE).map(String::as_str) {
-            Some("Running") => in_progress(),
-            Some("Succeeded") => succeeded(),
+            Some("Running" | "Succeeded") => in_progress(),
             _ => scheduled(),
         };
     }

@@ -132,7 +132,8 @@ async fn disk_image_of(
                 .path()
                 .map(|p| p.to_string_lossy().contains(DISK_IMAGE))
                 .unwrap_or(false);
-            if !named || entry.header().entry_type().is_dir() {
+            let kind = entry.header().entry_type();
+            if !named || !(kind.is_file() || kind.is_gnu_sparse()) {
                 continue;
             }
             let size = entry.size();
@@ -144,6 +145,11 @@ async fn disk_image_of(
                 let mut buf = vec![0u8; chunk];
                 let n = read_full(&mut entry, &mut buf).map_err(damaged)?;
                 if n == 0 {
+                    if offset != size {
+                        return Err(ImportError::Damaged(format!(
+                            "the clone's {DISK_IMAGE} ended at {offset} of its {size} bytes"
+                        )));
+                    }
                     return Ok(offset);
                 }
                 buf.truncate(n);

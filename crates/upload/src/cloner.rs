@@ -224,7 +224,16 @@ pub async fn send(config: &ClonerConfig, progress: Arc<Progress>) -> Result<(), 
     let (tx, rx) = mpsc::channel(8);
     let producer = {
         let progress = progress.clone();
-        tokio::task::spawn_blocking(move || produce(source, tx, progress))
+        tokio::task::spawn_blocking(move || {
+            let abort = tx.clone();
+            let produced = produce(source, tx, progress);
+            if let Err(e) = &produced {
+                // The body ends with an error, not cleanly: the server must not take a stream
+                // cut short for the whole volume.
+                let _ = abort.blocking_send(Err(std::io::Error::new(e.kind(), e.to_string())));
+            }
+            produced
+        })
     };
     let body = futures::stream::unfold(rx, |mut rx| async move {
         rx.recv().await.map(|chunk| (chunk, rx))

@@ -15,10 +15,16 @@ const BLOCK: u64 = 512;
 /// Sparse map entries in a GNU header, and in each extension block after it.
 const IN_HEADER: usize = 4;
 const PER_EXTENSION: usize = 21;
+/// Holes shorter than this are sent as zeros: a map entry per small hole costs more than it saves.
+const SMALL_HOLE: u64 = 64 << 10;
+/// A file in more pieces than this is sent whole (the map is held in memory; the upload server
+/// leaves zeros as holes anyway).
+const MAX_EXTENTS: usize = 1 << 16;
 
 /// The data extents of `file` (`len` bytes long) as (offset, length): where the filesystem holds
 /// data, widened to 512-byte boundaries (a sparse member's segments must be; the end is capped at
-/// `len`). The whole file when the filesystem cannot tell (no `SEEK_DATA`).
+/// `len`), holes under 64 KiB included. The whole file when the filesystem cannot tell (no
+/// `SEEK_DATA`) or it is in too many pieces.
 pub fn data_extents(file: &File, len: u64) -> io::Result<Vec<(u64, u64)>> {
     use rustix::fs::{SeekFrom, seek};
     let mut extents: Vec<(u64, u64)> = Vec::new();
@@ -33,12 +39,19 @@ pub fn data_extents(file: &File, len: u64) -> io::Result<Vec<(u64, u64)>> {
             }
             Err(e) => return Err(e.into()),
         };
+        // A file that grew since its length was read: what lies past `len` is not sent.
+        if start >= len {
+            break;
+        }
         let end = seek(file, SeekFrom::Hole(start))?.min(len);
         let (start, end) = (start / BLOCK * BLOCK, end.div_ceil(BLOCK) * BLOCK);
         let end = end.min(len);
         match extents.last_mut() {
-            Some((o, l)) if *o + *l >= start => *l = end.max(*o + *l) - *o,
+            Some((o, l)) if *o + *l + SMALL_HOLE >= start => *l = end.max(*o + *l) - *o,
             _ => extents.push((start, end - start)),
+        }
+        if extents.len() > MAX_EXTENTS {
+            return Ok(vec![(0, len)]);
         }
         at = end.max(at + 1);
     }
@@ -159,9 +172,43 @@ fn sparse_header(
 /// names them), `lost+found` at the top left out. `sent` counts the file bytes sent. Sockets,
 /// FIFOs and device nodes are left out with a warning: they hold no data.
 pub fn pack_directory<W: Write>(root: &Path, out: W, sent: &AtomicU64) -> io::Result<W> {
-    let mut builder = tar::Builder::new(out);
+    let mut builder = tar::Builder::new(Fuse {
+        inner: out,
+        blown: false,
+    });
     builder.mode(tar::HeaderMode::Complete);
     builder.follow_symlinks(false);
+    if let Err(e) = walk(&mut builder, root, sent) {
+        // The builder ends the archive when dropped: a stream cut short must not look whole.
+        builder.get_mut().blown = true;
+        return Err(e);
+    }
+    Ok(builder.into_inner()?.inner)
+}
+
+/// A writer that refuses every write once blown.
+struct Fuse<W> {
+    inner: W,
+    blown: bool,
+}
+
+impl<W: Write> Write for Fuse<W> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        if self.blown {
+            return Err(io::Error::other("the archive was abandoned"));
+        }
+        self.inner.write(buf)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        if self.blown {
+            return Err(io::Error::other("the archive was abandoned"));
+        }
+        self.inner.flush()
+    }
+}
+
+fn walk<W: Write>(builder: &mut tar::Builder<W>, root: &Path, sent: &AtomicU64) -> io::Result<()> {
     let mut stack: Vec<PathBuf> = vec![PathBuf::new()];
     while let Some(relative) = stack.pop() {
         let dir = root.join(&relative);
@@ -188,13 +235,13 @@ pub fn pack_directory<W: Write>(root: &Path, out: W, sent: &AtomicU64) -> io::Re
                 header.set_size(0);
                 builder.append_link(&mut header, &member, std::fs::read_link(&full)?)?;
             } else if kind.is_file() {
-                append_file(&mut builder, &member, &full, &meta, sent)?;
+                append_file(builder, &member, &full, &meta, sent)?;
             } else {
                 tracing::warn!(path = %full.display(), "left out of the clone: not a file, directory or link");
             }
         }
     }
-    builder.into_inner()
+    Ok(())
 }
 
 fn append_file<W: Write>(

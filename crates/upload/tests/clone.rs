@@ -245,4 +245,27 @@ async fn only_the_clones_certificate_and_the_sync_endpoint_take_a_clone() {
         other => panic!("{other:?}"),
     }
     assert!(!c.path("data/disk.img").exists(), "nothing was written");
+
+    // A disk.img that is a link holds no image: a Block target refuses it.
+    let c = Clone::new();
+    let src = c.path("source");
+    std::fs::create_dir_all(&src).unwrap();
+    std::os::unix::fs::symlink("/etc/passwd", src.join("disk.img")).unwrap();
+    std::fs::write(c.path("target-device"), vec![0u8; MIB as usize]).unwrap();
+    let (sent, _) = c
+        .run(
+            CloneSource::Filesystem(src),
+            true,
+            CLIENT,
+            "/v1beta1/upload",
+        )
+        .await;
+    match sent {
+        Err(ClonerError::Refused {
+            status: 500, body, ..
+        }) => {
+            assert!(body.contains("has no disk.img"), "{body}")
+        }
+        other => panic!("{other:?}"),
+    }
 }
