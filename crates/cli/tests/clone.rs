@@ -601,3 +601,85 @@ spec:
     let copy = std::fs::read(volume_file(&dir, "default", "vm-root")).unwrap();
     assert!(copy == bytes, "vm-root holds the image");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_source_in_use_is_waited_for_and_copies_stay_sparse_in_larger_targets() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("cluster");
+    let (ok, out, err) = cdi(&["dev", "up", "--addr", "127.0.0.1:0"], &dir);
+    assert!(ok, "{out}{err}");
+    let _down = Down(&dir);
+    let _controller = controller(&dir, tmp.path());
+    kubectl(
+        &dir,
+        &["apply", "-f", "-"],
+        Some(&blank_volume("dev", "default", "Block", "32Mi")),
+    );
+    wait_for("the source to succeed", 90, || {
+        get_json(&dir, "default", "dv/dev").filter(|d| d["status"]["phase"] == "Succeeded")
+    });
+    let bytes = scatter(&volume_file(&dir, "default", "dev"));
+    // A pod writes the source: the copy waits for it.
+    kubectl(
+        &dir,
+        &["apply", "-f", "-"],
+        Some(
+            r#"
+apiVersion: v1
+kind: Pod
+metadata: {name: writer}
+spec:
+  containers:
+  - name: c
+    image: cdi-importer
+    command: [/bin/sh, -c, "sleep 600"]
+    volumeDevices: [{name: v, devicePath: /dev/disk}]
+  volumes: [{name: v, persistentVolumeClaim: {claimName: dev}}]
+"#,
+        ),
+    );
+    wait_for("the writer to run", 60, || {
+        get_json(&dir, "default", "pod/writer").filter(|p| p["status"]["phase"] == "Running")
+    });
+    kubectl(
+        &dir,
+        &["apply", "-f", "-"],
+        Some(
+            &[
+                clone_claim("bigger", "default", "default/dev", "Block", "64Mi"),
+                clone_claim("as-file", "default", "default/dev", "Filesystem", "128Mi"),
+            ]
+            .join("---"),
+        ),
+    );
+    wait_for("the copy to wait for the writer", 60, || {
+        event_reasons(&dir, "default", "bigger")
+            .contains("CloneSourceInUse")
+            .then_some(())
+    });
+    let waiting = get_json(&dir, "default", "pvc/bigger").unwrap();
+    assert!(!annotations(&waiting).contains_key("k8s.io/CloneOf"));
+    kubectl(&dir, &["delete", "pod", "writer", "--wait=false"], None);
+    for name in ["bigger", "as-file"] {
+        wait_for(&format!("{name} to be a copy"), 120, || {
+            get_json(&dir, "default", &format!("pvc/{name}"))
+                .filter(|c| annotations(c).contains_key("k8s.io/CloneOf"))
+        });
+    }
+    // Block → Block into a larger device: the source's bytes first.
+    let device = std::fs::read(volume_file(&dir, "default", "bigger")).unwrap();
+    assert!(device.len() >= bytes.len());
+    assert!(
+        device[..bytes.len()] == bytes[..],
+        "the larger device starts with the source"
+    );
+    // Block → Filesystem: the device's bytes as disk.img, its holes still holes.
+    let file = volume_file(&dir, "default", "as-file");
+    assert!(std::fs::read(&file).unwrap() == bytes);
+    use std::os::unix::fs::MetadataExt;
+    let allocated = std::fs::metadata(&file).unwrap().blocks() * 512;
+    assert!(
+        allocated < 4 * MIB,
+        "{allocated} bytes allocated for 12 KiB of data"
+    );
+}
