@@ -18,12 +18,11 @@ use cdi_core::clone::{CloneClaim, CloneEnvironment, CloneError, choose_strategy}
 use cdi_core::clonepop::{self, phase};
 use cdi_core::populator::{self, Readiness};
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::{Event, PersistentVolume, PersistentVolumeClaim, Pod};
-use kube::api::{ApiResource, DynamicObject, Patch, PatchParams, PostParams};
+use k8s_openapi::api::core::v1::{Event, PersistentVolumeClaim, Pod};
+use kube::api::{DynamicObject, PostParams};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::reflector::ObjectRef;
 use kube::{Api, ResourceExt};
-use serde_json::json;
 
 use crate::cache::Changes;
 use crate::{Context, Error};
@@ -217,8 +216,11 @@ async fn finish(
         &clonepop::prep_pod_name(target),
     )
     .await?;
-    let snapshots: Api<DynamicObject> =
-        Api::namespaced_with(ctx.client.clone(), source_ns, &snapshots_resource());
+    let snapshots: Api<DynamicObject> = Api::namespaced_with(
+        ctx.client.clone(),
+        source_ns,
+        &crate::snapshot_api("VolumeSnapshot", "volumesnapshots"),
+    );
     match snapshots
         .delete(&clonepop::tmp_snapshot_name(target), &Default::default())
         .await
@@ -324,16 +326,6 @@ pub async fn reconcile(
     }
 }
 
-fn snapshots_resource() -> ApiResource {
-    ApiResource {
-        group: "snapshot.storage.k8s.io".into(),
-        version: "v1".into(),
-        api_version: "snapshot.storage.k8s.io/v1".into(),
-        kind: "VolumeSnapshot".into(),
-        plural: "volumesnapshots".into(),
-    }
-}
-
 /// Write the phase onto the target.
 async fn set_phase(
     ctx: &Context,
@@ -420,13 +412,7 @@ async fn rebind(
     let Some(volume) = tmp.spec.as_ref().and_then(|s| s.volume_name.clone()) else {
         return Ok(Action::await_change());
     };
-    let claim_ref = json!({"spec": {"claimRef": {"apiVersion": "v1", "kind": "PersistentVolumeClaim",
-        "namespace": target.namespace(), "name": target.name_any(), "uid": target.metadata.uid,
-        "resourceVersion": null}}});
-    Api::<PersistentVolume>::all(ctx.client.clone())
-        .patch(&volume, &PatchParams::default(), &Patch::Merge(&claim_ref))
-        .await?;
-    tracing::info!(target = %target.name_any(), volume = %volume, "rebound the clone's volume to the target");
+    crate::hand_over(ctx, &volume, target).await?;
     // The target's binding wakes the next pass.
     Ok(Action::await_change())
 }
@@ -447,15 +433,7 @@ async fn source_unready(
     if !crate::clonesource::populated(ctx, &source).await? {
         return Ok(Some(later));
     }
-    let pods: Vec<Pod> = ctx
-        .caches
-        .pods
-        .state()
-        .iter()
-        .filter(|p| p.namespace().as_deref() == Some(source_ns.as_str()))
-        .map(|p| p.as_ref().clone())
-        .collect();
-    if let Some(message) = cdi_core::hostclone::source_in_use(&source, &pods) {
+    if let Some(message) = crate::clonesource::source_in_use(ctx, &source) {
         ctx.events
             .record(target, true, "CloneSourceInUse", &message)
             .await;
@@ -501,8 +479,11 @@ async fn snapshot_clone(
     {
         return prep_and_rebind(ctx, target, &tmp).await;
     }
-    let snapshots: Api<DynamicObject> =
-        Api::namespaced_with(ctx.client.clone(), &source_ns, &snapshots_resource());
+    let snapshots: Api<DynamicObject> = Api::namespaced_with(
+        ctx.client.clone(),
+        &source_ns,
+        &crate::snapshot_api("VolumeSnapshot", "volumesnapshots"),
+    );
     let name = clonepop::tmp_snapshot_name(target);
     // Snapshots are not in the caches: their readiness is looked at on a timer.
     let later = Action::requeue(ctx.options.resync);
@@ -607,7 +588,11 @@ pub async fn run(ctx: Context, triggers: Triggers) -> anyhow::Result<()> {
     let target_of = |c: &PersistentVolumeClaim| {
         clonepop::target_of(c).map(|(ns, name)| ObjectRef::new(&name).within(&ns))
     };
-    Controller::for_shared_stream(triggers.targets, ctx.caches.claims.clone())
+    // Only clone targets are passed over: the others would each cost a pass that does nothing.
+    let targets = triggers.targets.filter(|c: &Arc<PersistentVolumeClaim>| {
+        futures::future::ready(clonepop::clone_source_name(c).is_some())
+    });
+    Controller::for_shared_stream(targets, ctx.caches.claims.clone())
         .watches_shared_stream(triggers.tmps, move |c: Arc<PersistentVolumeClaim>| {
             target_of(&c)
         })

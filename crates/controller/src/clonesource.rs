@@ -44,6 +44,21 @@ pub(crate) async fn populated(
     Ok(bound && succeeded)
 }
 
+/// Which pod of the source's namespace writes the source (cdi-core `hostclone::source_in_use`
+/// over the pods cache), if one does.
+pub(crate) fn source_in_use(ctx: &Context, source: &PersistentVolumeClaim) -> Option<String> {
+    let ns = source.namespace();
+    let pods: Vec<Pod> = ctx
+        .caches
+        .pods
+        .state()
+        .iter()
+        .filter(|p| p.namespace() == ns)
+        .map(|p| p.as_ref().clone())
+        .collect();
+    hostclone::source_in_use(source, &pods)
+}
+
 /// Create the source pod and its client certificate, once the source can be read.
 async fn start_source_pod(
     ctx: &Context,
@@ -72,15 +87,7 @@ async fn start_source_pod(
     if !populated(ctx, &source).await? {
         return Ok(later);
     }
-    let pods: Vec<Pod> = ctx
-        .caches
-        .pods
-        .state()
-        .iter()
-        .filter(|p| p.namespace().as_deref() == Some(source_ref.0.as_str()))
-        .map(|p| p.as_ref().clone())
-        .collect();
-    if let Some(message) = hostclone::source_in_use(&source, &pods) {
+    if let Some(message) = source_in_use(ctx, &source) {
         ctx.events
             .record(claim, true, "CloneSourceInUse", &message)
             .await;
@@ -315,7 +322,15 @@ impl Triggers {
 /// `storage.ownerRef` annotation names (it has no owner reference across namespaces).
 pub async fn run(ctx: Context, triggers: Triggers) -> anyhow::Result<()> {
     ctx.caches.ready().await;
-    Controller::for_shared_stream(triggers.claims, ctx.caches.claims.clone())
+    // Only clone targets (and claims still holding the finalizer) are passed over: the others
+    // would each cost a pass that does nothing.
+    let ours = triggers.claims.filter(|c: &Arc<PersistentVolumeClaim>| {
+        futures::future::ready(
+            hostclone::clone_request(c).is_some()
+                || c.finalizers().iter().any(|f| f == finalizer::CLONE_SOURCE),
+        )
+    });
+    Controller::for_shared_stream(ours, ctx.caches.claims.clone())
         .watches_shared_stream(triggers.pods, |pod: Arc<Pod>| {
             let owner = pod.annotations().get(ann::OWNER_REF)?;
             let (ns, name) = owner.split_once('/')?;

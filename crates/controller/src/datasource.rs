@@ -11,7 +11,7 @@ use cdi_api::datavolume::DataVolume;
 use cdi_core::datasource::{self, Image};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::PersistentVolumeClaim;
-use kube::api::{ApiResource, DynamicObject, Patch, PatchParams};
+use kube::api::{DynamicObject, Patch, PatchParams};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
@@ -20,16 +20,6 @@ use serde_json::json;
 
 use crate::cache::Changes;
 use crate::{Context, Error};
-
-fn snapshots_resource() -> ApiResource {
-    ApiResource {
-        group: "snapshot.storage.k8s.io".into(),
-        version: "v1".into(),
-        api_version: "snapshot.storage.k8s.io/v1".into(),
-        kind: "VolumeSnapshot".into(),
-        plural: "volumesnapshots".into(),
-    }
-}
 
 /// One pass over a DataSource.
 async fn reconcile(
@@ -65,8 +55,11 @@ async fn reconcile(
             image.claim = claim.as_deref();
             image.dv = dv.as_ref();
         } else if let Some(s) = &r.spec.source.snapshot {
-            let snapshots: Api<DynamicObject> =
-                Api::namespaced_with(ctx.client.clone(), &at(&s.namespace), &snapshots_resource());
+            let snapshots: Api<DynamicObject> = Api::namespaced_with(
+                ctx.client.clone(),
+                &at(&s.namespace),
+                &crate::snapshot_api("VolumeSnapshot", "volumesnapshots"),
+            );
             // No snapshot API served is no snapshot.
             let found = snapshots.get_opt(&s.name).await.unwrap_or(None);
             image.snapshot = found

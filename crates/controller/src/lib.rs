@@ -231,6 +231,41 @@ pub(crate) async fn set_finalizer(
     Ok(())
 }
 
+/// A kind of the snapshot API (`snapshot.storage.k8s.io/v1`), read as dynamic objects: the
+/// controller does not depend on the snapshot CRDs being installed.
+pub(crate) fn snapshot_api(kind: &str, plural: &str) -> kube::api::ApiResource {
+    kube::api::ApiResource {
+        group: "snapshot.storage.k8s.io".into(),
+        version: "v1".into(),
+        api_version: "snapshot.storage.k8s.io/v1".into(),
+        kind: kind.into(),
+        plural: plural.into(),
+    }
+}
+
+/// Hand `volume` over to `target` (the PV's `claimRef` switched, no data copied): how every
+/// populator gives its target the volume its temporary claim filled.
+pub(crate) async fn hand_over(
+    ctx: &Context,
+    volume: &str,
+    target: &k8s_openapi::api::core::v1::PersistentVolumeClaim,
+) -> Result<(), kube::Error> {
+    use kube::ResourceExt;
+    let claim_ref = serde_json::json!({"spec": {"claimRef": {"apiVersion": "v1",
+        "kind": "PersistentVolumeClaim", "namespace": target.namespace(), "name": target.name_any(),
+        "uid": target.metadata.uid, "resourceVersion": null}}});
+    kube::Api::<k8s_openapi::api::core::v1::PersistentVolume>::all(ctx.client.clone())
+        .patch(
+            volume,
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(&claim_ref),
+        )
+        .await?;
+    tracing::info!(target = %format!("{}/{}", target.namespace().unwrap_or_default(), target.name_any()),
+        volume = %volume, "rebound the volume to the target");
+    Ok(())
+}
+
 /// Write the annotations (and add the labels) that differ from the claim's.
 pub async fn patch_claim(
     claims: &kube::Api<k8s_openapi::api::core::v1::PersistentVolumeClaim>,

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use cdi_api::populators::{VolumeImportSource, VolumeUploadSource};
 use cdi_core::populator::{self, Readiness, Source, SourceKind};
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::{Event, PersistentVolume, PersistentVolumeClaim};
+use k8s_openapi::api::core::v1::{Event, PersistentVolumeClaim};
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::reflector::ObjectRef;
@@ -177,13 +177,7 @@ pub async fn reconcile(
             .as_ref()
             .and_then(|s| s.volume_name.clone())
             .unwrap_or_default();
-        let claim_ref = json!({"spec": {"claimRef": {"apiVersion": "v1", "kind": "PersistentVolumeClaim",
-            "namespace": ns, "name": target.name_any(), "uid": target.metadata.uid,
-            "resourceVersion": null}}});
-        Api::<PersistentVolume>::all(ctx.client.clone())
-            .patch(&volume, &PatchParams::default(), &Patch::Merge(&claim_ref))
-            .await?;
-        tracing::info!(target = %format!("{ns}/{}", target.name_any()), volume = %volume, "rebound the volume to the target");
+        crate::hand_over(&ctx, &volume, &target).await?;
         let (reason, message) = match kind {
             SourceKind::Import => (
                 "ImportSucceeded",

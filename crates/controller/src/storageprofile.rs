@@ -14,28 +14,19 @@ use futures::StreamExt;
 use k8s_openapi::api::core::v1::PersistentVolume;
 use k8s_openapi::api::storage::v1::StorageClass;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use kube::api::{
-    ApiResource, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams,
-};
+use kube::api::{DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, ResourceExt};
 use serde_json::json;
 
 use crate::Context;
 
-fn snapshot_classes_resource() -> ApiResource {
-    ApiResource {
-        group: "snapshot.storage.k8s.io".into(),
-        version: "v1".into(),
-        api_version: "snapshot.storage.k8s.io/v1".into(),
-        kind: "VolumeSnapshotClass".into(),
-        plural: "volumesnapshotclasses".into(),
-    }
-}
-
 /// Every VolumeSnapshotClass, or none when the snapshot API is not served.
 pub(crate) async fn snapshot_classes(ctx: &Context) -> Vec<SnapshotClassInfo> {
-    let api: Api<DynamicObject> = Api::all_with(ctx.client.clone(), &snapshot_classes_resource());
+    let api: Api<DynamicObject> = Api::all_with(
+        ctx.client.clone(),
+        &crate::snapshot_api("VolumeSnapshotClass", "volumesnapshotclasses"),
+    );
     let Ok(list) = api.list(&ListParams::default()).await else {
         return Vec::new();
     };

@@ -245,6 +245,17 @@ pub fn tmp_claim(
     if fill != Fill::Copy {
         anns.remove(ann::CLONE_REQUEST);
     }
+    let kept = [
+        ann::CONTENT_TYPE,
+        ann::POD_RETAIN_AFTER_COMPLETION,
+        ann::PERMISSIVE_CLONE,
+    ];
+    for key in crate::populator::PASSED_TO_WORKER.iter().chain(&kept) {
+        if let Some(v) = target_anns.get(*key) {
+            anns.insert(key.to_string(), v.clone());
+        }
+    }
+    // The VolumeCloneSource's priority class, when it names one.
     if let Some(pc) = source
         .spec
         .priority_class_name
@@ -252,21 +263,6 @@ pub fn tmp_claim(
         .filter(|p| !p.is_empty())
     {
         anns.insert(ann::PRIORITY_CLASS_NAME.into(), pc.into());
-    }
-    for key in [
-        ann::CONTENT_TYPE,
-        ann::POD_RETAIN_AFTER_COMPLETION,
-        ann::PERMISSIVE_CLONE,
-        // The target's consumer placed it: the upload pod inherits as the target's would.
-        cdi_api::ext::WORKER_TOLERATIONS,
-        cdi_api::ext::WORKER_PLACEMENT,
-        ann::POD_SERVICE_ACCOUNT_NAME,
-        ann::POD_MULTUS_NETWORKS,
-        ann::POD_MULTUS_DEFAULT_NETWORK,
-    ] {
-        if let Some(v) = target_anns.get(key) {
-            anns.insert(key.into(), v.clone());
-        }
     }
     PersistentVolumeClaim {
         metadata: ObjectMeta {

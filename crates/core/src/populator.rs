@@ -44,6 +44,18 @@ pub const MIRRORED: [&str; 12] = [
     ann::IMPORT_FATAL_ERROR,
 ];
 
+/// What a populator's own claim (PVC prime, a clone's temporary claim) takes from its target for
+/// its worker pods: where the target's consumer placed it (the inherited tolerations), and the
+/// pods' priority, ServiceAccount and networks.
+pub const PASSED_TO_WORKER: [&str; 6] = [
+    cdi_api::ext::WORKER_TOLERATIONS,
+    cdi_api::ext::WORKER_PLACEMENT,
+    ann::PRIORITY_CLASS_NAME,
+    ann::POD_SERVICE_ACCOUNT_NAME,
+    ann::POD_MULTUS_NETWORKS,
+    ann::POD_MULTUS_DEFAULT_NETWORK,
+];
+
 /// The populator sources of this controller.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SourceKind {
@@ -161,15 +173,7 @@ pub fn prime_claim(
     if let Some(v) = target_anns.get(ann::POD_RETAIN_AFTER_COMPLETION) {
         anns.insert(ann::POD_RETAIN_AFTER_COMPLETION.into(), v.clone());
     }
-    for key in [
-        // The target's consumer placed it: PVC prime's worker inherits as its target's would.
-        cdi_api::ext::WORKER_TOLERATIONS,
-        cdi_api::ext::WORKER_PLACEMENT,
-        ann::PRIORITY_CLASS_NAME,
-        ann::POD_SERVICE_ACCOUNT_NAME,
-        ann::POD_MULTUS_NETWORKS,
-        ann::POD_MULTUS_DEFAULT_NETWORK,
-    ] {
+    for key in PASSED_TO_WORKER {
         if let Some(v) = target_anns.get(key) {
             anns.insert(key.into(), v.clone());
         }
