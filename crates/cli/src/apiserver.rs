@@ -1,7 +1,9 @@
 //! `cdi apiserver`: the aggregated token API (`upload.cdi.kubevirt.io/v1beta1`, upstream's
-//! cdi-apiserver) against the cluster of the current kubeconfig, or in-cluster. It reads its
-//! serving certificate and the token key from the Secrets the controller keeps, whom to believe
-//! from `kube-system/extension-apiserver-authentication`, and registers its APIService.
+//! cdi-apiserver) and the DataVolume admission webhook, against the cluster of the current
+//! kubeconfig, or in-cluster. It reads its serving certificate and the token key from the
+//! Secrets the controller keeps, whom to believe from
+//! `kube-system/extension-apiserver-authentication`, and registers its APIService and its
+//! MutatingWebhookConfiguration.
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -71,11 +73,10 @@ pub fn run(args: &ApiServerArgs) -> anyhow::Result<()> {
         let secrets: Api<Secret> = Api::namespaced(client.clone(), ns);
         let maps: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
         let key = wait_for(&secrets, names::SIGNING_KEY).await?;
-        let signer = Signer::new(
-            API_ISSUER,
-            &String::from_utf8(secret_text(&key, names::SIGNING_KEY_PRIVATE)?)?,
-        )
-        .context("the token signing key")?;
+        let private = String::from_utf8(secret_text(&key, names::SIGNING_KEY_PRIVATE)?)?;
+        let signer = Signer::new(API_ISSUER, &private).context("the token signing key")?;
+        let webhook_signer =
+            Signer::new(API_ISSUER, &private).context("the token signing key")?;
         let cert = wait_for(&secrets, names::API_CERT).await?;
         let bundle = wait_for(&maps, names::API_SIGNER_BUNDLE).await?;
         let ca = bundle
@@ -126,10 +127,28 @@ pub fn run(args: &ApiServerArgs) -> anyhow::Result<()> {
             front_proxy_ca_pem: front_proxy_ca.into_bytes(),
             headers: RequestHeaders::from_config_map(&data),
             signer,
+            webhook_signer,
         };
         let listener = tokio::net::TcpListener::bind(config.listen)
             .await
             .with_context(|| format!("listening on {}", config.listen))?;
+        // The DataVolume webhook, once something listens (it fails closed).
+        let webhook = cdi_upload::webhook::configuration(ns, &args.service, args.service_port, &ca);
+        let resource = kube::api::ApiResource {
+            group: "admissionregistration.k8s.io".into(),
+            version: "v1".into(),
+            api_version: "admissionregistration.k8s.io/v1".into(),
+            kind: "MutatingWebhookConfiguration".into(),
+            plural: "mutatingwebhookconfigurations".into(),
+        };
+        Api::<DynamicObject>::all_with(client.clone(), &resource)
+            .patch(
+                cdi_upload::webhook::CONFIGURATION,
+                &PatchParams::apply("cdi-apiserver").force(),
+                &Patch::Apply(&webhook),
+            )
+            .await
+            .context("registering the DataVolume webhook")?;
         // The first line says where: tests and scripts read it.
         println!("cdi apiserver on https://{}", listener.local_addr()?);
         let mut terminate =

@@ -285,7 +285,7 @@ spec:
         get_json(&dir, "default", "dv/elsewhere").filter(|d| {
             d["status"]["conditions"]
                 .to_string()
-                .contains("needs an authorized clone token")
+                .contains("from another namespace, and it has no clone token")
         })
     });
     assert_eq!(elsewhere["status"]["phase"], "Pending");
@@ -682,4 +682,254 @@ spec:
         allocated < 4 * MIB,
         "{allocated} bytes allocated for 12 KiB of data"
     );
+}
+
+/// kubectl with the kubeconfig at `path`: success, stdout, stderr.
+fn kubectl_as(path: &Path, args: &[&str], stdin: Option<&str>) -> (bool, String, String) {
+    use std::io::Write;
+    let mut child = std::process::Command::new("kubectl")
+        .args(args)
+        .env("KUBECONFIG", path)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("kubectl is installed");
+    if let Some(text) = stdin {
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(text.as_bytes())
+            .unwrap();
+    }
+    drop(child.stdin.take());
+    let out = child.wait_with_output().unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into(),
+        String::from_utf8_lossy(&out.stderr).into(),
+    )
+}
+
+fn clone_volume(name: &str, ns: &str, source: (&str, &str), class: &str) -> String {
+    format!(
+        r#"
+apiVersion: cdi.kubevirt.io/v1beta1
+kind: DataVolume
+metadata: {{name: {name}, namespace: {ns}}}
+spec:
+  source: {{pvc: {{namespace: {}, name: {}}}}}
+  storage: {{storageClassName: {class}, accessModes: [ReadWriteOnce]}}
+"#,
+        source.0, source.1
+    )
+}
+
+/// With CDI installed in the cluster (its DataVolume admission webhook on), a clone from another
+/// namespace is admitted only for a creator who may read that namespace's volumes, and then
+/// copies; a clone within a namespace needs nothing more; a claim holding a token that is not
+/// its own reads nothing.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_clone_from_another_namespace_needs_the_right_to_read_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("cluster");
+    let (ok, out, err) = cdi(&["dev", "up", "--addr", "127.0.0.1:0", "--cdi"], &dir);
+    assert!(ok, "{out}{err}");
+    let _down = Down(&dir);
+    for d in ["cdi-deployment", "cdi-apiserver"] {
+        let out = kubectl(
+            &dir,
+            &[
+                "rollout",
+                "status",
+                "-n",
+                "cdi",
+                &format!("deployment/{d}"),
+                "--timeout=180s",
+            ],
+            None,
+        );
+        assert!(out.contains("successfully rolled out"), "{out}");
+    }
+    wait_for("the DataVolume webhook to be registered", 60, || {
+        get_json(
+            &dir,
+            "",
+            "mutatingwebhookconfiguration/cdi-api-datavolume-mutate",
+        )
+    });
+    for ns in ["golden", "vms"] {
+        kubectl(&dir, &["create", "namespace", ns], None);
+    }
+    kubectl(
+        &dir,
+        &["apply", "-f", "-"],
+        Some(&blank_volume("image", "golden", "Filesystem", "64Mi")),
+    );
+    wait_for("the golden image to succeed", 120, || {
+        get_json(&dir, "golden", "dv/image").filter(|d| d["status"]["phase"] == "Succeeded")
+    });
+    let image = scatter(&volume_file(&dir, "golden", "image"));
+
+    // Alice edits namespace vms only.
+    let (ok, config, err) = cdi(&["dev", "kubeconfig", "--user", "alice"], &dir);
+    assert!(ok, "{err}");
+    let alice = tmp.path().join("alice");
+    std::fs::write(&alice, config).unwrap();
+    kubectl(
+        &dir,
+        &[
+            "create",
+            "rolebinding",
+            "alice-edits",
+            "-n",
+            "vms",
+            "--clusterrole=edit",
+            "--user=alice",
+        ],
+        None,
+    );
+    let apply = |manifest: &str| kubectl_as(&alice, &["apply", "-f", "-"], Some(manifest));
+    let (ok, out, err) = apply(&clone_volume(
+        "stolen",
+        "vms",
+        ("golden", "image"),
+        "local-path",
+    ));
+    assert!(!ok, "{out}");
+    assert!(
+        err.contains(
+            "admission webhook \"datavolume-mutate.cdi.kubevirt.io\" denied the request: User \
+             alice has insufficient permissions in clone source namespace golden"
+        ),
+        "{err}"
+    );
+    assert!(get_json(&dir, "vms", "dv/stolen").is_none());
+    // The same through a DataSource of golden.
+    kubectl(
+        &dir,
+        &["apply", "-f", "-"],
+        Some(
+            "apiVersion: cdi.kubevirt.io/v1beta1\nkind: DataSource\nmetadata: {name: image, namespace: golden}\nspec: {source: {pvc: {namespace: golden, name: image}}}\n",
+        ),
+    );
+    let referenced = |name: &str| {
+        format!(
+            "apiVersion: cdi.kubevirt.io/v1beta1\nkind: DataVolume\nmetadata: {{name: {name}, namespace: vms}}\nspec:\n  sourceRef: {{kind: DataSource, namespace: golden, name: image}}\n  storage: {{storageClassName: local-path, accessModes: [ReadWriteOnce]}}\n"
+        )
+    };
+    let (ok, out, err) = apply(&referenced("stolen-by-ref"));
+    assert!(!ok, "{out}");
+    assert!(
+        err.contains("User alice has insufficient permissions in clone source namespace golden"),
+        "{err}"
+    );
+
+    // Within her namespace she needs nothing more.
+    let (ok, out, err) = apply(&format!(
+        "{}---{}",
+        blank_volume("own", "vms", "Filesystem", "32Mi"),
+        clone_volume("own-copy", "vms", ("vms", "own"), "local-path")
+    ));
+    assert!(ok, "{out}{err}");
+
+    // Allowed to read golden's volumes, she clones them: a host-assisted copy and, on the CSI
+    // class, through the clone populator.
+    kubectl(
+        &dir,
+        &[
+            "create",
+            "rolebinding",
+            "alice-clones",
+            "-n",
+            "golden",
+            "--clusterrole=cdi.kubevirt.io:clone-sourcer",
+            "--user=alice",
+        ],
+        None,
+    );
+    let (ok, out, err) = apply(&format!(
+        "{}---{}",
+        clone_volume("copied", "vms", ("golden", "image"), "local-path"),
+        clone_volume("populated", "vms", ("golden", "image"), "csi")
+    ));
+    assert!(ok, "{out}{err}");
+    let (ok, out, err) = apply(&referenced("by-ref"));
+    assert!(ok, "{out}{err}");
+    for name in ["own-copy", "copied", "populated", "by-ref"] {
+        wait_for(&format!("{name} to succeed"), 180, || {
+            get_json(&dir, "vms", &format!("dv/{name}"))
+                .filter(|d| d["status"]["phase"] == "Succeeded")
+        });
+    }
+    for name in ["copied", "populated", "by-ref"] {
+        assert!(
+            std::fs::read(volume_file(&dir, "vms", name)).unwrap() == image,
+            "{name} holds the golden image"
+        );
+    }
+    let populated = get_json(&dir, "vms", "dv/populated").unwrap();
+    assert_eq!(
+        annotations(&populated)["cdi.kubevirt.io/storage.usePopulator"],
+        "true"
+    );
+    // The short token was swapped for one bound to the DataVolume, and the copy's claim has
+    // its own.
+    let copied = get_json(&dir, "vms", "dv/copied").unwrap();
+    let long = annotations(&copied)["cdi.kubevirt.io/storage.extended.clone.token"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let claim = get_json(&dir, "vms", "pvc/copied").unwrap();
+    let claim_token = annotations(&claim)["cdi.kubevirt.io/storage.extended.clone.token"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert_ne!(long, claim_token);
+
+    // A claim made by hand in vms, holding the copy's token, reads nothing.
+    let forged = format!(
+        r#"
+apiVersion: v1
+kind: PersistentVolumeClaim
+metadata:
+  name: forged
+  namespace: vms
+  annotations:
+    k8s.io/CloneRequest: golden/image
+    cdi.kubevirt.io/storage.extended.clone.token: "{claim_token}"
+spec:
+  storageClassName: csi
+  accessModes: [ReadWriteOnce]
+  resources: {{requests: {{storage: 64Mi}}}}
+"#
+    );
+    kubectl(&dir, &["apply", "-f", "-"], Some(&forged));
+    let refused = wait_for("the forged claim to be refused", 60, || {
+        let said = kubectl(
+            &dir,
+            &[
+                "get",
+                "events",
+                "-n",
+                "vms",
+                "--field-selector",
+                "involvedObject.name=forged,reason=CloneNotAuthorized",
+                "-o",
+                "jsonpath={.items[*].message}",
+            ],
+            None,
+        );
+        (!said.is_empty()).then_some(said)
+    });
+    assert!(refused.contains("its clone token is refused"), "{refused}");
+    let forged = get_json(&dir, "vms", "pvc/forged").unwrap();
+    let uid = forged["metadata"]["uid"].as_str().unwrap();
+    let pods = kubectl(&dir, &["get", "pods", "-A", "-o", "name"], None);
+    assert!(
+        !pods.contains(uid),
+        "no source pod for the forged claim: {pods}"
+    );
+    assert!(!pods.contains("cdi-upload-forged"), "{pods}");
 }

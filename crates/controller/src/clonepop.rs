@@ -25,7 +25,9 @@ use kube::runtime::reflector::ObjectRef;
 use kube::{Api, ResourceExt};
 
 use crate::cache::Changes;
+use crate::clonetoken::ClaimGrant;
 use crate::{Context, Error};
+use cdi_upload::token::Resource;
 
 /// Write `wanted` over the target's annotations (only what changed).
 async fn annotate(
@@ -270,11 +272,6 @@ pub async fn reconcile(
         annotate(&ctx, &target, &clonepop::succeeded(&target)).await?;
         return Ok(Action::await_change());
     }
-    if let Some(message) =
-        cdi_core::hostclone::cross_namespace_refusal(&ns, &(source_ns.clone(), vcs_name.clone()))
-    {
-        return fail(&ctx, &target, cdi_core::hostclone::NOT_AUTHORIZED, &message).await;
-    }
     let class = target
         .spec
         .as_ref()
@@ -306,6 +303,16 @@ pub async fn reconcile(
             ),
         )
         .await;
+    }
+    // Nothing of the source is looked at before the claim is shown to be allowed to copy it.
+    let source = (source_ns.clone(), vcs.spec.source.name.clone());
+    let tokens = crate::clonetoken::tokens(&ctx).await?;
+    match crate::clonetoken::check_claim(tokens, &target, &source, Resource::claims()) {
+        ClaimGrant::Allowed => {}
+        ClaimGrant::Wait => return Ok(Action::await_change()),
+        ClaimGrant::Refused(message) => {
+            return fail(&ctx, &target, crate::clonetoken::NOT_AUTHORIZED, &message).await;
+        }
     }
     let strategy = anns
         .get(ann::CLONE_TYPE)

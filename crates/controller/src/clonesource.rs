@@ -12,6 +12,7 @@ use cdi_api::{ann, finalizer};
 use cdi_core::hostclone;
 use cdi_core::import::{self, Settings};
 use cdi_upload::pki;
+use cdi_upload::token::Resource;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, Secret};
 use kube::api::PostParams;
@@ -67,11 +68,7 @@ async fn start_source_pod(
 ) -> Result<Action, Error> {
     let later = Action::requeue(ctx.options.resync * 2);
     // Checked again here: nothing reads a source the claim may not copy.
-    let ns = claim.namespace().unwrap_or_default();
-    if let Some(message) = hostclone::cross_namespace_refusal(&ns, source_ref) {
-        ctx.events
-            .record(claim, true, hostclone::NOT_AUTHORIZED, &message)
-            .await;
+    if !crate::clonetoken::claim_allowed(ctx, claim, source_ref, Resource::claims()).await? {
         return Ok(Action::await_change());
     }
     let Some(source) = ctx.caches.claim(&source_ref.0, &source_ref.1) else {
@@ -244,10 +241,7 @@ pub async fn reconcile(
         return release(&ctx, &claim, &source.0, holds).await;
     }
     // Nothing of another namespace is touched (no pod read, made or deleted there).
-    if let Some(message) = hostclone::cross_namespace_refusal(&ns, &source) {
-        ctx.events
-            .record(claim.as_ref(), true, hostclone::NOT_AUTHORIZED, &message)
-            .await;
+    if !crate::clonetoken::claim_allowed(&ctx, &claim, &source, Resource::claims()).await? {
         return Ok(Action::await_change());
     }
     let pod_name = hostclone::source_pod_name(&claim);

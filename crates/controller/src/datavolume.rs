@@ -5,12 +5,15 @@
 
 use std::sync::Arc;
 
+use crate::clonetoken::DvGrant;
 use cdi_api::config::CDIConfig;
 use cdi_api::datavolume::DataVolume;
 use cdi_api::enums::DataVolumePhase;
+use cdi_api::keys::ann;
 use cdi_api::populators::VolumeImportSource;
 use cdi_api::storageprofile::StorageProfile;
 use cdi_core::datavolume::{self, ClaimStep, Companion, Plan, PodStep, Requeue, Snapshot};
+use cdi_upload::token::Resource;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Event, PersistentVolumeClaim, Pod};
 use k8s_openapi::api::storage::v1::StorageClass;
@@ -230,6 +233,48 @@ async fn write_status(
     Ok(())
 }
 
+/// Keep a granted cross-namespace clone's tokens: the DataVolume's short one swapped for a
+/// long one bound to it, and its claim given one bound to the claim.
+async fn authorize_clone(
+    ctx: &Context,
+    dv: &DataVolume,
+    extend: Option<&str>,
+    claim: Option<&PersistentVolumeClaim>,
+    source: Option<&(String, String)>,
+) -> Result<(), Error> {
+    let ns = dv.namespace().unwrap_or_default();
+    if let Some(long) = extend {
+        let patch = json!({"metadata": {"annotations": {ann::EXTENDED_CLONE_TOKEN: long}}});
+        merge(
+            &Api::<DataVolume>::namespaced(ctx.client.clone(), &ns),
+            &dv.name_any(),
+            patch,
+        )
+        .await?;
+    }
+    let (Some(claim), Some(source)) = (claim, source) else {
+        return Ok(());
+    };
+    let ours = claim
+        .owner_references()
+        .iter()
+        .any(|o| o.controller == Some(true) && Some(&o.uid) == dv.metadata.uid.as_ref());
+    if !ours {
+        return Ok(());
+    }
+    let tokens = crate::clonetoken::tokens(ctx).await?;
+    if let Some(token) = crate::clonetoken::claim_token(tokens, claim, source, Resource::claims()) {
+        let patch = json!({"metadata": {"annotations": {ann::EXTENDED_CLONE_TOKEN: token}}});
+        merge(
+            &Api::<PersistentVolumeClaim>::namespaced(ctx.client.clone(), &ns),
+            &claim.name_any(),
+            patch,
+        )
+        .await?;
+    }
+    Ok(())
+}
+
 /// Observe, decide, execute.
 pub async fn reconcile(dv: Arc<DataVolume>, ctx: Arc<Context>) -> Result<Action, Error> {
     if dv.metadata.deletion_timestamp.is_some() {
@@ -260,7 +305,30 @@ pub async fn reconcile(dv: Arc<DataVolume>, ctx: Arc<Context>) -> Result<Action,
         }
     }
     let decided = effective.as_ref().unwrap_or(dv.as_ref());
+    // A clone from another namespace reads nothing without a valid token (SPEC §6).
+    let mut grant = DvGrant::NotNeeded;
+    let clone_source = datavolume::clone_source_of(decided);
+    if let Some(source) = &clone_source
+        && Some(&source.0) != dv.metadata.namespace.as_ref()
+    {
+        let tokens = crate::clonetoken::tokens(&ctx).await?;
+        grant = crate::clonetoken::check_dv(tokens, decided, source, Resource::claims());
+    }
+    let clone_refusal = match &grant {
+        DvGrant::Refused(r) => Some(r),
+        _ => None,
+    };
     let o = observe(&ctx, decided).await;
+    if let DvGrant::Granted { extend } = &grant {
+        authorize_clone(
+            &ctx,
+            &dv,
+            extend.as_deref(),
+            o.claim.as_ref(),
+            clone_source.as_ref(),
+        )
+        .await?;
+    }
     let plan = datavolume::decide(&Snapshot {
         dv: decided,
         claim: o.claim.as_ref(),
@@ -274,6 +342,7 @@ pub async fn reconcile(dv: Arc<DataVolume>, ctx: Arc<Context>) -> Result<Action,
         first_consumer: o.first_consumer.as_ref(),
         clone_source: o.clone_source.as_ref(),
         source_ref_refusal: ref_refusal.as_ref(),
+        clone_refusal,
         worker_image: &ctx.options.importer_image,
         now: k8s_openapi::jiff::Timestamp::now(),
     });

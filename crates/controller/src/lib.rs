@@ -21,6 +21,7 @@
 pub mod cache;
 pub mod clonepop;
 pub mod clonesource;
+pub mod clonetoken;
 pub mod config;
 pub mod datasource;
 pub mod datavolume;
@@ -88,6 +89,8 @@ pub struct Context {
     pub events: Arc<events::Events>,
     /// The upload path's certificate authorities, read once they are needed.
     pub upload_pki: Arc<tokio::sync::OnceCell<upload::UploadPki>>,
+    /// The keys of clone tokens, read once they are needed.
+    pub clone_tokens: Arc<tokio::sync::OnceCell<clonetoken::CloneTokens>>,
 }
 
 impl Context {
@@ -100,6 +103,7 @@ impl Context {
             http: progress::client(),
             caches: cache::new().0,
             upload_pki: Default::default(),
+            clone_tokens: Default::default(),
         }
     }
 }
@@ -339,6 +343,7 @@ pub async fn run_controllers(ctx: Context) -> anyhow::Result<()> {
     let ctx = Context {
         caches,
         upload_pki: Default::default(),
+        clone_tokens: Default::default(),
         ..ctx
     };
     let dv_triggers = datavolume::Triggers::subscribe(&mut feeds);

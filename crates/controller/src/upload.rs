@@ -456,12 +456,20 @@ async fn clone_target_checks(
     claim: &PersistentVolumeClaim,
     source: &(String, String),
 ) -> Option<String> {
-    let ns = claim.namespace().unwrap_or_default();
-    if let Some(message) = hostclone::cross_namespace_refusal(&ns, source) {
-        ctx.events
-            .record(claim, true, hostclone::NOT_AUTHORIZED, &message)
-            .await;
-        return None;
+    match crate::clonetoken::claim_allowed(
+        ctx,
+        claim,
+        source,
+        cdi_upload::token::Resource::claims(),
+    )
+    .await
+    {
+        Ok(true) => {}
+        Ok(false) => return None,
+        Err(e) => {
+            tracing::warn!(error = %e, "reading the clone token keys");
+            return None;
+        }
     }
     let Some(found) = ctx.caches.claim(&source.0, &source.1) else {
         let message = format!("The source pvc {}/{} doesn't exist", source.0, source.1);

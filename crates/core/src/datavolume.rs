@@ -56,6 +56,9 @@ pub struct Snapshot<'a> {
     /// Why the DataVolume's `sourceRef` stands for no source now (its DataSource is missing or
     /// not ready). A resolved `sourceRef` comes as `dv` with `spec.source` filled in.
     pub source_ref_refusal: Option<&'a Refusal>,
+    /// Why a clone from another namespace may not read its source (no valid clone token), as
+    /// the controller found checking the token.
+    pub clone_refusal: Option<&'a Refusal>,
     /// The image worker pods run (the first consumer's too).
     pub worker_image: &'a str,
     pub now: Timestamp,
@@ -575,16 +578,8 @@ pub fn decide(s: &Snapshot<'_>) -> Plan {
             if matches!(filled, Ok(Filled::Import(SourceKind::Pvc)))
                 && let Some((src_ns, src_name)) = clone_source_of(dv)
             {
-                let own = dv.metadata.namespace.clone().unwrap_or_default();
-                if let Some(message) = crate::hostclone::cross_namespace_refusal(
-                    &own,
-                    &(src_ns.clone(), src_name.clone()),
-                ) {
-                    let refusal = Refusal {
-                        reason: crate::hostclone::NOT_AUTHORIZED,
-                        message: format!("DataVolume {own}/{name}: {message}"),
-                    };
-                    let status = dvstatus::refused_status(dv, &refusal, Phase::Pending, s.now);
+                if let Some(refusal) = s.clone_refusal {
+                    let status = dvstatus::refused_status(dv, refusal, Phase::Pending, s.now);
                     return Plan::stopped(status, Requeue::OnChange);
                 }
                 // Upstream waits for the source before making the claim, and sizes from it.
@@ -891,6 +886,7 @@ mod tests {
                 first_consumer,
                 clone_source: None,
                 source_ref_refusal: None,
+                clone_refusal: None,
                 worker_image: "cdi-importer",
                 now: "2026-12-01T12:00:00Z".parse().unwrap(),
             })
@@ -932,7 +928,13 @@ mod tests {
             .as_mut()
             .unwrap()
             .namespace = "golden".into();
+        // What the controller finds of a clone from another namespace with no token.
+        let not_authorized = Refusal {
+            reason: "CloneNotAuthorized",
+            message: "no clone token".into(),
+        };
         let decide = |d: &DataVolume, claim: Option<&PersistentVolumeClaim>, source| {
+            let from = clone_source_of(d).unwrap().0;
             decide(&Snapshot {
                 dv: d,
                 claim,
@@ -946,6 +948,7 @@ mod tests {
                 first_consumer: None,
                 clone_source: source,
                 source_ref_refusal: None,
+                clone_refusal: (from == "golden").then_some(&not_authorized),
                 worker_image: "cdi-importer",
                 now: "2026-12-01T12:00:00Z".parse().unwrap(),
             })
@@ -1066,6 +1069,7 @@ mod tests {
                 first_consumer: None,
                 clone_source: Some(&source),
                 source_ref_refusal: None,
+                clone_refusal: None,
                 worker_image: "cdi-importer",
                 now: "2026-12-01T12:00:00Z".parse().unwrap(),
             }

@@ -53,21 +53,8 @@ pub fn clone_request(claim: &PersistentVolumeClaim) -> Option<(String, String)> 
     }
 }
 
-/// The event reason of a clone refused for want of authorization.
+/// The event reason of a clone refused for want of authorization (no valid clone token).
 pub const NOT_AUTHORIZED: &str = "CloneNotAuthorized";
-
-/// Why a clone from `source` into a claim (or DataVolume) of `namespace` may not read the source:
-/// one from another namespace needs the clone token upstream's DataVolume admission webhook adds
-/// once it checked that the creator may `create` `datavolumes/source` there, and this version
-/// has no such webhook yet, so it copies within a namespace only.
-pub fn cross_namespace_refusal(namespace: &str, source: &(String, String)) -> Option<String> {
-    (source.0 != namespace).then(|| {
-        format!(
-            "cloning {}/{} into namespace {namespace} needs an authorized clone token, which this              version of cdi-rs cannot issue yet (no DataVolume admission webhook): nothing was              read; clone within namespace {}",
-            source.0, source.1, source.0
-        )
-    })
-}
 
 /// The copy is complete (`k8s.io/CloneOf`).
 pub fn is_done(claim: &PersistentVolumeClaim) -> bool {

@@ -30,6 +30,8 @@ pub struct ApiServerConfig {
     pub front_proxy_ca_pem: Vec<u8>,
     pub headers: RequestHeaders,
     pub signer: Signer,
+    /// Signs the clone tokens of the DataVolume webhook (the same key and issuer).
+    pub webhook_signer: Signer,
 }
 
 type Body = Full<Bytes>;
@@ -150,6 +152,7 @@ struct Api {
     client: kube::Client,
     headers: RequestHeaders,
     signer: Signer,
+    webhook: crate::webhook::Webhook,
 }
 
 impl Api {
@@ -183,6 +186,9 @@ impl Api {
             }
             p if get && p == format!("/openapi/v3/apis/{GROUP}/{VERSION}") => {
                 return json_answer(StatusCode::OK, &openapi());
+            }
+            p if p == crate::webhook::PATH && req.method() == Method::POST => {
+                return self.admission(req).await;
             }
             _ => {}
         }
@@ -265,6 +271,36 @@ impl Api {
     }
 }
 
+impl Api {
+    /// An AdmissionReview for the DataVolume webhook. The API server calls it without a client
+    /// certificate (as kube's does): what it answers is checked again by the controller, and a
+    /// token it gives names one clone only.
+    async fn admission(&self, req: Request<Incoming>) -> Response<Body> {
+        let body = match Limited::new(req.into_body(), MAX_BODY).collect().await {
+            Ok(b) => b.to_bytes(),
+            Err(e) => return status(400, "BadRequest", &format!("reading the request: {e}")),
+        };
+        let review: Value = match serde_json::from_slice(&body) {
+            Ok(v @ Value::Object(_)) if v["request"].is_object() => v,
+            _ => {
+                return status(
+                    400,
+                    "BadRequest",
+                    "the request body is not an AdmissionReview",
+                );
+            }
+        };
+        let answer = self.webhook.review(&review).await;
+        if answer["response"]["allowed"] == json!(false) {
+            tracing::info!(user = %review["request"]["userInfo"]["username"],
+                namespace = %review["request"]["namespace"],
+                name = %review["request"]["name"],
+                why = %answer["response"]["status"]["message"], "refused a DataVolume");
+        }
+        json_answer(StatusCode::OK, &answer)
+    }
+}
+
 /// Serve until the listener fails.
 pub async fn run(
     config: ApiServerConfig,
@@ -278,6 +314,10 @@ pub async fn run(
     })?;
     let acceptor = tokio_rustls::TlsAcceptor::from(tls);
     let api = Arc::new(Api {
+        webhook: crate::webhook::Webhook {
+            client: client.clone(),
+            signer: config.webhook_signer,
+        },
         client,
         headers: config.headers,
         signer: config.signer,

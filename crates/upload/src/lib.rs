@@ -14,3 +14,4 @@ pub mod proxy;
 pub mod server;
 pub mod token;
 pub mod tokenapi;
+pub mod webhook;

@@ -15,6 +15,11 @@ pub const API_ISSUER: &str = "cdi-apiserver";
 pub const LIFETIME: Duration = Duration::from_secs(5 * 60);
 /// Clock skew allowed when checking them.
 pub const LEEWAY: Duration = Duration::from_secs(10);
+/// Who signs the long-lived clone tokens the controller swaps a DataVolume's short one for
+/// (upstream's "extended" tokens): bound to the DataVolume's, then the claim's, uid.
+pub const EXTENDED_ISSUER: &str = "cdi-deployment";
+/// How long they are valid (upstream: ten years; the uid binding is what limits them).
+pub const EXTENDED_LIFETIME: Duration = Duration::from_secs(10 * 365 * 24 * 3600);
 
 /// What a token allows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -43,6 +48,15 @@ impl Resource {
             resource: "persistentvolumeclaims".into(),
         }
     }
+
+    /// VolumeSnapshots (snapshot.storage.k8s.io/v1): what a snapshot clone reads.
+    pub fn snapshots() -> Resource {
+        Resource {
+            group: "snapshot.storage.k8s.io".into(),
+            version: "v1".into(),
+            resource: "volumesnapshots".into(),
+        }
+    }
 }
 
 /// What a token is for.
@@ -66,6 +80,27 @@ impl Payload {
             resource: Resource::claims(),
             params: BTreeMap::new(),
         }
+    }
+
+    /// A clone of `source` (`resource` in namespace `source.0`) into `target` (namespace,
+    /// name), as the DataVolume admission webhook grants it.
+    pub fn for_clone(source: (&str, &str), resource: Resource, target: (&str, &str)) -> Payload {
+        Payload {
+            operation: Operation::Clone,
+            name: source.1.into(),
+            namespace: source.0.into(),
+            resource,
+            params: BTreeMap::from([
+                ("targetNamespace".to_string(), target.0.to_string()),
+                ("targetName".to_string(), target.1.to_string()),
+            ]),
+        }
+    }
+
+    /// The same grant bound to one object (a DataVolume's or a claim's uid).
+    pub fn bound_to(mut self, uid: &str) -> Payload {
+        self.params.insert("uid".into(), uid.into());
+        self
     }
 }
 
@@ -192,6 +227,22 @@ impl Validator {
         }
         Ok(got)
     }
+
+    /// The payload, if the token is valid and grants exactly the clone `want`: its source and
+    /// resource, and every parameter of `want` (target, and uid when `want` is bound).
+    pub fn validate_clone(&self, token: &str, want: &Payload) -> Result<Payload, TokenError> {
+        let got = self.validate_for(token, want)?;
+        for (key, value) in &want.params {
+            let found = got.params.get(key).map(String::as_str).unwrap_or("");
+            if found != value {
+                return Err(TokenError::WrongScope {
+                    got: format!("{key} {found:?}"),
+                    want: format!("{key} {value:?}"),
+                });
+            }
+        }
+        Ok(got)
+    }
 }
 
 #[cfg(test)]
@@ -255,6 +306,40 @@ mod tests {
                 Err(TokenError::Invalid(_))
             ));
         }
+    }
+
+    #[test]
+    fn a_clone_token_names_source_target_and_binding() {
+        let (signer, validator) = pair();
+        let grant = Payload::for_clone(("golden", "img"), Resource::claims(), ("vms", "disk"));
+        let token = signer.sign(&grant, LIFETIME);
+        assert!(validator.validate_clone(&token, &grant).is_ok());
+        for other in [
+            Payload::for_clone(("golden", "img"), Resource::claims(), ("vms", "other")),
+            Payload::for_clone(("golden", "img"), Resource::claims(), ("other", "disk")),
+            Payload::for_clone(("golden", "img2"), Resource::claims(), ("vms", "disk")),
+            Payload::for_clone(("golden", "img"), Resource::snapshots(), ("vms", "disk")),
+            grant.clone().bound_to("uid-1"),
+        ] {
+            assert!(
+                matches!(
+                    validator.validate_clone(&token, &other),
+                    Err(TokenError::WrongScope { .. })
+                ),
+                "{other:?}"
+            );
+        }
+        let bound = signer.sign(&grant.clone().bound_to("uid-1"), LIFETIME);
+        assert!(
+            validator
+                .validate_clone(&bound, &grant.clone().bound_to("uid-1"))
+                .is_ok()
+        );
+        assert!(
+            validator
+                .validate_clone(&bound, &grant.bound_to("uid-2"))
+                .is_err()
+        );
     }
 
     #[test]

@@ -1,0 +1,470 @@
+//! The DataVolume admission webhook (upstream's `/datavolume-mutate`, served by `cdi apiserver`):
+//! a DataVolume that clones (`source.pvc`, `source.snapshot`, or a `sourceRef` whose DataSource
+//! names one) from another namespace is admitted only when its creator may read that namespace's
+//! volumes, by the same SubjectAccessReviews as upstream; an admitted clone gets a short clone
+//! token (`cdi.kubevirt.io/storage.clone.token`) naming source and target, which the controller
+//! checks before it reads a byte. A clone within one namespace needs no extra permission.
+
+use cdi_api::datasource::DataSource;
+use cdi_api::datavolume::DataVolume;
+use k8s_openapi::api::authorization::v1::SubjectAccessReview;
+use k8s_openapi::api::core::v1::Namespace;
+use serde_json::{Value, json};
+
+use crate::token::{LIFETIME, Payload, Resource, Signer};
+
+/// Where the webhook is served.
+pub const PATH: &str = "/datavolume-mutate";
+/// The MutatingWebhookConfiguration and its webhook (upstream's names).
+pub const CONFIGURATION: &str = "cdi-api-datavolume-mutate";
+pub const WEBHOOK: &str = "datavolume-mutate.cdi.kubevirt.io";
+/// The annotation holding the short clone token.
+pub const CLONE_TOKEN: &str = "cdi.kubevirt.io/storage.clone.token";
+/// Annotations under which upstream admits a clone without a token when it cannot be authorized
+/// (the claim is already there, or a static volume is looked for).
+const NO_TOKEN_OKAY: [&str; 2] = [
+    "cdi.kubevirt.io/storage.prePopulated",
+    "cdi.kubevirt.io/storage.checkStaticVolume",
+];
+
+/// What a DataVolume clones: a claim or a VolumeSnapshot, by namespace and name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CloneSource {
+    pub snapshot: bool,
+    pub namespace: String,
+    pub name: String,
+}
+
+impl CloneSource {
+    /// The resource its token names.
+    pub fn resource(&self) -> Resource {
+        if self.snapshot {
+            Resource::snapshots()
+        } else {
+            Resource::claims()
+        }
+    }
+}
+
+fn or_own(ns: &str, own: &str) -> String {
+    if ns.is_empty() { own } else { ns }.to_string()
+}
+
+/// The source `dv` names itself (`source.pvc`, else `source.snapshot`), in `own` namespace when
+/// it names none.
+pub fn direct_source(dv: &DataVolume, own: &str) -> Option<CloneSource> {
+    let source = dv.spec.source.as_ref()?;
+    if let Some(p) = &source.pvc {
+        return Some(CloneSource {
+            snapshot: false,
+            namespace: or_own(&p.namespace, own),
+            name: p.name.clone(),
+        });
+    }
+    source.snapshot.as_ref().map(|s| CloneSource {
+        snapshot: true,
+        namespace: or_own(&s.namespace, own),
+        name: s.name.clone(),
+    })
+}
+
+/// The source a DataSource (in namespace `at`) stands for: its `spec.source`, or for one that
+/// refers to another DataSource what it resolved to (`status.source`). `None` when it names
+/// none yet (not ready): upstream admits such a DataVolume without a token.
+pub fn data_source_source(ds: &DataSource, at: &str) -> Option<CloneSource> {
+    let s = if ds.spec.source.data_source.is_some() {
+        ds.status.as_ref()?.source.clone()?
+    } else {
+        ds.spec.source.clone()
+    };
+    if let Some(p) = s.pvc {
+        return Some(CloneSource {
+            snapshot: false,
+            namespace: or_own(&p.namespace, at),
+            name: p.name,
+        });
+    }
+    s.snapshot.map(|p| CloneSource {
+        snapshot: true,
+        namespace: or_own(&p.namespace, at),
+        name: p.name,
+    })
+}
+
+/// The SubjectAccessReviews' resource attributes that allow a clone of `source`: any one of the
+/// alternatives, each all of its checks (upstream's `authorize_utils.go`): `create` on
+/// `datavolumes/source`, or a right that reads the volume anyway (`create pods` for a claim;
+/// `create pods` and `create pvcs` for a snapshot).
+pub fn access_checks(source: &CloneSource) -> Vec<Vec<Value>> {
+    let check = |group: &str, resource: &str, subresource: &str| {
+        let mut a = json!({"namespace": source.namespace, "verb": "create", "group": group,
+            "resource": resource, "name": source.name});
+        if !subresource.is_empty() {
+            a["subresource"] = json!(subresource);
+        }
+        a
+    };
+    let explicit = vec![check("cdi.kubevirt.io", "datavolumes", "source")];
+    let implicit = if source.snapshot {
+        vec![check("", "pods", ""), check("", "pvcs", "")]
+    } else {
+        vec![check("", "pods", "")]
+    };
+    vec![explicit, implicit]
+}
+
+/// Upstream's refusal.
+pub fn insufficient(user: &str, namespace: &str) -> String {
+    format!("User {user} has insufficient permissions in clone source namespace {namespace}")
+}
+
+/// The MutatingWebhookConfiguration that sends DataVolume creates and updates here (upstream's
+/// operator makes the same one): through Service `service` in `namespace`, trusted by
+/// `ca_bundle` (PEM), failing closed.
+pub fn configuration(namespace: &str, service: &str, port: u16, ca_bundle: &str) -> Value {
+    use base64::Engine;
+    json!({
+        "apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingWebhookConfiguration",
+        "metadata": {"name": CONFIGURATION, "labels": {"cdi.kubevirt.io": "cdi-api"}},
+        "webhooks": [{
+            "name": WEBHOOK,
+            "rules": [{"operations": ["CREATE", "UPDATE"], "apiGroups": ["cdi.kubevirt.io"],
+                "apiVersions": ["v1beta1"], "resources": ["datavolumes"], "scope": "*"}],
+            "clientConfig": {
+                "service": {"namespace": namespace, "name": service, "path": PATH, "port": port},
+                "caBundle": base64::engine::general_purpose::STANDARD.encode(ca_bundle.as_bytes())},
+            "failurePolicy": "Fail", "sideEffects": "None", "matchPolicy": "Exact",
+            "timeoutSeconds": 30, "admissionReviewVersions": ["v1", "v1beta1"],
+            "reinvocationPolicy": "Never"
+        }]
+    })
+}
+
+/// The JSON patch that puts `token` on an object with `annotations` (`None`: it has none).
+pub fn token_patch(annotations: Option<&Value>, token: &str) -> Value {
+    if annotations.is_some_and(Value::is_object) {
+        json!([{"op": "add", "path": format!("/metadata/annotations/{}",
+            CLONE_TOKEN.replace('~', "~0").replace('/', "~1")), "value": token}])
+    } else {
+        json!([{"op": "add", "path": "/metadata/annotations", "value": {CLONE_TOKEN: token}}])
+    }
+}
+
+/// The answer to an AdmissionReview.
+fn answer(uid: &Value, response: Value) -> Value {
+    let mut response = response;
+    response["uid"] = uid.clone();
+    json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": response})
+}
+
+fn allowed() -> Value {
+    json!({"allowed": true})
+}
+
+fn refused(code: u16, message: &str, field: Option<&str>) -> Value {
+    let mut status = json!({"status": "Failure", "message": message, "code": code});
+    if let Some(field) = field {
+        status["details"] = json!({"causes": [{"type": "FieldValueInvalid", "message": message,
+            "field": field}]});
+    }
+    json!({"allowed": false, "status": status})
+}
+
+/// What the webhook reads from the cluster and asks of it.
+pub struct Webhook {
+    pub client: kube::Client,
+    pub signer: Signer,
+}
+
+/// Why a clone's source could not be looked at.
+enum Lookup {
+    /// A DataSource or namespace that is not there (or not readable).
+    Missing(String),
+    Failed(String),
+}
+
+impl Webhook {
+    /// Answer an AdmissionReview (its JSON): allowed, allowed with the token added, or refused
+    /// saying why.
+    pub async fn review(&self, review: &Value) -> Value {
+        let request = &review["request"];
+        let uid = &request["uid"];
+        let response = self.admit(request).await;
+        answer(uid, response)
+    }
+
+    async fn admit(&self, request: &Value) -> Value {
+        let dv: DataVolume = match serde_json::from_value(request["object"].clone()) {
+            Ok(dv) => dv,
+            Err(e) => return refused(400, &format!("the object is not a DataVolume: {e}"), None),
+        };
+        if dv.metadata.deletion_timestamp.is_some() {
+            return allowed();
+        }
+        let target_ns = dv
+            .metadata
+            .namespace
+            .clone()
+            .filter(|n| !n.is_empty())
+            .or_else(|| request["namespace"].as_str().map(String::from))
+            .unwrap_or_default();
+        let target_name = dv
+            .metadata
+            .name
+            .clone()
+            .filter(|n| !n.is_empty())
+            .or_else(|| request["name"].as_str().map(String::from))
+            .unwrap_or_default();
+        let anns = dv.metadata.annotations.clone().unwrap_or_default();
+        let no_token_okay = NO_TOKEN_OKAY.iter().any(|k| anns.contains_key(*k));
+        let source = match self.clone_source(&dv, &target_ns).await {
+            Ok(Some(s)) => s,
+            Ok(None) => return allowed(),
+            Err(Lookup::Missing(_)) if no_token_okay => return allowed(),
+            Err(Lookup::Missing(m) | Lookup::Failed(m)) => return refused(400, &m, None),
+        };
+        if source.namespace != target_ns {
+            match self.namespace_exists(&source.namespace).await {
+                Ok(true) => {}
+                Ok(false) if no_token_okay => return allowed(),
+                Ok(false) => {
+                    return refused(
+                        404,
+                        &format!("namespaces \"{}\" not found", source.namespace),
+                        None,
+                    );
+                }
+                Err(m) => return refused(500, &m, None),
+            }
+            let user = &request["userInfo"];
+            match self.may_clone(&source, user).await {
+                Ok(true) => {}
+                Ok(false) if no_token_okay => return allowed(),
+                Ok(false) => {
+                    let who = user["username"].as_str().unwrap_or("");
+                    let field = if source.snapshot {
+                        "spec.source.snapshot.namespace"
+                    } else {
+                        "spec.source.PVC.namespace"
+                    };
+                    return refused(422, &insufficient(who, &source.namespace), Some(field));
+                }
+                Err(m) => return refused(500, &m, None),
+            }
+        }
+        // The token is given at creation only (upstream's rule); an update is only checked.
+        if request["operation"] != "CREATE" {
+            return allowed();
+        }
+        let payload = Payload::for_clone(
+            (&source.namespace, &source.name),
+            source.resource(),
+            (&target_ns, &target_name),
+        );
+        let token = self.signer.sign(&payload, LIFETIME);
+        let patch = token_patch(request["object"]["metadata"].get("annotations"), &token);
+        use base64::Engine;
+        json!({"allowed": true, "patchType": "JSONPatch",
+            "patch": base64::engine::general_purpose::STANDARD.encode(patch.to_string())})
+    }
+
+    async fn clone_source(
+        &self,
+        dv: &DataVolume,
+        own: &str,
+    ) -> Result<Option<CloneSource>, Lookup> {
+        if dv.spec.source.is_some() {
+            return Ok(direct_source(dv, own));
+        }
+        let Some(r) = dv
+            .spec
+            .source_ref
+            .as_ref()
+            .filter(|r| r.kind == "DataSource")
+        else {
+            return Ok(None);
+        };
+        let ns = r
+            .namespace
+            .clone()
+            .filter(|n| !n.is_empty())
+            .unwrap_or_else(|| own.to_string());
+        let api: kube::Api<DataSource> = kube::Api::namespaced(self.client.clone(), &ns);
+        match api.get_opt(&r.name).await {
+            Ok(Some(ds)) => Ok(data_source_source(&ds, &ns)),
+            Ok(None) => Err(Lookup::Missing(format!(
+                "datasources.cdi.kubevirt.io \"{}\" not found: DataVolume {own}/{} names \
+                 DataSource {ns}/{} in spec.sourceRef; create it first",
+                r.name,
+                dv.metadata.name.as_deref().unwrap_or(""),
+                r.name
+            ))),
+            Err(e) => Err(Lookup::Failed(format!(
+                "reading DataSource {ns}/{}: {e}",
+                r.name
+            ))),
+        }
+    }
+
+    async fn namespace_exists(&self, name: &str) -> Result<bool, String> {
+        kube::Api::<Namespace>::all(self.client.clone())
+            .get_opt(name)
+            .await
+            .map(|n| n.is_some())
+            .map_err(|e| format!("reading namespace {name}: {e}"))
+    }
+
+    /// Whether the requester (`userInfo` of the review) may clone `source`.
+    async fn may_clone(&self, source: &CloneSource, user: &Value) -> Result<bool, String> {
+        let reviews: kube::Api<SubjectAccessReview> = kube::Api::all(self.client.clone());
+        for alternative in access_checks(source) {
+            let mut all = true;
+            for attributes in alternative {
+                let mut spec = json!({"user": user["username"], "groups": user["groups"],
+                    "resourceAttributes": attributes});
+                if let Some(extra) = user.get("extra").filter(|e| e.is_object()) {
+                    spec["extra"] = extra.clone();
+                }
+                if let Some(uid) = user.get("uid").filter(|u| u.is_string()) {
+                    spec["uid"] = uid.clone();
+                }
+                let sar: SubjectAccessReview =
+                    serde_json::from_value(json!({"apiVersion": "authorization.k8s.io/v1",
+                        "kind": "SubjectAccessReview", "spec": spec}))
+                    .map_err(|e| format!("building the SubjectAccessReview: {e}"))?;
+                let answer = reviews
+                    .create(&kube::api::PostParams::default(), &sar)
+                    .await
+                    .map_err(|e| format!("authorizing the clone: {e}"))?;
+                if !answer.status.is_some_and(|s| s.allowed) {
+                    all = false;
+                    break;
+                }
+            }
+            if all {
+                return Ok(true);
+            }
+        }
+        Ok(false)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn dv(yaml: &str) -> DataVolume {
+        serde_json::from_value(serde_json::from_str::<Value>(yaml).unwrap()).unwrap()
+    }
+
+    #[test]
+    fn the_source_is_the_claim_or_the_snapshot_in_the_own_namespace_by_default() {
+        let claim = dv(r#"{"metadata": {"name": "d", "namespace": "vms"},
+            "spec": {"source": {"pvc": {"namespace": "", "name": "img"}}}}"#);
+        assert_eq!(
+            direct_source(&claim, "vms"),
+            Some(CloneSource {
+                snapshot: false,
+                namespace: "vms".into(),
+                name: "img".into()
+            })
+        );
+        let snap = dv(r#"{"metadata": {"name": "d", "namespace": "vms"},
+            "spec": {"source": {"snapshot": {"namespace": "golden", "name": "s"}}}}"#);
+        let s = direct_source(&snap, "vms").unwrap();
+        assert!(s.snapshot);
+        assert_eq!(s.resource(), Resource::snapshots());
+        let http = dv(r#"{"metadata": {"name": "d"},
+            "spec": {"source": {"http": {"url": "http://x"}}}}"#);
+        assert_eq!(direct_source(&http, "vms"), None);
+    }
+
+    #[test]
+    fn a_chained_data_source_stands_for_what_it_resolved_to() {
+        let ds = |json: &str| -> DataSource { serde_json::from_str(json).unwrap() };
+        let direct = ds(r#"{"metadata": {"name": "f"}, "spec": {"source":
+            {"pvc": {"namespace": "", "name": "img"}}}}"#);
+        assert_eq!(
+            data_source_source(&direct, "golden").unwrap().namespace,
+            "golden"
+        );
+        let chained = ds(r#"{"metadata": {"name": "f"}, "spec": {"source":
+            {"dataSource": {"namespace": "golden", "name": "other"}}}}"#);
+        assert_eq!(data_source_source(&chained, "golden"), None);
+        let resolved = ds(r#"{"metadata": {"name": "f"}, "spec": {"source":
+            {"dataSource": {"namespace": "golden", "name": "other"}}},
+            "status": {"source": {"snapshot": {"namespace": "golden", "name": "s"}}}}"#);
+        assert!(data_source_source(&resolved, "golden").unwrap().snapshot);
+    }
+
+    #[test]
+    fn access_is_the_explicit_right_or_what_reads_the_volume_anyway() {
+        let claim = CloneSource {
+            snapshot: false,
+            namespace: "golden".into(),
+            name: "img".into(),
+        };
+        let checks = access_checks(&claim);
+        assert_eq!(checks.len(), 2);
+        assert_eq!(checks[0][0]["resource"], "datavolumes");
+        assert_eq!(checks[0][0]["subresource"], "source");
+        assert_eq!(checks[0][0]["namespace"], "golden");
+        assert_eq!(checks[1].len(), 1);
+        assert_eq!(checks[1][0]["resource"], "pods");
+        let snap = CloneSource {
+            snapshot: true,
+            ..claim
+        };
+        let checks = access_checks(&snap);
+        assert_eq!(
+            checks[1]
+                .iter()
+                .map(|c| c["resource"].as_str().unwrap())
+                .collect::<Vec<_>>(),
+            ["pods", "pvcs"]
+        );
+    }
+
+    #[test]
+    fn the_token_is_added_with_or_without_annotations() {
+        let patch = token_patch(None, "t");
+        assert_eq!(patch[0]["path"], "/metadata/annotations");
+        assert_eq!(patch[0]["value"][CLONE_TOKEN], "t");
+        let patch = token_patch(Some(&json!({"a": "b"})), "t");
+        assert_eq!(
+            patch[0]["path"],
+            "/metadata/annotations/cdi.kubevirt.io~1storage.clone.token"
+        );
+        let mut object = json!({"metadata": {"annotations": {"a": "b"}}});
+        json_patch_apply(&mut object, &patch);
+        assert_eq!(object["metadata"]["annotations"][CLONE_TOKEN], "t");
+    }
+
+    /// Enough of RFC 6902 `add` for the patches above.
+    fn json_patch_apply(object: &mut Value, patch: &Value) {
+        for op in patch.as_array().unwrap() {
+            let path = op["path"].as_str().unwrap();
+            let mut parts: Vec<String> = path
+                .split('/')
+                .skip(1)
+                .map(|p| p.replace("~1", "/").replace("~0", "~"))
+                .collect();
+            let last = parts.pop().unwrap();
+            let mut at = &mut *object;
+            for p in parts {
+                at = &mut at[p.as_str()];
+            }
+            at[last.as_str()] = op["value"].clone();
+        }
+    }
+
+    #[test]
+    fn the_configuration_sends_datavolume_writes_here_and_fails_closed() {
+        let c = configuration("cdi", "cdi-api", 443, "PEM");
+        let w = &c["webhooks"][0];
+        assert_eq!(w["name"], WEBHOOK);
+        assert_eq!(w["failurePolicy"], "Fail");
+        assert_eq!(w["clientConfig"]["service"]["path"], PATH);
+        assert_eq!(w["rules"][0]["resources"][0], "datavolumes");
+    }
+}
