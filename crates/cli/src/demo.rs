@@ -46,6 +46,13 @@ pub struct DemoArgs {
     /// DataVolume still waiting for its first consumer, then the VM's disk with `--force-bind`.
     #[arg(long, conflicts_with = "populator")]
     upload: bool,
+    /// Tell the golden-image story instead: the image imported once into namespace `golden`
+    /// and published as a DataSource, a clone refused to a user who may not read `golden`, then
+    /// two VMs in namespace `vms` on disks cloned from it through `sourceRef` (a host-assisted
+    /// copy on local-path, the clone populator on the CSI-like class), CDI running in the
+    /// cluster with its admission webhook.
+    #[arg(long, conflicts_with_all = ["populator", "upload"])]
+    clone: bool,
 }
 
 const NS: &str = "default";
@@ -80,14 +87,14 @@ fn seed_objects(url: Option<&str>, size: &str, class: &str) -> Vec<serde_json::V
     ]
 }
 
-struct Timeline {
+pub(crate) struct Timeline {
     start: Instant,
     seen: BTreeSet<String>,
 }
 
 impl Timeline {
     /// Print `line` once, with the time since the start.
-    fn say(&mut self, key: &str, line: String) {
+    pub(crate) fn say(&mut self, key: &str, line: String) {
         if self.seen.insert(key.to_string()) {
             println!("{:>7.2}s  {line}", self.start.elapsed().as_secs_f64());
         }
@@ -206,7 +213,11 @@ pub fn run(args: &DemoArgs) -> anyhow::Result<()> {
     };
     let runtime = tokio::runtime::Runtime::new().context("starting the runtime")?;
     runtime.block_on(async {
-        println!("cdi demo: the WaitForFirstConsumer handshake of the seed document, on {}", dir.display());
+        if args.clone {
+            println!("cdi demo --clone: a golden image, its DataSource, and VM disks cloned from it in another namespace, on {}", dir.display());
+        } else {
+            println!("cdi demo: the WaitForFirstConsumer handshake of the seed document, on {}", dir.display());
+        }
         let raw = demo_image::fat16(65536, "cdi demo", &[
             ("README.TXT", b"This disk was imported by cdi-rs, placed on the node its VM runs on.\n"),
             ("SEED.TXT", b"HonorWaitForFirstConsumer: the VM's temporary pod bound the claim, then the importer filled it.\n"),
@@ -227,12 +238,13 @@ pub fn run(args: &DemoArgs) -> anyhow::Result<()> {
         let running = cluster::start(&config).await?;
         let client = running.client.clone();
         println!("  cluster: {} (kubeconfig {})", running.url, running.kubeconfig.display());
-        // The upload path needs CDI's token API and upload proxy: CDI runs in the cluster, as
-        // `cdi dev up --cdi` installs it. Otherwise the controllers run in this process.
-        let controllers = if args.upload {
+        // The upload path needs CDI's token API and upload proxy, a clone from another
+        // namespace its admission webhook: CDI runs in the cluster, as `cdi dev up --cdi`
+        // installs it. Otherwise the controllers run in this process.
+        let controllers = if args.upload || args.clone {
             crate::dev::install_cdi(&client).await?;
             wait_rolled_out(&client, Duration::from_secs(args.timeout)).await?;
-            println!("  CDI: controller, token API and upload proxy running in namespace cdi");
+            println!("  CDI: controller, token API (with the DataVolume webhook) and upload proxy running in namespace cdi");
             None
         } else {
             let ctx = Context::new(
@@ -247,6 +259,13 @@ pub fn run(args: &DemoArgs) -> anyhow::Result<()> {
             crate::controller::install_crds(&client).await?;
             Some(tokio::spawn(cdi_controller::run_controllers(ctx)))
         };
+        if args.clone {
+            println!();
+            let mut t = Timeline { start: Instant::now(), seen: BTreeSet::new() };
+            let told = crate::demo_clone::story(&client, &running.kubeconfig, &url, &args.size, &raw, Duration::from_secs(args.timeout), &mut t).await;
+            running.stop().await;
+            return told;
+        }
         let class = if args.populator { "csi" } else { "local-path-wffc" };
         let source = (!args.upload).then_some(url.as_str());
         setup(&client, source, &args.size, class).await?;
@@ -402,7 +421,7 @@ async fn upload(
     Ok(rx)
 }
 
-fn read_head(path: &Path, len: usize) -> Option<Vec<u8>> {
+pub(crate) fn read_head(path: &Path, len: usize) -> Option<Vec<u8>> {
     use std::io::Read;
     let mut buf = vec![0u8; len];
     std::fs::File::open(path).ok()?.read_exact(&mut buf).ok()?;

@@ -5,6 +5,7 @@ mod apiserver;
 mod cloner;
 mod controller;
 mod demo;
+mod demo_clone;
 mod demo_image;
 mod dev;
 mod image_upload;

@@ -130,3 +130,64 @@ fn the_upload_demo_is_refused_without_force_bind_then_fills_the_vm_disk() {
         "{stdout}"
     );
 }
+
+#[test]
+fn the_clone_demo_refuses_then_clones_the_golden_image_into_two_vms() {
+    let out = Command::new(env!("CARGO_BIN_EXE_cdi"))
+        .args(["demo", "--clone"])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert_in_order(
+        &stdout,
+        &[
+            "DataVolume golden/fedora: Succeeded",
+            "DataSource golden/fedora: Ready (DataSource is ready to be consumed)",
+            "alice creates DataVolume vms/vm-local-root (sourceRef golden/fedora): refused: \
+             admission webhook \"datavolume-mutate.cdi.kubevirt.io\" denied the request: User \
+             alice has insufficient permissions in clone source namespace golden",
+            "RoleBinding golden/alice-clones",
+            "alice creates DataVolume vms/vm-csi-root",
+        ],
+    );
+    // Each disk's story, in its order (the two run side by side).
+    assert_in_order(
+        &stdout,
+        &[
+            "claim vms/vm-local-root: host-assisted copy of golden/fedora",
+            "DataVolume vms/vm-local-root: CloneInProgress",
+            "DataVolume vms/vm-local-root: Succeeded (100.0%)",
+            "VirtualMachine vms/vm-local: launcher virt-launcher-vm-local-",
+        ],
+    );
+    // The strategy is told in the same look as the phase it leads to.
+    assert!(
+        stdout.contains(
+            "claim vms/vm-csi-root: clone strategy snapshot (StorageProfile csi says \
+             cloneStrategy snapshot)"
+        ),
+        "{stdout}"
+    );
+    assert_in_order(
+        &stdout,
+        &[
+            "DataVolume vms/vm-csi-root: SnapshotForSmartCloneInProgress",
+            "DataVolume vms/vm-csi-root: RebindInProgress",
+            "DataVolume vms/vm-csi-root: Succeeded (100.0%)",
+            "VirtualMachine vms/vm-csi: launcher virt-launcher-vm-csi-",
+        ],
+    );
+    for disk in ["vm-local-root", "vm-csi-root"] {
+        assert!(
+            stdout.contains(&format!("vms/{disk}: "))
+                && stdout.contains("holds the golden image, byte for byte"),
+            "{stdout}"
+        );
+    }
+    assert!(
+        stdout.contains("OK: both VMs run on disks cloned from golden/fedora"),
+        "{stdout}"
+    );
+}
