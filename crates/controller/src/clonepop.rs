@@ -292,13 +292,14 @@ pub async fn reconcile(
         // Created with or after its claim: looked for again slowly.
         return Ok(Action::requeue(ctx.options.resync * 5));
     };
-    if vcs.spec.source.kind != "PersistentVolumeClaim" {
+    let from_snapshot = vcs.spec.source.kind == "VolumeSnapshot";
+    if vcs.spec.source.kind != "PersistentVolumeClaim" && !from_snapshot {
         return fail(
             &ctx,
             &target,
             "CloneSourceNotSupported",
             &format!(
-                "VolumeCloneSource {source_ns}/{vcs_name}: a {} source is not cloned by this version of cdi-rs yet; clone a PersistentVolumeClaim",
+                "VolumeCloneSource {source_ns}/{vcs_name}: a {} source is not cloned by this version of cdi-rs; clone a PersistentVolumeClaim or a VolumeSnapshot",
                 vcs.spec.source.kind
             ),
         )
@@ -307,7 +308,12 @@ pub async fn reconcile(
     // Nothing of the source is looked at before the claim is shown to be allowed to copy it.
     let source = (source_ns.clone(), vcs.spec.source.name.clone());
     let tokens = crate::clonetoken::tokens(&ctx).await?;
-    match crate::clonetoken::check_claim(tokens, &target, &source, Resource::claims()) {
+    let resource = if from_snapshot {
+        Resource::snapshots()
+    } else {
+        Resource::claims()
+    };
+    match crate::clonetoken::check_claim(tokens, &target, &source, resource) {
         ClaimGrant::Allowed => {}
         ClaimGrant::Wait => return Ok(Action::await_change()),
         ClaimGrant::Refused(message) => {
@@ -317,6 +323,9 @@ pub async fn reconcile(
     let strategy = anns
         .get(ann::CLONE_TYPE)
         .and_then(|s| s.parse::<CloneStrategy>().ok());
+    if from_snapshot {
+        return restore_snapshot(&ctx, &target, &vcs, holds, node.as_deref()).await;
+    }
     let Some(strategy) = strategy else {
         return choose(&ctx, &target, &source_ns, &vcs.spec.source.name).await;
     };
@@ -523,6 +532,134 @@ async fn snapshot_clone(
         return Ok(later);
     }
     create_tmp(ctx, target, vcs, node, clonepop::Fill::Restore(&name)).await?;
+    set_phase(ctx, target, phase::SNAPSHOT_CLONE).await?;
+    Ok(Action::await_change())
+}
+
+/// A clone of a VolumeSnapshot (upstream's snapshot source): restored by the CSI driver into the
+/// temporary claim (`SnapshotClone`, the DataVolume's `CloneFromSnapshotSourceInProgress`), then
+/// handed over. The strategy is `snapshot` and recorded once; the snapshot must be ready, of the
+/// target class's driver, and no larger than the target.
+async fn restore_snapshot(
+    ctx: &Context,
+    target: &PersistentVolumeClaim,
+    vcs: &VolumeCloneSource,
+    holds: bool,
+    node: Option<&str>,
+) -> Result<Action, Error> {
+    let source_ns = vcs.namespace().unwrap_or_default();
+    if let Some(tmp) = ctx
+        .caches
+        .claim(&source_ns, &clonepop::tmp_claim_name(target))
+    {
+        return prep_and_rebind(ctx, target, &tmp).await;
+    }
+    let name = &vcs.spec.source.name;
+    // Snapshots are not in the caches: looked at on a timer.
+    let later = Action::requeue(ctx.options.resync * 2);
+    let snapshots: Api<DynamicObject> = Api::namespaced_with(
+        ctx.client.clone(),
+        &source_ns,
+        &crate::snapshot_api("VolumeSnapshot", "volumesnapshots"),
+    );
+    let found = match snapshots.get_opt(name).await {
+        Ok(found) => found,
+        Err(kube::Error::Api(e)) if e.code == 404 => None,
+        Err(e) => return Err(e.into()),
+    };
+    let Some(snapshot) = found else {
+        let message = format!("The source snapshot {source_ns}/{name} doesn't exist");
+        ctx.events
+            .record(target, true, "CloneWithoutSource", &message)
+            .await;
+        return Ok(later);
+    };
+    if snapshot.data["status"]["readyToUse"] != true {
+        return Ok(later);
+    }
+    let contents: Api<DynamicObject> = Api::all_with(
+        ctx.client.clone(),
+        &crate::snapshot_api("VolumeSnapshotContent", "volumesnapshotcontents"),
+    );
+    let driver = match snapshot.data["status"]["boundVolumeSnapshotContentName"].as_str() {
+        Some(content) => contents
+            .get_opt(content)
+            .await?
+            .and_then(|c| c.data["spec"]["driver"].as_str().map(String::from)),
+        None => None,
+    };
+    let class_name = target
+        .spec
+        .as_ref()
+        .and_then(|s| s.storage_class_name.clone())
+        .unwrap_or_default();
+    let provisioner = ctx
+        .caches
+        .classes
+        .get(&ObjectRef::new(&class_name))
+        .map(|c| c.provisioner.clone());
+    if driver.is_none() || driver != provisioner {
+        let message = format!(
+            "VolumeSnapshot {source_ns}/{name} (driver {}) cannot be restored by class {class_name} (provisioner {}); a host-assisted copy from a restored claim is not done by this version of cdi-rs: clone onto a class of the snapshot's driver",
+            driver.as_deref().unwrap_or("unknown"),
+            provisioner.as_deref().unwrap_or("unknown")
+        );
+        ctx.events
+            .record(target, true, "CloneNotSupported", &message)
+            .await;
+        return Ok(Action::await_change());
+    }
+    let restore_size = snapshot.data["status"]["restoreSize"]
+        .as_str()
+        .and_then(|q| q.parse::<cdi_core::quantity::Quantity>().ok())
+        .map(|q| q.value());
+    let requested = target
+        .spec
+        .as_ref()
+        .and_then(|s| {
+            s.resources
+                .as_ref()?
+                .requests
+                .as_ref()?
+                .get("storage")
+                .cloned()
+        })
+        .and_then(|q| cdi_core::quantity::Quantity::try_from(&q).ok())
+        .map(|q| q.value());
+    if let (Some(need), Some(have)) = (restore_size, requested)
+        && have < need
+    {
+        let message = format!(
+            "target resources requests storage size is smaller than the source: the snapshot {source_ns}/{name} restores {need} bytes, the claim asks for {have}"
+        );
+        ctx.events
+            .record(target, true, "ErrIncompatiblePVC", &message)
+            .await;
+        return fail(
+            ctx,
+            target,
+            "CloneValidationFailed",
+            "The clone doesn't meet the validation requirements",
+        )
+        .await;
+    }
+    if !holds {
+        let mut wanted = target.annotations().clone();
+        wanted.insert(
+            ann::CLONE_TYPE.into(),
+            CloneStrategy::Snapshot.as_str().into(),
+        );
+        wanted
+            .entry(ann::CLONE_PHASE.into())
+            .or_insert_with(|| phase::PENDING.into());
+        annotate(ctx, target, &wanted).await?;
+        let claims: Api<PersistentVolumeClaim> =
+            Api::namespaced(ctx.client.clone(), &target.namespace().unwrap_or_default());
+        let fresh = claims.get(&target.name_any()).await?;
+        crate::set_finalizer(&claims, &fresh, finalizer::CLONE_POPULATOR, true).await?;
+        return Ok(Action::await_change());
+    }
+    create_tmp(ctx, target, vcs, node, clonepop::Fill::Restore(name)).await?;
     set_phase(ctx, target, phase::SNAPSHOT_CLONE).await?;
     Ok(Action::await_change())
 }

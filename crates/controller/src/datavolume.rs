@@ -240,7 +240,7 @@ async fn authorize_clone(
     dv: &DataVolume,
     extend: Option<&str>,
     claim: Option<&PersistentVolumeClaim>,
-    source: Option<&(String, String)>,
+    source: Option<(&(String, String), Resource)>,
 ) -> Result<(), Error> {
     let ns = dv.namespace().unwrap_or_default();
     if let Some(long) = extend {
@@ -252,7 +252,7 @@ async fn authorize_clone(
         )
         .await?;
     }
-    let (Some(claim), Some(source)) = (claim, source) else {
+    let (Some(claim), Some((source, resource))) = (claim, source) else {
         return Ok(());
     };
     let ours = claim
@@ -263,7 +263,7 @@ async fn authorize_clone(
         return Ok(());
     }
     let tokens = crate::clonetoken::tokens(ctx).await?;
-    if let Some(token) = crate::clonetoken::claim_token(tokens, claim, source, Resource::claims()) {
+    if let Some(token) = crate::clonetoken::claim_token(tokens, claim, source, resource) {
         let patch = json!({"metadata": {"annotations": {ann::EXTENDED_CLONE_TOKEN: token}}});
         merge(
             &Api::<PersistentVolumeClaim>::namespaced(ctx.client.clone(), &ns),
@@ -307,12 +307,39 @@ pub async fn reconcile(dv: Arc<DataVolume>, ctx: Arc<Context>) -> Result<Action,
     let decided = effective.as_ref().unwrap_or(dv.as_ref());
     // A clone from another namespace reads nothing without a valid token (SPEC §6).
     let mut grant = DvGrant::NotNeeded;
-    let clone_source = datavolume::clone_source_of(decided);
+    let (clone_source, resource) = match datavolume::clone_source_of(decided) {
+        Some(claim) => (Some(claim), Resource::claims()),
+        None => (
+            datavolume::snapshot_source_of(decided),
+            Resource::snapshots(),
+        ),
+    };
     if let Some(source) = &clone_source
         && Some(&source.0) != dv.metadata.namespace.as_ref()
     {
         let tokens = crate::clonetoken::tokens(&ctx).await?;
-        grant = crate::clonetoken::check_dv(tokens, decided, source, Resource::claims());
+        grant = crate::clonetoken::check_dv(tokens, decided, source, resource.clone());
+    }
+    // The snapshot a snapshot clone restores, read until its claim is made (snapshots are not
+    // in the caches).
+    let mut clone_snapshot = None;
+    if let Some((ns, name)) = datavolume::snapshot_source_of(decided)
+        && ctx
+            .caches
+            .claim(&dv.namespace().unwrap_or_default(), &dv.name_any())
+            .is_none()
+    {
+        let snapshots: Api<kube::api::DynamicObject> = Api::namespaced_with(
+            ctx.client.clone(),
+            &ns,
+            &crate::snapshot_api("VolumeSnapshot", "volumesnapshots"),
+        );
+        clone_snapshot = match snapshots.get_opt(&name).await {
+            Ok(found) => found.map(|o| serde_json::to_value(o).unwrap_or_default()),
+            // No snapshot API at all: as good as no snapshot.
+            Err(kube::Error::Api(e)) if e.code == 404 => None,
+            Err(e) => return Err(e.into()),
+        };
     }
     let clone_refusal = match &grant {
         DvGrant::Refused(r) => Some(r),
@@ -325,7 +352,7 @@ pub async fn reconcile(dv: Arc<DataVolume>, ctx: Arc<Context>) -> Result<Action,
             &dv,
             extend.as_deref(),
             o.claim.as_ref(),
-            clone_source.as_ref(),
+            clone_source.as_ref().map(|s| (s, resource.clone())),
         )
         .await?;
     }
@@ -343,6 +370,7 @@ pub async fn reconcile(dv: Arc<DataVolume>, ctx: Arc<Context>) -> Result<Action,
         clone_source: o.clone_source.as_ref(),
         source_ref_refusal: ref_refusal.as_ref(),
         clone_refusal,
+        clone_snapshot: clone_snapshot.as_ref(),
         worker_image: &ctx.options.importer_image,
         now: k8s_openapi::jiff::Timestamp::now(),
     });

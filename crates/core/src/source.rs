@@ -177,6 +177,15 @@ pub fn check(dv: &DataVolume) -> Result<Filled, Refusal> {
             }
             Ok(Filled::Import(SourceKind::Pvc))
         }
+        [SourceKind::Snapshot] => {
+            if source.snapshot.as_ref().is_none_or(|s| s.name.is_empty()) {
+                return Err(invalid(
+                    "spec.source.snapshot.name source snapshot is not valid",
+                    "name the VolumeSnapshot to clone in spec.source.snapshot.name",
+                ));
+            }
+            Ok(Filled::Import(SourceKind::Snapshot))
+        }
         [kind] => Err(Refusal {
             reason: UNSUPPORTED_SOURCE,
             message: format!(
