@@ -1906,6 +1906,9 @@ enum Filler {
     Blank,
     /// A client uploads the image through the proxy, again after any failure.
     Upload,
+    /// A clone of a DataVolume imported first (`<name>-src`, on the CSI-like class): on the
+    /// classic path a host-assisted copy; through the clone populator by the strategy named.
+    Clone(&'static str),
 }
 
 /// One randomized scenario: what is imported, on which path, what fails and when.
@@ -1927,11 +1930,20 @@ impl Scenario {
             Filler::Blank,
             Filler::Upload,
             Filler::Upload,
-        ][rng.below(5) as usize];
+            Filler::Clone("copy"),
+            Filler::Clone("snapshot"),
+            Filler::Clone("csi-clone"),
+        ][rng.below(8) as usize];
+        let populator = rng.below(2) == 0;
+        // Off the populator path a clone is a host-assisted copy.
+        let filler = match filler {
+            Filler::Clone(_) if !populator => Filler::Clone("copy"),
+            other => other,
+        };
         Scenario {
             name: format!("chaos-{i}"),
             filler,
-            populator: rng.below(2) == 0,
+            populator,
             consumer_first: rng.below(3) == 0,
             // The proxy's fault only where there is an upload.
             fault: [
@@ -1945,16 +1957,45 @@ impl Scenario {
         }
     }
 
+    /// The DataVolume a clone scenario copies.
+    fn source(&self) -> String {
+        format!("{}-src", self.name)
+    }
+
+    /// A clone's source: the image imported on the CSI-like class, bound at once (nothing
+    /// consumes it).
+    fn source_volume(&self, url: &str) -> String {
+        format!(
+            r#"
+apiVersion: cdi.kubevirt.io/v1beta1
+kind: DataVolume
+metadata:
+  name: {name}
+  annotations: {{cdi.kubevirt.io/storage.bind.immediate.requested: "true"}}
+spec:
+  source: {{http: {{url: "{url}"}}}}
+  storage: {{storageClassName: csi, accessModes: [ReadWriteOnce], resources: {{requests: {{storage: 64Mi}}}}}}
+"#,
+            name = self.source()
+        )
+    }
+
     fn data_volume(&self, url: &str) -> String {
         let source = match self.filler {
             Filler::Http => format!(r#"{{http: {{url: "{url}"}}}}"#),
             Filler::Blank => "{blank: {}}".to_string(),
             Filler::Upload => "{upload: {}}".to_string(),
+            Filler::Clone(_) => format!("{{pvc: {{namespace: default, name: {}}}}}", self.source()),
         };
         let (api, class) = if self.populator {
             ("storage", "csi")
         } else {
             ("pvc", "local-path-wffc")
+        };
+        // A clone asks for no size: it gets its source's.
+        let (api, resources) = match self.filler {
+            Filler::Clone(_) => ("storage", ""),
+            _ => (api, "\n    resources: {requests: {storage: 64Mi}}"),
         };
         format!(
             r#"
@@ -1965,8 +2006,7 @@ spec:
   source: {source}
   {api}:
     storageClassName: {class}
-    accessModes: [ReadWriteOnce]
-    resources: {{requests: {{storage: 64Mi}}}}
+    accessModes: [ReadWriteOnce]{resources}
 "#,
             name = self.name
         )
@@ -1988,9 +2028,10 @@ fn names_of(dir: &Path, kind: &str) -> Vec<String> {
 }
 
 /// Faults at random moments (the controller, a worker's process, the kubelets, the upload proxy)
-/// while DataVolumes import over HTTP or blank, or are uploaded through the proxy by a client
-/// that sends again after a failure, on the classic and the populator path, the consumer
-/// created before or after: each DataVolume succeeds with the image's bytes, as without faults,
+/// while DataVolumes import over HTTP or blank, are uploaded through the proxy by a client
+/// that sends again after a failure, or clone another (host-assisted, or through the clone
+/// populator by copy, snapshot or CSI clone), on the classic and the populator path, the
+/// consumer created before or after: each DataVolume succeeds with the image's bytes, as without faults,
 /// and once deleted nothing is left of it. `CDI_CHAOS=N` scenarios (3 by default),
 /// `CDI_CHAOS_SEED` repeats a run; `scripts/chaos` runs 100.
 #[tokio::test(flavor = "multi_thread")]
@@ -2037,17 +2078,52 @@ async fn chaos_every_data_volume_converges_and_nothing_leaks() {
     let mut controllers = 1;
     let mut failures: Vec<String> = Vec::new();
     let mut hits = std::collections::BTreeMap::<String, (usize, usize)>::new();
+    let mut fillers = std::collections::BTreeMap::<String, usize>::new();
     let started = std::time::Instant::now();
     for i in 0..count {
         let sc = Scenario::random(i, &mut rng);
         let user = format!("{}-user", sc.name);
+        // A clone's source is imported first, and the CSI class's profile names the strategy.
+        let mut expected_claims = vec![sc.name.clone()];
+        if let Filler::Clone(strategy) = sc.filler {
+            if sc.populator {
+                kubectl(
+                    &s.dir,
+                    &[
+                        "patch",
+                        "storageprofile",
+                        "csi",
+                        "--type=merge",
+                        "-p",
+                        &format!(r#"{{"spec":{{"cloneStrategy":"{strategy}"}}}}"#),
+                    ],
+                    None,
+                );
+                wait_for(&format!("the profile to say {strategy}"), 30, || {
+                    get(&s.dir, "storageprofile/csi")
+                        .filter(|p| p["status"]["cloneStrategy"] == strategy)
+                });
+            }
+            kubectl(&s.dir, &["apply", "-f", "-"], Some(&sc.source_volume(&url)));
+            wait_for(&format!("{} to be imported", sc.source()), 120, || {
+                get(&s.dir, &format!("dv/{}", sc.source())).filter(|d| phase(d) == "Succeeded")
+            });
+            expected_claims.push(sc.source());
+            expected_claims.sort();
+        }
         let docs = [sc.data_volume(&url), consumer(&user, &sc.name)];
         let order = if sc.consumer_first { [1, 0] } else { [0, 1] };
         for d in order {
             kubectl(&s.dir, &["apply", "-f", "-"], Some(&docs[d]));
         }
         let upload = sc.filler == Filler::Upload;
-        let worker = if upload { "cdi-upload-" } else { "importer-" };
+        // A host-assisted copy's worker is its target's upload server (the cloner's stream ends
+        // with it); CSI clones and snapshots have none.
+        let worker = if upload || matches!(sc.filler, Filler::Clone(_)) {
+            "cdi-upload-"
+        } else {
+            "importer-"
+        };
         let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
         let client = upload.then(|| {
             upload_client(
@@ -2100,6 +2176,10 @@ async fn chaos_every_data_volume_converges_and_nothing_leaks() {
                 true
             }
         };
+        let path = if sc.populator { "populator" } else { "classic" };
+        *fillers
+            .entry(format!("{:?} {path}", sc.filler))
+            .or_default() += 1;
         let entry = hits.entry(format!("{:?}", sc.fault)).or_default();
         entry.0 += 1;
         entry.1 += usize::from(hit);
@@ -2130,8 +2210,9 @@ async fn chaos_every_data_volume_converges_and_nothing_leaks() {
         // The workers go, and only the claim is left: no PVC prime, no second volume.
         let tidy = within(60, || {
             let pods = names_of(&s.dir, "pods");
-            (pods.iter().all(|p| *p == user) && names_of(&s.dir, "pvc") == [sc.name.clone()])
-                .then_some(())
+            let mut claims = names_of(&s.dir, "pvc");
+            claims.sort();
+            (pods.iter().all(|p| *p == user) && claims == expected_claims).then_some(())
         });
         if tidy.is_none() {
             fail(format!(
@@ -2168,6 +2249,13 @@ async fn chaos_every_data_volume_converges_and_nothing_leaks() {
         }
         // Deleted, nothing is left: no claim, volume, pod, or directory.
         kubectl(&s.dir, &["delete", "dv", &sc.name, "--wait=false"], None);
+        if matches!(sc.filler, Filler::Clone(_)) {
+            kubectl(
+                &s.dir,
+                &["delete", "dv", &sc.source(), "--wait=false"],
+                None,
+            );
+        }
         kubectl(&s.dir, &["delete", "pod", &user, "--wait=false"], None);
         let gone = within(120, || {
             (names_of(&s.dir, "dv").is_empty()
@@ -2191,7 +2279,7 @@ async fn chaos_every_data_volume_converges_and_nothing_leaks() {
         }
     }
     eprintln!(
-        "chaos: {count} scenarios in {:.0} s (seed {seed}); faults (count, found running): {hits:?}; {} failed",
+        "chaos: {count} scenarios in {:.0} s (seed {seed}); fillers: {fillers:?}; faults (count, found running): {hits:?}; {} failed",
         started.elapsed().as_secs_f64(),
         failures.len()
     );
