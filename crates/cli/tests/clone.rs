@@ -6,7 +6,7 @@ mod devcluster;
 
 use std::path::{Path, PathBuf};
 
-use devcluster::{Controller, Down, cdi, get_json, kubectl, wait_for};
+use devcluster::{Controller, Down, cdi, find_pod_process, get_json, kubectl, wait_for};
 use serde_json::Value;
 
 const MIB: u64 = 1 << 20;
@@ -1059,4 +1059,155 @@ spec:
     });
     assert_eq!(waiting["status"]["phase"], "Pending");
     assert!(get_json(&dir, "default", "pvc/on-local-path").is_none());
+}
+
+/// Write `len` bytes of pseudo-random data at the start of `path` (data that neither compresses
+/// nor has holes, so the copy takes a while).
+fn fill_random(path: &Path, len: u64) {
+    use std::io::Write;
+    let mut f = std::fs::OpenOptions::new().write(true).open(path).unwrap();
+    let mut state = 0x9E37_79B9_7F4A_7C15u64;
+    let mut buf = vec![0u8; 4 << 20];
+    let mut written = 0;
+    while written < len {
+        for chunk in buf.chunks_mut(8) {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            chunk.copy_from_slice(&state.to_le_bytes()[..chunk.len()]);
+        }
+        f.write_all(&buf).unwrap();
+        written += buf.len() as u64;
+    }
+    f.sync_all().unwrap();
+}
+
+/// Whether the first `len` bytes of two files are the same (read a piece at a time).
+fn same_start(a: &Path, b: &Path, len: u64) -> bool {
+    use std::io::Read;
+    let (mut a, mut b) = (
+        std::fs::File::open(a).unwrap(),
+        std::fs::File::open(b).unwrap(),
+    );
+    let (mut x, mut y) = (vec![0u8; 8 << 20], vec![0u8; 8 << 20]);
+    let mut left = len;
+    while left > 0 {
+        let n = left.min(x.len() as u64) as usize;
+        if a.read_exact(&mut x[..n]).is_err() || b.read_exact(&mut y[..n]).is_err() {
+            return false;
+        }
+        if x[..n] != y[..n] {
+            return false;
+        }
+        left -= n as u64;
+    }
+    true
+}
+
+/// A host-assisted copy whose cloner is killed mid-stream starts again and completes; one whose
+/// controller is killed, and whose source is deleted, while it streams completes too (the
+/// source claim stays until its reader is gone, then goes); and once the copies are deleted
+/// nothing of them is left: no pod, claim, Service or Secret.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_copy_converges_when_its_cloner_or_controller_dies_or_its_source_goes() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("cluster");
+    let (ok, out, err) = cdi(&["dev", "up", "--addr", "127.0.0.1:0"], &dir);
+    assert!(ok, "{out}{err}");
+    let _down = Down(&dir);
+    let mut controller = controller(&dir, tmp.path());
+    kubectl(
+        &dir,
+        &["apply", "-f", "-"],
+        Some(&blank_volume("src", "default", "Filesystem", "1Gi")),
+    );
+    wait_for("the source to succeed", 90, || {
+        get_json(&dir, "default", "dv/src").filter(|d| d["status"]["phase"] == "Succeeded")
+    });
+    const DATA: u64 = 768 * MIB;
+    let source = volume_file(&dir, "default", "src");
+    fill_random(&source, DATA);
+    let copy = |name: &str| {
+        format!(
+            "apiVersion: cdi.kubevirt.io/v1beta1\nkind: DataVolume\nmetadata: {{name: {name}}}\nspec:\n  source: {{pvc: {{namespace: default, name: src}}}}\n  storage: {{storageClassName: local-path, accessModes: [ReadWriteOnce]}}\n"
+        )
+    };
+    let cloner = || find_pod_process(&dir, |host| host.ends_with(b"-source-pod"));
+    let kill = |pid: i32| {
+        let _ = rustix::process::kill_process(
+            rustix::process::Pid::from_raw(pid).unwrap(),
+            rustix::process::Signal::KILL,
+        );
+    };
+
+    // The cloner killed while it streams.
+    kubectl(&dir, &["apply", "-f", "-"], Some(&copy("first")));
+    let pid = wait_for("the first copy's cloner to run", 120, cloner);
+    kill(pid);
+    wait_for("the first copy to succeed", 240, || {
+        get_json(&dir, "default", "dv/first").filter(|d| d["status"]["phase"] == "Succeeded")
+    });
+    // The kill found the cloner at work: its container was started again.
+    let restarted = kubectl(
+        &dir,
+        &[
+            "get",
+            "events",
+            "--field-selector",
+            "reason=BackOff",
+            "-o",
+            "jsonpath={.items[*].message}",
+        ],
+        None,
+    );
+    assert!(
+        restarted.contains("Back-off restarting failed container cdi-clone-source"),
+        "{restarted}"
+    );
+    let first = volume_file(&dir, "default", "first");
+    assert!(
+        same_start(&source, &first, DATA),
+        "first holds the source's data"
+    );
+
+    // The controller killed, and the source deleted, while the second copy streams.
+    kubectl(&dir, &["apply", "-f", "-"], Some(&copy("second")));
+    wait_for("the second copy's cloner to run", 120, cloner);
+    controller.kill();
+    kubectl(&dir, &["delete", "dv", "src", "--wait=false"], None);
+    let again = tmp.path().join("again");
+    std::fs::create_dir_all(&again).unwrap();
+    let _controller = self::controller(&dir, &again);
+    wait_for("the second copy to succeed", 240, || {
+        get_json(&dir, "default", "dv/second").filter(|d| d["status"]["phase"] == "Succeeded")
+    });
+    let second = volume_file(&dir, "default", "second");
+    assert!(
+        same_start(&first, &second, DATA),
+        "second holds the source's data"
+    );
+    wait_for("the source claim to go once nothing reads it", 60, || {
+        get_json(&dir, "default", "pvc/src").is_none().then_some(())
+    });
+
+    // Deleted, nothing of the copies is left.
+    kubectl(
+        &dir,
+        &["delete", "dv", "first", "second", "--wait=false"],
+        None,
+    );
+    let names = |kind: &str| {
+        kubectl(&dir, &["get", kind, "-o", "name"], None)
+            .lines()
+            .map(str::to_string)
+            .collect::<Vec<_>>()
+    };
+    wait_for("nothing to be left", 120, || {
+        let left: Vec<String> = ["pods", "pvc", "services", "secrets", "dv"]
+            .iter()
+            .flat_map(|k| names(k))
+            .filter(|n| n != "service/kubernetes")
+            .collect();
+        left.is_empty().then_some(())
+    });
 }
