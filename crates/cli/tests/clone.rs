@@ -1211,3 +1211,94 @@ async fn a_copy_converges_when_its_cloner_or_controller_dies_or_its_source_goes(
         left.is_empty().then_some(())
     });
 }
+
+/// Each reason the clone populator falls back to a host-assisted copy (upstream's events and
+/// `cdi.kubevirt.io/cloneFallbackReason`), and the copy it makes: a Block target of a
+/// Filesystem source, a larger target on a class that cannot expand, and no VolumeSnapshotClass
+/// for the driver. (Provisioners that differ need a second CSI driver, which `cdi dev` has not:
+/// that reason is covered by the planner's table.)
+#[tokio::test(flavor = "multi_thread")]
+async fn each_fallback_to_a_copy_says_why_and_copies() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("cluster");
+    let (ok, out, err) = cdi(&["dev", "up", "--addr", "127.0.0.1:0"], &dir);
+    assert!(ok, "{out}{err}");
+    let _down = Down(&dir);
+    let _controller = controller(&dir, tmp.path());
+    kubectl(
+        &dir,
+        &["apply", "-f", "-"],
+        Some(&format!(
+            "{}---{}",
+            blank_volume("golden", "default", "Filesystem", "64Mi"),
+            r#"
+apiVersion: storage.k8s.io/v1
+kind: StorageClass
+metadata: {name: csi-fixed}
+provisioner: csi.cdi-rs.dev
+volumeBindingMode: WaitForFirstConsumer
+allowVolumeExpansion: false
+"#
+        )),
+    );
+    wait_for("the source to succeed", 90, || {
+        get_json(&dir, "default", "dv/golden").filter(|d| d["status"]["phase"] == "Succeeded")
+    });
+    let bytes = scatter(&volume_file(&dir, "default", "golden"));
+    let target = |name: &str, class: &str, mode: &str, size: Option<&str>| {
+        let resources = size
+            .map(|s| format!(", resources: {{requests: {{storage: {s}}}}}"))
+            .unwrap_or_default();
+        format!(
+            "apiVersion: cdi.kubevirt.io/v1beta1\nkind: DataVolume\nmetadata: {{name: {name}}}\nspec:\n  source: {{pvc: {{namespace: default, name: golden}}}}\n  storage: {{storageClassName: {class}, volumeMode: {mode}, accessModes: [ReadWriteOnce]{resources}}}\n"
+        )
+    };
+    let told = |name: &str, reason: &str, message: &str| {
+        let claim = get_json(&dir, "default", &format!("pvc/{name}")).unwrap();
+        assert_eq!(
+            annotations(&claim)["cdi.kubevirt.io/cloneFallbackReason"],
+            message,
+            "{name}"
+        );
+        let events = event_reasons(&dir, "default", name);
+        assert!(events.contains(reason), "{name}: {reason} in {events}");
+    };
+    kubectl(
+        &dir,
+        &["apply", "-f", "-"],
+        Some(&format!(
+            "{}\n---\n{}",
+            target("to-block", "csi", "Block", None),
+            target("larger-fixed", "csi-fixed", "Filesystem", Some("128Mi"))
+        )),
+    );
+    assert_cloned(&dir, "to-block", "copy", &bytes, &["CloneSucceeded"]);
+    told(
+        "to-block",
+        "IncompatibleVolumeModes",
+        "The volume modes of source and target are incompatible",
+    );
+    assert_cloned(&dir, "larger-fixed", "copy", &bytes, &["CloneSucceeded"]);
+    told(
+        "larger-fixed",
+        "NoVolumeExpansion",
+        "No volume expansion is possible",
+    );
+    // Without the driver's VolumeSnapshotClass, the default strategy cannot snapshot.
+    kubectl(
+        &dir,
+        &["delete", "volumesnapshotclass", "csi-snapclass"],
+        None,
+    );
+    kubectl(
+        &dir,
+        &["apply", "-f", "-"],
+        Some(&target("no-snapshots", "csi", "Filesystem", None)),
+    );
+    assert_cloned(&dir, "no-snapshots", "copy", &bytes, &["CloneSucceeded"]);
+    told(
+        "no-snapshots",
+        "NoVolumeSnapshotClass",
+        "No compatible volumesnapshotclass found",
+    );
+}
