@@ -186,6 +186,9 @@ pub mod label {
     pub const UPLOAD_SERVER_COMPONENT: &str = "cdi-upload-server";
     pub const CLONE_SOURCE_COMPONENT: &str = "cdi-clone-source";
     pub const POPULATOR_PREP_COMPONENT: &str = "cdi-populator-prep";
+    /// The claim a snapshot is restored into for a host-assisted copy of it.
+    pub const SNAPSHOT_FALLBACK_COMPONENT: &str =
+        "cdi-clone-from-snapshot-source-host-assisted-fallback-pvc";
     /// Pods scraped for progress.
     pub const PROMETHEUS: &str = "prometheus.cdi.kubevirt.io";
     pub const UPLOAD_TARGET: &str = "cdi.kubevirt.io/uploadTarget";

@@ -952,8 +952,8 @@ spec:
 
 /// A DataVolume from a VolumeSnapshot (`source.snapshot`, and a DataSource naming one): waits
 /// for the snapshot, sizes from its restoreSize, is restored by the driver into the clone
-/// populator's temporary claim and handed over; onto a class of no CSI driver it waits saying
-/// why.
+/// populator's temporary claim and handed over; onto a class of no CSI driver the snapshot is
+/// restored into a claim of its driver's class and copied host-assisted.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_data_volume_is_restored_from_a_snapshot() {
     let tmp = tempfile::tempdir().unwrap();
@@ -1050,15 +1050,33 @@ spec:
     assert!(bytes_of(&larger["spec"]["resources"]["requests"]["storage"]) > 128 * MIB);
     // The snapshot is the user's: it stays.
     assert!(get_json(&dir, "default", "volumesnapshot/golden-snap").is_some());
-    let waiting = wait_for("the local-path restore to say why it waits", 60, || {
-        get_json(&dir, "default", "dv/on-local-path").filter(|d| {
-            d["status"]["conditions"]
-                .to_string()
-                .contains("use a class of the snapshot's driver")
-        })
+    // Off the populator path: the snapshot restored into a claim of its driver's class, copied
+    // by the host-assisted path, and the restored claim gone once the copy is done.
+    let done = wait_for("the local-path copy of the snapshot", 120, || {
+        get_json(&dir, "default", "dv/on-local-path")
+            .filter(|d| d["status"]["phase"] == "Succeeded")
     });
-    assert_eq!(waiting["status"]["phase"], "Pending");
-    assert!(get_json(&dir, "default", "pvc/on-local-path").is_none());
+    let uid = done["metadata"]["uid"].as_str().unwrap().to_string();
+    let claim = get_json(&dir, "default", "pvc/on-local-path").unwrap();
+    assert_eq!(
+        annotations(&claim)["k8s.io/CloneRequest"],
+        format!("default/{uid}-host-assisted-source-pvc")
+    );
+    assert!(annotations(&claim).contains_key("k8s.io/CloneOf"));
+    let copy = std::fs::read(volume_file(&dir, "default", "on-local-path")).unwrap();
+    assert!(
+        copy[..bytes.len()] == bytes[..],
+        "the copy holds the snapshot's data"
+    );
+    wait_for("the restored claim to go", 60, || {
+        get_json(
+            &dir,
+            "default",
+            &format!("pvc/{uid}-host-assisted-source-pvc"),
+        )
+        .is_none()
+        .then_some(())
+    });
 }
 
 /// Write `len` bytes of pseudo-random data at the start of `path` (data that neither compresses

@@ -12,7 +12,6 @@ use cdi_api::{ann, finalizer};
 use cdi_core::hostclone;
 use cdi_core::import::{self, Settings};
 use cdi_upload::pki;
-use cdi_upload::token::Resource;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, Secret};
 use kube::api::PostParams;
@@ -30,6 +29,11 @@ pub(crate) async fn populated(
     source: &PersistentVolumeClaim,
 ) -> Result<bool, Error> {
     let bound = source.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Bound");
+    // A snapshot restored for a copy holds its data once provisioned; the source pod's
+    // scheduling binds it (a class that waits for a first consumer).
+    if cdi_core::hostclone::restored_for_copy(source).is_some() {
+        return Ok(true);
+    }
     let owner = source
         .owner_references()
         .iter()
@@ -68,7 +72,8 @@ async fn start_source_pod(
 ) -> Result<Action, Error> {
     let later = Action::requeue(ctx.options.resync * 2);
     // Checked again here: nothing reads a source the claim may not copy.
-    if !crate::clonetoken::claim_allowed(ctx, claim, source_ref, Resource::claims()).await? {
+    let (granted, resource) = crate::clonetoken::grant_of(ctx, source_ref);
+    if !crate::clonetoken::claim_allowed(ctx, claim, &granted, resource).await? {
         return Ok(Action::await_change());
     }
     let Some(source) = ctx.caches.claim(&source_ref.0, &source_ref.1) else {
@@ -241,7 +246,8 @@ pub async fn reconcile(
         return release(&ctx, &claim, &source.0, holds).await;
     }
     // Nothing of another namespace is touched (no pod read, made or deleted there).
-    if !crate::clonetoken::claim_allowed(&ctx, &claim, &source, Resource::claims()).await? {
+    let (granted, resource) = crate::clonetoken::grant_of(&ctx, &source);
+    if !crate::clonetoken::claim_allowed(&ctx, &claim, &granted, resource).await? {
         return Ok(Action::await_change());
     }
     let pod_name = hostclone::source_pod_name(&claim);

@@ -201,6 +201,19 @@ pub fn check_claim(
     ))
 }
 
+/// What a clone's token must grant for a copy of claim `source`: that claim, or for a claim a
+/// snapshot was restored into for the copy, the snapshot.
+pub fn grant_of(ctx: &Context, source: &(String, String)) -> ((String, String), Resource) {
+    let restored = ctx
+        .caches
+        .claim(&source.0, &source.1)
+        .and_then(|c| cdi_core::hostclone::restored_for_copy(&c));
+    match restored {
+        Some(snapshot) => ((source.0.clone(), snapshot), Resource::snapshots()),
+        None => (source.clone(), Resource::claims()),
+    }
+}
+
 /// [`check_claim`] with the controller's keys; an event says a refusal.
 pub async fn claim_allowed(
     ctx: &Context,

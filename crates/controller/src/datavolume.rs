@@ -128,6 +128,14 @@ async fn execute(
                 let at = s.namespace().unwrap_or_else(|| ns.clone());
                 crate::create(&Api::namespaced(ctx.client.clone(), &at), s.as_ref()).await?
             }
+            Companion::RestoreClaim(c) => {
+                let at = c.namespace().unwrap_or_else(|| ns.clone());
+                crate::create(
+                    &Api::<PersistentVolumeClaim>::namespaced(ctx.client.clone(), &at),
+                    c.as_ref(),
+                )
+                .await?
+            }
         }
     }
     let claims: Api<PersistentVolumeClaim> = Api::namespaced(ctx.client.clone(), &ns);
@@ -323,6 +331,7 @@ pub async fn reconcile(dv: Arc<DataVolume>, ctx: Arc<Context>) -> Result<Action,
     // The snapshot a snapshot clone restores, read until its claim is made (snapshots are not
     // in the caches).
     let mut clone_snapshot = None;
+    let mut snapshot_driver = None;
     if let Some((ns, name)) = datavolume::snapshot_source_of(decided)
         && ctx
             .caches
@@ -340,6 +349,37 @@ pub async fn reconcile(dv: Arc<DataVolume>, ctx: Arc<Context>) -> Result<Action,
             Err(kube::Error::Api(e)) if e.code == 404 => None,
             Err(e) => return Err(e.into()),
         };
+        // Its driver (the content's): a copy off the populator path restores it with a class
+        // of that driver.
+        if let Some(content) = clone_snapshot
+            .as_ref()
+            .and_then(|s| s["status"]["boundVolumeSnapshotContentName"].as_str())
+        {
+            let contents: Api<kube::api::DynamicObject> = Api::all_with(
+                ctx.client.clone(),
+                &crate::snapshot_api("VolumeSnapshotContent", "volumesnapshotcontents"),
+            );
+            snapshot_driver = contents
+                .get_opt(content)
+                .await?
+                .and_then(|c| c.data["spec"]["driver"].as_str().map(String::from));
+        }
+    }
+    // A copy from a snapshot restored for it: the restored claim goes once the copy is done.
+    if let Some(snapshot) = datavolume::snapshot_source_of(decided)
+        && let Some(claim) = ctx
+            .caches
+            .claim(&dv.namespace().unwrap_or_default(), &dv.name_any())
+        && cdi_core::hostclone::is_done(&claim)
+    {
+        let restored = datavolume::snapshot_fallback_name(decided);
+        if ctx.caches.claim(&snapshot.0, &restored).is_some() {
+            crate::delete(
+                &Api::<PersistentVolumeClaim>::namespaced(ctx.client.clone(), &snapshot.0),
+                &restored,
+            )
+            .await?;
+        }
     }
     let clone_refusal = match &grant {
         DvGrant::Refused(r) => Some(r),
@@ -371,6 +411,7 @@ pub async fn reconcile(dv: Arc<DataVolume>, ctx: Arc<Context>) -> Result<Action,
         source_ref_refusal: ref_refusal.as_ref(),
         clone_refusal,
         clone_snapshot: clone_snapshot.as_ref(),
+        clone_snapshot_driver: snapshot_driver.as_deref(),
         worker_image: &ctx.options.importer_image,
         now: k8s_openapi::jiff::Timestamp::now(),
     });

@@ -456,14 +456,8 @@ async fn clone_target_checks(
     claim: &PersistentVolumeClaim,
     source: &(String, String),
 ) -> Option<String> {
-    match crate::clonetoken::claim_allowed(
-        ctx,
-        claim,
-        source,
-        cdi_upload::token::Resource::claims(),
-    )
-    .await
-    {
+    let (granted, resource) = crate::clonetoken::grant_of(ctx, source);
+    match crate::clonetoken::claim_allowed(ctx, claim, &granted, resource).await {
         Ok(true) => {}
         Ok(false) => return None,
         Err(e) => {

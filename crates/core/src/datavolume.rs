@@ -16,10 +16,12 @@ use cdi_api::populators::{
     VolumeImportSourceSpec, VolumeUploadSource, VolumeUploadSourceSpec,
 };
 use cdi_api::storageprofile::StorageProfile;
-use cdi_api::{ann, gate};
-use k8s_openapi::api::core::v1::{Event as ClaimEvent, PersistentVolumeClaim, Pod};
+use cdi_api::{ann, gate, label};
+use k8s_openapi::api::core::v1::{
+    Event as ClaimEvent, PersistentVolumeClaim, PersistentVolumeClaimSpec, Pod,
+};
 use k8s_openapi::api::storage::v1::StorageClass;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use k8s_openapi::jiff::Timestamp;
 
 use crate::claims::{adoptable, claim_made_for, owned_by, populated_for};
@@ -61,6 +63,8 @@ pub struct Snapshot<'a> {
     pub clone_refusal: Option<&'a Refusal>,
     /// The VolumeSnapshot a snapshot clone restores (`spec.source.snapshot`), when it exists.
     pub clone_snapshot: Option<&'a serde_json::Value>,
+    /// The CSI driver that took that snapshot (its VolumeSnapshotContent's), when known.
+    pub clone_snapshot_driver: Option<&'a str>,
     /// The image worker pods run (the first consumer's too).
     pub worker_image: &'a str,
     pub now: Timestamp,
@@ -92,6 +96,9 @@ pub enum Companion {
     UploadSource(Box<VolumeUploadSource>),
     /// In the source's namespace.
     CloneSource(Box<VolumeCloneSource>),
+    /// The claim a snapshot is restored into for a host-assisted copy, in the snapshot's
+    /// namespace.
+    RestoreClaim(Box<PersistentVolumeClaim>),
 }
 
 /// When to look at the DataVolume again.
@@ -228,6 +235,75 @@ pub fn snapshot_source_of(dv: &DataVolume) -> Option<(String, String)> {
         s.namespace.clone()
     };
     Some((ns, s.name.clone()))
+}
+
+/// The claim a snapshot clone off the populator path restores the snapshot into, and copies
+/// from (upstream's `<uid>-host-assisted-source-pvc`), in the snapshot's namespace.
+pub fn snapshot_fallback_name(dv: &DataVolume) -> String {
+    format!(
+        "{}-host-assisted-source-pvc",
+        dv.metadata.uid.as_deref().unwrap_or("")
+    )
+}
+
+/// That claim: the snapshot restored by a class of its driver, at its restore size, with the
+/// target's access and volume modes; owned by the DataVolume in its namespace, else naming it.
+pub fn snapshot_fallback_claim(
+    dv: &DataVolume,
+    target: &PersistentVolumeClaim,
+    snapshot: &(String, String),
+    class: &str,
+    restore_size: &str,
+) -> PersistentVolumeClaim {
+    use k8s_openapi::api::core::v1::{TypedLocalObjectReference, VolumeResourceRequirements};
+    let target_spec = target.spec.clone().unwrap_or_default();
+    let own_ns = dv.metadata.namespace.clone().unwrap_or_default();
+    let mut meta = ObjectMeta {
+        name: Some(snapshot_fallback_name(dv)),
+        namespace: Some(snapshot.0.clone()),
+        labels: Some(BTreeMap::from([
+            (label::APP.to_string(), label::APP_VALUE.to_string()),
+            (
+                label::COMPONENT.to_string(),
+                label::SNAPSHOT_FALLBACK_COMPONENT.to_string(),
+            ),
+        ])),
+        annotations: Some(BTreeMap::from([(
+            ann::OWNER_UID.to_string(),
+            dv.metadata.uid.clone().unwrap_or_default(),
+        )])),
+        ..Default::default()
+    };
+    if snapshot.0 == own_ns {
+        meta.owner_references = owner_reference(dv).map(|o| vec![o]);
+    } else if let Some(a) = meta.annotations.as_mut() {
+        a.insert(
+            ann::OWNED_BY_DATA_VOLUME.into(),
+            format!("{own_ns}/{}", dv.metadata.name.as_deref().unwrap_or("")),
+        );
+    }
+    PersistentVolumeClaim {
+        metadata: meta,
+        spec: Some(PersistentVolumeClaimSpec {
+            access_modes: target_spec.access_modes,
+            volume_mode: target_spec.volume_mode,
+            storage_class_name: Some(class.into()),
+            resources: Some(VolumeResourceRequirements {
+                requests: Some(BTreeMap::from([(
+                    "storage".to_string(),
+                    k8s_openapi::apimachinery::pkg::api::resource::Quantity(restore_size.into()),
+                )])),
+                ..Default::default()
+            }),
+            data_source: Some(TypedLocalObjectReference {
+                api_group: Some("snapshot.storage.k8s.io".into()),
+                kind: "VolumeSnapshot".into(),
+                name: snapshot.1.clone(),
+            }),
+            ..Default::default()
+        }),
+        status: None,
+    }
 }
 
 /// The VolumeCloneSource the populator path's claim names (`volume-clone-source-<uid>`), in
@@ -683,24 +759,53 @@ pub fn decide(s: &Snapshot<'_>) -> Plan {
                     return Plan::stopped(status, Requeue::OnChange);
                 }
             };
-            if let Some((src_ns, src_name)) = &snapshot_source
+            let mut rendered = rendered;
+            if let Some(snapshot) = &snapshot_source
                 && !rendered.use_populator
             {
-                let refusal = Refusal {
-                    reason: source::UNSUPPORTED_SOURCE,
-                    message: format!(
-                        "DataVolume {}/{name}: a clone of VolumeSnapshot {src_ns}/{src_name} is restored by the CSI driver of a class the clone populator serves; class {} has none (a host-assisted copy from a restored claim is not done by this version of cdi-rs yet): use a class of the snapshot's driver",
-                        dv.metadata.namespace.as_deref().unwrap_or(""),
-                        rendered
-                            .claim
-                            .spec
-                            .as_ref()
-                            .and_then(|s| s.storage_class_name.as_deref())
-                            .unwrap_or("(default)")
-                    ),
+                // Off the populator path (upstream's legacy snapshot clone): the snapshot is
+                // restored into a claim of a class of its driver, which the claim copies.
+                let driver = s.clone_snapshot_driver.unwrap_or("");
+                let mut classes: Vec<&StorageClass> = s
+                    .classes
+                    .iter()
+                    .filter(|c| !driver.is_empty() && c.provisioner == driver)
+                    .collect();
+                classes.sort_by_key(|c| c.metadata.name.clone());
+                let Some(class) = classes.first().and_then(|c| c.metadata.name.clone()) else {
+                    let refusal = Refusal {
+                        reason: "CloneValidationFailed",
+                        message: format!(
+                            "DataVolume {}/{name}: no StorageClass of the CSI driver {} of VolumeSnapshot {}/{} to restore it into for a copy; create one",
+                            dv.metadata.namespace.as_deref().unwrap_or(""),
+                            if driver.is_empty() {
+                                "(unknown)"
+                            } else {
+                                driver
+                            },
+                            snapshot.0,
+                            snapshot.1
+                        ),
+                    };
+                    let status = dvstatus::refused_status(dv, &refusal, Phase::Pending, s.now);
+                    return Plan::stopped(status, Requeue::Soon);
                 };
-                let status = dvstatus::refused_status(dv, &refusal, Phase::Pending, s.now);
-                return Plan::stopped(status, Requeue::OnChange);
+                let restore_size = s
+                    .clone_snapshot
+                    .and_then(|v| v["status"]["restoreSize"].as_str())
+                    .unwrap_or("0");
+                let restore =
+                    snapshot_fallback_claim(dv, &rendered.claim, snapshot, &class, restore_size);
+                rendered
+                    .claim
+                    .metadata
+                    .annotations
+                    .get_or_insert_with(Default::default)
+                    .insert(
+                        ann::CLONE_REQUEST.into(),
+                        format!("{}/{}", snapshot.0, snapshot_fallback_name(dv)),
+                    );
+                plan.create.push(Companion::RestoreClaim(Box::new(restore)));
             }
             plan.events.extend(
                 rendered
@@ -708,7 +813,7 @@ pub fn decide(s: &Snapshot<'_>) -> Plan {
                     .iter()
                     .map(|w| Event::warning("SizeWarning", w.clone())),
             );
-            plan.create = kind.companions(dv, &rendered);
+            plan.create.extend(kind.companions(dv, &rendered));
             // As upstream: the DataVolume says which path it took.
             let path = rendered.use_populator.to_string();
             if dv
@@ -972,6 +1077,7 @@ mod tests {
                 source_ref_refusal: None,
                 clone_refusal: None,
                 clone_snapshot: None,
+                clone_snapshot_driver: None,
                 worker_image: "cdi-importer",
                 now: "2026-12-01T12:00:00Z".parse().unwrap(),
             })
@@ -1013,6 +1119,7 @@ mod tests {
                 source_ref_refusal: None,
                 clone_refusal: None,
                 clone_snapshot: snapshot,
+                clone_snapshot_driver: Some("csi.cdi-rs.dev"),
                 worker_image: "cdi-importer",
                 now: "2026-12-01T12:00:00Z".parse().unwrap(),
             })
@@ -1052,12 +1159,27 @@ mod tests {
         };
         assert_eq!(vcs.spec.source.kind, "VolumeSnapshot");
         assert_eq!(vcs.spec.source.name, "snap");
-        // No CSI driver for the class: no populator, refused until a later version copies.
+        // No CSI driver object for the class: no populator. The snapshot is restored into a
+        // claim of a class of its driver, which the DataVolume's claim copies.
         let plain = World::new("Immediate", false);
-        let refused = decide(&plain, &d, Some(&ready));
-        assert_eq!(phase(&refused), "Pending");
-        assert!(reasons(&refused).contains(&"ErrUnsupportedSource"));
-        assert!(!refused.creates());
+        let plan = decide(&plain, &d, Some(&ready));
+        let Some(Companion::RestoreClaim(restore)) = plan.create.first() else {
+            panic!("a claim to restore into: {plan:?}");
+        };
+        assert_eq!(
+            restore.metadata.name.as_deref(),
+            Some("dv-uid-host-assisted-source-pvc")
+        );
+        let spec = restore.spec.as_ref().unwrap();
+        assert_eq!(spec.storage_class_name.as_deref(), Some("local"));
+        assert_eq!(spec.data_source.as_ref().unwrap().name, "snap");
+        let ClaimStep::Create(claim) = &plan.claim else {
+            panic!("the claim is made: {plan:?}");
+        };
+        assert_eq!(
+            claim.metadata.annotations.as_ref().unwrap()[ann::CLONE_REQUEST],
+            "vms/dv-uid-host-assisted-source-pvc"
+        );
     }
 
     #[test]
@@ -1100,6 +1222,7 @@ mod tests {
                 source_ref_refusal: None,
                 clone_refusal: (from == "golden").then_some(&not_authorized),
                 clone_snapshot: None,
+                clone_snapshot_driver: None,
                 worker_image: "cdi-importer",
                 now: "2026-12-01T12:00:00Z".parse().unwrap(),
             })
@@ -1222,6 +1345,7 @@ mod tests {
                 source_ref_refusal: None,
                 clone_refusal: None,
                 clone_snapshot: None,
+                clone_snapshot_driver: None,
                 worker_image: "cdi-importer",
                 now: "2026-12-01T12:00:00Z".parse().unwrap(),
             }

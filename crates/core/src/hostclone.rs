@@ -56,6 +56,19 @@ pub fn clone_request(claim: &PersistentVolumeClaim) -> Option<(String, String)> 
 /// The event reason of a clone refused for want of authorization (no valid clone token).
 pub const NOT_AUTHORIZED: &str = "CloneNotAuthorized";
 
+/// The VolumeSnapshot a claim was restored from for a host-assisted copy of it (labelled so by
+/// the DataVolume controller), if it is such a claim.
+pub fn restored_for_copy(claim: &PersistentVolumeClaim) -> Option<String> {
+    let labelled = claim
+        .metadata
+        .labels
+        .as_ref()
+        .and_then(|l| l.get(cdi_api::label::COMPONENT))
+        .is_some_and(|v| v == cdi_api::label::SNAPSHOT_FALLBACK_COMPONENT);
+    let source = claim.spec.as_ref()?.data_source.as_ref()?;
+    (labelled && source.kind == "VolumeSnapshot").then(|| source.name.clone())
+}
+
 /// The copy is complete (`k8s.io/CloneOf`).
 pub fn is_done(claim: &PersistentVolumeClaim) -> bool {
     annotations(claim).contains_key(ann::CLONE_OF)
