@@ -1188,14 +1188,32 @@ async fn a_copy_converges_when_its_cloner_or_controller_dies_or_its_source_goes(
         "first holds the source's data"
     );
 
-    // The controller killed, and the source deleted, while the second copy streams.
+    // The controller killed, and the source deleted, while the second copy streams. Its upload
+    // server is paused meanwhile (the cloner waits on it, and says how far it got): the
+    // DataVolume shows the cloner's progress.
     kubectl(&dir, &["apply", "-f", "-"], Some(&copy("second")));
     wait_for("the second copy's cloner to run", 120, cloner);
+    let server = wait_for("the second copy's upload server", 60, || {
+        devcluster::pod_process_named(&dir, "cdi-upload-second")
+    });
+    let signal = |pid: i32, sig| {
+        let _ = rustix::process::kill_process(rustix::process::Pid::from_raw(pid).unwrap(), sig);
+    };
+    signal(server, rustix::process::Signal::STOP);
+    let progress = wait_for("the copy's progress on the DataVolume", 60, || {
+        get_json(&dir, "default", "dv/second").and_then(|d| {
+            let p = d["status"]["progress"].as_str()?.to_string();
+            let value: f64 = p.strip_suffix('%')?.parse().ok()?;
+            (d["status"]["phase"] == "CloneInProgress" && value < 100.0).then_some(p)
+        })
+    });
+    eprintln!("the second copy at {progress} while its server is paused");
     controller.kill();
     kubectl(&dir, &["delete", "dv", "src", "--wait=false"], None);
     let again = tmp.path().join("again");
     std::fs::create_dir_all(&again).unwrap();
     let _controller = self::controller(&dir, &again);
+    signal(server, rustix::process::Signal::CONT);
     wait_for("the second copy to succeed", 240, || {
         get_json(&dir, "default", "dv/second").filter(|d| d["status"]["phase"] == "Succeeded")
     });

@@ -90,6 +90,19 @@ async fn observe(ctx: &Context, dv: &DataVolume) -> Observed {
         let owner = cdi_core::import::owner_uid(&claim);
         observed.progress = crate::progress::import_progress(&ctx.http, &pod, &owner).await;
     }
+    // A host-assisted copy's progress is its source pod's, in the source's namespace.
+    if let Some(pod_name) = claim.annotations().get(cdi_api::ann::CLONE_SOURCE_POD_NAME)
+        && let Some((source_ns, _)) = cdi_core::hostclone::clone_request(&claim)
+        && let Some(pod) = caches.pod(&source_ns, pod_name)
+        && pod.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
+    {
+        let owner = claim
+            .annotations()
+            .get(cdi_api::ann::OWNER_UID)
+            .cloned()
+            .unwrap_or_else(|| cdi_core::import::owner_uid(&claim));
+        observed.progress = crate::progress::clone_progress(&ctx.http, &pod, &owner).await;
+    }
     observed.claim = Some(claim.as_ref().clone());
     observed
 }

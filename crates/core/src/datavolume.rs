@@ -892,11 +892,12 @@ pub fn decide(s: &Snapshot<'_>) -> Plan {
         plan.delete_import_sources = kind.finished(dv, c, &status);
         placement(s, c, status.status.phase.as_ref(), &mut plan);
     }
-    // Progress is read from the running worker, which sends no events when it changes (as
-    // upstream: only while it runs). A scheduled worker's start, the claim's binding and the
+    // Progress is read from the running worker (an importer, or a copy's source pod), which
+    // sends no events when it changes (as upstream: only while it runs). A scheduled worker's start, the claim's binding and the
     // claim's events all wake this controller: looking again without one would only cost,
     // for every DataVolume waiting its turn.
-    let in_progress = |p: Option<&Phase>| matches!(p, Some(Phase::ImportInProgress));
+    let in_progress =
+        |p: Option<&Phase>| matches!(p, Some(Phase::ImportInProgress | Phase::CloneInProgress));
     let running = in_progress(dv.status.as_ref().and_then(|s| s.phase.as_ref()))
         || in_progress(status.status.phase.as_ref());
     plan.requeue = if running {
