@@ -1320,12 +1320,30 @@ allowVolumeExpansion: false
         "NoVolumeExpansion",
         "No volume expansion is possible",
     );
-    // Without the driver's VolumeSnapshotClass, the default strategy cannot snapshot.
+    // A profile asking for snapshots of a driver without a VolumeSnapshotClass. (Named: with
+    // no class the profile's own default becomes copy, as upstream's does.)
+    kubectl(
+        &dir,
+        &[
+            "patch",
+            "storageprofile",
+            "csi",
+            "--type=merge",
+            "-p",
+            r#"{"spec":{"cloneStrategy":"snapshot"}}"#,
+        ],
+        None,
+    );
     kubectl(
         &dir,
         &["delete", "volumesnapshotclass", "csi-snapclass"],
         None,
     );
+    wait_for("the profile to have no snapshot class", 30, || {
+        get_json(&dir, "default", "storageprofile/csi").filter(|p| {
+            p["status"]["cloneStrategy"] == "snapshot" && p["status"]["snapshotClass"].is_null()
+        })
+    });
     kubectl(
         &dir,
         &["apply", "-f", "-"],
@@ -1337,4 +1355,83 @@ allowVolumeExpansion: false
         "NoVolumeSnapshotClass",
         "No compatible volumesnapshotclass found",
     );
+}
+
+/// The clone populator's CSI clone and snapshot for Block volumes and for targets larger than
+/// their source (PVC prime expanded before it is handed over): the target holds the source's
+/// bytes, and larger targets have their size.
+#[tokio::test(flavor = "multi_thread")]
+async fn block_and_larger_targets_clone_by_snapshot_and_csi_clone() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("cluster");
+    let (ok, out, err) = cdi(&["dev", "up", "--addr", "127.0.0.1:0"], &dir);
+    assert!(ok, "{out}{err}");
+    let _down = Down(&dir);
+    let _controller = controller(&dir, tmp.path());
+    kubectl(
+        &dir,
+        &["apply", "-f", "-"],
+        Some(&format!(
+            "{}---{}",
+            blank_volume("golden", "default", "Filesystem", "64Mi"),
+            blank_volume("golden-block", "default", "Block", "32Mi")
+        )),
+    );
+    for name in ["golden", "golden-block"] {
+        wait_for(&format!("{name} to succeed"), 90, || {
+            get_json(&dir, "default", &format!("dv/{name}"))
+                .filter(|d| d["status"]["phase"] == "Succeeded")
+        });
+    }
+    let fs_bytes = scatter(&volume_file(&dir, "default", "golden"));
+    let block_bytes = scatter(&volume_file(&dir, "default", "golden-block"));
+    let target = |name: &str, source: &str, mode: &str, size: Option<&str>| {
+        let resources = size
+            .map(|s| format!(", resources: {{requests: {{storage: {s}}}}}"))
+            .unwrap_or_default();
+        format!(
+            "apiVersion: cdi.kubevirt.io/v1beta1\nkind: DataVolume\nmetadata: {{name: {name}}}\nspec:\n  source: {{pvc: {{namespace: default, name: {source}}}}}\n  storage: {{storageClassName: csi, volumeMode: {mode}, accessModes: [ReadWriteOnce]{resources}}}\n"
+        )
+    };
+    for strategy in ["snapshot", "csi-clone"] {
+        kubectl(
+            &dir,
+            &[
+                "patch",
+                "storageprofile",
+                "csi",
+                "--type=merge",
+                "-p",
+                &format!(r#"{{"spec":{{"cloneStrategy":"{strategy}"}}}}"#),
+            ],
+            None,
+        );
+        wait_for(&format!("the profile to say {strategy}"), 30, || {
+            get_json(&dir, "default", "storageprofile/csi")
+                .filter(|p| p["status"]["cloneStrategy"] == strategy)
+        });
+        let block = format!("block-by-{strategy}");
+        let larger = format!("larger-by-{strategy}");
+        kubectl(
+            &dir,
+            &["apply", "-f", "-"],
+            Some(&format!(
+                "{}\n---\n{}",
+                target(&block, "golden-block", "Block", None),
+                target(&larger, "golden", "Filesystem", Some("256Mi"))
+            )),
+        );
+        assert_cloned(&dir, &block, strategy, &block_bytes, &["CloneSucceeded"]);
+        assert_cloned(&dir, &larger, strategy, &fs_bytes, &["CloneSucceeded"]);
+        let claim = get_json(&dir, "default", &format!("pvc/{larger}")).unwrap();
+        let capacity = claim["status"]["capacity"]["storage"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        let bytes: u64 = match capacity.strip_suffix("Mi") {
+            Some(n) => n.parse::<u64>().unwrap() * MIB,
+            None => capacity.parse().unwrap(),
+        };
+        assert!(bytes >= 256 * MIB, "{larger} has {capacity}");
+    }
 }
