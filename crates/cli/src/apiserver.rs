@@ -132,31 +132,96 @@ pub fn run(args: &ApiServerArgs) -> anyhow::Result<()> {
         let listener = tokio::net::TcpListener::bind(config.listen)
             .await
             .with_context(|| format!("listening on {}", config.listen))?;
-        // The DataVolume webhook, once something listens (it fails closed).
+        // The DataVolume webhook fails closed: registered only once the Service reaches this
+        // server (before, every DataVolume write would be refused).
         let webhook = cdi_upload::webhook::configuration(ns, &args.service, args.service_port, &ca);
-        let resource = kube::api::ApiResource {
-            group: "admissionregistration.k8s.io".into(),
-            version: "v1".into(),
-            api_version: "admissionregistration.k8s.io/v1".into(),
-            kind: "MutatingWebhookConfiguration".into(),
-            plural: "mutatingwebhookconfigurations".into(),
+        let register = register_webhook(
+            client.clone(),
+            webhook,
+            format!("https://{}.{ns}.svc:{}/readyz", args.service, args.service_port),
+            ca.clone(),
+        );
+        // The first line says where: tests and scripts read it.
+        println!("cdi apiserver on https://{}", listener.local_addr()?);
+        let mut terminate =
+            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+        let registered = tokio::spawn(register);
+        let outcome = tokio::select! {
+            r = apiserver::run(config, client, listener) => r.map_err(anyhow::Error::from),
+            _ = tokio::signal::ctrl_c() => Ok(()),
+            _ = terminate.recv() => Ok(()),
         };
-        Api::<DynamicObject>::all_with(client.clone(), &resource)
+        registered.abort();
+        outcome
+    })
+}
+
+/// Register the DataVolume webhook once `through` (this server's readiness, through its
+/// Service) answers: the API server calls the webhook through the Service, which sends to this
+/// pod only once it is ready.
+async fn register_webhook(
+    client: kube::Client,
+    webhook: serde_json::Value,
+    through: String,
+    ca_pem: String,
+) {
+    let http = reqwest::Certificate::from_pem(ca_pem.as_bytes())
+        .map_err(|e| e.to_string())
+        .and_then(|ca| {
+            reqwest::Client::builder()
+                .add_root_certificate(ca)
+                .timeout(Duration::from_secs(5))
+                .build()
+                .map_err(|e| e.to_string())
+        });
+    let http = match http {
+        Ok(h) => h,
+        Err(e) => {
+            tracing::error!(error = %e, "the DataVolume webhook is not registered: no client for its Service");
+            return;
+        }
+    };
+    let mut said = false;
+    loop {
+        match http.get(&through).send().await {
+            Ok(r) if r.status().is_success() => break,
+            outcome => {
+                if !said {
+                    let why = match outcome {
+                        Ok(r) => r.status().to_string(),
+                        Err(e) => e.to_string(),
+                    };
+                    tracing::info!(url = %through, %why, "waiting for the Service to reach this server before registering the DataVolume webhook");
+                    said = true;
+                }
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let resource = kube::api::ApiResource {
+        group: "admissionregistration.k8s.io".into(),
+        version: "v1".into(),
+        api_version: "admissionregistration.k8s.io/v1".into(),
+        kind: "MutatingWebhookConfiguration".into(),
+        plural: "mutatingwebhookconfigurations".into(),
+    };
+    loop {
+        match Api::<DynamicObject>::all_with(client.clone(), &resource)
             .patch(
                 cdi_upload::webhook::CONFIGURATION,
                 &PatchParams::apply("cdi-apiserver").force(),
                 &Patch::Apply(&webhook),
             )
             .await
-            .context("registering the DataVolume webhook")?;
-        // The first line says where: tests and scripts read it.
-        println!("cdi apiserver on https://{}", listener.local_addr()?);
-        let mut terminate =
-            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
-        tokio::select! {
-            r = apiserver::run(config, client, listener) => Ok(r?),
-            _ = tokio::signal::ctrl_c() => Ok(()),
-            _ = terminate.recv() => Ok(()),
+        {
+            Ok(_) => {
+                tracing::info!("registered the DataVolume webhook");
+                return;
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "registering the DataVolume webhook");
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
         }
-    })
+    }
 }

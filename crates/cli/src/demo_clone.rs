@@ -196,6 +196,22 @@ pub async fn story(
     t: &mut Timeline,
 ) -> anyhow::Result<()> {
     let deadline = Instant::now() + timeout;
+    // The webhook is registered once CDI's API server is reachable through its Service.
+    let webhooks: Api<k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration> =
+        Api::all(client.clone());
+    while webhooks
+        .get_opt(cdi_upload::webhook::CONFIGURATION)
+        .await?
+        .is_none()
+    {
+        if Instant::now() > deadline {
+            bail!(
+                "CDI's DataVolume webhook ({}) was not registered in time",
+                cdi_upload::webhook::CONFIGURATION
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     let namespaces: Api<Namespace> = Api::all(client.clone());
     for ns in [GOLDEN, VMS] {
         create(&namespaces, json!({"metadata": {"name": ns}})).await?;

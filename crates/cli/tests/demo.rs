@@ -152,13 +152,19 @@ fn the_clone_demo_refuses_then_clones_the_golden_image_into_two_vms() {
             "alice creates DataVolume vms/vm-csi-root",
         ],
     );
-    // Each disk's story, in its order (the two run side by side).
+    // Each disk's story, in its order (the two run side by side; the phases in between can be
+    // shorter than the demo's look, their events are told).
     assert_in_order(
         &stdout,
         &[
             "claim vms/vm-local-root: host-assisted copy of golden/fedora",
-            "DataVolume vms/vm-local-root: CloneInProgress",
-            "DataVolume vms/vm-local-root: Succeeded (100.0%)",
+            "event on DataVolume vms/vm-local-root: CloneSucceeded: Successfully cloned from golden/fedora into vms/vm-local-root",
+        ],
+    );
+    assert_in_order(
+        &stdout,
+        &[
+            "DataVolume vms/vm-local-root: Succeeded",
             "VirtualMachine vms/vm-local: launcher virt-launcher-vm-local-",
         ],
     );
@@ -170,12 +176,17 @@ fn the_clone_demo_refuses_then_clones_the_golden_image_into_two_vms() {
         ),
         "{stdout}"
     );
+    assert!(
+        stdout.contains(
+            "event on DataVolume vms/vm-csi-root: CloneSucceeded: Successfully cloned from \
+             golden/fedora into vms/vm-csi-root"
+        ),
+        "{stdout}"
+    );
     assert_in_order(
         &stdout,
         &[
-            "DataVolume vms/vm-csi-root: SnapshotForSmartCloneInProgress",
-            "DataVolume vms/vm-csi-root: RebindInProgress",
-            "DataVolume vms/vm-csi-root: Succeeded (100.0%)",
+            "DataVolume vms/vm-csi-root: Succeeded",
             "VirtualMachine vms/vm-csi: launcher virt-launcher-vm-csi-",
         ],
     );
