@@ -75,8 +75,6 @@ pub fn run(args: &ApiServerArgs) -> anyhow::Result<()> {
         let key = wait_for(&secrets, names::SIGNING_KEY).await?;
         let private = String::from_utf8(secret_text(&key, names::SIGNING_KEY_PRIVATE)?)?;
         let signer = Signer::new(API_ISSUER, &private).context("the token signing key")?;
-        let webhook_signer =
-            Signer::new(API_ISSUER, &private).context("the token signing key")?;
         let cert = wait_for(&secrets, names::API_CERT).await?;
         let bundle = wait_for(&maps, names::API_SIGNER_BUNDLE).await?;
         let ca = bundle
@@ -127,7 +125,6 @@ pub fn run(args: &ApiServerArgs) -> anyhow::Result<()> {
             front_proxy_ca_pem: front_proxy_ca.into_bytes(),
             headers: RequestHeaders::from_config_map(&data),
             signer,
-            webhook_signer,
         };
         let listener = tokio::net::TcpListener::bind(config.listen)
             .await
@@ -198,15 +195,9 @@ async fn register_webhook(
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
-    let resource = kube::api::ApiResource {
-        group: "admissionregistration.k8s.io".into(),
-        version: "v1".into(),
-        api_version: "admissionregistration.k8s.io/v1".into(),
-        kind: "MutatingWebhookConfiguration".into(),
-        plural: "mutatingwebhookconfigurations".into(),
-    };
+    use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
     loop {
-        match Api::<DynamicObject>::all_with(client.clone(), &resource)
+        match Api::<MutatingWebhookConfiguration>::all(client.clone())
             .patch(
                 cdi_upload::webhook::CONFIGURATION,
                 &PatchParams::apply("cdi-apiserver").force(),

@@ -6,7 +6,9 @@ mod devcluster;
 
 use std::path::{Path, PathBuf};
 
-use devcluster::{Controller, Down, cdi, find_pod_process, get_json, kubectl, wait_for};
+use devcluster::{
+    Controller, Down, cdi, find_pod_process, get_json, kubectl, kubectl_as, wait_for,
+};
 use serde_json::Value;
 
 const MIB: u64 = 1 << 20;
@@ -91,6 +93,46 @@ fn scatter(path: &Path) -> Vec<u8> {
     std::fs::read(path).unwrap()
 }
 
+/// Blank DataVolumes on the CSI class in `ns` (`(name, volume mode, size)`), once Succeeded,
+/// with data scattered over each: the bytes of each, in order.
+fn sources(dir: &Path, ns: &str, volumes: &[(&str, &str, &str)]) -> Vec<Vec<u8>> {
+    let manifests: Vec<String> = volumes
+        .iter()
+        .map(|(name, mode, size)| blank_volume(name, ns, mode, size))
+        .collect();
+    kubectl(dir, &["apply", "-f", "-"], Some(&manifests.join("---")));
+    volumes
+        .iter()
+        .map(|(name, _, _)| {
+            wait_for(&format!("{name} to succeed"), 90, || {
+                get_json(dir, ns, &format!("dv/{name}"))
+                    .filter(|d| d["status"]["phase"] == "Succeeded")
+            });
+            scatter(&volume_file(dir, ns, name))
+        })
+        .collect()
+}
+
+/// A DataVolume in `default` cloning claim `default/source` onto `class`, of `mode`, sized
+/// `size` or (none) from the source.
+fn clone_of(name: &str, source: &str, class: &str, mode: &str, size: Option<&str>) -> String {
+    let resources = size
+        .map(|s| format!(", resources: {{requests: {{storage: {s}}}}}"))
+        .unwrap_or_default();
+    format!(
+        "apiVersion: cdi.kubevirt.io/v1beta1\nkind: DataVolume\nmetadata: {{name: {name}}}\nspec:\n  source: {{pvc: {{namespace: default, name: {source}}}}}\n  storage: {{storageClassName: {class}, volumeMode: {mode}, accessModes: [ReadWriteOnce]{resources}}}\n"
+    )
+}
+
+/// A storage quantity as kubectl shows it (`NNMi` or plain bytes), in bytes.
+fn quantity_bytes(q: &Value) -> u64 {
+    let q = q.as_str().unwrap();
+    match q.strip_suffix("Mi") {
+        Some(n) => n.parse::<u64>().unwrap() * MIB,
+        None => q.parse::<u64>().unwrap(),
+    }
+}
+
 fn annotations(v: &Value) -> &serde_json::Map<String, Value> {
     v["metadata"]["annotations"].as_object().unwrap()
 }
@@ -122,23 +164,16 @@ async fn a_claim_asking_for_a_copy_gets_the_sources_bytes_across_modes() {
     let _down = Down(&dir);
     let _controller = controller(&dir, tmp.path());
     kubectl(&dir, &["create", "namespace", "golden"], None);
-    kubectl(
+    let [fs_bytes, block_bytes] = sources(
         &dir,
-        &["apply", "-f", "-"],
-        Some(&format!(
-            "{}---{}",
-            blank_volume("fs-image", "golden", "Filesystem", "64Mi"),
-            blank_volume("block-image", "golden", "Block", "32Mi")
-        )),
-    );
-    for name in ["fs-image", "block-image"] {
-        wait_for(&format!("{name} to succeed"), 90, || {
-            get_json(&dir, "golden", &format!("dv/{name}"))
-                .filter(|d| d["status"]["phase"] == "Succeeded")
-        });
-    }
-    let fs_bytes = scatter(&volume_file(&dir, "golden", "fs-image"));
-    let block_bytes = scatter(&volume_file(&dir, "golden", "block-image"));
+        "golden",
+        &[
+            ("fs-image", "Filesystem", "64Mi"),
+            ("block-image", "Block", "32Mi"),
+        ],
+    )
+    .try_into()
+    .unwrap();
 
     // Filesystem → Filesystem, Filesystem → Block, Block → Filesystem; and a claim in another
     // namespace asking for a copy, refused.
@@ -417,15 +452,7 @@ async fn the_clone_populator_clones_by_snapshot_csi_clone_and_copy() {
     assert!(ok, "{out}{err}");
     let _down = Down(&dir);
     let _controller = controller(&dir, tmp.path());
-    kubectl(
-        &dir,
-        &["apply", "-f", "-"],
-        Some(&blank_volume("golden", "default", "Filesystem", "64Mi")),
-    );
-    wait_for("the source to succeed", 90, || {
-        get_json(&dir, "default", "dv/golden").filter(|d| d["status"]["phase"] == "Succeeded")
-    });
-    let bytes = scatter(&volume_file(&dir, "default", "golden"));
+    let bytes = sources(&dir, "default", &[("golden", "Filesystem", "64Mi")]).remove(0);
 
     // The CSI class has a VolumeSnapshotClass: the default strategy, snapshot (a snapshot of the
     // source restored into tmp-pvc-<uid>, whose volume the target takes over).
@@ -455,22 +482,7 @@ async fn the_clone_populator_clones_by_snapshot_csi_clone_and_copy() {
             &["CloneScheduled", "CloneInProgress", "CloneSucceeded"][..],
         ),
     ] {
-        kubectl(
-            &dir,
-            &[
-                "patch",
-                "storageprofile",
-                "csi",
-                "--type=merge",
-                "-p",
-                &format!(r#"{{"spec":{{"cloneStrategy":"{strategy}"}}}}"#),
-            ],
-            None,
-        );
-        wait_for(&format!("the profile to say {strategy}"), 30, || {
-            get_json(&dir, "default", "storageprofile/csi")
-                .filter(|p| p["status"]["cloneStrategy"] == strategy)
-        });
+        devcluster::set_clone_strategy(&dir, strategy);
         kubectl(&dir, &["apply", "-f", "-"], Some(&csi_clone_volume(name)));
         assert_cloned(&dir, name, strategy, &bytes, phases);
     }
@@ -682,34 +694,6 @@ spec:
         allocated < 4 * MIB,
         "{allocated} bytes allocated for 12 KiB of data"
     );
-}
-
-/// kubectl with the kubeconfig at `path`: success, stdout, stderr.
-fn kubectl_as(path: &Path, args: &[&str], stdin: Option<&str>) -> (bool, String, String) {
-    use std::io::Write;
-    let mut child = std::process::Command::new("kubectl")
-        .args(args)
-        .env("KUBECONFIG", path)
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("kubectl is installed");
-    if let Some(text) = stdin {
-        child
-            .stdin
-            .take()
-            .unwrap()
-            .write_all(text.as_bytes())
-            .unwrap();
-    }
-    drop(child.stdin.take());
-    let out = child.wait_with_output().unwrap();
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).into(),
-        String::from_utf8_lossy(&out.stderr).into(),
-    )
 }
 
 fn clone_volume(name: &str, ns: &str, source: (&str, &str), class: &str) -> String {
@@ -1037,17 +1021,10 @@ spec:
     let source = get_json(&dir, "default", "pvc/golden").unwrap();
     // Sized from the snapshot's restoreSize (the source's 64Mi), with the filesystem overhead
     // of a spec.storage request on top, as a claim clone is.
-    let bytes_of = |q: &Value| {
-        let q = q.as_str().unwrap();
-        match q.strip_suffix("Mi") {
-            Some(n) => n.parse::<u64>().unwrap() * MIB,
-            None => q.parse::<u64>().unwrap(),
-        }
-    };
-    let asked = bytes_of(&restored["spec"]["resources"]["requests"]["storage"]);
-    let had = bytes_of(&source["status"]["capacity"]["storage"]);
+    let asked = quantity_bytes(&restored["spec"]["resources"]["requests"]["storage"]);
+    let had = quantity_bytes(&source["status"]["capacity"]["storage"]);
     assert!(asked > had && asked < had + had / 5, "{asked} for {had}");
-    assert!(bytes_of(&larger["spec"]["resources"]["requests"]["storage"]) > 128 * MIB);
+    assert!(quantity_bytes(&larger["spec"]["resources"]["requests"]["storage"]) > 128 * MIB);
     // The snapshot is the user's: it stays.
     assert!(get_json(&dir, "default", "volumesnapshot/golden-snap").is_some());
     // Off the populator path: the snapshot restored into a claim of its driver's class, copied
@@ -1264,9 +1241,7 @@ async fn each_fallback_to_a_copy_says_why_and_copies() {
     kubectl(
         &dir,
         &["apply", "-f", "-"],
-        Some(&format!(
-            "{}---{}",
-            blank_volume("golden", "default", "Filesystem", "64Mi"),
+        Some(
             r#"
 apiVersion: storage.k8s.io/v1
 kind: StorageClass
@@ -1274,20 +1249,12 @@ metadata: {name: csi-fixed}
 provisioner: csi.cdi-rs.dev
 volumeBindingMode: WaitForFirstConsumer
 allowVolumeExpansion: false
-"#
-        )),
+"#,
+        ),
     );
-    wait_for("the source to succeed", 90, || {
-        get_json(&dir, "default", "dv/golden").filter(|d| d["status"]["phase"] == "Succeeded")
-    });
-    let bytes = scatter(&volume_file(&dir, "default", "golden"));
+    let bytes = sources(&dir, "default", &[("golden", "Filesystem", "64Mi")]).remove(0);
     let target = |name: &str, class: &str, mode: &str, size: Option<&str>| {
-        let resources = size
-            .map(|s| format!(", resources: {{requests: {{storage: {s}}}}}"))
-            .unwrap_or_default();
-        format!(
-            "apiVersion: cdi.kubevirt.io/v1beta1\nkind: DataVolume\nmetadata: {{name: {name}}}\nspec:\n  source: {{pvc: {{namespace: default, name: golden}}}}\n  storage: {{storageClassName: {class}, volumeMode: {mode}, accessModes: [ReadWriteOnce]{resources}}}\n"
-        )
+        clone_of(name, "golden", class, mode, size)
     };
     let told = |name: &str, reason: &str, message: &str| {
         let claim = get_json(&dir, "default", &format!("pvc/{name}")).unwrap();
@@ -1368,48 +1335,21 @@ async fn block_and_larger_targets_clone_by_snapshot_and_csi_clone() {
     assert!(ok, "{out}{err}");
     let _down = Down(&dir);
     let _controller = controller(&dir, tmp.path());
-    kubectl(
+    let [fs_bytes, block_bytes] = sources(
         &dir,
-        &["apply", "-f", "-"],
-        Some(&format!(
-            "{}---{}",
-            blank_volume("golden", "default", "Filesystem", "64Mi"),
-            blank_volume("golden-block", "default", "Block", "32Mi")
-        )),
-    );
-    for name in ["golden", "golden-block"] {
-        wait_for(&format!("{name} to succeed"), 90, || {
-            get_json(&dir, "default", &format!("dv/{name}"))
-                .filter(|d| d["status"]["phase"] == "Succeeded")
-        });
-    }
-    let fs_bytes = scatter(&volume_file(&dir, "default", "golden"));
-    let block_bytes = scatter(&volume_file(&dir, "default", "golden-block"));
+        "default",
+        &[
+            ("golden", "Filesystem", "64Mi"),
+            ("golden-block", "Block", "32Mi"),
+        ],
+    )
+    .try_into()
+    .unwrap();
     let target = |name: &str, source: &str, mode: &str, size: Option<&str>| {
-        let resources = size
-            .map(|s| format!(", resources: {{requests: {{storage: {s}}}}}"))
-            .unwrap_or_default();
-        format!(
-            "apiVersion: cdi.kubevirt.io/v1beta1\nkind: DataVolume\nmetadata: {{name: {name}}}\nspec:\n  source: {{pvc: {{namespace: default, name: {source}}}}}\n  storage: {{storageClassName: csi, volumeMode: {mode}, accessModes: [ReadWriteOnce]{resources}}}\n"
-        )
+        clone_of(name, source, "csi", mode, size)
     };
     for strategy in ["snapshot", "csi-clone"] {
-        kubectl(
-            &dir,
-            &[
-                "patch",
-                "storageprofile",
-                "csi",
-                "--type=merge",
-                "-p",
-                &format!(r#"{{"spec":{{"cloneStrategy":"{strategy}"}}}}"#),
-            ],
-            None,
-        );
-        wait_for(&format!("the profile to say {strategy}"), 30, || {
-            get_json(&dir, "default", "storageprofile/csi")
-                .filter(|p| p["status"]["cloneStrategy"] == strategy)
-        });
+        devcluster::set_clone_strategy(&dir, strategy);
         let block = format!("block-by-{strategy}");
         let larger = format!("larger-by-{strategy}");
         kubectl(
@@ -1424,14 +1364,10 @@ async fn block_and_larger_targets_clone_by_snapshot_and_csi_clone() {
         assert_cloned(&dir, &block, strategy, &block_bytes, &["CloneSucceeded"]);
         assert_cloned(&dir, &larger, strategy, &fs_bytes, &["CloneSucceeded"]);
         let claim = get_json(&dir, "default", &format!("pvc/{larger}")).unwrap();
-        let capacity = claim["status"]["capacity"]["storage"]
-            .as_str()
-            .unwrap()
-            .to_string();
-        let bytes: u64 = match capacity.strip_suffix("Mi") {
-            Some(n) => n.parse::<u64>().unwrap() * MIB,
-            None => capacity.parse().unwrap(),
-        };
-        assert!(bytes >= 256 * MIB, "{larger} has {capacity}");
+        let capacity = &claim["status"]["capacity"]["storage"];
+        assert!(
+            quantity_bytes(capacity) >= 256 * MIB,
+            "{larger} has {capacity}"
+        );
     }
 }

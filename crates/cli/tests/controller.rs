@@ -2087,22 +2087,7 @@ async fn chaos_every_data_volume_converges_and_nothing_leaks() {
         let mut expected_claims = vec![sc.name.clone()];
         if let Filler::Clone(strategy) = sc.filler {
             if sc.populator {
-                kubectl(
-                    &s.dir,
-                    &[
-                        "patch",
-                        "storageprofile",
-                        "csi",
-                        "--type=merge",
-                        "-p",
-                        &format!(r#"{{"spec":{{"cloneStrategy":"{strategy}"}}}}"#),
-                    ],
-                    None,
-                );
-                wait_for(&format!("the profile to say {strategy}"), 30, || {
-                    get(&s.dir, "storageprofile/csi")
-                        .filter(|p| p["status"]["cloneStrategy"] == strategy)
-                });
+                devcluster::set_clone_strategy(&s.dir, strategy);
             }
             kubectl(&s.dir, &["apply", "-f", "-"], Some(&sc.source_volume(&url)));
             wait_for(&format!("{} to be imported", sc.source()), 120, || {

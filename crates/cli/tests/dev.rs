@@ -154,16 +154,7 @@ fn nodes_come_from_a_file() {
 
 /// kubectl with the kubeconfig at `path`: (success, stdout, stderr).
 fn kubectl_with(path: &std::path::Path, args: &[&str]) -> (bool, String, String) {
-    let out = std::process::Command::new("kubectl")
-        .args(args)
-        .env("KUBECONFIG", path)
-        .output()
-        .expect("kubectl is installed");
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).into(),
-        String::from_utf8_lossy(&out.stderr).into(),
-    )
+    devcluster::kubectl_as(path, args, None)
 }
 
 #[test]

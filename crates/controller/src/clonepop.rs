@@ -186,7 +186,17 @@ async fn choose(
             .record(target, true, reason.reason(), reason.message())
             .await;
     }
-    annotate(ctx, target, &wanted).await?;
+    hold(ctx, target, &wanted).await
+}
+
+/// Record the chosen strategy (`wanted`: the target's annotations with it) and hold the target
+/// with the clone populator's finalizer.
+async fn hold(
+    ctx: &Context,
+    target: &PersistentVolumeClaim,
+    wanted: &BTreeMap<String, String>,
+) -> Result<Action, Error> {
+    annotate(ctx, target, wanted).await?;
     let claims: Api<PersistentVolumeClaim> =
         Api::namespaced(ctx.client.clone(), &target.namespace().unwrap_or_default());
     let fresh = claims.get(&target.name_any()).await?;
@@ -557,17 +567,7 @@ async fn restore_snapshot(
     let name = &vcs.spec.source.name;
     // Snapshots are not in the caches: looked at on a timer.
     let later = Action::requeue(ctx.options.resync * 2);
-    let snapshots: Api<DynamicObject> = Api::namespaced_with(
-        ctx.client.clone(),
-        &source_ns,
-        &crate::snapshot_api("VolumeSnapshot", "volumesnapshots"),
-    );
-    let found = match snapshots.get_opt(name).await {
-        Ok(found) => found,
-        Err(kube::Error::Api(e)) if e.code == 404 => None,
-        Err(e) => return Err(e.into()),
-    };
-    let Some(snapshot) = found else {
+    let Some(snapshot) = crate::get_snapshot(ctx, &source_ns, name).await? else {
         let message = format!("The source snapshot {source_ns}/{name} doesn't exist");
         ctx.events
             .record(target, true, "CloneWithoutSource", &message)
@@ -577,17 +577,7 @@ async fn restore_snapshot(
     if snapshot.data["status"]["readyToUse"] != true {
         return Ok(later);
     }
-    let contents: Api<DynamicObject> = Api::all_with(
-        ctx.client.clone(),
-        &crate::snapshot_api("VolumeSnapshotContent", "volumesnapshotcontents"),
-    );
-    let driver = match snapshot.data["status"]["boundVolumeSnapshotContentName"].as_str() {
-        Some(content) => contents
-            .get_opt(content)
-            .await?
-            .and_then(|c| c.data["spec"]["driver"].as_str().map(String::from)),
-        None => None,
-    };
+    let driver = crate::snapshot_driver(ctx, &snapshot).await?;
     let class_name = target
         .spec
         .as_ref()
@@ -609,10 +599,7 @@ async fn restore_snapshot(
             .await;
         return Ok(Action::await_change());
     }
-    let restore_size = snapshot.data["status"]["restoreSize"]
-        .as_str()
-        .and_then(|q| q.parse::<cdi_core::quantity::Quantity>().ok())
-        .map(|q| q.value());
+    let restore_size = clonepop::restore_size(&snapshot.data);
     let requested = target
         .spec
         .as_ref()
@@ -652,12 +639,7 @@ async fn restore_snapshot(
         wanted
             .entry(ann::CLONE_PHASE.into())
             .or_insert_with(|| phase::PENDING.into());
-        annotate(ctx, target, &wanted).await?;
-        let claims: Api<PersistentVolumeClaim> =
-            Api::namespaced(ctx.client.clone(), &target.namespace().unwrap_or_default());
-        let fresh = claims.get(&target.name_any()).await?;
-        crate::set_finalizer(&claims, &fresh, finalizer::CLONE_POPULATOR, true).await?;
-        return Ok(Action::await_change());
+        return hold(ctx, target, &wanted).await;
     }
     create_tmp(ctx, target, vcs, node, clonepop::Fill::Restore(name)).await?;
     set_phase(ctx, target, phase::SNAPSHOT_CLONE).await?;

@@ -351,32 +351,12 @@ pub async fn reconcile(dv: Arc<DataVolume>, ctx: Arc<Context>) -> Result<Action,
             .claim(&dv.namespace().unwrap_or_default(), &dv.name_any())
             .is_none()
     {
-        let snapshots: Api<kube::api::DynamicObject> = Api::namespaced_with(
-            ctx.client.clone(),
-            &ns,
-            &crate::snapshot_api("VolumeSnapshot", "volumesnapshots"),
-        );
-        clone_snapshot = match snapshots.get_opt(&name).await {
-            Ok(found) => found.map(|o| serde_json::to_value(o).unwrap_or_default()),
-            // No snapshot API at all: as good as no snapshot.
-            Err(kube::Error::Api(e)) if e.code == 404 => None,
-            Err(e) => return Err(e.into()),
-        };
-        // Its driver (the content's): a copy off the populator path restores it with a class
-        // of that driver.
-        if let Some(content) = clone_snapshot
-            .as_ref()
-            .and_then(|s| s["status"]["boundVolumeSnapshotContentName"].as_str())
-        {
-            let contents: Api<kube::api::DynamicObject> = Api::all_with(
-                ctx.client.clone(),
-                &crate::snapshot_api("VolumeSnapshotContent", "volumesnapshotcontents"),
-            );
-            snapshot_driver = contents
-                .get_opt(content)
-                .await?
-                .and_then(|c| c.data["spec"]["driver"].as_str().map(String::from));
+        let found = crate::get_snapshot(&ctx, &ns, &name).await?;
+        // Its driver: a copy off the populator path restores it with a class of that driver.
+        if let Some(snapshot) = &found {
+            snapshot_driver = crate::snapshot_driver(&ctx, snapshot).await?;
         }
+        clone_snapshot = found.map(|o| serde_json::to_value(o).unwrap_or_default());
     }
     // A copy from a snapshot restored for it: the restored claim goes once the copy is done.
     if let Some(snapshot) = datavolume::snapshot_source_of(decided)

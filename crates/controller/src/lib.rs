@@ -247,6 +247,38 @@ pub(crate) fn snapshot_api(kind: &str, plural: &str) -> kube::api::ApiResource {
     }
 }
 
+/// The VolumeSnapshot `namespace/name`, if it exists (and the snapshot API is served).
+pub(crate) async fn get_snapshot(
+    ctx: &Context,
+    namespace: &str,
+    name: &str,
+) -> Result<Option<kube::api::DynamicObject>, Error> {
+    let snapshots: kube::Api<kube::api::DynamicObject> = kube::Api::namespaced_with(
+        ctx.client.clone(),
+        namespace,
+        &snapshot_api("VolumeSnapshot", "volumesnapshots"),
+    );
+    Ok(snapshots.get_opt(name).await?)
+}
+
+/// The CSI driver that took `snapshot`: its bound VolumeSnapshotContent's, when known.
+pub(crate) async fn snapshot_driver(
+    ctx: &Context,
+    snapshot: &kube::api::DynamicObject,
+) -> Result<Option<String>, Error> {
+    let Some(content) = snapshot.data["status"]["boundVolumeSnapshotContentName"].as_str() else {
+        return Ok(None);
+    };
+    let contents: kube::Api<kube::api::DynamicObject> = kube::Api::all_with(
+        ctx.client.clone(),
+        &snapshot_api("VolumeSnapshotContent", "volumesnapshotcontents"),
+    );
+    Ok(contents
+        .get_opt(content)
+        .await?
+        .and_then(|c| c.data["spec"]["driver"].as_str().map(String::from)))
+}
+
 /// Hand `volume` over to `target` (the PV's `claimRef` switched, no data copied): how every
 /// populator gives its target the volume its temporary claim filled.
 pub(crate) async fn hand_over(

@@ -87,6 +87,15 @@ pub fn prep_pod_name(target: &PersistentVolumeClaim) -> String {
     )
 }
 
+/// A VolumeSnapshot's `status.restoreSize` in bytes (the object, or its `data` beside the
+/// metadata), once the snapshot has one.
+pub fn restore_size(snapshot: &serde_json::Value) -> Option<i64> {
+    snapshot["status"]["restoreSize"]
+        .as_str()
+        .and_then(|q| q.parse::<crate::quantity::Quantity>().ok())
+        .map(|q| q.value())
+}
+
 /// How the temporary claim gets its data.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Fill<'a> {

@@ -724,10 +724,7 @@ pub fn decide(s: &Snapshot<'_>) -> Plan {
                         ),
                     );
                 };
-                let restore_size = snapshot["status"]["restoreSize"]
-                    .as_str()
-                    .and_then(|q| q.parse::<crate::quantity::Quantity>().ok())
-                    .map(|q| q.value());
+                let restore_size = crate::clonepop::restore_size(snapshot);
                 if snapshot["status"]["readyToUse"] != true || restore_size.is_none() {
                     return waiting(
                         "SnapshotNotReady",
@@ -1063,6 +1060,17 @@ mod tests {
             claim: Option<&PersistentVolumeClaim>,
             first_consumer: Option<&Pod>,
         ) -> Plan {
+            self.decide_from_snapshot(dv, claim, first_consumer, None)
+        }
+
+        /// With the VolumeSnapshot a snapshot clone names (taken by the world's driver).
+        fn decide_from_snapshot(
+            &self,
+            dv: &DataVolume,
+            claim: Option<&PersistentVolumeClaim>,
+            first_consumer: Option<&Pod>,
+            snapshot: Option<&Value>,
+        ) -> Plan {
             decide(&Snapshot {
                 dv,
                 claim,
@@ -1077,8 +1085,8 @@ mod tests {
                 clone_source: None,
                 source_ref_refusal: None,
                 clone_refusal: None,
-                clone_snapshot: None,
-                clone_snapshot_driver: None,
+                clone_snapshot: snapshot,
+                clone_snapshot_driver: Some("csi.cdi-rs.dev"),
                 worker_image: "cdi-importer",
                 now: "2026-12-01T12:00:00Z".parse().unwrap(),
             })
@@ -1103,27 +1111,9 @@ mod tests {
     }
 
     #[test]
-    fn a_snapshot_clone_waits_for_a_ready_snapshot_and_needs_the_populator() {
+    fn a_snapshot_clone_waits_for_a_ready_snapshot_then_is_restored_or_copied() {
         let decide = |world: &World, d: &DataVolume, snapshot: Option<&Value>| {
-            decide(&Snapshot {
-                dv: d,
-                claim: None,
-                prime: None,
-                classes: &world.classes,
-                profiles: &world.profiles,
-                csi_drivers: &world.drivers,
-                config: Some(&world.config),
-                claim_events: &world.events,
-                progress: None,
-                first_consumer: None,
-                clone_source: None,
-                source_ref_refusal: None,
-                clone_refusal: None,
-                clone_snapshot: snapshot,
-                clone_snapshot_driver: Some("csi.cdi-rs.dev"),
-                worker_image: "cdi-importer",
-                now: "2026-12-01T12:00:00Z".parse().unwrap(),
-            })
+            world.decide_from_snapshot(d, None, None, snapshot)
         };
         let csi = World::new("Immediate", true);
         let mut d = dv(

@@ -29,9 +29,8 @@ pub struct ApiServerConfig {
     /// (`requestheader-client-ca-file`).
     pub front_proxy_ca_pem: Vec<u8>,
     pub headers: RequestHeaders,
+    /// Signs upload tokens and the DataVolume webhook's clone tokens.
     pub signer: Signer,
-    /// Signs the clone tokens of the DataVolume webhook (the same key and issuer).
-    pub webhook_signer: Signer,
 }
 
 type Body = Full<Bytes>;
@@ -141,6 +140,29 @@ pub fn openapi() -> Value {
     })
 }
 
+/// The request's body, a JSON object (at most [`MAX_BODY`]), or the refusal saying it is not
+/// `what`.
+async fn json_object(req: Request<Incoming>, what: &str) -> Result<Value, Response<Body>> {
+    let body = match Limited::new(req.into_body(), MAX_BODY).collect().await {
+        Ok(b) => b.to_bytes(),
+        Err(e) => {
+            return Err(status(
+                400,
+                "BadRequest",
+                &format!("reading the request: {e}"),
+            ));
+        }
+    };
+    match serde_json::from_slice(&body) {
+        Ok(v @ Value::Object(_)) => Ok(v),
+        _ => Err(status(
+            400,
+            "BadRequest",
+            &format!("the request body is not {what}"),
+        )),
+    }
+}
+
 /// The namespace of a token request's path, if the path is one.
 fn token_request_namespace(path: &str) -> Option<&str> {
     let rest = path.strip_prefix(&format!("/apis/{GROUP}/{VERSION}/namespaces/"))?;
@@ -215,19 +237,9 @@ impl Api {
             Ok(c) => c,
             Err(r) => return status(r.code, "Unauthorized", &r.message),
         };
-        let body = match Limited::new(req.into_body(), MAX_BODY).collect().await {
-            Ok(b) => b.to_bytes(),
-            Err(e) => return status(400, "BadRequest", &format!("reading the request: {e}")),
-        };
-        let request: Value = match serde_json::from_slice(&body) {
-            Ok(v @ Value::Object(_)) => v,
-            _ => {
-                return status(
-                    400,
-                    "BadRequest",
-                    "the request body is not an UploadTokenRequest in JSON",
-                );
-            }
+        let request = match json_object(req, "an UploadTokenRequest in JSON").await {
+            Ok(v) => v,
+            Err(refused) => return refused,
         };
         let review: SubjectAccessReview =
             match serde_json::from_value(tokenapi::access_review(&caller, &ns)) {
@@ -276,21 +288,18 @@ impl Api {
     /// certificate (as kube's does): what it answers is checked again by the controller, and a
     /// token it gives names one clone only.
     async fn admission(&self, req: Request<Incoming>) -> Response<Body> {
-        let body = match Limited::new(req.into_body(), MAX_BODY).collect().await {
-            Ok(b) => b.to_bytes(),
-            Err(e) => return status(400, "BadRequest", &format!("reading the request: {e}")),
-        };
-        let review: Value = match serde_json::from_slice(&body) {
-            Ok(v @ Value::Object(_)) if v["request"].is_object() => v,
-            _ => {
+        let review = match json_object(req, "an AdmissionReview").await {
+            Ok(v) if v["request"].is_object() => v,
+            Ok(_) => {
                 return status(
                     400,
                     "BadRequest",
                     "the request body is not an AdmissionReview",
                 );
             }
+            Err(refused) => return refused,
         };
-        let answer = self.webhook.review(&review).await;
+        let answer = self.webhook.review(&review, &self.signer).await;
         if answer["response"]["allowed"] == json!(false) {
             tracing::info!(user = %review["request"]["userInfo"]["username"],
                 namespace = %review["request"]["namespace"],
@@ -316,7 +325,6 @@ pub async fn run(
     let api = Arc::new(Api {
         webhook: crate::webhook::Webhook {
             client: client.clone(),
-            signer: config.webhook_signer,
         },
         client,
         headers: config.headers,

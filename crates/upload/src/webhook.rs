@@ -173,7 +173,6 @@ fn refused(code: u16, message: &str, field: Option<&str>) -> Value {
 /// What the webhook reads from the cluster and asks of it.
 pub struct Webhook {
     pub client: kube::Client,
-    pub signer: Signer,
 }
 
 /// Why a clone's source could not be looked at.
@@ -184,16 +183,16 @@ enum Lookup {
 }
 
 impl Webhook {
-    /// Answer an AdmissionReview (its JSON): allowed, allowed with the token added, or refused
-    /// saying why.
-    pub async fn review(&self, review: &Value) -> Value {
+    /// Answer an AdmissionReview (its JSON): allowed, allowed with a token `signer` signs
+    /// added, or refused saying why.
+    pub async fn review(&self, review: &Value, signer: &Signer) -> Value {
         let request = &review["request"];
         let uid = &request["uid"];
-        let response = self.admit(request).await;
+        let response = self.admit(request, signer).await;
         answer(uid, response)
     }
 
-    async fn admit(&self, request: &Value) -> Value {
+    async fn admit(&self, request: &Value, signer: &Signer) -> Value {
         let dv: DataVolume = match serde_json::from_value(request["object"].clone()) {
             Ok(dv) => dv,
             Err(e) => return refused(400, &format!("the object is not a DataVolume: {e}"), None),
@@ -261,7 +260,7 @@ impl Webhook {
             source.resource(),
             (&target_ns, &target_name),
         );
-        let token = self.signer.sign(&payload, LIFETIME);
+        let token = signer.sign(&payload, LIFETIME);
         let patch = token_patch(request["object"]["metadata"].get("annotations"), &token);
         use base64::Engine;
         json!({"allowed": true, "patchType": "JSONPatch",

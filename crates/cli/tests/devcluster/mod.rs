@@ -21,10 +21,19 @@ pub fn cdi(args: &[&str], dir: &Path) -> (bool, String, String) {
 
 /// kubectl against the cluster in `dir`, `stdin` fed to it; fails the test when kubectl fails.
 pub fn kubectl(dir: &Path, args: &[&str], stdin: Option<&str>) -> String {
+    let (ok, out, err) = kubectl_as(&dir.join("kubeconfig"), args, stdin);
+    assert!(ok, "kubectl {args:?}: {err}");
+    out
+}
+
+/// kubectl with the kubeconfig at `config` (a user's), `stdin` fed to it: success, stdout,
+/// stderr.
+#[allow(dead_code)]
+pub fn kubectl_as(config: &Path, args: &[&str], stdin: Option<&str>) -> (bool, String, String) {
     use std::io::Write;
     let mut child = Command::new("kubectl")
         .args(args)
-        .env("KUBECONFIG", dir.join("kubeconfig"))
+        .env("KUBECONFIG", config)
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
@@ -40,9 +49,11 @@ pub fn kubectl(dir: &Path, args: &[&str], stdin: Option<&str>) -> String {
     }
     drop(child.stdin.take());
     let out = child.wait_with_output().unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "kubectl {args:?}: {stderr}");
-    String::from_utf8_lossy(&out.stdout).into()
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into(),
+        String::from_utf8_lossy(&out.stderr).into(),
+    )
 }
 
 /// Stops the cluster even when an assertion fails, so no process outlives the test.
@@ -116,6 +127,27 @@ impl Drop for Controller {
     fn drop(&mut self) {
         self.kill();
     }
+}
+
+/// Make StorageProfile `csi` name clone strategy `strategy`, and wait until its status says it.
+#[allow(dead_code)]
+pub fn set_clone_strategy(dir: &Path, strategy: &str) {
+    kubectl(
+        dir,
+        &[
+            "patch",
+            "storageprofile",
+            "csi",
+            "--type=merge",
+            "-p",
+            &format!(r#"{{"spec":{{"cloneStrategy":"{strategy}"}}}}"#),
+        ],
+        None,
+    );
+    wait_for(&format!("the profile to say {strategy}"), 30, || {
+        get_json(dir, "default", "storageprofile/csi")
+            .filter(|p| p["status"]["cloneStrategy"] == strategy)
+    });
 }
 
 /// Poll `check` every 100 ms for up to `secs` seconds.
