@@ -592,8 +592,14 @@ fn down(dir: &Path) -> anyhow::Result<()> {
     };
     let target = Pid::from_raw(pid).context("a positive pid")?;
     kill_process(target, Signal::TERM).with_context(|| format!("stopping pid {pid}"))?;
+    // Stopped once the process is gone or a zombie (its command line empty), not merely once
+    // it has removed its pid file: it still shuts down after that.
+    let ended = || {
+        test_kill_process(target).is_err()
+            || std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| c.is_empty())
+    };
     for _ in 0..100 {
-        if test_kill_process(target).is_err() || running(dir).is_none() {
+        if ended() {
             println!(
                 "stopped the development cluster in {} (pid {pid})",
                 dir.display()
