@@ -916,6 +916,91 @@ spec:
         "no source pod for the forged claim: {pods}"
     );
     assert!(!pods.contains("cdi-upload-forged"), "{pods}");
+
+    // What a clone makes in the source's namespace cannot be owned by its DataVolume: it is
+    // deleted once the clone succeeded, or when the DataVolume goes first, and the DataVolume
+    // holds its finalizer until then.
+    const FINALIZER: &str = "cdi.kubevirt.io/dataVolumeFinalizer";
+    let holds = |dv: &Value| dv["metadata"]["finalizers"].to_string().contains(FINALIZER);
+    let uid = |dv: &Value| dv["metadata"]["uid"].as_str().unwrap().to_string();
+    let done = wait_for("populated to let go of its finalizer", 60, || {
+        get_json(&dir, "vms", "dv/populated").filter(|d| !holds(d))
+    });
+    let clone_source = |uid: &str| format!("volumeclonesource/volume-clone-source-{uid}");
+    assert!(get_json(&dir, "golden", &clone_source(&uid(&done))).is_none());
+    // Clones that wait for their first consumer, deleted before they start.
+    kubectl(
+        &dir,
+        &[
+            "patch",
+            "cdiconfig",
+            "config",
+            "--type",
+            "merge",
+            "-p",
+            r#"{"spec":{"featureGates":["HonorWaitForFirstConsumer"]}}"#,
+        ],
+        None,
+    );
+    kubectl(
+        &dir,
+        &["apply", "-f", "-"],
+        Some(
+            "apiVersion: snapshot.storage.k8s.io/v1
+kind: VolumeSnapshot
+metadata: {name: image, namespace: golden}
+spec: {volumeSnapshotClassName: csi-snapclass, source: {persistentVolumeClaimName: image}}
+",
+        ),
+    );
+    let from_snapshot = r#"
+apiVersion: cdi.kubevirt.io/v1beta1
+kind: DataVolume
+metadata: {name: waits-for-a-copy, namespace: vms}
+spec:
+  source: {snapshot: {namespace: golden, name: image}}
+  storage: {storageClassName: local-path, accessModes: [ReadWriteOnce]}
+"#;
+    kubectl(
+        &dir,
+        &["apply", "-f", "-"],
+        Some(&format!(
+            "{}---{from_snapshot}",
+            clone_volume("waits-to-populate", "vms", ("golden", "image"), "csi")
+        )),
+    );
+    let waiting = |name: &str, phase: &str| {
+        wait_for(&format!("{name} to wait for a consumer"), 90, || {
+            get_json(&dir, "vms", &format!("dv/{name}"))
+                .filter(|d| d["status"]["phase"] == phase && holds(d))
+        })
+    };
+    let populating = uid(&waiting("waits-to-populate", "PendingPopulation"));
+    let copying = uid(&waiting("waits-for-a-copy", "WaitForFirstConsumer"));
+    let restored = format!("pvc/{copying}-host-assisted-source-pvc");
+    assert!(get_json(&dir, "golden", &clone_source(&populating)).is_some());
+    assert!(get_json(&dir, "golden", &restored).is_some());
+    let out = kubectl(
+        &dir,
+        &[
+            "delete",
+            "dv",
+            "-n",
+            "vms",
+            "waits-to-populate",
+            "waits-for-a-copy",
+            "--timeout=60s",
+        ],
+        None,
+    );
+    assert!(out.contains("deleted"), "{out}");
+    for name in ["waits-to-populate", "waits-for-a-copy"] {
+        assert!(get_json(&dir, "vms", &format!("dv/{name}")).is_none());
+    }
+    assert!(get_json(&dir, "golden", &clone_source(&populating)).is_none());
+    wait_for("the restored claim to go with its DataVolume", 30, || {
+        get_json(&dir, "golden", &restored).is_none().then_some(())
+    });
 }
 
 fn snapshot_volume(name: &str, snapshot: &str, class: &str, size: Option<&str>) -> String {

@@ -9,15 +9,18 @@ use crate::clonetoken::DvGrant;
 use cdi_api::config::CDIConfig;
 use cdi_api::datavolume::DataVolume;
 use cdi_api::enums::DataVolumePhase;
+use cdi_api::finalizer;
 use cdi_api::keys::ann;
-use cdi_api::populators::VolumeImportSource;
+use cdi_api::populators::{VolumeCloneSource, VolumeImportSource};
 use cdi_api::storageprofile::StorageProfile;
-use cdi_core::datavolume::{self, ClaimStep, Companion, Plan, PodStep, Requeue, Snapshot};
+use cdi_core::datavolume::{
+    self, ClaimStep, Companion, Leftover, Plan, PodStep, Requeue, Snapshot,
+};
 use cdi_upload::token::Resource;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Event, PersistentVolumeClaim, Pod};
 use k8s_openapi::api::storage::v1::StorageClass;
-use kube::api::{Patch, PatchParams};
+use kube::api::{ListParams, Patch, PatchParams};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
@@ -130,6 +133,10 @@ async fn execute(
     if plan.creates() && crate::live(&ctx.client, dv).await?.is_none() {
         return Ok(Action::await_change());
     }
+    let dvs = Api::<DataVolume>::namespaced(ctx.client.clone(), &ns);
+    if plan.finalizer == Some(true) {
+        crate::set_finalizer(&dvs, dv, finalizer::DATA_VOLUME, true).await?;
+    }
     let sources: Api<VolumeImportSource> = Api::namespaced(ctx.client.clone(), &ns);
     for c in &plan.create {
         match c {
@@ -195,19 +202,37 @@ async fn execute(
     }
     if !plan.dv_annotations.is_empty() {
         let patch = json!({"metadata": {"annotations": plan.dv_annotations}});
-        merge(
-            &Api::<DataVolume>::namespaced(ctx.client.clone(), &ns),
-            &name,
-            patch,
-        )
-        .await?;
+        merge(&dvs, &name, patch).await?;
     }
-    for source in &plan.delete_import_sources {
-        match sources.delete(source, &Default::default()).await {
-            Err(kube::Error::Api(e)) if e.code == 404 => {}
-            Err(e) => return Err(e.into()),
-            Ok(_) => {}
+    for l in &plan.delete {
+        let client = ctx.client.clone();
+        match l {
+            Leftover::ImportSource { namespace, name } => {
+                crate::delete(
+                    &Api::<VolumeImportSource>::namespaced(client, namespace),
+                    name,
+                )
+                .await?
+            }
+            Leftover::CloneSource { namespace, name } => {
+                crate::delete(
+                    &Api::<VolumeCloneSource>::namespaced(client, namespace),
+                    name,
+                )
+                .await?
+            }
+            Leftover::RestoreClaim { namespace, name } => {
+                crate::delete(
+                    &Api::<PersistentVolumeClaim>::namespaced(client, namespace),
+                    name,
+                )
+                .await?
+            }
         }
+        tracing::info!(?l, "deleted");
+    }
+    if plan.finalizer == Some(false) {
+        crate::set_finalizer(&dvs, dv, finalizer::DATA_VOLUME, false).await?;
     }
     for e in &plan.events {
         ctx.events
@@ -296,9 +321,59 @@ async fn authorize_clone(
     Ok(())
 }
 
+/// What was made for the DataVolume outside what it owns (cdi-core `made_for`): the claim a
+/// snapshot was restored into for a copy; while it holds its finalizer and is deleted or
+/// succeeded, also its VolumeCloneSource, wherever they are (its source may have changed since:
+/// a DataSource's).
+async fn leftovers(
+    ctx: &Context,
+    dv: &DataVolume,
+    decided: &DataVolume,
+) -> Result<Vec<Leftover>, Error> {
+    let restored = datavolume::snapshot_fallback_name(dv);
+    let mut found: Vec<Arc<PersistentVolumeClaim>> = datavolume::snapshot_source_of(decided)
+        .and_then(|(ns, _)| ctx.caches.claim(&ns, &restored))
+        .into_iter()
+        .collect();
+    let held = dv.finalizers().iter().any(|f| f == finalizer::DATA_VOLUME);
+    let ended = dv.metadata.deletion_timestamp.is_some()
+        || dv.status.as_ref().and_then(|s| s.phase.as_ref()) == Some(&DataVolumePhase::Succeeded);
+    let mut clone_sources = Vec::new();
+    if held && ended {
+        found = ctx
+            .caches
+            .claims
+            .state()
+            .into_iter()
+            .filter(|c| c.name_any() == restored)
+            .collect();
+        let name = datavolume::clone_source_name(dv);
+        clone_sources = Api::<VolumeCloneSource>::all(ctx.client.clone())
+            .list(&ListParams::default().fields(&format!("metadata.name={name}")))
+            .await?
+            .items;
+    }
+    let claims = found
+        .iter()
+        .filter(|c| datavolume::made_for(dv, &c.metadata))
+        .map(|c| Leftover::RestoreClaim {
+            namespace: c.namespace().unwrap_or_default(),
+            name: c.name_any(),
+        });
+    let sources = clone_sources
+        .iter()
+        .filter(|s| datavolume::made_for(dv, &s.metadata))
+        .map(|s| Leftover::CloneSource {
+            namespace: s.namespace().unwrap_or_default(),
+            name: s.name_any(),
+        });
+    Ok(claims.chain(sources).collect())
+}
+
 /// Observe, decide, execute.
 pub async fn reconcile(dv: Arc<DataVolume>, ctx: Arc<Context>) -> Result<Action, Error> {
-    if dv.metadata.deletion_timestamp.is_some() {
+    let held = dv.finalizers().iter().any(|f| f == finalizer::DATA_VOLUME);
+    if dv.metadata.deletion_timestamp.is_some() && !held {
         return Ok(Action::await_change());
     }
     ctx.caches.ready().await;
@@ -358,22 +433,7 @@ pub async fn reconcile(dv: Arc<DataVolume>, ctx: Arc<Context>) -> Result<Action,
         }
         clone_snapshot = found.map(|o| serde_json::to_value(o).unwrap_or_default());
     }
-    // A copy from a snapshot restored for it: the restored claim goes once the copy is done.
-    if let Some(snapshot) = datavolume::snapshot_source_of(decided)
-        && let Some(claim) = ctx
-            .caches
-            .claim(&dv.namespace().unwrap_or_default(), &dv.name_any())
-        && cdi_core::hostclone::is_done(&claim)
-    {
-        let restored = datavolume::snapshot_fallback_name(decided);
-        if ctx.caches.claim(&snapshot.0, &restored).is_some() {
-            crate::delete(
-                &Api::<PersistentVolumeClaim>::namespaced(ctx.client.clone(), &snapshot.0),
-                &restored,
-            )
-            .await?;
-        }
-    }
+    let leftovers = leftovers(&ctx, &dv, decided).await?;
     let clone_refusal = match &grant {
         DvGrant::Refused(r) => Some(r),
         _ => None,
@@ -405,6 +465,7 @@ pub async fn reconcile(dv: Arc<DataVolume>, ctx: Arc<Context>) -> Result<Action,
         clone_refusal,
         clone_snapshot: clone_snapshot.as_ref(),
         clone_snapshot_driver: snapshot_driver.as_deref(),
+        leftovers: &leftovers,
         worker_image: &ctx.options.importer_image,
         now: k8s_openapi::jiff::Timestamp::now(),
     });

@@ -206,16 +206,19 @@ where
     }
 }
 
-/// Add or remove `name` among the claim's finalizers (conditional on the version read, so a
+/// Add or remove `name` among the object's finalizers (conditional on the version read, so a
 /// concurrent change is not lost).
-pub(crate) async fn set_finalizer(
-    api: &kube::Api<k8s_openapi::api::core::v1::PersistentVolumeClaim>,
-    claim: &k8s_openapi::api::core::v1::PersistentVolumeClaim,
+pub(crate) async fn set_finalizer<K>(
+    api: &kube::Api<K>,
+    object: &K,
     name: &str,
     present: bool,
-) -> Result<(), Error> {
+) -> Result<(), Error>
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
     use kube::ResourceExt;
-    let mut list = claim.finalizers().to_vec();
+    let mut list = object.finalizers().to_vec();
     if list.iter().any(|f| f == name) == present {
         return Ok(());
     }
@@ -225,9 +228,9 @@ pub(crate) async fn set_finalizer(
         list.retain(|f| f != name);
     }
     let patch = serde_json::json!({"metadata": {"finalizers": list,
-        "resourceVersion": claim.metadata.resource_version}});
+        "resourceVersion": object.meta().resource_version}});
     api.patch(
-        &claim.name_any(),
+        &object.name_any(),
         &kube::api::PatchParams::default(),
         &kube::api::Patch::Merge(&patch),
     )

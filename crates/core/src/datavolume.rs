@@ -65,6 +65,10 @@ pub struct Snapshot<'a> {
     pub clone_snapshot: Option<&'a serde_json::Value>,
     /// The CSI driver that took that snapshot (its VolumeSnapshotContent's), when known.
     pub clone_snapshot_driver: Option<&'a str>,
+    /// Objects made for this DataVolume outside what it owns (see [`made_for`]): the claim a
+    /// snapshot was restored into for a copy, whenever it exists; while the DataVolume holds
+    /// its finalizer and is being deleted or succeeded, also its VolumeCloneSource.
+    pub leftovers: &'a [Leftover],
     /// The image worker pods run (the first consumer's too).
     pub worker_image: &'a str,
     pub now: Timestamp,
@@ -101,6 +105,48 @@ pub enum Companion {
     RestoreClaim(Box<PersistentVolumeClaim>),
 }
 
+/// An object made for a DataVolume that goes when its work is done or the DataVolume goes.
+/// Those in other namespaces cannot be owned by it: the DataVolume holds the finalizer
+/// `cdi.kubevirt.io/dataVolumeFinalizer` while they may exist.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Leftover {
+    ImportSource { namespace: String, name: String },
+    CloneSource { namespace: String, name: String },
+    RestoreClaim { namespace: String, name: String },
+}
+
+/// Whether an object was made for `dv`: owned by it, or (in another namespace) naming it by
+/// `ownedByDataVolume` and, when it says so, by its uid.
+pub fn made_for(dv: &DataVolume, meta: &ObjectMeta) -> bool {
+    let uid = dv.metadata.uid.as_deref();
+    if meta
+        .owner_references
+        .iter()
+        .flatten()
+        .any(|o| Some(o.uid.as_str()) == uid)
+    {
+        return true;
+    }
+    let anns = meta.annotations.as_ref();
+    let named = format!(
+        "{}/{}",
+        dv.metadata.namespace.as_deref().unwrap_or(""),
+        dv.metadata.name.as_deref().unwrap_or("")
+    );
+    anns.and_then(|a| a.get(ann::OWNED_BY_DATA_VOLUME)) == Some(&named)
+        && anns
+            .and_then(|a| a.get(ann::OWNER_UID))
+            .is_none_or(|u| Some(u.as_str()) == uid)
+}
+
+fn holds_finalizer(dv: &DataVolume) -> bool {
+    dv.metadata
+        .finalizers
+        .iter()
+        .flatten()
+        .any(|f| f == cdi_api::finalizer::DATA_VOLUME)
+}
+
 /// When to look at the DataVolume again.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Requeue {
@@ -121,8 +167,11 @@ pub struct Plan {
     pub claim_annotations: BTreeMap<String, Option<String>>,
     /// Merged into the DataVolume's annotations.
     pub dv_annotations: BTreeMap<String, Option<String>>,
-    /// Names of VolumeImportSources to delete (the work they described is done).
-    pub delete_import_sources: Vec<String>,
+    /// Added (`Some(true)`, before anything is created) or removed (`Some(false)`, after the
+    /// deletions) : the DataVolume's finalizer.
+    pub finalizer: Option<bool>,
+    /// Objects to delete (the work they served is done, or the DataVolume goes).
+    pub delete: Vec<Leftover>,
     /// The status to write (written only when it differs from the DataVolume's).
     pub status: Option<Computed>,
     /// Events recorded before the status' own (render warnings, adoption).
@@ -139,7 +188,8 @@ impl Plan {
             claim: ClaimStep::Keep,
             claim_annotations: BTreeMap::new(),
             dv_annotations: BTreeMap::new(),
-            delete_import_sources: Vec::new(),
+            finalizer: None,
+            delete: Vec::new(),
             status: None,
             events: Vec::new(),
             first_consumer: None,
@@ -176,7 +226,7 @@ pub trait Kind {
         dv: &DataVolume,
         claim: &PersistentVolumeClaim,
         status: &Computed,
-    ) -> Vec<String>;
+    ) -> Vec<Leftover>;
 }
 
 /// Import (http, blank): an importer pod fills the claim, or PVC prime through the populator.
@@ -306,6 +356,15 @@ pub fn snapshot_fallback_claim(
     }
 }
 
+/// The name of a clone DataVolume's VolumeCloneSource: `volume-clone-source-<uid>`.
+pub fn clone_source_name(dv: &DataVolume) -> String {
+    format!(
+        "{}-{}",
+        cdi_api::name::VOLUME_CLONE_SOURCE_PREFIX,
+        dv.metadata.uid.as_deref().unwrap_or("")
+    )
+}
+
 /// The VolumeCloneSource the populator path's claim names (`volume-clone-source-<uid>`), in
 /// the source's namespace: owned by the DataVolume there, else naming it by annotation. Its
 /// source is the claim, or the VolumeSnapshot, the DataVolume clones.
@@ -315,11 +374,7 @@ pub fn clone_source(dv: &DataVolume) -> Option<VolumeCloneSource> {
         None => (true, snapshot_source_of(dv)?),
     };
     let mut object = VolumeCloneSource::new(
-        &format!(
-            "{}-{}",
-            cdi_api::name::VOLUME_CLONE_SOURCE_PREFIX,
-            dv.metadata.uid.as_deref().unwrap_or("")
-        ),
+        &clone_source_name(dv),
         VolumeCloneSourceSpec {
             source: if snapshot {
                 k8s_openapi::api::core::v1::TypedLocalObjectReference {
@@ -425,14 +480,13 @@ impl Kind for Import {
         dv: &DataVolume,
         claim: &PersistentVolumeClaim,
         status: &Computed,
-    ) -> Vec<String> {
-        // Upstream deletes the populator's source once the DataVolume succeeded: here in the
-        // pass that says so, before its status is written (a pass that fails or is cut short
-        // leaves the status as it was, and the next pass deletes again).
+    ) -> Vec<Leftover> {
         let populating = crate::populator::import_source_name(claim).is_some();
-        let said = dv.status.as_ref().and_then(|s| s.phase.as_ref()) == Some(&Phase::Succeeded);
-        if populating && status.status.phase == Some(Phase::Succeeded) && !said {
-            vec![import_source_name(dv)]
+        if populating && turns_succeeded(dv, status) {
+            vec![Leftover::ImportSource {
+                namespace: dv.metadata.namespace.clone().unwrap_or_default(),
+                name: import_source_name(dv),
+            }]
         } else {
             Vec::new()
         }
@@ -459,7 +513,7 @@ impl Kind for Upload {
         })
     }
 
-    fn finished(&self, _: &DataVolume, _: &PersistentVolumeClaim, _: &Computed) -> Vec<String> {
+    fn finished(&self, _: &DataVolume, _: &PersistentVolumeClaim, _: &Computed) -> Vec<Leftover> {
         Vec::new()
     }
 }
@@ -478,8 +532,26 @@ impl Kind for Clone {
         dvstatus::clone_status(o)
     }
 
-    fn finished(&self, _: &DataVolume, _: &PersistentVolumeClaim, _: &Computed) -> Vec<String> {
-        Vec::new()
+    fn finished(
+        &self,
+        dv: &DataVolume,
+        claim: &PersistentVolumeClaim,
+        status: &Computed,
+    ) -> Vec<Leftover> {
+        let populating = claim
+            .spec
+            .as_ref()
+            .and_then(|s| s.data_source_ref.as_ref())
+            .is_some_and(|r| r.kind == cdi_api::populators::VOLUME_CLONE_SOURCE_KIND);
+        match clone_source(dv) {
+            Some(source) if populating && turns_succeeded(dv, status) => {
+                vec![Leftover::CloneSource {
+                    namespace: source.metadata.namespace.unwrap_or_default(),
+                    name: source.metadata.name.unwrap_or_default(),
+                }]
+            }
+            _ => Vec::new(),
+        }
     }
 }
 
@@ -495,9 +567,18 @@ impl Kind for ExternalPopulation {
         dvstatus::external_status(o, External { csi_driver })
     }
 
-    fn finished(&self, _: &DataVolume, _: &PersistentVolumeClaim, _: &Computed) -> Vec<String> {
+    fn finished(&self, _: &DataVolume, _: &PersistentVolumeClaim, _: &Computed) -> Vec<Leftover> {
         Vec::new()
     }
+}
+
+/// Whether this pass says the DataVolume succeeded for the first time. Upstream deletes a
+/// populator's source once the DataVolume succeeded: here in that pass, before its status is
+/// written (a pass that fails or is cut short leaves the status as it was, and the next pass
+/// deletes again).
+fn turns_succeeded(dv: &DataVolume, status: &Computed) -> bool {
+    let said = dv.status.as_ref().and_then(|s| s.phase.as_ref()) == Some(&Phase::Succeeded);
+    status.status.phase == Some(Phase::Succeeded) && !said
 }
 
 /// A claim's size: its capacity once bound, else its request.
@@ -633,7 +714,13 @@ pub fn decide(s: &Snapshot<'_>) -> Plan {
     let dv = s.dv;
     let name = dv.metadata.name.clone().unwrap_or_default();
     if dv.metadata.deletion_timestamp.is_some() {
-        return Plan::idle();
+        // What it owns goes with it; what it made elsewhere goes before its finalizer.
+        let mut plan = Plan::idle();
+        if holds_finalizer(dv) {
+            plan.delete = s.leftovers.to_vec();
+            plan.finalizer = Some(false);
+        }
+        return plan;
     }
     if let Some(c) = s.claim
         && c.metadata.deletion_timestamp.is_some()
@@ -886,9 +973,19 @@ pub fn decide(s: &Snapshot<'_>) -> Plan {
     };
     let status = kind.status(&observed, s);
     if let Some(c) = observed_claim {
-        plan.delete_import_sources = kind.finished(dv, c, &status);
+        plan.delete = kind.finished(dv, c, &status);
+        // A snapshot restored for a copy goes once the copy is done.
+        if crate::hostclone::is_done(c) {
+            plan.delete.extend(
+                s.leftovers
+                    .iter()
+                    .filter(|l| matches!(l, Leftover::RestoreClaim { .. }))
+                    .cloned(),
+            );
+        }
         placement(s, c, status.status.phase.as_ref(), &mut plan);
     }
+    finalizer(s, &mut plan);
     // Progress is read from the running worker (an importer, or a copy's source pod), which
     // sends no events when it changes (as upstream: only while it runs). A scheduled worker's start, the claim's binding and the
     // claim's events all wake this controller: looking again without one would only cost,
@@ -904,6 +1001,32 @@ pub fn decide(s: &Snapshot<'_>) -> Plan {
     };
     plan.status = Some(status);
     plan
+}
+
+/// The finalizer is added before anything is made in another namespace, and removed once the
+/// DataVolume succeeded, after what it made elsewhere is deleted.
+fn finalizer(s: &Snapshot<'_>, plan: &mut Plan) {
+    let dv = s.dv;
+    let own = dv.metadata.namespace.as_deref().unwrap_or("");
+    let elsewhere = plan.create.iter().any(|c| match c {
+        Companion::CloneSource(o) => o.metadata.namespace.as_deref() != Some(own),
+        Companion::RestoreClaim(o) => o.metadata.namespace.as_deref() != Some(own),
+        Companion::ImportSource(_) | Companion::UploadSource(_) => false,
+    });
+    let said = |p: Option<&Phase>| p == Some(&Phase::Succeeded);
+    let succeeded = said(dv.status.as_ref().and_then(|s| s.phase.as_ref()));
+    if holds_finalizer(dv) {
+        if succeeded {
+            for l in s.leftovers {
+                if !plan.delete.contains(l) {
+                    plan.delete.push(l.clone());
+                }
+            }
+            plan.finalizer = Some(false);
+        }
+    } else if elsewhere {
+        plan.finalizer = Some(true);
+    }
 }
 
 /// Placement beyond upstream (SPEC §9): an unknown `worker-placement` value is said; the
@@ -1029,6 +1152,7 @@ mod tests {
         drivers: Vec<String>,
         config: CDIConfig,
         events: Vec<ClaimEvent>,
+        leftovers: Vec<Leftover>,
     }
 
     impl World {
@@ -1047,6 +1171,7 @@ mod tests {
                 },
                 config: config(&["HonorWaitForFirstConsumer"]),
                 events: Vec::new(),
+                leftovers: Vec::new(),
             }
         }
 
@@ -1087,6 +1212,7 @@ mod tests {
                 clone_refusal: None,
                 clone_snapshot: snapshot,
                 clone_snapshot_driver: Some("csi.cdi-rs.dev"),
+                leftovers: &self.leftovers,
                 worker_image: "cdi-importer",
                 now: "2026-12-01T12:00:00Z".parse().unwrap(),
             })
@@ -1173,6 +1299,107 @@ mod tests {
         );
     }
 
+    /// What a clone makes in another namespace cannot be owned by the DataVolume: it holds
+    /// its finalizer from before that is made until it is deleted (once succeeded, or when the
+    /// DataVolume is deleted first).
+    #[test]
+    fn a_clone_from_another_namespace_holds_the_finalizer_until_its_objects_there_are_gone() {
+        let mut world = World::new("Immediate", true);
+        let ready = json!({"status": {"readyToUse": true, "restoreSize": "1Gi"}});
+        let across = dv(
+            json!({"snapshot": {"namespace": "golden", "name": "snap"}}),
+            json!({}),
+        );
+        let plan = world.decide_from_snapshot(&across, None, None, Some(&ready));
+        let [Companion::CloneSource(vcs)] = plan.create.as_slice() else {
+            panic!("{plan:?}")
+        };
+        assert_eq!(vcs.metadata.namespace.as_deref(), Some("golden"));
+        assert_eq!(plan.finalizer, Some(true));
+        // In its own namespace the DataVolume owns what it makes: no finalizer.
+        let same = dv(
+            json!({"snapshot": {"namespace": "", "name": "snap"}}),
+            json!({}),
+        );
+        let plan = world.decide_from_snapshot(&same, None, None, Some(&ready));
+        assert!(plan.creates());
+        assert_eq!(plan.finalizer, None);
+        // Off the populator path the restored claim is made there: the same.
+        let plain = World::new("Immediate", false);
+        let plan = plain.decide_from_snapshot(&across, None, None, Some(&ready));
+        assert!(matches!(
+            plan.create.as_slice(),
+            [Companion::RestoreClaim(c)] if c.metadata.namespace.as_deref() == Some("golden")
+        ));
+        assert_eq!(plan.finalizer, Some(true));
+
+        let vcs = Leftover::CloneSource {
+            namespace: "golden".into(),
+            name: "volume-clone-source-dv-uid".into(),
+        };
+        let restored = Leftover::RestoreClaim {
+            namespace: "golden".into(),
+            name: "dv-uid-host-assisted-source-pvc".into(),
+        };
+        let mut held = across.clone();
+        held.metadata.finalizers = Some(vec![cdi_api::finalizer::DATA_VOLUME.into()]);
+        // Deleted before it finished: what it made elsewhere goes, then the finalizer.
+        let mut deleting = held.clone();
+        deleting.metadata.deletion_timestamp = Some(Time("2026-12-01T12:00:00Z".parse().unwrap()));
+        world.leftovers = vec![vcs.clone(), restored.clone()];
+        let plan = world.decide_from_snapshot(&deleting, None, None, Some(&ready));
+        assert_eq!(plan.delete, world.leftovers);
+        assert_eq!(plan.finalizer, Some(false));
+        assert!(!plan.creates());
+        // Without the finalizer a deleted DataVolume is nothing to do.
+        deleting.metadata.finalizers = None;
+        assert_eq!(
+            world.decide_from_snapshot(&deleting, None, None, Some(&ready)),
+            Plan::idle()
+        );
+        // Succeeded: the same.
+        let mut target = claim("Bound", Some("dv-uid"), json!({}));
+        target.spec.as_mut().unwrap().data_source_ref = Some(
+            serde_json::from_value(json!({"apiGroup": "cdi.kubevirt.io",
+                "kind": "VolumeCloneSource", "name": "volume-clone-source-dv-uid",
+                "namespace": "golden"}))
+            .unwrap(),
+        );
+        let mut done = held.clone();
+        done.status = Some(serde_json::from_value(json!({"phase": "Succeeded"})).unwrap());
+        world.leftovers = vec![vcs.clone()];
+        let plan = world.decide_from_snapshot(&done, Some(&target), None, Some(&ready));
+        assert_eq!(plan.delete, vec![vcs]);
+        assert_eq!(plan.finalizer, Some(false));
+        // While it runs, the finalizer stays.
+        let mut running = held.clone();
+        running.status = Some(serde_json::from_value(json!({"phase": "CloneInProgress"})).unwrap());
+        let plan = world.decide_from_snapshot(&running, Some(&target), None, Some(&ready));
+        assert_eq!(plan.finalizer, None);
+        assert!(plan.delete.is_empty());
+    }
+
+    #[test]
+    fn made_for_names_the_data_volume_by_owner_or_by_annotation_and_uid() {
+        let d = dv(http(), json!({}));
+        let meta = |v: Value| -> ObjectMeta { serde_json::from_value(v).unwrap() };
+        let owned = meta(
+            json!({"ownerReferences": [{"apiVersion": "cdi.kubevirt.io/v1beta1",
+            "kind": "DataVolume", "name": "disk", "uid": "dv-uid"}]}),
+        );
+        assert!(made_for(&d, &owned));
+        let named = meta(json!({"annotations": {(ann::OWNED_BY_DATA_VOLUME): "vms/disk"}}));
+        assert!(made_for(&d, &named));
+        // A DataVolume of the same name made later is not the one it was made for.
+        let earlier = meta(
+            json!({"annotations": {(ann::OWNED_BY_DATA_VOLUME): "vms/disk",
+            (ann::OWNER_UID): "old-uid"}}),
+        );
+        assert!(!made_for(&d, &earlier));
+        let other = meta(json!({"annotations": {(ann::OWNED_BY_DATA_VOLUME): "other/disk"}}));
+        assert!(!made_for(&d, &other));
+    }
+
     #[test]
     fn a_clone_waits_for_its_source_sizes_from_it_and_says_its_phases() {
         let world = World::new("Immediate", false);
@@ -1214,6 +1441,7 @@ mod tests {
                 clone_refusal: (from == "golden").then_some(&not_authorized),
                 clone_snapshot: None,
                 clone_snapshot_driver: None,
+                leftovers: &[],
                 worker_image: "cdi-importer",
                 now: "2026-12-01T12:00:00Z".parse().unwrap(),
             })
@@ -1337,6 +1565,7 @@ mod tests {
                 clone_refusal: None,
                 clone_snapshot: None,
                 clone_snapshot_driver: None,
+                leftovers: &[],
                 worker_image: "cdi-importer",
                 now: "2026-12-01T12:00:00Z".parse().unwrap(),
             }
@@ -1671,8 +1900,11 @@ mod tests {
         let plan = world.decide(&d, Some(&target));
         assert_eq!(phase(&plan), "Succeeded");
         assert_eq!(
-            plan.delete_import_sources,
-            vec!["volume-import-source-dv-uid".to_string()]
+            plan.delete,
+            vec![Leftover::ImportSource {
+                namespace: "vms".into(),
+                name: "volume-import-source-dv-uid".into()
+            }]
         );
         assert_eq!(plan.requeue, Requeue::OnChange);
         // Once the DataVolume says Succeeded, the source is gone: later passes leave it be.
@@ -1680,7 +1912,7 @@ mod tests {
         done.status = plan.status.map(|c| c.status);
         let plan = world.decide(&done, Some(&target));
         assert_eq!(phase(&plan), "Succeeded");
-        assert!(plan.delete_import_sources.is_empty());
+        assert!(plan.delete.is_empty());
     }
 
     /// Progress is polled while the worker runs (it sends no events); a worker waiting to be
