@@ -1312,9 +1312,9 @@ async fn a_copy_converges_when_its_cloner_or_controller_dies_or_its_source_goes(
 
 /// Each reason the clone populator falls back to a host-assisted copy (upstream's events and
 /// `cdi.kubevirt.io/cloneFallbackReason`), and the copy it makes: a Block target of a
-/// Filesystem source, a larger target on a class that cannot expand, and no VolumeSnapshotClass
-/// for the driver. (Provisioners that differ need a second CSI driver, which `cdi dev` has not:
-/// that reason is covered by the planner's table.)
+/// Filesystem source, a larger target on a class that cannot expand, a target on the class of
+/// another CSI driver (`shared`), a VolumeSnapshot onto that class (restored by its own driver
+/// into `tmp-source-pvc-<uid>` and copied from there), and no VolumeSnapshotClass for the driver.
 #[tokio::test(flavor = "multi_thread")]
 async fn each_fallback_to_a_copy_says_why_and_copies() {
     let tmp = tempfile::tempdir().unwrap();
@@ -1372,6 +1372,81 @@ allowVolumeExpansion: false
         "NoVolumeExpansion",
         "No volume expansion is possible",
     );
+    // Onto another CSI driver's class: from the claim (by csi-clone, as its profile says), and
+    // from a snapshot of it.
+    kubectl(
+        &dir,
+        &[
+            "patch",
+            "storageprofile",
+            "shared",
+            "--type=merge",
+            "-p",
+            r#"{"spec":{"cloneStrategy":"csi-clone"}}"#,
+        ],
+        None,
+    );
+    wait_for("the shared profile to say csi-clone", 30, || {
+        get_json(&dir, "default", "storageprofile/shared")
+            .filter(|p| p["status"]["cloneStrategy"] == "csi-clone")
+    });
+    kubectl(
+        &dir,
+        &["apply", "-f", "-"],
+        Some(
+            "apiVersion: snapshot.storage.k8s.io/v1\nkind: VolumeSnapshot\nmetadata: {name: golden}\nspec: {volumeSnapshotClassName: csi-snapclass, source: {persistentVolumeClaimName: golden}}\n",
+        ),
+    );
+    wait_for("the snapshot to be ready", 60, || {
+        get_json(&dir, "default", "volumesnapshot/golden")
+            .filter(|s| s["status"]["readyToUse"] == true)
+    });
+    kubectl(
+        &dir,
+        &["apply", "-f", "-"],
+        Some(&format!(
+            "{}\n---\n{}",
+            target("to-shared", "shared", "Filesystem", None),
+            "apiVersion: cdi.kubevirt.io/v1beta1\nkind: DataVolume\nmetadata: {name: snapshot-to-shared}\nspec:\n  source: {snapshot: {namespace: default, name: golden}}\n  storage: {storageClassName: shared, accessModes: [ReadWriteOnce]}\n"
+        )),
+    );
+    assert_cloned(&dir, "to-shared", "copy", &bytes, &["CloneSucceeded"]);
+    told(
+        "to-shared",
+        "IncompatibleProvisioners",
+        "Provisioners are incompatible",
+    );
+    let restored = |name: &str| {
+        let uid = get_json(&dir, "default", &format!("pvc/{name}")).unwrap()["metadata"]["uid"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        format!("pvc/tmp-source-pvc-{uid}")
+    };
+    let from_snapshot = restored("snapshot-to-shared");
+    assert_cloned(
+        &dir,
+        "snapshot-to-shared",
+        "copy",
+        &bytes,
+        &["CloneSucceeded"],
+    );
+    // Copied from the claim the snapshot was restored into (which binding spoke of).
+    let restored_events = event_reasons(&dir, "default", from_snapshot.trim_start_matches("pvc/"));
+    assert!(
+        restored_events.contains("WaitForFirstConsumer"),
+        "{restored_events}"
+    );
+    told(
+        "snapshot-to-shared",
+        "NoProvisionerMatch",
+        "The storageclass provisioner does not match the volumesnapshotcontent driver",
+    );
+    wait_for("the restored snapshot to go", 30, || {
+        get_json(&dir, "default", &from_snapshot)
+            .is_none()
+            .then_some(())
+    });
     // A profile asking for snapshots of a driver without a VolumeSnapshotClass. (Named: with
     // no class the profile's own default becomes copy, as upstream's does.)
     kubectl(

@@ -6,7 +6,9 @@
 //! (Rebind): `copy` asks the upload and clone controllers for a host-assisted copy into it,
 //! `csi-clone` has the CSI driver clone the source into it, `snapshot` takes a VolumeSnapshot of
 //! the source and has the driver restore it. A temporary claim of a WaitForFirstConsumer class
-//! with no node yet is bound by a prep pod (PrepClaim).
+//! with no node yet is bound by a prep pod (PrepClaim). A VolumeSnapshot source is restored into
+//! it by the driver, or, when the target's class cannot restore it, restored by its own driver
+//! into `tmp-source-pvc-<uid>` and copied from there.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -170,6 +172,16 @@ async fn choose(
             return Ok(Action::requeue(ctx.options.resync * 5));
         }
     };
+    record(ctx, target, &plan).await
+}
+
+/// Record the chosen strategy on the target (its fallback's reason too, also as a warning
+/// event) and hold it.
+async fn record(
+    ctx: &Context,
+    target: &PersistentVolumeClaim,
+    plan: &cdi_core::clone::ClonePlan,
+) -> Result<Action, Error> {
     let mut wanted = target.annotations().clone();
     wanted.insert(ann::CLONE_TYPE.into(), plan.strategy.as_str().into());
     if let Some(class) = &plan.snapshot_class {
@@ -223,6 +235,12 @@ async fn finish(
         )
         .await?;
     }
+    // A snapshot restored for a copy holds nothing worth keeping.
+    crate::delete(
+        &Api::<PersistentVolumeClaim>::namespaced(ctx.client.clone(), source_ns),
+        &clonepop::tmp_source_claim_name(target),
+    )
+    .await?;
     crate::delete(
         &Api::<Pod>::namespaced(ctx.client.clone(), source_ns),
         &clonepop::prep_pod_name(target),
@@ -546,10 +564,13 @@ async fn snapshot_clone(
     Ok(Action::await_change())
 }
 
-/// A clone of a VolumeSnapshot (upstream's snapshot source): restored by the CSI driver into the
-/// temporary claim (`SnapshotClone`, the DataVolume's `CloneFromSnapshotSourceInProgress`), then
-/// handed over. The strategy is `snapshot` and recorded once; the snapshot must be ready, of the
-/// target class's driver, and no larger than the target.
+/// A clone of a VolumeSnapshot (upstream's snapshot source). The strategy is chosen once
+/// (cdi-core `clone::snapshot_strategy`): `snapshot`, restored by the CSI driver into the
+/// temporary claim (`SnapshotClone`, the DataVolume's `CloneFromSnapshotSourceInProgress`) and
+/// handed over; or, when the target's class cannot restore it, `copy`: restored by a class of
+/// its driver into `tmp-source-pvc-<uid>` (`SnapshotClone`), copied host-assisted into the
+/// temporary claim (`HostClone`), handed over. The snapshot must be ready and no larger than
+/// the target.
 async fn restore_snapshot(
     ctx: &Context,
     target: &PersistentVolumeClaim,
@@ -558,11 +579,19 @@ async fn restore_snapshot(
     node: Option<&str>,
 ) -> Result<Action, Error> {
     let source_ns = vcs.namespace().unwrap_or_default();
+    let strategy = target
+        .annotations()
+        .get(ann::CLONE_TYPE)
+        .and_then(|s| s.parse::<CloneStrategy>().ok());
     if let Some(tmp) = ctx
         .caches
         .claim(&source_ns, &clonepop::tmp_claim_name(target))
     {
-        return prep_and_rebind(ctx, target, &tmp).await;
+        return if strategy == Some(CloneStrategy::Copy) {
+            copy_into(ctx, target, &tmp).await
+        } else {
+            prep_and_rebind(ctx, target, &tmp).await
+        };
     }
     let name = &vcs.spec.source.name;
     // Snapshots are not in the caches: looked at on a timer.
@@ -577,47 +606,12 @@ async fn restore_snapshot(
     if snapshot.data["status"]["readyToUse"] != true {
         return Ok(later);
     }
-    let driver = crate::snapshot_driver(ctx, &snapshot).await?;
-    let class_name = target
-        .spec
-        .as_ref()
-        .and_then(|s| s.storage_class_name.clone())
-        .unwrap_or_default();
-    let provisioner = ctx
-        .caches
-        .classes
-        .get(&ObjectRef::new(&class_name))
-        .map(|c| c.provisioner.clone());
-    if driver.is_none() || driver != provisioner {
+    let found = crate::snapshot_source(ctx, &snapshot).await?;
+    let wanted = clone_claim(ctx, target);
+    if found.restore_size > wanted.request {
         let message = format!(
-            "VolumeSnapshot {source_ns}/{name} (driver {}) cannot be restored by class {class_name} (provisioner {}); a host-assisted copy from a restored claim is not done by this version of cdi-rs: clone onto a class of the snapshot's driver",
-            driver.as_deref().unwrap_or("unknown"),
-            provisioner.as_deref().unwrap_or("unknown")
-        );
-        ctx.events
-            .record(target, true, "CloneNotSupported", &message)
-            .await;
-        return Ok(Action::await_change());
-    }
-    let restore_size = clonepop::restore_size(&snapshot.data);
-    let requested = target
-        .spec
-        .as_ref()
-        .and_then(|s| {
-            s.resources
-                .as_ref()?
-                .requests
-                .as_ref()?
-                .get("storage")
-                .cloned()
-        })
-        .and_then(|q| cdi_core::quantity::Quantity::try_from(&q).ok())
-        .map(|q| q.value());
-    if let (Some(need), Some(have)) = (restore_size, requested)
-        && have < need
-    {
-        let message = format!(
-            "target resources requests storage size is smaller than the source: the snapshot {source_ns}/{name} restores {need} bytes, the claim asks for {have}"
+            "target resources requests storage size is smaller than the source: the snapshot {source_ns}/{name} restores {} bytes, the claim asks for {}",
+            found.restore_size, wanted.request
         );
         ctx.events
             .record(target, true, "ErrIncompatiblePVC", &message)
@@ -630,18 +624,72 @@ async fn restore_snapshot(
         )
         .await;
     }
+    let Some(strategy) = strategy else {
+        let expands = target
+            .spec
+            .as_ref()
+            .and_then(|s| s.storage_class_name.as_deref())
+            .and_then(|n| ctx.caches.classes.get(&ObjectRef::new(n)))
+            .and_then(|c| c.allow_volume_expansion)
+            .unwrap_or(false);
+        let plan = cdi_core::clone::snapshot_strategy(&found, &wanted, expands);
+        return record(ctx, target, &plan).await;
+    };
     if !holds {
-        let mut wanted = target.annotations().clone();
-        wanted.insert(
-            ann::CLONE_TYPE.into(),
-            CloneStrategy::Snapshot.as_str().into(),
-        );
-        wanted
-            .entry(ann::CLONE_PHASE.into())
-            .or_insert_with(|| phase::PENDING.into());
-        return hold(ctx, target, &wanted).await;
+        return hold(ctx, target, target.annotations()).await;
     }
-    create_tmp(ctx, target, vcs, node, clonepop::Fill::Restore(name)).await?;
+    if strategy != CloneStrategy::Copy {
+        create_tmp(ctx, target, vcs, node, clonepop::Fill::Restore(name)).await?;
+        set_phase(ctx, target, phase::SNAPSHOT_CLONE).await?;
+        return Ok(Action::await_change());
+    }
+    let restored = clonepop::tmp_source_claim_name(target);
+    if ctx.caches.claim(&source_ns, &restored).is_some() {
+        // Its source pod's scheduling binds it (restored_for_copy): copied from at once.
+        create_tmp(ctx, target, vcs, node, clonepop::Fill::CopyOf(&restored)).await?;
+        set_phase(ctx, target, phase::HOST_CLONE).await?;
+        return Ok(Action::await_change());
+    }
+    // Restored by a class of the snapshot's driver (the first by name, as upstream).
+    let driver = found.driver.as_deref().unwrap_or("");
+    let mut classes: Vec<String> = ctx
+        .caches
+        .classes()
+        .into_iter()
+        .filter(|c| !driver.is_empty() && c.provisioner == driver)
+        .filter_map(|c| c.metadata.name)
+        .collect();
+    classes.sort();
+    let Some(class) = classes.first() else {
+        let message = format!(
+            "VolumeSnapshot {source_ns}/{name}: no StorageClass of its CSI driver {} to restore it into for a copy; create one",
+            if driver.is_empty() {
+                "(unknown)"
+            } else {
+                driver
+            }
+        );
+        ctx.events
+            .record(target, true, "CloneValidationFailed", &message)
+            .await;
+        return Ok(later);
+    };
+    let mode = found.volume_mode.map(|m| m.as_str());
+    let size = snapshot.data["status"]["restoreSize"]
+        .as_str()
+        .unwrap_or("0")
+        .to_string();
+    let claim = clonepop::tmp_source_claim(target, vcs, class, mode, &size);
+    if crate::live(&ctx.client, target).await?.is_none() {
+        return Ok(Action::await_change());
+    }
+    crate::create(
+        &Api::<PersistentVolumeClaim>::namespaced(ctx.client.clone(), &source_ns),
+        &claim,
+    )
+    .await?;
+    tracing::info!(claim = %format!("{source_ns}/{restored}"), %class,
+        "restored the snapshot for a copy");
     set_phase(ctx, target, phase::SNAPSHOT_CLONE).await?;
     Ok(Action::await_change())
 }
@@ -660,7 +708,18 @@ async fn host_clone(
         set_phase(ctx, target, phase::HOST_CLONE).await?;
         return Ok(Action::await_change());
     };
-    crate::populator::copy_events(ctx, &tmp, target).await;
+    copy_into(ctx, target, &tmp).await
+}
+
+/// A host-assisted copy into the temporary claim: its worker's state and progress mirrored on
+/// the target while it runs, then Rebind.
+async fn copy_into(
+    ctx: &Context,
+    target: &PersistentVolumeClaim,
+    tmp: &PersistentVolumeClaim,
+) -> Result<Action, Error> {
+    let source_ns = tmp.namespace().unwrap_or_default();
+    crate::populator::copy_events(ctx, tmp, target).await;
     let mut progress = None;
     if let Some(pod_name) = tmp.annotations().get(ann::CLONE_SOURCE_POD_NAME)
         && let Some(pod) = ctx.caches.pod(&source_ns, pod_name)
@@ -669,8 +728,8 @@ async fn host_clone(
         let uid = target.metadata.uid.clone().unwrap_or_default();
         progress = crate::progress::clone_progress(&ctx.http, &pod, &uid).await;
     }
-    let mut wanted = clonepop::mirrored(target, &tmp, progress.as_deref());
-    if !clonepop::host_clone_done(&tmp) {
+    let mut wanted = clonepop::mirrored(target, tmp, progress.as_deref());
+    if !clonepop::host_clone_done(tmp) {
         wanted.insert(ann::CLONE_PHASE.into(), phase::HOST_CLONE.into());
         annotate(ctx, target, &wanted).await?;
         // Progress is read on a timer; the copy's end changes the temporary claim.
@@ -681,7 +740,7 @@ async fn host_clone(
         });
     }
     annotate(ctx, target, &wanted).await?;
-    rebind(ctx, target, &tmp).await
+    rebind(ctx, target, tmp).await
 }
 
 fn error_policy(target: Arc<PersistentVolumeClaim>, error: &Error, ctx: Arc<Context>) -> Action {

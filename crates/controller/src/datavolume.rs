@@ -429,7 +429,7 @@ pub async fn reconcile(dv: Arc<DataVolume>, ctx: Arc<Context>) -> Result<Action,
         let found = crate::get_snapshot(&ctx, &ns, &name).await?;
         // Its driver: a copy off the populator path restores it with a class of that driver.
         if let Some(snapshot) = &found {
-            snapshot_driver = crate::snapshot_driver(&ctx, snapshot).await?;
+            snapshot_driver = crate::snapshot_source(&ctx, snapshot).await?.driver;
         }
         clone_snapshot = found.map(|o| serde_json::to_value(o).unwrap_or_default());
     }

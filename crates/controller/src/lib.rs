@@ -264,22 +264,33 @@ pub(crate) async fn get_snapshot(
     Ok(snapshots.get_opt(name).await?)
 }
 
-/// The CSI driver that took `snapshot`: its bound VolumeSnapshotContent's, when known.
-pub(crate) async fn snapshot_driver(
+/// What `snapshot` says about itself: the CSI driver that took it and the volume mode of what
+/// it was taken of (its bound VolumeSnapshotContent's, when known), its restore size (0 while
+/// it has none).
+pub(crate) async fn snapshot_source(
     ctx: &Context,
     snapshot: &kube::api::DynamicObject,
-) -> Result<Option<String>, Error> {
+) -> Result<cdi_core::clone::SnapshotSource, Error> {
+    let mut found = cdi_core::clone::SnapshotSource {
+        driver: None,
+        volume_mode: None,
+        restore_size: cdi_core::clonepop::restore_size(&snapshot.data).unwrap_or(0),
+    };
     let Some(content) = snapshot.data["status"]["boundVolumeSnapshotContentName"].as_str() else {
-        return Ok(None);
+        return Ok(found);
     };
     let contents: kube::Api<kube::api::DynamicObject> = kube::Api::all_with(
         ctx.client.clone(),
         &snapshot_api("VolumeSnapshotContent", "volumesnapshotcontents"),
     );
-    Ok(contents
-        .get_opt(content)
-        .await?
-        .and_then(|c| c.data["spec"]["driver"].as_str().map(String::from)))
+    if let Some(c) = contents.get_opt(content).await? {
+        let spec = &c.data["spec"];
+        found.driver = spec["driver"].as_str().map(String::from);
+        found.volume_mode = spec["sourceVolumeMode"]
+            .as_str()
+            .map(|m| cdi_core::size::resolve_volume_mode(Some(m)));
+    }
+    Ok(found)
 }
 
 /// Hand `volume` over to `target` (the PV's `claimRef` switched, no data copied): how every

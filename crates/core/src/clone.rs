@@ -46,6 +46,8 @@ pub enum FallbackReason {
     IncompatibleProvisioners,
     IncompatibleVolumeModes,
     NoVolumeExpansion,
+    /// A VolumeSnapshot source taken by another driver than the target class's.
+    NoProvisionerMatch,
 }
 
 impl FallbackReason {
@@ -56,6 +58,7 @@ impl FallbackReason {
             FallbackReason::IncompatibleProvisioners => "IncompatibleProvisioners",
             FallbackReason::IncompatibleVolumeModes => "IncompatibleVolumeModes",
             FallbackReason::NoVolumeExpansion => "NoVolumeExpansion",
+            FallbackReason::NoProvisionerMatch => "NoProvisionerMatch",
         }
     }
 
@@ -68,6 +71,9 @@ impl FallbackReason {
                 "The volume modes of source and target are incompatible"
             }
             FallbackReason::NoVolumeExpansion => "No volume expansion is possible",
+            FallbackReason::NoProvisionerMatch => {
+                "The storageclass provisioner does not match the volumesnapshotcontent driver"
+            }
         }
     }
 }
@@ -212,10 +218,127 @@ pub fn choose_strategy(
     })
 }
 
+/// What a VolumeSnapshot source says about itself.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SnapshotSource {
+    /// The CSI driver that took it (its VolumeSnapshotContent's), when known.
+    pub driver: Option<String>,
+    /// The volume mode of the volume it was taken of, when recorded.
+    pub volume_mode: Option<cdi_api::VolumeMode>,
+    /// `status.restoreSize` in bytes.
+    pub restore_size: i64,
+}
+
+/// The strategy for a VolumeSnapshot source (upstream's `computeStrategyForSourceSnapshot`):
+/// `snapshot` (restored by the driver) when the target's class is of the driver that took it,
+/// the restored volume can grow to the target's request, and its volume mode is the target's;
+/// else a host-assisted `copy` from a claim it is restored into, for the first reason that fails.
+pub fn snapshot_strategy(
+    snapshot: &SnapshotSource,
+    target: &CloneClaim,
+    allow_volume_expansion: bool,
+) -> ClonePlan {
+    let fallback = if snapshot.driver.is_none() || snapshot.driver != target.driver {
+        Some(FallbackReason::NoProvisionerMatch)
+    } else if snapshot.restore_size < target.request && !allow_volume_expansion {
+        Some(FallbackReason::NoVolumeExpansion)
+    } else if snapshot
+        .volume_mode
+        .is_some_and(|m| m != target.volume_mode)
+    {
+        Some(FallbackReason::IncompatibleVolumeModes)
+    } else {
+        None
+    };
+    ClonePlan {
+        strategy: if fallback.is_some() {
+            CloneStrategy::Copy
+        } else {
+            CloneStrategy::Snapshot
+        },
+        fallback,
+        snapshot_class: None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use cdi_api::VolumeMode;
+
+    #[test]
+    fn a_snapshot_is_restored_by_its_own_driver_else_copied_from_a_restored_claim() {
+        let target = CloneClaim {
+            namespace: "vms".into(),
+            name: "disk".into(),
+            driver: Some("csi.example".into()),
+            volume_mode: VolumeMode::Filesystem,
+            request: 2 << 30,
+            capacity: None,
+        };
+        let snapshot = SnapshotSource {
+            driver: Some("csi.example".into()),
+            volume_mode: Some(VolumeMode::Filesystem),
+            restore_size: 1 << 30,
+        };
+        let chosen = |s: &SnapshotSource, t: &CloneClaim, grows| {
+            let plan = snapshot_strategy(s, t, grows);
+            (plan.strategy, plan.fallback)
+        };
+        assert_eq!(
+            chosen(&snapshot, &target, true),
+            (CloneStrategy::Snapshot, None)
+        );
+        let other = SnapshotSource {
+            driver: Some("nfs.example".into()),
+            ..snapshot.clone()
+        };
+        let unknown = SnapshotSource {
+            driver: None,
+            ..snapshot.clone()
+        };
+        for s in [&other, &unknown] {
+            assert_eq!(
+                chosen(s, &target, true),
+                (
+                    CloneStrategy::Copy,
+                    Some(FallbackReason::NoProvisionerMatch)
+                )
+            );
+        }
+        assert_eq!(
+            chosen(&snapshot, &target, false),
+            (CloneStrategy::Copy, Some(FallbackReason::NoVolumeExpansion))
+        );
+        let same_size = CloneClaim {
+            request: 1 << 30,
+            ..target.clone()
+        };
+        assert_eq!(
+            chosen(&snapshot, &same_size, false),
+            (CloneStrategy::Snapshot, None)
+        );
+        let block = CloneClaim {
+            volume_mode: VolumeMode::Block,
+            ..target.clone()
+        };
+        assert_eq!(
+            chosen(&snapshot, &block, true),
+            (
+                CloneStrategy::Copy,
+                Some(FallbackReason::IncompatibleVolumeModes)
+            )
+        );
+        // A snapshot that does not say its volume's mode is taken to be of the target's.
+        let unsaid = SnapshotSource {
+            volume_mode: None,
+            ..snapshot.clone()
+        };
+        assert_eq!(
+            chosen(&unsaid, &block, true),
+            (CloneStrategy::Snapshot, None)
+        );
+    }
 
     const GI: i64 = 1 << 30;
 

@@ -19,6 +19,8 @@ use crate::import::annotations;
 /// The temporary claim's name prefix.
 pub const TMP_PREFIX: &str = "tmp-pvc";
 
+/// The prefix of the claim a snapshot source is restored into for a host-assisted copy.
+pub const TMP_SOURCE_PREFIX: &str = "tmp-source-pvc";
 /// The temporary VolumeSnapshot's name prefix.
 pub const SNAPSHOT_PREFIX: &str = "tmp-snapshot";
 /// The pod that gets a temporary claim of a WaitForFirstConsumer class bound.
@@ -71,6 +73,46 @@ pub fn tmp_claim_name(target: &PersistentVolumeClaim) -> String {
     )
 }
 
+/// `tmp-source-pvc-<target uid>`.
+pub fn tmp_source_claim_name(target: &PersistentVolumeClaim) -> String {
+    format!(
+        "{TMP_SOURCE_PREFIX}-{}",
+        target.metadata.uid.as_deref().unwrap_or("")
+    )
+}
+
+/// The claim a VolumeSnapshot source that its target's driver cannot restore is restored into
+/// by `class` (one of the snapshot's driver), for a host-assisted copy from it (upstream's
+/// temporary source claim): in the snapshot's namespace, ReadWriteOnce (which every driver
+/// allows), of the snapshot's volume mode when known (else the target's), at its restore size;
+/// found by the target's UID label.
+pub fn tmp_source_claim(
+    target: &PersistentVolumeClaim,
+    source: &VolumeCloneSource,
+    class: &str,
+    volume_mode: Option<&str>,
+    restore_size: &str,
+) -> PersistentVolumeClaim {
+    let meta = ObjectMeta {
+        name: Some(tmp_source_claim_name(target)),
+        namespace: source.metadata.namespace.clone(),
+        labels: Some(BTreeMap::from([(
+            label::OWNED_BY_UID.to_string(),
+            target.metadata.uid.clone().unwrap_or_default(),
+        )])),
+        ..Default::default()
+    };
+    let target_mode = target.spec.as_ref().and_then(|s| s.volume_mode.clone());
+    crate::hostclone::restored_claim(
+        meta,
+        &source.spec.source.name,
+        class,
+        Some(vec!["ReadWriteOnce".into()]),
+        volume_mode.map(str::to_string).or(target_mode),
+        restore_size,
+    )
+}
+
 /// `tmp-snapshot-<target uid>`.
 pub fn tmp_snapshot_name(target: &PersistentVolumeClaim) -> String {
     format!(
@@ -101,6 +143,9 @@ pub fn restore_size(snapshot: &serde_json::Value) -> Option<i64> {
 pub enum Fill<'a> {
     /// Host-assisted: the upload and clone controllers copy the source into it.
     Copy,
+    /// Host-assisted, from the named claim of the source's namespace (a snapshot source
+    /// restored for the copy).
+    CopyOf(&'a str),
     /// The CSI driver clones the source claim into it (`dataSourceRef` the claim).
     CsiClone,
     /// The CSI driver restores the named VolumeSnapshot into it.
@@ -217,14 +262,15 @@ pub fn tmp_claim(
         .namespace
         .clone()
         .unwrap_or_else(|| target.metadata.namespace.clone().unwrap_or_default());
+    let copied = match fill {
+        Fill::Copy => Some(source.spec.source.name.as_str()),
+        Fill::CopyOf(claim) => Some(claim),
+        Fill::CsiClone | Fill::Restore(_) => None,
+    };
     let mut anns = BTreeMap::from([
         (ann::IMMEDIATE_BINDING.to_string(), String::new()),
         (ann::OWNER_UID.into(), uid.clone()),
         (ann::POD_RESTARTS.into(), "0".into()),
-        (
-            ann::CLONE_REQUEST.into(),
-            format!("{ns}/{}", source.spec.source.name),
-        ),
         (ann::POPULATOR_KIND.into(), VOLUME_CLONE_SOURCE_KIND.into()),
         (
             ann::EVENT_SOURCE_KIND.into(),
@@ -251,8 +297,8 @@ pub fn tmp_claim(
         anns.insert(ann::SELECTED_NODE.into(), n.into());
     }
     // Only a host-assisted copy asks the upload and clone controllers for a copy.
-    if fill != Fill::Copy {
-        anns.remove(ann::CLONE_REQUEST);
+    if let Some(claim) = copied {
+        anns.insert(ann::CLONE_REQUEST.into(), format!("{ns}/{claim}"));
     }
     let kept = [
         ann::CONTENT_TYPE,
@@ -294,7 +340,7 @@ pub fn tmp_claim(
             storage_class_name: spec.storage_class_name,
             volume_mode: spec.volume_mode,
             data_source_ref: match fill {
-                Fill::Copy => None,
+                Fill::Copy | Fill::CopyOf(_) => None,
                 Fill::CsiClone => Some(TypedObjectReference {
                     api_group: None,
                     kind: "PersistentVolumeClaim".into(),
@@ -433,6 +479,30 @@ mod tests {
                 .name,
             "golden"
         );
+        // A snapshot another driver took: restored by its own class, then copied from there.
+        let restored = tmp_source_claim(&t, &vcs(), "csi", Some("Filesystem"), "1Gi");
+        assert_eq!(
+            restored.metadata.name.as_deref(),
+            Some("tmp-source-pvc-t-uid")
+        );
+        assert_eq!(restored.metadata.namespace.as_deref(), Some("vms"));
+        assert!(crate::hostclone::restored_for_copy(&restored).is_some());
+        let spec = restored.spec.unwrap();
+        assert_eq!(spec.volume_mode.as_deref(), Some("Filesystem"));
+        assert_eq!(spec.storage_class_name.as_deref(), Some("csi"));
+        assert_eq!(spec.access_modes, Some(vec!["ReadWriteOnce".to_string()]));
+        let copy = tmp_claim(
+            &t,
+            &vcs(),
+            None,
+            false,
+            Fill::CopyOf("tmp-source-pvc-t-uid"),
+        );
+        assert_eq!(
+            copy.metadata.annotations.unwrap()[ann::CLONE_REQUEST],
+            "vms/tmp-source-pvc-t-uid"
+        );
+        assert!(copy.spec.unwrap().data_source_ref.is_none());
         let restore = tmp_claim(&t, &vcs(), None, false, Fill::Restore("tmp-snapshot-t-uid"));
         let r = restore.spec.unwrap().data_source_ref.unwrap();
         assert_eq!(

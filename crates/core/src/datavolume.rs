@@ -16,10 +16,8 @@ use cdi_api::populators::{
     VolumeImportSourceSpec, VolumeUploadSource, VolumeUploadSourceSpec,
 };
 use cdi_api::storageprofile::StorageProfile;
-use cdi_api::{ann, gate, label};
-use k8s_openapi::api::core::v1::{
-    Event as ClaimEvent, PersistentVolumeClaim, PersistentVolumeClaimSpec, Pod,
-};
+use cdi_api::{ann, gate};
+use k8s_openapi::api::core::v1::{Event as ClaimEvent, PersistentVolumeClaim, Pod};
 use k8s_openapi::api::storage::v1::StorageClass;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use k8s_openapi::jiff::Timestamp;
@@ -305,19 +303,11 @@ pub fn snapshot_fallback_claim(
     class: &str,
     restore_size: &str,
 ) -> PersistentVolumeClaim {
-    use k8s_openapi::api::core::v1::{TypedLocalObjectReference, VolumeResourceRequirements};
     let target_spec = target.spec.clone().unwrap_or_default();
     let own_ns = dv.metadata.namespace.clone().unwrap_or_default();
     let mut meta = ObjectMeta {
         name: Some(snapshot_fallback_name(dv)),
         namespace: Some(snapshot.0.clone()),
-        labels: Some(BTreeMap::from([
-            (label::APP.to_string(), label::APP_VALUE.to_string()),
-            (
-                label::COMPONENT.to_string(),
-                label::SNAPSHOT_FALLBACK_COMPONENT.to_string(),
-            ),
-        ])),
         annotations: Some(BTreeMap::from([(
             ann::OWNER_UID.to_string(),
             dv.metadata.uid.clone().unwrap_or_default(),
@@ -332,28 +322,14 @@ pub fn snapshot_fallback_claim(
             format!("{own_ns}/{}", dv.metadata.name.as_deref().unwrap_or("")),
         );
     }
-    PersistentVolumeClaim {
-        metadata: meta,
-        spec: Some(PersistentVolumeClaimSpec {
-            access_modes: target_spec.access_modes,
-            volume_mode: target_spec.volume_mode,
-            storage_class_name: Some(class.into()),
-            resources: Some(VolumeResourceRequirements {
-                requests: Some(BTreeMap::from([(
-                    "storage".to_string(),
-                    k8s_openapi::apimachinery::pkg::api::resource::Quantity(restore_size.into()),
-                )])),
-                ..Default::default()
-            }),
-            data_source: Some(TypedLocalObjectReference {
-                api_group: Some("snapshot.storage.k8s.io".into()),
-                kind: "VolumeSnapshot".into(),
-                name: snapshot.1.clone(),
-            }),
-            ..Default::default()
-        }),
-        status: None,
-    }
+    crate::hostclone::restored_claim(
+        meta,
+        &snapshot.1,
+        class,
+        target_spec.access_modes,
+        target_spec.volume_mode,
+        restore_size,
+    )
 }
 
 /// The name of a clone DataVolume's VolumeCloneSource: `volume-clone-source-<uid>`.

@@ -56,8 +56,53 @@ pub fn clone_request(claim: &PersistentVolumeClaim) -> Option<(String, String)> 
 /// The event reason of a clone refused for want of authorization (no valid clone token).
 pub const NOT_AUTHORIZED: &str = "CloneNotAuthorized";
 
+/// A claim the VolumeSnapshot `snapshot` (of the claim's namespace) is restored into by `class`
+/// (of the snapshot's driver) at `restore_size`, for a host-assisted copy from it: named, placed
+/// and annotated as `meta` says, labelled so (see [`restored_for_copy`]).
+pub fn restored_claim(
+    mut meta: ObjectMeta,
+    snapshot: &str,
+    class: &str,
+    access_modes: Option<Vec<String>>,
+    volume_mode: Option<String>,
+    restore_size: &str,
+) -> PersistentVolumeClaim {
+    use k8s_openapi::api::core::v1::{
+        PersistentVolumeClaimSpec, TypedLocalObjectReference, VolumeResourceRequirements,
+    };
+    use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+    let labels = meta.labels.get_or_insert_default();
+    labels.insert(label::APP.into(), label::APP_VALUE.into());
+    labels.insert(
+        label::COMPONENT.into(),
+        label::SNAPSHOT_FALLBACK_COMPONENT.into(),
+    );
+    PersistentVolumeClaim {
+        metadata: meta,
+        spec: Some(PersistentVolumeClaimSpec {
+            access_modes,
+            volume_mode,
+            storage_class_name: Some(class.into()),
+            resources: Some(VolumeResourceRequirements {
+                requests: Some(BTreeMap::from([(
+                    "storage".to_string(),
+                    Quantity(restore_size.into()),
+                )])),
+                ..Default::default()
+            }),
+            data_source: Some(TypedLocalObjectReference {
+                api_group: Some("snapshot.storage.k8s.io".into()),
+                kind: "VolumeSnapshot".into(),
+                name: snapshot.into(),
+            }),
+            ..Default::default()
+        }),
+        status: None,
+    }
+}
+
 /// The VolumeSnapshot a claim was restored from for a host-assisted copy of it (labelled so by
-/// the DataVolume controller), if it is such a claim.
+/// the DataVolume controller or the clone populator), if it is such a claim.
 pub fn restored_for_copy(claim: &PersistentVolumeClaim) -> Option<String> {
     let labelled = claim
         .metadata

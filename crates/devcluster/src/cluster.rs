@@ -127,6 +127,17 @@ fn csi_class() -> StorageClass {
     .expect("a StorageClass")
 }
 
+/// The second CSI driver's class: it fills volumes from nothing and does not grow them.
+fn shared_class() -> StorageClass {
+    serde_json::from_value(json!({
+        "metadata": {"name": "shared"},
+        "provisioner": localpath::SHARED_DRIVER,
+        "volumeBindingMode": "WaitForFirstConsumer",
+        "reclaimPolicy": "Delete",
+    }))
+    .expect("a StorageClass")
+}
+
 /// The kubevirt.io CustomResourceDefinitions the VM consumer serves: VirtualMachine and
 /// VirtualMachineInstance, schemas open (KubeVirt's own are far larger; fields are kept as given).
 fn kubevirt_crds() -> Vec<CustomResourceDefinition> {
@@ -181,7 +192,7 @@ fn snapshot_class() -> DynamicObject {
 }
 
 /// Start the agents against `client`: scheduler, PV controller, in-use protection, snapshotter,
-/// both provisioners (volumes under
+/// the three provisioners (volumes under
 /// `dirs`) and a kubelet for each of `nodes` (pods under the node's directory), each looking
 /// on each change they watch (at least `every` apart).
 pub fn spawn_agents(
@@ -277,7 +288,7 @@ fn spawn_all(
             dns,
         )),
     ];
-    for driver in [Driver::LocalPath, Driver::Csi] {
+    for driver in Driver::ALL {
         tasks.push(tokio::spawn(localpath::agent::run(
             client.clone(),
             driver,
@@ -380,15 +391,20 @@ pub async fn start(config: &Config) -> anyhow::Result<Running> {
         .create(&PostParams::default(), &default_class())
         .await?;
     classes.create(&PostParams::default(), &csi_class()).await?;
-    // The CSIDriver object tells CDI the CSI-like driver's claims take the populator path.
-    let driver: CSIDriver = serde_json::from_value(json!({
-        "metadata": {"name": localpath::CSI_DRIVER},
-        "spec": {"attachRequired": false, "podInfoOnMount": false,
-            "volumeLifecycleModes": ["Persistent"]},
-    }))?;
-    Api::<CSIDriver>::all(client.clone())
-        .create(&PostParams::default(), &driver)
+    classes
+        .create(&PostParams::default(), &shared_class())
         .await?;
+    // The CSIDriver objects tell CDI the CSI drivers' claims take the populator path.
+    for name in [localpath::CSI_DRIVER, localpath::SHARED_DRIVER] {
+        let driver: CSIDriver = serde_json::from_value(json!({
+            "metadata": {"name": name},
+            "spec": {"attachRequired": false, "podInfoOnMount": false,
+                "volumeLifecycleModes": ["Persistent"]},
+        }))?;
+        Api::<CSIDriver>::all(client.clone())
+            .create(&PostParams::default(), &driver)
+            .await?;
+    }
     let snapshot_classes: Api<DynamicObject> = Api::all_with(
         client.clone(),
         &snapshots::agent::resource("VolumeSnapshotClass", "volumesnapshotclasses"),

@@ -57,7 +57,7 @@ impl Cluster {
         pvcontroller::agent::pass(&self.client, &mut Default::default())
             .await
             .unwrap();
-        for driver in [Driver::LocalPath, Driver::Csi] {
+        for driver in Driver::ALL {
             let dirs = NodeDirs {
                 root: self.root.path().to_path_buf(),
             };
@@ -352,6 +352,44 @@ async fn the_csi_driver_makes_block_files_clones_by_copy_and_leaves_populator_cl
         .await
         .unwrap();
     wait_for("file removed", async || (!raw_copy.exists()).then_some(())).await;
+}
+
+/// The second CSI driver makes volumes of its own but fills none from another claim (as
+/// drivers without clone support): such a claim is refused with an event.
+#[tokio::test]
+async fn the_shared_driver_makes_volumes_but_clones_nothing() {
+    let c = cluster().await;
+    create(
+        Api::<StorageClass>::all(c.client.clone()),
+        json!({"metadata": {"name": "shared"}, "provisioner": "shared.cdi-rs.dev"}),
+    )
+    .await;
+    let claims: Api<PersistentVolumeClaim> = Api::default_namespaced(c.client.clone());
+    create(claims.clone(), claim("files", "shared")).await;
+    let pv = wait_for("files bound", async || bound_volume(&claims, "files").await).await;
+    let v = Api::<PersistentVolume>::all(c.client.clone())
+        .get(&pv)
+        .await
+        .unwrap();
+    let csi = v.spec.unwrap().csi.unwrap();
+    assert_eq!(csi.driver, "shared.cdi-rs.dev");
+    let path = std::path::PathBuf::from(&csi.volume_attributes.unwrap()["path"]);
+    assert!(path.is_dir() && path.to_string_lossy().contains("/shared/"));
+    let mut clone = claim("files-copy", "shared");
+    clone["spec"]["dataSource"] = json!({"kind": "PersistentVolumeClaim", "name": "files"});
+    create(claims.clone(), clone).await;
+    let events: Api<Event> = Api::default_namespaced(c.client.clone());
+    let message = wait_for("the refusal", async || {
+        let list = events.list(&ListParams::default()).await.unwrap().items;
+        list.into_iter()
+            .find(|e| e.reason.as_deref() == Some("ProvisioningFailed"))?
+            .message
+    })
+    .await;
+    assert!(
+        message.contains("does not clone") && message.contains("\"files-copy\""),
+        "{message}"
+    );
 }
 
 /// A valid 253-character claim name (DNS labels of at most 63), starting with `head`.

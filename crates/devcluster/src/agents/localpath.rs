@@ -12,6 +12,9 @@
 //!   (see `snapshots`) restored by copying; bound volumes grow when their claim asks for more in
 //!   a class that allows expansion. Claims naming any other data source kind stay Pending, as
 //!   real external provisioners leave them to a populator.
+//! - [`Driver::Shared`] is a second CSI driver (with its CSIDriver object) that fills volumes
+//!   from nothing, as NFS-style drivers without clone or snapshot support: CDI's clones from the
+//!   CSI-like driver's volumes and snapshots onto its class fall back to host-assisted copies.
 //!
 //! Pure: [`plan`] decides, [`agent`] creates files, directories and objects.
 
@@ -33,6 +36,8 @@ use super::{Snapshot, name, snapshots};
 pub const PROVISIONER: &str = "rancher.io/local-path";
 /// The CSI-like driver's name (its classes' provisioner, and its CSIDriver object).
 pub const CSI_DRIVER: &str = "csi.cdi-rs.dev";
+/// The second CSI driver's name: it neither clones nor restores.
+pub const SHARED_DRIVER: &str = "shared.cdi-rs.dev";
 /// Held on the volumes a provisioner made until it has removed their storage, as
 /// external-provisioner does: a volume deleted by hand still gets its directory removed.
 pub const PROVISIONER_FINALIZER: &str = "external-provisioner.volume.kubernetes.io/finalizer";
@@ -42,13 +47,17 @@ pub const PROVISIONER_FINALIZER: &str = "external-provisioner.volume.kubernetes.
 pub enum Driver {
     LocalPath,
     Csi,
+    Shared,
 }
 
 impl Driver {
+    pub const ALL: [Driver; 3] = [Driver::LocalPath, Driver::Csi, Driver::Shared];
+
     pub fn name(self) -> &'static str {
         match self {
             Driver::LocalPath => PROVISIONER,
             Driver::Csi => CSI_DRIVER,
+            Driver::Shared => SHARED_DRIVER,
         }
     }
 }
@@ -242,7 +251,7 @@ pub(crate) fn ours(driver: Driver, v: &PersistentVolume) -> bool {
         .is_some_and(|p| p == driver.name())
 }
 
-/// Where a volume keeps its data on the host: hostPath, local, or the CSI-like driver's path.
+/// Where a volume keeps its data on the host: hostPath, local, or a CSI driver's path.
 pub(crate) fn volume_path(v: &PersistentVolume) -> Option<PathBuf> {
     let spec = v.spec.as_ref()?;
     if let Some(h) = &spec.host_path {
@@ -253,7 +262,7 @@ pub(crate) fn volume_path(v: &PersistentVolume) -> Option<PathBuf> {
     }
     spec.csi
         .as_ref()
-        .filter(|c| c.driver == CSI_DRIVER)?
+        .filter(|c| c.driver == CSI_DRIVER || c.driver == SHARED_DRIVER)?
         .volume_attributes
         .as_ref()?
         .get("path")
@@ -300,9 +309,9 @@ fn volume_for(
             "hostPath",
             json!({"path": path.to_string_lossy(), "type": "DirectoryOrCreate"}),
         ),
-        Driver::Csi => (
+        Driver::Csi | Driver::Shared => (
             "csi",
-            json!({"driver": CSI_DRIVER, "volumeHandle": pv_name,
+            json!({"driver": driver.name(), "volumeHandle": pv_name,
                 "volumeAttributes": {"path": path.to_string_lossy()}}),
         ),
     };
@@ -584,6 +593,14 @@ pub fn plan(driver: Driver, dirs: &NodeDirs, cluster: &Snapshot) -> Vec<Action> 
             if driver == Driver::LocalPath || !known {
                 continue;
             }
+            if driver == Driver::Shared {
+                out.push(refuse(format!(
+                    "{SHARED_DRIVER} does not clone volumes or restore snapshots: claim {:?} \
+                     names {kind} {source_name:?}",
+                    name(c)
+                )));
+                continue;
+            }
             let ns = c.metadata.namespace.as_deref().unwrap_or("");
             if source_ns.as_deref().is_some_and(|s| s != ns) {
                 out.push(refuse(format!(
@@ -625,13 +642,18 @@ pub fn plan(driver: Driver, dirs: &NodeDirs, cluster: &Snapshot) -> Vec<Action> 
         };
         let path = match driver {
             Driver::LocalPath => volume_dir(dirs, &node, class, &pv_name, c),
-            Driver::Csi => {
+            Driver::Csi | Driver::Shared => {
                 let file = if block {
                     format!("{pv_name}.img")
                 } else {
                     pv_name.clone()
                 };
-                Ok(dirs.node(&node).join("csi").join(file))
+                let dir = if driver == Driver::Csi {
+                    "csi"
+                } else {
+                    "shared"
+                };
+                Ok(dirs.node(&node).join(dir).join(file))
             }
         };
         // A pathPattern gives a claim made again under the same name the directory of its

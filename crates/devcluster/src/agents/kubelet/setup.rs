@@ -16,7 +16,7 @@ use k8s_openapi::api::core::v1::{
 use kube::{Api, Client};
 
 use super::images::expand;
-use crate::agents::localpath::CSI_DRIVER;
+use crate::agents::localpath::{CSI_DRIVER, SHARED_DRIVER};
 
 /// Why a pod cannot start yet: something still to come (the container stays
 /// `ContainerCreating`), a mistake in the pod (`CreateContainerConfigError`), or an image with
@@ -320,7 +320,7 @@ async fn claim_volume(client: &Client, ns: &str, claim: &str) -> Result<HostVolu
     let path = crate::agents::localpath::volume_path(&pv).ok_or_else(|| {
         Blocked::Config(format!(
             "persistentvolume \"{name}\" (of claim \"{claim}\") has no source the cdi dev \
-             kubelet can mount: it mounts hostPath, local and {CSI_DRIVER} volumes"
+             kubelet can mount: it mounts hostPath, local, {CSI_DRIVER} and {SHARED_DRIVER} volumes"
         ))
     })?;
     let block = pv.spec.as_ref().and_then(|s| s.volume_mode.as_deref()) == Some("Block");
