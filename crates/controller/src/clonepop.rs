@@ -75,15 +75,20 @@ fn clone_claim(ctx: &Context, claim: &PersistentVolumeClaim) -> CloneClaim {
         q.and_then(|q| cdi_core::Quantity::try_from(q).ok())
             .map(|q| q.value())
     };
+    let volume_mode =
+        cdi_core::size::resolve_volume_mode(spec.and_then(|s| s.volume_mode.as_deref()));
+    let class = spec.and_then(|s| s.storage_class_name.as_deref());
+    let overhead =
+        cdi_core::render::filesystem_overhead(ctx.caches.config().as_ref(), class, volume_mode);
+    let request = bytes(spec.and_then(|s| s.resources.as_ref()?.requests.as_ref()?.get("storage")))
+        .unwrap_or(0);
     CloneClaim {
         namespace: claim.namespace().unwrap_or_default(),
         name: claim.name_any(),
         driver: class_provisioner(ctx, claim),
-        volume_mode: cdi_core::size::resolve_volume_mode(
-            spec.and_then(|s| s.volume_mode.as_deref()),
-        ),
-        request: bytes(spec.and_then(|s| s.resources.as_ref()?.requests.as_ref()?.get("storage")))
-            .unwrap_or(0),
+        volume_mode,
+        request,
+        usable: cdi_core::size::image_space(volume_mode, request, overhead),
         capacity: bytes(
             claim
                 .status
@@ -388,6 +393,7 @@ async fn create_tmp(
     vcs: &VolumeCloneSource,
     node: Option<&str>,
     fill: clonepop::Fill<'_>,
+    source_bytes: i64,
 ) -> Result<(), Error> {
     if crate::live(&ctx.client, target).await?.is_none() {
         return Ok(());
@@ -397,7 +403,8 @@ async fn create_tmp(
         .config()
         .and_then(|c| c.status?.preallocation)
         .unwrap_or(false);
-    let claim = clonepop::tmp_claim(target, vcs, node, preallocation, fill);
+    let mut claim = clonepop::tmp_claim(target, vcs, node, preallocation, fill);
+    clonepop::at_least(&mut claim, source_bytes);
     let source_ns = vcs.namespace().unwrap_or_default();
     let claims: Api<PersistentVolumeClaim> = Api::namespaced(ctx.client.clone(), &source_ns);
     match claims.create(&PostParams::default(), &claim).await {
@@ -504,7 +511,14 @@ async fn csi_clone(
     if let Some(wait) = source_unready(ctx, target, vcs).await? {
         return Ok(wait);
     }
-    create_tmp(ctx, target, vcs, node, clonepop::Fill::CsiClone).await?;
+    // As large as the source's volume, at least.
+    let capacity = ctx
+        .caches
+        .claim(&source_ns, &vcs.spec.source.name)
+        .map(|c| clone_claim(ctx, &c))
+        .and_then(|c| c.capacity)
+        .unwrap_or(0);
+    create_tmp(ctx, target, vcs, node, clonepop::Fill::CsiClone, capacity).await?;
     set_phase(ctx, target, phase::CSI_CLONE).await?;
     Ok(Action::await_change())
 }
@@ -559,7 +573,16 @@ async fn snapshot_clone(
     if snapshot.data["status"]["readyToUse"] != true {
         return Ok(later);
     }
-    create_tmp(ctx, target, vcs, node, clonepop::Fill::Restore(&name)).await?;
+    let restores = clonepop::restore_size(&snapshot.data).unwrap_or(0);
+    create_tmp(
+        ctx,
+        target,
+        vcs,
+        node,
+        clonepop::Fill::Restore(&name),
+        restores,
+    )
+    .await?;
     set_phase(ctx, target, phase::SNAPSHOT_CLONE).await?;
     Ok(Action::await_change())
 }
@@ -639,14 +662,23 @@ async fn restore_snapshot(
         return hold(ctx, target, target.annotations()).await;
     }
     if strategy != CloneStrategy::Copy {
-        create_tmp(ctx, target, vcs, node, clonepop::Fill::Restore(name)).await?;
+        let restores = found.restore_size;
+        create_tmp(
+            ctx,
+            target,
+            vcs,
+            node,
+            clonepop::Fill::Restore(name),
+            restores,
+        )
+        .await?;
         set_phase(ctx, target, phase::SNAPSHOT_CLONE).await?;
         return Ok(Action::await_change());
     }
     let restored = clonepop::tmp_source_claim_name(target);
     if ctx.caches.claim(&source_ns, &restored).is_some() {
         // Its source pod's scheduling binds it (restored_for_copy): copied from at once.
-        create_tmp(ctx, target, vcs, node, clonepop::Fill::CopyOf(&restored)).await?;
+        create_tmp(ctx, target, vcs, node, clonepop::Fill::CopyOf(&restored), 0).await?;
         set_phase(ctx, target, phase::HOST_CLONE).await?;
         return Ok(Action::await_change());
     }
@@ -704,7 +736,7 @@ async fn host_clone(
     let source_ns = vcs.namespace().unwrap_or_default();
     let tmp_name = clonepop::tmp_claim_name(target);
     let Some(tmp) = ctx.caches.claim(&source_ns, &tmp_name) else {
-        create_tmp(ctx, target, vcs, node, clonepop::Fill::Copy).await?;
+        create_tmp(ctx, target, vcs, node, clonepop::Fill::Copy, 0).await?;
         set_phase(ctx, target, phase::HOST_CLONE).await?;
         return Ok(Action::await_change());
     };

@@ -16,6 +16,10 @@ pub struct CloneClaim {
     pub volume_mode: cdi_api::VolumeMode,
     /// `spec.resources.requests.storage` in bytes.
     pub request: i64,
+    /// What that request holds for a disk image (less the filesystem overhead on a Filesystem
+    /// volume): what sizes are compared by, so a Filesystem source fits a Block target of its
+    /// image's size.
+    pub usable: i64,
     /// `status.capacity.storage` in bytes, once bound.
     pub capacity: Option<i64>,
 }
@@ -149,11 +153,11 @@ pub fn choose_strategy(
         target: target_id.clone(),
         source_claim: source_name.to_string(),
     })?;
-    if !env.permissive && source.request > target.request {
+    if !env.permissive && source.usable > target.usable {
         return Err(CloneError::TargetTooSmall {
             target: target_id,
-            target_size: target.request,
-            source_size: source.request,
+            target_size: target.usable,
+            source_size: source.usable,
         });
     }
 
@@ -274,6 +278,7 @@ mod tests {
             driver: Some("csi.example".into()),
             volume_mode: VolumeMode::Filesystem,
             request: 2 << 30,
+            usable: 2 << 30,
             capacity: None,
         };
         let snapshot = SnapshotSource {
@@ -355,8 +360,39 @@ mod tests {
             driver: driver.map(str::to_string),
             volume_mode: mode,
             request,
+            usable: request,
             capacity,
         }
+    }
+
+    /// Sizes are compared by what the volumes hold for a disk image: a Filesystem source's
+    /// request includes its filesystem's overhead, which a Block target does not need.
+    #[test]
+    fn a_filesystem_source_fits_a_block_target_of_its_images_size() {
+        let env = CloneEnvironment {
+            target_class: Some("csi"),
+            target_class_exists: true,
+            profile_strategy: Some(CloneStrategy::CsiClone),
+            ..Default::default()
+        };
+        let source = CloneClaim {
+            usable: GI,
+            ..claim(
+                "src",
+                Some("d"),
+                VolumeMode::Filesystem,
+                GI + GI / 16,
+                Some(2 * GI),
+            )
+        };
+        let fits = claim("t", Some("d"), VolumeMode::Block, GI, None);
+        let plan = choose_strategy("ns/src", Some(&source), &fits, &env).unwrap();
+        assert_eq!(plan.fallback, Some(FallbackReason::IncompatibleVolumeModes));
+        let short = claim("t", Some("d"), VolumeMode::Block, GI - (1 << 20), None);
+        assert!(matches!(
+            choose_strategy("ns/src", Some(&source), &short, &env),
+            Err(CloneError::TargetTooSmall { .. })
+        ));
     }
 
     fn snap(name: &str, driver: &str) -> SnapshotClassInfo {

@@ -360,6 +360,28 @@ pub fn tmp_claim(
     }
 }
 
+/// Raise the claim's storage request to `bytes` when it asks for less. A driver clones or
+/// restores a volume no smaller than its source: the temporary claim asks for at least that
+/// (upstream sizes it by the source), and a target that asked for less, since it holds the
+/// source's disk image, takes the larger volume.
+pub fn at_least(claim: &mut PersistentVolumeClaim, bytes: i64) {
+    use k8s_openapi::api::core::v1::VolumeResourceRequirements;
+    let requests = claim
+        .spec
+        .get_or_insert_default()
+        .resources
+        .get_or_insert_with(VolumeResourceRequirements::default)
+        .requests
+        .get_or_insert_default();
+    let asked = requests
+        .get("storage")
+        .and_then(|q| crate::Quantity::try_from(q).ok())
+        .map_or(0, |q| q.value());
+    if asked < bytes {
+        requests.insert("storage".into(), crate::Quantity::from_bytes(bytes).into());
+    }
+}
+
 /// The copy into the temporary claim is complete: the clone controller said so, and it is
 /// preallocated when that was asked for (upstream's host-clone phase).
 pub fn host_clone_done(tmp: &PersistentVolumeClaim) -> bool {
@@ -504,6 +526,18 @@ mod tests {
         );
         assert!(copy.spec.unwrap().data_source_ref.is_none());
         let restore = tmp_claim(&t, &vcs(), None, false, Fill::Restore("tmp-snapshot-t-uid"));
+        // Never smaller than what it restores or clones; a larger target keeps its size.
+        let asked = |c: &PersistentVolumeClaim| {
+            let r = &c.spec.as_ref().unwrap().resources.as_ref().unwrap();
+            crate::Quantity::try_from(&r.requests.as_ref().unwrap()["storage"])
+                .unwrap()
+                .value()
+        };
+        let mut raised = restore.clone();
+        at_least(&mut raised, 12 << 30);
+        assert_eq!(asked(&raised), 12 << 30);
+        at_least(&mut raised, 1 << 30);
+        assert_eq!(asked(&raised), 12 << 30);
         let r = restore.spec.unwrap().data_source_ref.unwrap();
         assert_eq!(
             (r.kind.as_str(), r.name.as_str()),

@@ -198,11 +198,11 @@ pub fn validate(
         return Ok(());
     }
     let usable = |c: &PersistentVolumeClaim, overhead| {
-        let request = storage_request(c)?;
-        Some(match volume_mode(c) {
-            crate::size::VolumeMode::Block => request,
-            crate::size::VolumeMode::Filesystem => crate::size::usable_space(request, overhead),
-        })
+        Some(crate::size::image_space(
+            volume_mode(c),
+            storage_request(c)?,
+            overhead,
+        ))
     };
     match (
         usable(source, source_overhead),

@@ -133,6 +133,15 @@ pub fn usable_space(available: i64, overhead: Overhead) -> i64 {
 
 pub use cdi_api::VolumeMode;
 
+/// What a volume of `bytes` holds for a disk image: all of a Block volume, the usable space of a
+/// Filesystem one.
+pub fn image_space(mode: VolumeMode, bytes: i64, overhead: Overhead) -> i64 {
+    match mode {
+        VolumeMode::Block => bytes,
+        VolumeMode::Filesystem => usable_space(bytes, overhead),
+    }
+}
+
 /// Upstream's `ResolveVolumeMode`: only an explicit `Block` is Block; unset is Filesystem.
 pub fn resolve_volume_mode(mode: Option<&str>) -> VolumeMode {
     if mode == Some("Block") {
