@@ -544,6 +544,89 @@ spec:
     drop(s.controller);
 }
 
+/// `source.s3` with the DataVolume's Secret (`accessKeyId`, `secretKey`) against a real
+/// S3-compatible server: imported, byte-equal to qemu-img's conversion; with the wrong secret
+/// the DataVolume says the server refused it, and nothing is imported.
+#[tokio::test(flavor = "multi_thread")]
+async fn s3_sources_import_with_the_data_volumes_secret() {
+    let s = setup(false);
+    let _down = Down(&s.dir);
+    let dir = s._tmp.path();
+    let raw = dir.join("src.raw");
+    std::fs::write(&raw, pattern(8 * MIB)).unwrap();
+    convert(&raw, "qcow2", &[], &dir.join("src.qcow2"));
+    let expected = oracle(&dir.join("src.qcow2"), "qcow2");
+    let s3 = tokio::task::spawn_blocking(cdi_testkit::s3::S3Server::start)
+        .await
+        .unwrap();
+    s3.put(
+        "images",
+        "disk.qcow2",
+        &std::fs::read(dir.join("src.qcow2")).unwrap(),
+    );
+    let url = s3.url("images", "disk.qcow2");
+    let secret = |name: &str, key: &str| {
+        format!(
+            "apiVersion: v1\nkind: Secret\nmetadata: {{name: {name}}}\nstringData: {{accessKeyId: \"{}\", secretKey: \"{key}\"}}\n",
+            s3.access_key
+        )
+    };
+    let docs = [
+        secret("s3-creds", &s3.secret_key),
+        secret("stale-creds", "not-the-secret"),
+        data_volume_from(
+            "from-s3",
+            &format!(r#"{{s3: {{url: "{url}", secretRef: s3-creds}}}}"#),
+        ),
+        data_volume_from(
+            "refused",
+            &format!(r#"{{s3: {{url: "{url}", secretRef: stale-creds}}}}"#),
+        ),
+        // Through the populator: its VolumeImportSource carries the S3 source to PVC prime.
+        format!(
+            "apiVersion: cdi.kubevirt.io/v1beta1\nkind: DataVolume\nmetadata: {{name: populated}}\nspec:\n  source: {{s3: {{url: \"{url}\", secretRef: s3-creds}}}}\n  storage: {{storageClassName: csi, accessModes: [ReadWriteOnce], resources: {{requests: {{storage: 1Gi}}}}}}\n"
+        ),
+        consumer("vm-pod", "populated"),
+    ]
+    .join("---\n");
+    kubectl(&s.dir, &["apply", "-f", "-"], Some(&docs));
+    wait_for("the S3 import to succeed", 120, || {
+        get(&s.dir, "dv/from-s3").filter(|d| phase(d) == "Succeeded")
+    });
+    let claim = get(&s.dir, "pvc/from-s3").unwrap();
+    assert_eq!(
+        claim["metadata"]["annotations"]["cdi.kubevirt.io/storage.import.source"],
+        "s3"
+    );
+    let path = volume_of(&s.dir, &claim)["spec"]["hostPath"]["path"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let disk = std::fs::read(std::path::Path::new(&path).join("disk.img")).unwrap();
+    assert_same(&disk[..expected.len()], &expected, "the S3 object's image");
+    wait_for("the populated S3 import to succeed", 120, || {
+        get(&s.dir, "dv/populated").filter(|d| phase(d) == "Succeeded")
+    });
+    let claim = get(&s.dir, "pvc/populated").unwrap();
+    assert_eq!(claim["spec"]["dataSourceRef"]["kind"], "VolumeImportSource");
+    let path = volume_of(&s.dir, &claim)["spec"]["csi"]["volumeAttributes"]["path"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let disk = std::fs::read(std::path::Path::new(&path).join("disk.img")).unwrap();
+    assert_same(&disk[..expected.len()], &expected, "the populated image");
+    let dv = wait_for("the refusal, said", 90, || {
+        get(&s.dir, "dv/refused").filter(|d| {
+            condition(d, "Running")["message"]
+                .as_str()
+                .unwrap_or("")
+                .contains("HTTP 403")
+        })
+    });
+    assert_ne!(phase(&dv), "Succeeded");
+    assert!(!dv.to_string().contains("not-the-secret"));
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn failures_say_why_and_fatal_ones_stop() {
     let s = setup(false);

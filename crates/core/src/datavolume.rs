@@ -406,6 +406,7 @@ pub fn import_source(dv: &DataVolume) -> VolumeImportSource {
         VolumeImportSourceSpec {
             source: Some(ImportSourceType {
                 http: source.http,
+                s3: source.s3,
                 blank: source.blank,
                 ..Default::default()
             }),

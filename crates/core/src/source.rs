@@ -35,8 +35,9 @@ fn external(dv: &DataVolume) -> bool {
         || storage.is_some_and(|s| s.data_source.is_some() || s.data_source_ref.is_some())
 }
 
-/// An import URL as upstream's webhook accepts it (`validateSourceURL`): absolute, http or https.
-fn check_url(url: &str) -> Result<(), String> {
+/// An import URL as upstream's webhook accepts it (`validateSourceURL`): absolute, of one of
+/// `schemes`.
+fn check_url(url: &str, schemes: &[&str]) -> Result<(), String> {
     if url.is_empty() {
         return Err("source URL is empty".into());
     }
@@ -53,7 +54,7 @@ fn check_url(url: &str) -> Result<(), String> {
     if !valid_scheme || bad_char || host.is_empty() {
         return Err(format!("Invalid source URL: {url}"));
     }
-    if !matches!(scheme.to_ascii_lowercase().as_str(), "http" | "https") {
+    if !schemes.contains(&scheme.to_ascii_lowercase().as_str()) {
         return Err(format!("Invalid source URL scheme: {url}"));
     }
     Ok(())
@@ -150,7 +151,7 @@ pub fn check(dv: &DataVolume) -> Result<Filled, Refusal> {
         [SourceKind::Http] => {
             let http = source.http.as_ref();
             let url = http.map(|h| h.url.as_str()).unwrap_or("");
-            if let Err(e) = check_url(url) {
+            if let Err(e) = check_url(url, &["http", "https"]) {
                 return Err(invalid(
                     &format!("spec.source {e}"),
                     "use an http:// or https:// URL",
@@ -164,6 +165,17 @@ pub fn check(dv: &DataVolume) -> Result<Filled, Refusal> {
                 ));
             }
             Ok(Filled::Import(SourceKind::Http))
+        }
+        [SourceKind::S3] => {
+            let url = source.s3.as_ref().map(|s| s.url.as_str()).unwrap_or("");
+            // Upstream takes http and https; s3://bucket/key (AWS) as well here.
+            if let Err(e) = check_url(url, &["http", "https", "s3"]) {
+                return Err(invalid(
+                    &format!("spec.source {e}"),
+                    "use http(s)://host/bucket/key or s3://bucket/key",
+                ));
+            }
+            Ok(Filled::Import(SourceKind::S3))
         }
         [SourceKind::Blank] => Ok(Filled::Import(SourceKind::Blank)),
         [SourceKind::Upload] => Ok(Filled::Import(SourceKind::Upload)),
@@ -271,6 +283,22 @@ mod tests {
                     "DataVolume vms/disk: External population is incompatible with Source and \
                      SourceRef; remove spec.source and spec.sourceRef, or the dataSource/dataSourceRef \
                      of the claim spec",
+                )),
+            ),
+            (
+                json!({"source": {"s3": {"url": "http://minio:9000/images/disk.qcow2"}}, "pvc": pvc}),
+                Ok(Filled::Import(SourceKind::S3)),
+            ),
+            (
+                json!({"source": {"s3": {"url": "s3://images/disk.qcow2"}}, "pvc": pvc}),
+                Ok(Filled::Import(SourceKind::S3)),
+            ),
+            (
+                json!({"source": {"s3": {"url": "ftp://images/disk.qcow2"}}, "pvc": pvc}),
+                Err((
+                    INVALID_SOURCE,
+                    "DataVolume vms/disk: spec.source Invalid source URL scheme: \
+                     ftp://images/disk.qcow2; use http(s)://host/bucket/key or s3://bucket/key",
                 )),
             ),
             (

@@ -122,6 +122,17 @@ fn split_header(line: &str, origin: &str) -> Result<(String, String), ImportErro
     Ok((name.trim().to_string(), value.trim().to_string()))
 }
 
+/// The CA certificates of `IMPORTER_CERT_DIR` (the DataVolume's `certConfigMap`), if set.
+fn cert_dir(env: &HashMap<String, String>, paths: &PodPaths) -> Result<Vec<Vec<u8>>, ImportError> {
+    match env.get(cdi_api::env::CERT_DIR).filter(|d| !d.is_empty()) {
+        Some(dir) => read_cert_dir(&cdi_core::devpod::in_root(
+            paths.root.as_deref(),
+            Path::new(dir),
+        )),
+        None => Ok(Vec::new()),
+    }
+}
+
 /// PEM files of a CA directory (a mounted ConfigMap: dot entries are its bookkeeping).
 fn read_cert_dir(dir: &Path) -> Result<Vec<Vec<u8>>, ImportError> {
     let mut certs = Vec::new();
@@ -230,13 +241,7 @@ impl PodConfig {
                     headers.push(split_header(value, name)?);
                 }
                 read_secret_headers(&paths.extra_headers_dir, &mut headers)?;
-                let ca_certs_pem = match get(e::CERT_DIR) {
-                    Some(dir) => read_cert_dir(&cdi_core::devpod::in_root(
-                        paths.root.as_deref(),
-                        Path::new(dir),
-                    ))?,
-                    None => Vec::new(),
-                };
+                let ca_certs_pem = cert_dir(env, paths)?;
                 PodSource::Http(HttpSource {
                     url,
                     basic_auth,
@@ -244,7 +249,23 @@ impl PodConfig {
                     ca_certs_pem,
                     insecure: env_bool(env, e::INSECURE_TLS)?,
                     retry: RetryPolicy::default(),
+                    signer: None,
                 })
+            }
+            "s3" => {
+                let url = get(e::ENDPOINT).ok_or_else(|| {
+                    ImportError::Config(format!("{} is required for an s3 source", e::ENDPOINT))
+                })?;
+                // Upstream has no anonymous S3 either.
+                let (Some(key), Some(secret)) = (get(e::ACCESS_KEY_ID), get(e::SECRET_KEY)) else {
+                    return Err(ImportError::Config(format!(
+                        "Unable to connect to s3 data source: no credentials ({} and {}); name a Secret with accessKeyId and secretKey in the DataVolume's spec.source.s3.secretRef",
+                        e::ACCESS_KEY_ID,
+                        e::SECRET_KEY
+                    )));
+                };
+                let ca_certs_pem = cert_dir(env, paths)?;
+                PodSource::Http(crate::sources::s3::source(url, key, secret, ca_certs_pem)?)
             }
             other => {
                 return Err(ImportError::Config(format!(

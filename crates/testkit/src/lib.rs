@@ -10,6 +10,8 @@ use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpListener;
 
+pub mod s3;
+
 /// One served file and how the server misbehaves.
 #[derive(Debug, Clone, Default)]
 pub struct Behaviour {

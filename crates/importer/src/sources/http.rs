@@ -29,6 +29,14 @@ pub struct HttpSource {
     /// Skip TLS verification (`insecureSkipVerify`).
     pub insecure: bool,
     pub retry: RetryPolicy,
+    /// Signs every request (an S3 object's SigV4 headers).
+    pub signer: Option<Arc<dyn Signer>>,
+}
+
+/// What a source that authenticates each request adds to it.
+pub trait Signer: Send + Sync {
+    /// The headers that authenticate a `method` request for `url` (their values are secrets).
+    fn headers(&self, method: &str, url: &str) -> Result<Vec<(String, String)>, ImportError>;
 }
 
 impl std::fmt::Debug for HttpSource {
@@ -48,6 +56,7 @@ impl std::fmt::Debug for HttpSource {
                     .collect::<Vec<_>>(),
             )
             .field("insecure", &self.insecure)
+            .field("signed", &self.signer.is_some())
             .finish()
     }
 }
@@ -202,6 +211,8 @@ impl HttpClient {
     }
 
     fn request(&self, method: reqwest::Method, range: Option<String>) -> reqwest::RequestBuilder {
+        let method_name = method.as_str().to_string();
+        let method_name = method_name.as_str();
         let mut req = self
             .client
             .request(method, &self.source.url)
@@ -211,6 +222,18 @@ impl HttpClient {
         }
         for (name, value) in &self.source.headers {
             req = req.header(name.as_str(), value.as_str());
+        }
+        if let Some(signer) = &self.source.signer {
+            // Signing was tried when the source was made: it cannot fail for this URL now, and
+            // a request without it is refused by the server (the import then says so).
+            match signer.headers(method_name, &self.source.url) {
+                Ok(headers) => {
+                    for (name, value) in headers {
+                        req = req.header(name, value);
+                    }
+                }
+                Err(e) => tracing::warn!(error = %e, "signing the request failed"),
+            }
         }
         if let Some(range) = range {
             req = req.header(RANGE, range);
