@@ -17,9 +17,10 @@ fn default_dir() -> PathBuf {
 #[derive(clap::Subcommand)]
 pub enum DevCommand {
     /// Start the development cluster in the background: API server, three nodes, scheduler,
-    /// PV controller, local-path and CSI-like provisioners (classes `local-path`, the default, and
-    /// `csi`, both WaitForFirstConsumer), a kubelet per node that runs pods as host processes, and
-    /// a KubeVirt-like consumer of VirtualMachines.
+    /// PV controller, local-path and two CSI provisioners (classes `local-path`, the default,
+    /// `csi`, which clones, snapshots and grows, and `shared`, which does none of that; all
+    /// WaitForFirstConsumer), a kubelet per node that runs pods as host processes, and a
+    /// KubeVirt-like consumer of VirtualMachines.
     Up {
         /// State directory: kubeconfig, pid file, logs/ (one per component), nodes/ (data).
         #[arg(long, default_value_os_t = default_dir())]
