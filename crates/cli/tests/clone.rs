@@ -7,7 +7,7 @@ mod devcluster;
 use std::path::{Path, PathBuf};
 
 use devcluster::{
-    Controller, Down, cdi, find_pod_process, get_json, kubectl, kubectl_as, wait_for,
+    Controller, Down, cdi, find_pod_process, get_json, kubectl, kubectl_as, volume_file, wait_for,
 };
 use serde_json::Value;
 
@@ -87,31 +87,6 @@ spec:
   resources: {{requests: {{storage: {size}}}}}
 "#
     )
-}
-
-/// The file holding a claim's data: the disk image of a Filesystem volume, or the Block volume.
-/// Waits for the claim to be bound (a populated DataVolume can say Succeeded a moment before its
-/// claim takes the volume over).
-fn volume_file(dir: &Path, ns: &str, claim: &str) -> PathBuf {
-    let claim = wait_for(&format!("{claim} to be bound"), 30, || {
-        get_json(dir, ns, &format!("pvc/{claim}")).filter(|c| c["spec"]["volumeName"].is_string())
-    });
-    let pv = get_json(
-        dir,
-        ns,
-        &format!("pv/{}", claim["spec"]["volumeName"].as_str().unwrap()),
-    )
-    .unwrap();
-    let path = pv["spec"]["hostPath"]["path"]
-        .as_str()
-        .or(pv["spec"]["csi"]["volumeAttributes"]["path"].as_str())
-        .map(PathBuf::from)
-        .unwrap();
-    if path.is_dir() {
-        path.join("disk.img")
-    } else {
-        path
-    }
 }
 
 /// Data at a few places of a file that is otherwise holes.
@@ -941,19 +916,7 @@ spec:
     let clone_source = |uid: &str| format!("volumeclonesource/volume-clone-source-{uid}");
     assert!(get_json(&dir, "golden", &clone_source(&uid(&done))).is_none());
     // Clones that wait for their first consumer, deleted before they start.
-    kubectl(
-        &dir,
-        &[
-            "patch",
-            "cdiconfig",
-            "config",
-            "--type",
-            "merge",
-            "-p",
-            r#"{"spec":{"featureGates":["HonorWaitForFirstConsumer"]}}"#,
-        ],
-        None,
-    );
+    devcluster::set_feature_gates(&dir, r#"["HonorWaitForFirstConsumer"]"#);
     kubectl(
         &dir,
         &["apply", "-f", "-"],
@@ -1378,22 +1341,7 @@ allowVolumeExpansion: false
     );
     // Onto another CSI driver's class: from the claim (by csi-clone, as its profile says), and
     // from a snapshot of it.
-    kubectl(
-        &dir,
-        &[
-            "patch",
-            "storageprofile",
-            "shared",
-            "--type=merge",
-            "-p",
-            r#"{"spec":{"cloneStrategy":"csi-clone"}}"#,
-        ],
-        None,
-    );
-    wait_for("the shared profile to say csi-clone", 30, || {
-        get_json(&dir, "default", "storageprofile/shared")
-            .filter(|p| p["status"]["cloneStrategy"] == "csi-clone")
-    });
+    devcluster::set_profile_clone_strategy(&dir, "shared", "csi-clone");
     kubectl(
         &dir,
         &["apply", "-f", "-"],

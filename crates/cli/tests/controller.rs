@@ -47,19 +47,7 @@ fn setup(gate: bool) -> Setup {
     } else {
         "[]"
     };
-    kubectl(
-        &dir,
-        &[
-            "patch",
-            "cdiconfig",
-            "config",
-            "--type",
-            "merge",
-            "-p",
-            &format!(r#"{{"spec":{{"featureGates":{gates}}}}}"#),
-        ],
-        None,
-    );
+    devcluster::set_feature_gates(&dir, gates);
     kubectl(&dir, &["apply", "-f", "-"], Some(SETUP));
     Setup {
         _tmp: tmp,
@@ -598,22 +586,14 @@ async fn s3_sources_import_with_the_data_volumes_secret() {
         claim["metadata"]["annotations"]["cdi.kubevirt.io/storage.import.source"],
         "s3"
     );
-    let path = volume_of(&s.dir, &claim)["spec"]["hostPath"]["path"]
-        .as_str()
-        .unwrap()
-        .to_string();
-    let disk = std::fs::read(std::path::Path::new(&path).join("disk.img")).unwrap();
+    let disk = std::fs::read(devcluster::volume_file(&s.dir, "default", "from-s3")).unwrap();
     assert_same(&disk[..expected.len()], &expected, "the S3 object's image");
     wait_for("the populated S3 import to succeed", 120, || {
         get(&s.dir, "dv/populated").filter(|d| phase(d) == "Succeeded")
     });
     let claim = get(&s.dir, "pvc/populated").unwrap();
     assert_eq!(claim["spec"]["dataSourceRef"]["kind"], "VolumeImportSource");
-    let path = volume_of(&s.dir, &claim)["spec"]["csi"]["volumeAttributes"]["path"]
-        .as_str()
-        .unwrap()
-        .to_string();
-    let disk = std::fs::read(std::path::Path::new(&path).join("disk.img")).unwrap();
+    let disk = std::fs::read(devcluster::volume_file(&s.dir, "default", "populated")).unwrap();
     assert_same(&disk[..expected.len()], &expected, "the populated image");
     let dv = wait_for("the refusal, said", 90, || {
         get(&s.dir, "dv/refused").filter(|d| {

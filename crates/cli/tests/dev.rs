@@ -295,19 +295,7 @@ async fn up_with_cdi_imports_a_data_volume_with_nothing_else_started() {
 
     // Uploads work with nothing else set up: the token API and the upload proxy run in the
     // cluster, and CDIConfig says where the proxy is and which CA signed its certificate.
-    kubectl(
-        &dir,
-        &[
-            "patch",
-            "cdiconfig",
-            "config",
-            "--type",
-            "merge",
-            "-p",
-            r#"{"spec":{"featureGates":["HonorWaitForFirstConsumer"]}}"#,
-        ],
-        None,
-    );
+    devcluster::set_feature_gates(&dir, r#"["HonorWaitForFirstConsumer"]"#);
     for deployment in ["cdi-apiserver", "cdi-uploadproxy"] {
         kubectl(
             &dir,

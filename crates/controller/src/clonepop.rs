@@ -684,22 +684,10 @@ async fn restore_snapshot(
     }
     // Restored by a class of the snapshot's driver (the first by name, as upstream).
     let driver = found.driver.as_deref().unwrap_or("");
-    let mut classes: Vec<String> = ctx
-        .caches
-        .classes()
-        .into_iter()
-        .filter(|c| !driver.is_empty() && c.provisioner == driver)
-        .filter_map(|c| c.metadata.name)
-        .collect();
-    classes.sort();
-    let Some(class) = classes.first() else {
+    let Some(class) = cdi_core::hostclone::restore_class(&ctx.caches.classes(), driver) else {
         let message = format!(
             "VolumeSnapshot {source_ns}/{name}: no StorageClass of its CSI driver {} to restore it into for a copy; create one",
-            if driver.is_empty() {
-                "(unknown)"
-            } else {
-                driver
-            }
+            cdi_core::hostclone::driver_name(driver)
         );
         ctx.events
             .record(target, true, "CloneValidationFailed", &message)
@@ -711,7 +699,7 @@ async fn restore_snapshot(
         .as_str()
         .unwrap_or("0")
         .to_string();
-    let claim = clonepop::tmp_source_claim(target, vcs, class, mode, &size);
+    let claim = clonepop::tmp_source_claim(target, vcs, &class, mode, &size);
     if crate::live(&ctx.client, target).await?.is_none() {
         return Ok(Action::await_change());
     }

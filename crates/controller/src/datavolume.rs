@@ -335,7 +335,7 @@ async fn leftovers(
         .and_then(|(ns, _)| ctx.caches.claim(&ns, &restored))
         .into_iter()
         .collect();
-    let held = dv.finalizers().iter().any(|f| f == finalizer::DATA_VOLUME);
+    let held = datavolume::holds_finalizer(dv);
     let ended = dv.metadata.deletion_timestamp.is_some()
         || dv.status.as_ref().and_then(|s| s.phase.as_ref()) == Some(&DataVolumePhase::Succeeded);
     let mut clone_sources = Vec::new();
@@ -372,8 +372,7 @@ async fn leftovers(
 
 /// Observe, decide, execute.
 pub async fn reconcile(dv: Arc<DataVolume>, ctx: Arc<Context>) -> Result<Action, Error> {
-    let held = dv.finalizers().iter().any(|f| f == finalizer::DATA_VOLUME);
-    if dv.metadata.deletion_timestamp.is_some() && !held {
+    if dv.metadata.deletion_timestamp.is_some() && !datavolume::holds_finalizer(&dv) {
         return Ok(Action::await_change());
     }
     ctx.caches.ready().await;

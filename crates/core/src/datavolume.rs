@@ -137,7 +137,8 @@ pub fn made_for(dv: &DataVolume, meta: &ObjectMeta) -> bool {
             .is_none_or(|u| Some(u.as_str()) == uid)
 }
 
-fn holds_finalizer(dv: &DataVolume) -> bool {
+/// Whether the DataVolume holds `cdi.kubevirt.io/dataVolumeFinalizer`.
+pub fn holds_finalizer(dv: &DataVolume) -> bool {
     dv.metadata
         .finalizers
         .iter()
@@ -837,23 +838,13 @@ pub fn decide(s: &Snapshot<'_>) -> Plan {
                 // Off the populator path (upstream's legacy snapshot clone): the snapshot is
                 // restored into a claim of a class of its driver, which the claim copies.
                 let driver = s.clone_snapshot_driver.unwrap_or("");
-                let mut classes: Vec<&StorageClass> = s
-                    .classes
-                    .iter()
-                    .filter(|c| !driver.is_empty() && c.provisioner == driver)
-                    .collect();
-                classes.sort_by_key(|c| c.metadata.name.clone());
-                let Some(class) = classes.first().and_then(|c| c.metadata.name.clone()) else {
+                let Some(class) = crate::hostclone::restore_class(s.classes, driver) else {
                     let refusal = Refusal {
                         reason: "CloneValidationFailed",
                         message: format!(
                             "DataVolume {}/{name}: no StorageClass of the CSI driver {} of VolumeSnapshot {}/{} to restore it into for a copy; create one",
                             dv.metadata.namespace.as_deref().unwrap_or(""),
-                            if driver.is_empty() {
-                                "(unknown)"
-                            } else {
-                                driver
-                            },
+                            crate::hostclone::driver_name(driver),
                             snapshot.0,
                             snapshot.1
                         ),

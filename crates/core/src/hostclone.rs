@@ -56,6 +56,30 @@ pub fn clone_request(claim: &PersistentVolumeClaim) -> Option<(String, String)> 
 /// The event reason of a clone refused for want of authorization (no valid clone token).
 pub const NOT_AUTHORIZED: &str = "CloneNotAuthorized";
 
+/// The class a snapshot taken by `driver` is restored into for a copy: the first by name of
+/// that driver's classes (as upstream picks it), if the driver is known and has one.
+pub fn restore_class(
+    classes: &[k8s_openapi::api::storage::v1::StorageClass],
+    driver: &str,
+) -> Option<String> {
+    let mut names: Vec<&str> = classes
+        .iter()
+        .filter(|c| !driver.is_empty() && c.provisioner == driver)
+        .filter_map(|c| c.metadata.name.as_deref())
+        .collect();
+    names.sort_unstable();
+    names.first().map(|n| n.to_string())
+}
+
+/// How a snapshot's driver is named in messages.
+pub fn driver_name(driver: &str) -> &str {
+    if driver.is_empty() {
+        "(unknown)"
+    } else {
+        driver
+    }
+}
+
 /// A claim the VolumeSnapshot `snapshot` (of the claim's namespace) is restored into by `class`
 /// (of the snapshot's driver) at `restore_size`, for a host-assisted copy from it: named, placed
 /// and annotated as `meta` says, labelled so (see [`restored_for_copy`]).

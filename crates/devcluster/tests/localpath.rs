@@ -381,9 +381,7 @@ async fn the_shared_driver_makes_volumes_but_clones_nothing() {
     let events: Api<Event> = Api::default_namespaced(c.client.clone());
     let message = wait_for("the refusal", async || {
         let list = events.list(&ListParams::default()).await.unwrap().items;
-        list.into_iter()
-            .find(|e| e.reason.as_deref() == Some("ProvisioningFailed"))?
-            .message
+        provisioning_failures(&list, "files-copy").pop()?.message
     })
     .await;
     assert!(

@@ -122,30 +122,19 @@ impl S3Server {
 
     /// Store `data` as `bucket/key`.
     pub fn put(&self, bucket: &str, key: &str, data: &[u8]) {
-        let file = tempfile_path();
-        std::fs::write(&file, data).expect("writing the object");
-        let path = file.to_string_lossy().into_owned();
+        let file = tempfile::NamedTempFile::new().expect("a temporary file");
+        std::fs::write(file.path(), data).expect("writing the object");
+        let path = file.path().to_string_lossy().into_owned();
         self.python(
             PUT,
             &[&self.access_key, &self.secret_key, bucket, key, &path],
         );
-        let _ = std::fs::remove_file(&file);
     }
 
     /// The path-style URL of `bucket/key`.
     pub fn url(&self, bucket: &str, key: &str) -> String {
         format!("{}/{bucket}/{key}", self.endpoint)
     }
-}
-
-fn tempfile_path() -> PathBuf {
-    use std::sync::atomic::{AtomicU64, Ordering};
-    static NEXT: AtomicU64 = AtomicU64::new(0);
-    std::env::temp_dir().join(format!(
-        "cdi-testkit-s3-{}-{}",
-        std::process::id(),
-        NEXT.fetch_add(1, Ordering::Relaxed)
-    ))
 }
 
 impl Drop for S3Server {

@@ -1,7 +1,7 @@
 //! What the tests driving `cdi dev` share: running `cdi … --dir DIR`, the machine's kubectl
 //! against its kubeconfig, and stopping the cluster when a test ends, even by a panic.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 /// `cdi ARGS --dir DIR`: success, stdout, stderr.
@@ -132,22 +132,73 @@ impl Drop for Controller {
 /// Make StorageProfile `csi` name clone strategy `strategy`, and wait until its status says it.
 #[allow(dead_code)]
 pub fn set_clone_strategy(dir: &Path, strategy: &str) {
+    set_profile_clone_strategy(dir, "csi", strategy);
+}
+
+/// Make StorageProfile `profile` name clone strategy `strategy`, and wait until its status says
+/// it.
+#[allow(dead_code)]
+pub fn set_profile_clone_strategy(dir: &Path, profile: &str, strategy: &str) {
     kubectl(
         dir,
         &[
             "patch",
             "storageprofile",
-            "csi",
+            profile,
             "--type=merge",
             "-p",
             &format!(r#"{{"spec":{{"cloneStrategy":"{strategy}"}}}}"#),
         ],
         None,
     );
-    wait_for(&format!("the profile to say {strategy}"), 30, || {
-        get_json(dir, "default", "storageprofile/csi")
+    wait_for(&format!("profile {profile} to say {strategy}"), 30, || {
+        get_json(dir, "default", &format!("storageprofile/{profile}"))
             .filter(|p| p["status"]["cloneStrategy"] == strategy)
     });
+}
+
+/// The file holding a claim's data: the disk image of a Filesystem volume, or the Block volume.
+/// Waits for the claim to be bound (a populated DataVolume can say Succeeded a moment before its
+/// claim takes the volume over).
+#[allow(dead_code)]
+pub fn volume_file(dir: &Path, ns: &str, claim: &str) -> PathBuf {
+    let claim = wait_for(&format!("{claim} to be bound"), 30, || {
+        get_json(dir, ns, &format!("pvc/{claim}")).filter(|c| c["spec"]["volumeName"].is_string())
+    });
+    let pv = get_json(
+        dir,
+        ns,
+        &format!("pv/{}", claim["spec"]["volumeName"].as_str().unwrap()),
+    )
+    .unwrap();
+    let path = pv["spec"]["hostPath"]["path"]
+        .as_str()
+        .or(pv["spec"]["csi"]["volumeAttributes"]["path"].as_str())
+        .map(PathBuf::from)
+        .unwrap();
+    if path.is_dir() {
+        path.join("disk.img")
+    } else {
+        path
+    }
+}
+
+/// Set the CDIConfig's feature gates (a JSON list).
+#[allow(dead_code)]
+pub fn set_feature_gates(dir: &Path, gates: &str) {
+    kubectl(
+        dir,
+        &[
+            "patch",
+            "cdiconfig",
+            "config",
+            "--type",
+            "merge",
+            "-p",
+            &format!(r#"{{"spec":{{"featureGates":{gates}}}}}"#),
+        ],
+        None,
+    );
 }
 
 /// Poll `check` every 100 ms for up to `secs` seconds.

@@ -211,8 +211,7 @@ impl HttpClient {
     }
 
     fn request(&self, method: reqwest::Method, range: Option<String>) -> reqwest::RequestBuilder {
-        let method_name = method.as_str().to_string();
-        let method_name = method_name.as_str();
+        let method_name = method.to_string();
         let mut req = self
             .client
             .request(method, &self.source.url)
@@ -226,7 +225,7 @@ impl HttpClient {
         if let Some(signer) = &self.source.signer {
             // Signing was tried when the source was made: it cannot fail for this URL now, and
             // a request without it is refused by the server (the import then says so).
-            match signer.headers(method_name, &self.source.url) {
+            match signer.headers(&method_name, &self.source.url) {
                 Ok(headers) => {
                     for (name, value) in headers {
                         req = req.header(name, value);
