@@ -242,6 +242,7 @@ pub mod env {
     pub const ACCESS_KEY_ID: &str = "IMPORTER_ACCESS_KEY_ID";
     pub const SECRET_KEY: &str = "IMPORTER_SECRET_KEY";
     pub const CERT_DIR: &str = "IMPORTER_CERT_DIR";
+    pub const REGISTRY_IMAGE_ARCHITECTURE: &str = "IMPORTER_REGISTRY_IMAGE_ARCHITECTURE";
     /// Followed by a number: `IMPORTER_EXTRA_HEADER_0`, …
     pub const EXTRA_HEADER_PREFIX: &str = "IMPORTER_EXTRA_HEADER_";
     pub const HTTP_PROXY: &str = "http_proxy";

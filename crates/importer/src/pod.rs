@@ -78,6 +78,8 @@ pub enum ContentType {
 #[derive(Debug, Clone)]
 pub enum PodSource {
     Http(HttpSource),
+    /// `registry`: a containerDisk image.
+    Registry(Arc<crate::sources::registry::RegistrySource>),
     /// `none`: a blank image.
     Blank,
 }
@@ -267,6 +269,25 @@ impl PodConfig {
                 let ca_certs_pem = cert_dir(env, paths)?;
                 PodSource::Http(crate::sources::s3::source(url, key, secret, ca_certs_pem)?)
             }
+            "registry" => {
+                let url = get(e::ENDPOINT).ok_or_else(|| {
+                    ImportError::Config(format!(
+                        "{} is required for a registry source",
+                        e::ENDPOINT
+                    ))
+                })?;
+                let credentials = match (get(e::ACCESS_KEY_ID), get(e::SECRET_KEY)) {
+                    (Some(u), Some(p)) => Some((u.to_string(), p.to_string())),
+                    _ => None,
+                };
+                PodSource::Registry(Arc::new(crate::sources::registry::RegistrySource::new(
+                    url,
+                    credentials,
+                    cert_dir(env, paths)?,
+                    env_bool(env, e::INSECURE_TLS)?,
+                    get(e::REGISTRY_IMAGE_ARCHITECTURE).map(str::to_string),
+                )?))
+            }
             other => {
                 return Err(ImportError::Config(format!(
                     "Unable to connect to {other} data source: cdi-rs does not import from {other} sources yet"
@@ -359,30 +380,60 @@ pub async fn run(
             .await?;
             Ok(done())
         }
+        (PodSource::Registry(_), ContentType::Archive) => Err(ImportError::Config(
+            "Unsupported content type archive when importing from a registry: its disk image is \
+             imported with contentType kubevirt"
+                .into(),
+        )),
+        (PodSource::Registry(src), ContentType::KubeVirt) => {
+            disk_image(src.as_ref(), config, paths, target, mode, size, progress).await?;
+            // A second disk below the one converted, or a layer not matching its digest, shows
+            // only once the whole layer is read.
+            src.finish().await?;
+            let labels = src.labels();
+            Ok(TerminationMessage {
+                labels: (!labels.is_empty()).then_some(labels),
+                ..done()
+            })
+        }
         (PodSource::Http(src), ContentType::KubeVirt) => {
-            let opts = ImportOptions {
-                target,
-                size,
-                overhead: config.overhead.for_mode(mode),
-                preallocate: config.preallocation,
-                checksum: config.checksum.clone(),
-                scratch_dir: paths.scratch_dir.clone(),
-                scratch_mounted: true,
-                tuning: Tuning::default(),
-            };
-            let report = import::import(src, &opts, progress).await?;
-            tracing::info!(
-                format = %report.format,
-                virtual_size = report.virtual_size,
-                final_size = report.final_size,
-                transferred = report.transferred,
-                written = report.written,
-                scratch = report.scratch_used,
-                "import complete"
-            );
+            disk_image(src, config, paths, target, mode, size, progress).await?;
             Ok(done())
         }
     }
+}
+
+/// Import a disk image from `src` into the pod's volume.
+async fn disk_image(
+    src: &dyn crate::sources::Source,
+    config: &PodConfig,
+    paths: &PodPaths,
+    target: TargetSpec,
+    mode: VolumeMode,
+    size: Option<SizeSpec>,
+    progress: Arc<Progress>,
+) -> Result<(), ImportError> {
+    let opts = ImportOptions {
+        target,
+        size,
+        overhead: config.overhead.for_mode(mode),
+        preallocate: config.preallocation,
+        checksum: config.checksum.clone(),
+        scratch_dir: paths.scratch_dir.clone(),
+        scratch_mounted: true,
+        tuning: Tuning::default(),
+    };
+    let report = import::import(src, &opts, progress).await?;
+    tracing::info!(
+        format = %report.format,
+        virtual_size = report.virtual_size,
+        final_size = report.final_size,
+        transferred = report.transferred,
+        written = report.written,
+        scratch = report.scratch_used,
+        "import complete"
+    );
+    Ok(())
 }
 
 /// A blank image: on a filesystem, a sparse file of the usable size (allocated when asked); on a

@@ -10,6 +10,8 @@ use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpListener;
 
+pub mod oci;
+pub mod registry;
 pub mod s3;
 
 /// One served file and how the server misbehaves.
@@ -112,6 +114,9 @@ pub struct TestCa {
     pub ca_pem: String,
     cert_der: Vec<u8>,
     key_der: Vec<u8>,
+    /// The server certificate and its key in PEM, for servers configured by file.
+    pub cert_pem: String,
+    pub key_pem: String,
 }
 
 impl TestCa {
@@ -135,6 +140,8 @@ impl TestCa {
             ca_pem: ca_cert.pem(),
             cert_der: cert.der().to_vec(),
             key_der: key.serialize_der(),
+            cert_pem: cert.pem(),
+            key_pem: key.serialize_pem(),
         }
     }
 

@@ -12,6 +12,7 @@ use crate::error::ImportError;
 
 pub mod file;
 pub mod http;
+pub mod registry;
 pub mod s3;
 pub mod stream;
 
