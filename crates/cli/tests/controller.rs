@@ -607,6 +607,124 @@ async fn s3_sources_import_with_the_data_volumes_secret() {
     assert!(!dv.to_string().contains("not-the-secret"));
 }
 
+/// `source.registry` against real registries on 127.0.0.1 (Debian's docker-registry): one with
+/// TLS and basic authentication, reached with the DataVolume's Secret and certConfigMap, on the
+/// classic and the populator path, its image's `*_KUBEVIRT_IO_*` environment as claim labels;
+/// one in plain HTTP, reached because CDIConfig lists it in `insecureRegistries`. A tag that is
+/// not there is ImagePullFailed; `pullMethod: node` is refused saying why.
+#[tokio::test(flavor = "multi_thread")]
+async fn registry_sources_import_containerdisks() {
+    use cdi_testkit::oci::{Image, Layer, Layout};
+    use cdi_testkit::registry::{Options, Registry};
+    let s = setup(false);
+    let _down = Down(&s.dir);
+    let dir = s._tmp.path();
+    let raw = dir.join("src.raw");
+    std::fs::write(&raw, pattern(8 * MIB)).unwrap();
+    convert(&raw, "qcow2", &[], &dir.join("src.qcow2"));
+    let expected = oracle(&dir.join("src.qcow2"), "qcow2");
+    let mut layout = Layout::new(&dir.join("layout"));
+    let mut image = Image::new(vec![Layer::disk(
+        "fedora.qcow2",
+        std::fs::read(dir.join("src.qcow2")).unwrap(),
+    )]);
+    image.env = vec!["INSTANCETYPE_KUBEVIRT_IO_DEFAULT_PREFERENCE=fedora".into()];
+    let d = layout.add_image(&image);
+    layout.tag("41", &d);
+    let (private, plain) = tokio::task::spawn_blocking(|| {
+        let private = Registry::start(Options {
+            tls: true,
+            auth: Some(("cdi".into(), "registry-pass".into())),
+        });
+        (private, Registry::start(Options::default()))
+    })
+    .await
+    .unwrap();
+    private.push(&layout.dir, "41", "containerdisks/fedora:41");
+    plain.push(&layout.dir, "41", "containerdisks/fedora:41");
+    kubectl(
+        &s.dir,
+        &[
+            "patch",
+            "cdiconfig",
+            "config",
+            "--type=merge",
+            "-p",
+            &format!(r#"{{"spec":{{"insecureRegistries":["{}"]}}}}"#, plain.host),
+        ],
+        None,
+    );
+    let ca = private.ca.as_ref().unwrap().ca_pem.replace('\n', "\n    ");
+    let private_url = private.url("containerdisks/fedora:41");
+    let source = |url: &str| {
+        format!(
+            r#"{{registry: {{url: "{url}", secretRef: registry-creds, certConfigMap: registry-ca}}}}"#
+        )
+    };
+    let docs = [
+        "apiVersion: v1\nkind: Secret\nmetadata: {name: registry-creds}\nstringData: {accessKeyId: cdi, secretKey: registry-pass}\n".to_string(),
+        format!("apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: registry-ca}}\ndata:\n  ca.pem: |\n    {ca}\n"),
+        data_volume_from("fedora", &source(&private_url)),
+        format!(
+            "apiVersion: cdi.kubevirt.io/v1beta1\nkind: DataVolume\nmetadata: {{name: populated}}\nspec:\n  source: {}\n  storage: {{storageClassName: csi, accessModes: [ReadWriteOnce], resources: {{requests: {{storage: 1Gi}}}}}}\n",
+            source(&private_url)
+        ),
+        consumer("vm-pod", "populated"),
+        data_volume_from(
+            "insecure",
+            &format!(r#"{{registry: {{url: "{}"}}}}"#, plain.url("containerdisks/fedora:41")),
+        ),
+        data_volume_from("no-tag", &source(&private.url("containerdisks/fedora:40"))),
+        data_volume_from(
+            "by-node",
+            &format!(r#"{{registry: {{url: "{private_url}", pullMethod: node}}}}"#),
+        ),
+    ]
+    .join("---\n");
+    kubectl(&s.dir, &["apply", "-f", "-"], Some(&docs));
+    for name in ["fedora", "populated", "insecure"] {
+        wait_for(
+            &format!("the registry import {name} to succeed"),
+            120,
+            || get(&s.dir, &format!("dv/{name}")).filter(|d| phase(d) == "Succeeded"),
+        );
+        let disk = std::fs::read(devcluster::volume_file(&s.dir, "default", name)).unwrap();
+        assert_same(&disk[..expected.len()], &expected, name);
+        let claim = get(&s.dir, &format!("pvc/{name}")).unwrap();
+        assert_eq!(
+            claim["metadata"]["labels"]["instancetype.kubevirt.io/default-preference"], "fedora",
+            "{name}: {claim}"
+        );
+    }
+    let claim = get(&s.dir, "pvc/fedora").unwrap();
+    assert_eq!(
+        claim["metadata"]["annotations"]["cdi.kubevirt.io/storage.import.source"],
+        "registry"
+    );
+    let claim = get(&s.dir, "pvc/populated").unwrap();
+    assert_eq!(claim["spec"]["dataSourceRef"]["kind"], "VolumeImportSource");
+    let dv = wait_for("the missing tag, said", 90, || {
+        get(&s.dir, "dv/no-tag").filter(|d| condition(d, "Running")["reason"] == "ImagePullFailed")
+    });
+    let said = condition(&dv, "Running")["message"]
+        .as_str()
+        .unwrap_or("")
+        .to_string();
+    assert!(
+        said.contains("failed to pull image") && said.contains("fedora:40"),
+        "{said}"
+    );
+    assert_ne!(phase(&dv), "Succeeded");
+    assert!(!dv.to_string().contains("registry-pass"));
+    wait_for("pullMethod node refused", 60, || {
+        events_of(&s.dir, "by-node")
+            .into_iter()
+            .find(|(reason, message)| {
+                reason == "ErrUnsupportedSource" && message.contains("pullMethod node")
+            })
+    });
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn failures_say_why_and_fatal_ones_stop() {
     let s = setup(false);

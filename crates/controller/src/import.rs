@@ -140,7 +140,7 @@ pub async fn reconcile(
         &claim,
         &anns,
         &if outcome.complete {
-            outcome.labels.clone()
+            import::labels_to_add(claim.labels(), &outcome.labels)
         } else {
             BTreeMap::new()
         },

@@ -160,12 +160,13 @@ pub async fn reconcile(
     }
     let wanted = populator::mirrored(&target, &prime, progress.as_deref());
     let patch = cdi_core::import::annotation_patch(target.annotations(), &wanted, true);
-    if !patch.is_empty() {
+    let labels = populator::mirrored_labels(&target, &prime);
+    if !patch.is_empty() || !labels.is_empty() {
         claims
             .patch(
                 &target.name_any(),
                 &PatchParams::default(),
-                &Patch::Merge(&json!({"metadata": {"annotations": patch}})),
+                &Patch::Merge(&json!({"metadata": {"annotations": patch, "labels": labels}})),
             )
             .await?;
     }

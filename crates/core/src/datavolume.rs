@@ -408,6 +408,7 @@ pub fn import_source(dv: &DataVolume) -> VolumeImportSource {
             source: Some(ImportSourceType {
                 http: source.http,
                 s3: source.s3,
+                registry: source.registry,
                 blank: source.blank,
                 ..Default::default()
             }),
@@ -1626,7 +1627,7 @@ mod tests {
             // (source, profile exists, phase, reason)
             (json!({}), true, "Failed", "ErrInvalidSource"),
             (
-                json!({"registry": {"url": "docker://x/y"}}),
+                json!({"gcs": {"url": "gs://b/o"}}),
                 true,
                 "Pending",
                 "ErrUnsupportedSource",

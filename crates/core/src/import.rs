@@ -130,6 +130,9 @@ pub struct Settings {
     pub placement: Option<NodePlacement>,
     /// Tolerations inherited from the claim's first consumer (SPEC §9), added to the workload's.
     pub inherited: Vec<Toleration>,
+    /// CDIConfig's `spec.insecureRegistries`: registries (host[:port]) whose TLS is not
+    /// checked.
+    pub insecure_registries: Vec<String>,
 }
 
 /// Who makes the importer pod (the controller's own settings).
@@ -164,8 +167,57 @@ impl Settings {
             placement,
             // An unreadable record inherits nothing; the controller says so.
             inherited: crate::placement::for_worker(claim, cfg).unwrap_or_default(),
+            insecure_registries: cfg
+                .and_then(|c| c.spec.insecure_registries.clone())
+                .unwrap_or_default(),
         }
     }
+}
+
+/// The labels an import's termination message asks for (a registry image's `*_KUBEVIRT_IO_*`
+/// environment) that the claim gets: those it does not have yet (upstream never overwrites
+/// one), and only valid ones, since an image can say anything and one bad label would make
+/// the API server refuse the whole patch.
+pub fn labels_to_add(
+    current: &BTreeMap<String, String>,
+    from_pod: &BTreeMap<String, String>,
+) -> BTreeMap<String, String> {
+    from_pod
+        .iter()
+        .filter(|(k, v)| !current.contains_key(*k) && label_key(k) && label_value(v))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect()
+}
+
+/// A label name: at most 63 of `[A-Za-z0-9._-]`, starting and ending with a letter or digit.
+fn label_value(v: &str) -> bool {
+    v.is_empty()
+        || (v.len() <= 63
+            && v.starts_with(|c: char| c.is_ascii_alphanumeric())
+            && v.ends_with(|c: char| c.is_ascii_alphanumeric())
+            && v.chars()
+                .all(|c| c.is_ascii_alphanumeric() || "._-".contains(c)))
+}
+
+/// A label key: a name, behind an optional DNS subdomain prefix and `/`.
+fn label_key(k: &str) -> bool {
+    let (prefix, name) = match k.split_once('/') {
+        Some((p, n)) => (Some(p), n),
+        None => (None, k),
+    };
+    let prefix_ok = prefix.is_none_or(|p| {
+        !p.is_empty()
+            && p.len() <= 253
+            && p.split('.').all(|part| {
+                !part.is_empty()
+                    && part.starts_with(|c: char| c.is_ascii_lowercase() || c.is_ascii_digit())
+                    && part.ends_with(|c: char| c.is_ascii_lowercase() || c.is_ascii_digit())
+                    && part
+                        .chars()
+                        .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+            })
+    });
+    prefix_ok && !name.is_empty() && label_value(name)
 }
 
 /// The merge patch of annotations turning `current` into `wanted`: changed and new keys, and
@@ -329,6 +381,16 @@ pub(crate) fn var(name: &str, value: impl Into<String>) -> EnvVar {
     }
 }
 
+/// Upstream's `IsInsecureTLS`: a `docker://` image whose registry (host[:port], as written)
+/// is listed in CDIConfig's `insecureRegistries`.
+fn insecure_registry(endpoint: &str, insecure: &[String]) -> bool {
+    let Some(rest) = endpoint.strip_prefix("docker://") else {
+        return false;
+    };
+    let host = rest.split('/').next().unwrap_or("");
+    !host.is_empty() && insecure.iter().any(|h| h == host)
+}
+
 fn secret_var(name: &str, secret: &str, key: &str) -> EnvVar {
     EnvVar {
         name: name.into(),
@@ -385,7 +447,9 @@ pub fn importer_pod(claim: &PersistentVolumeClaim, s: &Settings) -> Pod {
         var(env::FILESYSTEM_OVERHEAD, s.filesystem_overhead.clone()),
         var(
             env::INSECURE_TLS,
-            (a(ann::IMPORT_INSECURE_SKIP_VERIFY) == "true").to_string(),
+            (a(ann::IMPORT_INSECURE_SKIP_VERIFY) == "true"
+                || insecure_registry(&a(ann::IMPORT_ENDPOINT), &s.insecure_registries))
+            .to_string(),
         ),
         var("IMPORTER_DISK_ID", a(ann::DISK_ID)),
         var("IMPORTER_UUID", a(ann::UUID)),
@@ -701,6 +765,16 @@ pub fn scratch_claim(
 const TOO_SMALL: &str = "DataVolume too small to contain image";
 
 /// What the importer said, as the condition message shows it.
+/// Upstream's `simplifyKnownMessage`: an image that could not be pulled from its registry is
+/// ImagePullFailed whatever the container's own reason.
+fn known_reason<'a>(message: &str, reason: &'a str) -> &'a str {
+    if message.contains("failed to pull image") {
+        "ImagePullFailed"
+    } else {
+        reason
+    }
+}
+
 fn said(m: &TerminationMessage) -> String {
     let text = m.message.as_deref().unwrap_or("");
     match m.reason {
@@ -855,11 +929,13 @@ pub fn update_from_worker(
                         if m.preallocation_applied == Some(true) {
                             anns.insert(ann::PREALLOCATION_APPLIED.into(), "true".into());
                         }
-                        set(anns, "false", &said(m), &reason);
+                        let message = said(m);
+                        set(anns, "false", &message, known_reason(&message, &reason));
                         out.labels = m.labels.clone().unwrap_or_default();
                     }
                     None => {
-                        set(anns, "false", &exit_message(&t, restarted, who), &reason);
+                        let message = exit_message(&t, restarted, who);
+                        set(anns, "false", &message, known_reason(&message, &reason));
                     }
                 }
                 if t.exit_code != 0 {
@@ -934,6 +1010,34 @@ mod tests {
             "status": {"phase": phase}}),
         )
         .unwrap()
+    }
+
+    #[test]
+    fn image_labels_are_added_never_overwritten_and_only_when_valid() {
+        let current = BTreeMap::from([(
+            "instancetype.kubevirt.io/default-instancetype".to_string(),
+            "mine".to_string(),
+        )]);
+        let from_pod: BTreeMap<String, String> = [
+            ("instancetype.kubevirt.io/default-instancetype", "u1.small"),
+            ("instancetype.kubevirt.io/default-preference", "fedora"),
+            ("kubevirt.io/test-test", ""),
+            ("bad key.kubevirt.io/x", "v"),
+            ("Upper.io/x", "v"),
+            ("instancetype.kubevirt.io/long", &"x".repeat(64)),
+            ("instancetype.kubevirt.io/spaced", "a b"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+        let added = labels_to_add(&current, &from_pod);
+        assert_eq!(
+            added.keys().collect::<Vec<_>>(),
+            [
+                "instancetype.kubevirt.io/default-preference",
+                "kubevirt.io/test-test"
+            ]
+        );
     }
 
     #[test]

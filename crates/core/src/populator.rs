@@ -292,6 +292,30 @@ pub fn mirrored(
     out
 }
 
+/// The labels PVC prime's import gave it (a registry image's `*_KUBEVIRT_IO_*` environment)
+/// that the target lacks, once the import succeeded: the labels PVC prime was made with are
+/// its own, not the image's.
+pub fn mirrored_labels(
+    target: &PersistentVolumeClaim,
+    prime: &PersistentVolumeClaim,
+) -> BTreeMap<String, String> {
+    let done = annotations(prime).get(ann::POD_PHASE).map(String::as_str) == Some("Succeeded");
+    if !done {
+        return BTreeMap::new();
+    }
+    let own = [label::APP, label::EXCLUDE_FROM_VELERO_BACKUP];
+    let from_import: BTreeMap<String, String> = prime
+        .metadata
+        .labels
+        .iter()
+        .flatten()
+        .filter(|(k, _)| !own.contains(&k.as_str()))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    let current = target.metadata.labels.clone().unwrap_or_default();
+    crate::import::labels_to_add(&current, &from_import)
+}
+
 /// Hand the volume over: PVC prime's import succeeded and the target is not bound yet.
 pub fn should_rebind(target: &PersistentVolumeClaim, prime: &PersistentVolumeClaim) -> bool {
     let done = annotations(prime).get(ann::POD_PHASE).map(String::as_str) == Some("Succeeded");
@@ -370,6 +394,39 @@ mod tests {
         assert_eq!(
             import_source_name(&target(json!({}))),
             Some("volume-import-source-1")
+        );
+    }
+
+    #[test]
+    fn the_images_labels_reach_the_target_once_imported() {
+        let mut t = target(json!({}));
+        t.metadata.labels = Some(BTreeMap::from([("mine".to_string(), "1".to_string())]));
+        let source: VolumeImportSource =
+            serde_json::from_value(json!({"apiVersion": "cdi.kubevirt.io/v1beta1",
+            "kind": "VolumeImportSource", "metadata": {"name": "volume-import-source-1"},
+            "spec": {"source": {"registry": {"url": "docker://r/d:1"}}}}))
+            .unwrap();
+        let mut p = prime_claim(&t, Source::Import(&source), None, false);
+        let labels = p.metadata.labels.get_or_insert_default();
+        labels.insert(
+            "instancetype.kubevirt.io/default-preference".into(),
+            "fedora".into(),
+        );
+        labels.insert("mine".into(), "2".into());
+        assert!(
+            mirrored_labels(&t, &p).is_empty(),
+            "not before the import ends"
+        );
+        p.metadata
+            .annotations
+            .get_or_insert_default()
+            .insert(ann::POD_PHASE.into(), "Succeeded".into());
+        assert_eq!(
+            mirrored_labels(&t, &p),
+            BTreeMap::from([(
+                "instancetype.kubevirt.io/default-preference".to_string(),
+                "fedora".to_string()
+            )])
         );
     }
 
