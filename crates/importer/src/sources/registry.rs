@@ -749,7 +749,7 @@ impl Read for BlobReader {
 /// A layer's tar, decompressed by what its first bytes say (media types lie more often).
 enum Decoded {
     Tar(std::io::BufReader<BlobReader>),
-    Gzip(flate2::read::MultiGzDecoder<std::io::BufReader<BlobReader>>),
+    Gzip(Box<flate2::read::MultiGzDecoder<std::io::BufReader<BlobReader>>>),
     Zstd(zstd::Decoder<'static, std::io::BufReader<BlobReader>>),
 }
 
@@ -760,7 +760,7 @@ fn decoder(blob: BlobReader, what: &str) -> Result<Decoded, ImportError> {
         .fill_buf()
         .map_err(|e| ImportError::Damaged(format!("{what} could not be read: {e}")))?;
     Ok(if head.starts_with(&[0x1f, 0x8b]) {
-        Decoded::Gzip(flate2::read::MultiGzDecoder::new(buffered))
+        Decoded::Gzip(Box::new(flate2::read::MultiGzDecoder::new(buffered)))
     } else if head.starts_with(&[0x28, 0xb5, 0x2f, 0xfd]) {
         Decoded::Zstd(
             zstd::Decoder::with_buffer(buffered)
