@@ -1516,7 +1516,7 @@ spec:
         two_sources,
         bad_url,
         no_modes,
-        data_volume_from("later", r#"{registry: {url: "docker://127.0.0.1/disk"}}"#),
+        data_volume_from("later", r#"{gcs: {url: "gs://images/disk.img"}}"#),
         external("external", "csi"),
         external("no-csi", "local-path-wffc"),
         data_volume(&long, &url, "1Gi", ""),
@@ -1565,7 +1565,7 @@ spec:
         condition(&dv, "Running")["message"]
             .as_str()
             .unwrap_or("")
-            .contains("registry")
+            .contains("gcs")
     );
     assert!(get(&s.dir, "pvc/later").is_none());
     // External population waits for its populator; without a CSI driver, nothing will come.
