@@ -725,6 +725,198 @@ async fn registry_sources_import_containerdisks() {
     });
 }
 
+/// A DataImportCron against a real registry: the first poll imports the image into
+/// `<dataSource>-<digest>` and the managed DataSource names it; a VM disk clones it through the
+/// DataSource. A new image pushed under the same tag is imported at the next poll, the
+/// DataSource moves to it, the import beyond `importsToKeep` goes, and the VM disk made before
+/// keeps its data while a new one clones the new image. A registry that cannot be reached is
+/// `UpToDate=False` with the reason, tried again at the next scheduled time, and counted by
+/// `kubevirt_cdi_dataimportcron_outdated`.
+#[tokio::test(flavor = "multi_thread")]
+async fn data_import_crons_keep_a_data_source_fresh() {
+    use cdi_testkit::oci::{Image, Layer, Layout};
+    use cdi_testkit::registry::Registry;
+    let s = setup(false);
+    let _down = Down(&s.dir);
+    let dir = s._tmp.path();
+    let image = |name: &str, seed: u64| {
+        let raw = dir.join(format!("{name}.raw"));
+        let mut data = pattern(6 * MIB);
+        data[..8].copy_from_slice(&seed.to_le_bytes());
+        std::fs::write(&raw, data).unwrap();
+        let qcow2 = dir.join(format!("{name}.qcow2"));
+        convert(&raw, "qcow2", &[], &qcow2);
+        (std::fs::read(&qcow2).unwrap(), oracle(&qcow2, "qcow2"))
+    };
+    let (first, first_disk) = image("first", 1);
+    let (second, second_disk) = image("second", 2);
+    let mut layout = Layout::new(&dir.join("layout"));
+    let d = layout.add_image(&Image::new(vec![Layer::disk("disk.qcow2", first)]));
+    layout.tag("first", &d);
+    let d = layout.add_image(&Image::new(vec![Layer::disk("disk.qcow2", second)]));
+    layout.tag("second", &d);
+    let registry = tokio::task::spawn_blocking(|| Registry::start(Default::default()))
+        .await
+        .unwrap();
+    registry.push(&layout.dir, "first", "containerdisks/fedora:latest");
+    kubectl(
+        &s.dir,
+        &[
+            "patch",
+            "cdiconfig",
+            "config",
+            "--type=merge",
+            "-p",
+            &format!(
+                r#"{{"spec":{{"insecureRegistries":["{}"]}}}}"#,
+                registry.host
+            ),
+        ],
+        None,
+    );
+    let cron = |name: &str, ds: &str, url: &str| {
+        format!(
+            "apiVersion: cdi.kubevirt.io/v1beta1\nkind: DataImportCron\nmetadata: {{name: {name}, labels: {{instancetype.kubevirt.io/default-preference: fedora}}}}\nspec:\n  schedule: \"0 0 1 1 *\"\n  managedDataSource: {ds}\n  importsToKeep: 1\n  template:\n    spec:\n      source: {{registry: {{url: \"{url}\"}}}}\n      storage: {{accessModes: [ReadWriteOnce], resources: {{requests: {{storage: 1Gi}}}}}}\n"
+        )
+    };
+    let docs = [
+        cron(
+            "fedora-cron",
+            "fedora",
+            &registry.url("containerdisks/fedora:latest"),
+        ),
+        cron(
+            "broken",
+            "unreachable",
+            "docker://127.0.0.1:1/containerdisks/none:1",
+        ),
+    ]
+    .join("---\n");
+    kubectl(&s.dir, &["apply", "-f", "-"], Some(&docs));
+
+    // The DataSource names the import, once it succeeded.
+    let source_of = |ds: &Value| {
+        ds["spec"]["source"]["pvc"]["name"]
+            .as_str()
+            .map(str::to_string)
+    };
+    let ready = |want: Option<&str>| {
+        let ds = wait_for("the DataSource to name a ready import", 120, || {
+            get(&s.dir, "datasource/fedora").filter(|d| {
+                source_of(d).is_some_and(|n| want.is_none_or(|w| n != w))
+                    && condition(d, "Ready")["status"] == "True"
+            })
+        });
+        source_of(&ds).unwrap()
+    };
+    let first_import = ready(None);
+    assert!(first_import.starts_with("fedora-") && first_import.len() == "fedora-".len() + 12);
+    let cron_now = get(&s.dir, "dataimportcron/fedora-cron").unwrap();
+    assert_eq!(
+        condition(&cron_now, "UpToDate")["status"],
+        "True",
+        "{cron_now}"
+    );
+    assert_eq!(
+        cron_now["status"]["lastImportedPVC"]["name"],
+        first_import.as_str()
+    );
+    let dv = get(&s.dir, &format!("dv/{first_import}")).unwrap();
+    let url = dv["spec"]["source"]["registry"]["url"].as_str().unwrap();
+    assert!(
+        url.contains("/containerdisks/fedora@sha256:"),
+        "pinned by digest: {url}"
+    );
+    assert_eq!(
+        dv["metadata"]["labels"]["cdi.kubevirt.io/dataImportCron"],
+        "fedora-cron"
+    );
+    let disk = std::fs::read(devcluster::volume_file(&s.dir, "default", &first_import)).unwrap();
+    assert_same(&disk[..first_disk.len()], &first_disk, "the first import");
+
+    // A VM disk from the DataSource.
+    let vm_disk = |name: &str| {
+        format!(
+            "apiVersion: cdi.kubevirt.io/v1beta1\nkind: DataVolume\nmetadata: {{name: {name}}}\nspec:\n  sourceRef: {{kind: DataSource, name: fedora}}\n  storage: {{accessModes: [ReadWriteOnce], resources: {{requests: {{storage: 1Gi}}}}}}\n"
+        )
+    };
+    kubectl(&s.dir, &["apply", "-f", "-"], Some(&vm_disk("vm-1")));
+    wait_for("the first VM disk", 120, || {
+        get(&s.dir, "dv/vm-1").filter(|d| phase(d) == "Succeeded")
+    });
+
+    // A new image under the same tag, seen at the next poll (made due now).
+    registry.push(&layout.dir, "second", "containerdisks/fedora:latest");
+    kubectl(
+        &s.dir,
+        &[
+            "annotate",
+            "--overwrite",
+            "dataimportcron/fedora-cron",
+            "cdi.kubevirt.io/storage.import.nextCronTime=2000-01-01T00:00:00Z",
+        ],
+        None,
+    );
+    let second_import = ready(Some(&first_import));
+    let disk = std::fs::read(devcluster::volume_file(&s.dir, "default", &second_import)).unwrap();
+    assert_same(
+        &disk[..second_disk.len()],
+        &second_disk,
+        "the second import",
+    );
+    wait_for("the first import to go", 60, || {
+        get(&s.dir, &format!("pvc/{first_import}"))
+            .is_none()
+            .then_some(())
+    });
+    let vm1 = std::fs::read(devcluster::volume_file(&s.dir, "default", "vm-1")).unwrap();
+    assert_same(
+        &vm1[..first_disk.len()],
+        &first_disk,
+        "the first VM disk, kept",
+    );
+    kubectl(&s.dir, &["apply", "-f", "-"], Some(&vm_disk("vm-2")));
+    wait_for("the second VM disk", 120, || {
+        get(&s.dir, "dv/vm-2").filter(|d| phase(d) == "Succeeded")
+    });
+    let vm2 = std::fs::read(devcluster::volume_file(&s.dir, "default", "vm-2")).unwrap();
+    assert_same(
+        &vm2[..second_disk.len()],
+        &second_disk,
+        "the second VM disk",
+    );
+
+    // An unreachable registry: said, and tried again when the schedule next says.
+    let broken = wait_for("the unreachable registry said", 60, || {
+        get(&s.dir, "dataimportcron/broken")
+            .filter(|c| condition(c, "UpToDate")["reason"] == "PollFailed")
+    });
+    let up = condition(&broken, "UpToDate");
+    assert_eq!(up["status"], "False");
+    let said = up["message"].as_str().unwrap_or("");
+    assert!(
+        said.contains("Failed to get image digest") && said.contains("127.0.0.1:1"),
+        "{said}"
+    );
+    let next = broken["metadata"]["annotations"]["cdi.kubevirt.io/storage.import.nextCronTime"]
+        .as_str()
+        .unwrap_or("");
+    assert!(
+        next.ends_with("-01-01T00:00:00Z"),
+        "the next scheduled time: {next}"
+    );
+    assert!(get(&s.dir, "dv/unreachable").is_none());
+    let page = http_get(&metrics_addr(&s), "/metrics");
+    assert!(
+        page.contains(r#"kubevirt_cdi_dataimportcron_outdated{namespace="default",cron_name="broken",pending="false"} 1"#),
+        "{page}"
+    );
+    assert!(
+        page.contains(r#"kubevirt_cdi_dataimportcron_outdated{namespace="default",cron_name="fedora-cron",pending="false"} 0"#),
+        "{page}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn failures_say_why_and_fatal_ones_stop() {
     let s = setup(false);

@@ -23,6 +23,7 @@ pub mod clonepop;
 pub mod clonesource;
 pub mod clonetoken;
 pub mod config;
+pub mod dataimportcron;
 pub mod datasource;
 pub mod datavolume;
 pub mod events;
@@ -412,6 +413,7 @@ pub async fn run_controllers(ctx: Context) -> anyhow::Result<()> {
         r = clonesource::run(ctx.clone(), clone_source_triggers) => r,
         r = clonepop::run(ctx.clone(), clone_populator_triggers) => r,
         r = datasource::run(ctx.clone(), datasource_triggers) => r,
+        r = dataimportcron::run(ctx.clone()) => r,
     }
 }
 

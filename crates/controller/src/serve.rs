@@ -28,6 +28,14 @@ struct Controller {
     controller: &'static str,
 }
 
+/// Labels of a DataImportCron's outdated gauge (upstream's).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct Cron {
+    namespace: String,
+    cron_name: String,
+    pending: String,
+}
+
 /// The controller's metrics (prometheus-client): upstream's `kubevirt_cdi_datavolume_pending`,
 /// and cdi-rs's own leader gauge, reconcile counts and durations per controller.
 #[derive(Debug)]
@@ -36,6 +44,7 @@ pub struct Metrics {
     leading: AtomicBool,
     leader: Gauge,
     datavolume_pending: Gauge,
+    cron_outdated: Family<Cron, Gauge>,
     reconciles: Family<Outcome, Counter>,
     durations: Family<Controller, Histogram, fn() -> Histogram>,
 }
@@ -45,6 +54,7 @@ impl Default for Metrics {
         let mut registry = Registry::default();
         let leader = Gauge::default();
         let datavolume_pending = Gauge::default();
+        let cron_outdated = Family::<Cron, Gauge>::default();
         let reconciles = Family::<Outcome, Counter>::default();
         // From 1 ms to about 33 s.
         let durations =
@@ -55,6 +65,11 @@ impl Default for Metrics {
             "kubevirt_cdi_datavolume_pending",
             "Number of DataVolumes pending for default storage class to be configured",
             datavolume_pending.clone(),
+        );
+        registry.register(
+            "kubevirt_cdi_dataimportcron_outdated",
+            "DataImportCron has an outdated import",
+            cron_outdated.clone(),
         );
         registry.register(
             "cdi_rs_controller_leader",
@@ -76,6 +91,7 @@ impl Default for Metrics {
             leading: AtomicBool::new(false),
             leader,
             datavolume_pending,
+            cron_outdated,
             reconciles,
             durations,
         }
@@ -94,6 +110,29 @@ impl Metrics {
 
     pub fn set_datavolume_pending(&self, n: i64) {
         self.datavolume_pending.set(n);
+    }
+
+    /// A DataImportCron's outdated gauge: one series, `pending` saying whether it waits for a
+    /// default storage class.
+    pub fn set_cron_outdated(&self, namespace: &str, cron: &str, outdated: bool, pending: bool) {
+        self.remove_cron_outdated(namespace, cron);
+        self.cron_outdated
+            .get_or_create(&Cron {
+                namespace: namespace.into(),
+                cron_name: cron.into(),
+                pending: pending.to_string(),
+            })
+            .set(i64::from(outdated));
+    }
+
+    pub fn remove_cron_outdated(&self, namespace: &str, cron: &str) {
+        for pending in ["true", "false"] {
+            self.cron_outdated.remove(&Cron {
+                namespace: namespace.into(),
+                cron_name: cron.into(),
+                pending: pending.into(),
+            });
+        }
     }
 
     /// Count one reconcile pass of `controller` and how long it took.

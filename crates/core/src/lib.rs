@@ -9,6 +9,7 @@ pub mod claims;
 pub mod clone;
 pub mod clonepop;
 pub mod config;
+pub mod dataimportcron;
 pub mod datasource;
 pub mod datavolume;
 pub mod devpod;

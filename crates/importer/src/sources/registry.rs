@@ -146,6 +146,16 @@ impl RegistrySource {
         }
     }
 
+    /// The digest of what the URL names (an index's own, for a multi-architecture image), as
+    /// upstream's poller reads it to see whether the image changed.
+    pub async fn digest(&self) -> Result<String, ImportError> {
+        let client = self.client().await?;
+        client
+            .fetch_manifest_digest(&self.reference, &self.auth)
+            .await
+            .map_err(|e| self.error(e))
+    }
+
     fn wanted_architecture(&self) -> &str {
         self.architecture.as_deref().unwrap_or(host_architecture())
     }

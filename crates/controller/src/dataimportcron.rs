@@ -1,0 +1,332 @@
+//! The DataImportCron controller (cdi-core `dataimportcron`): polls a cron's registry image for
+//! its digest when its schedule says so (the Secret's credentials, the certConfigMap's CAs,
+//! CDIConfig's insecure registries, as the importer reaches it), then writes what the decision
+//! says: the cron's annotations and status, the import DataVolume, the managed DataSource,
+//! the imports garbage-collected, the outdated metric. Upstream's DataImportCron CRD has no
+//! status subresource: the status is patched on the object.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use cdi_api::datasource::{DataImportCron, DataSource};
+use cdi_api::datavolume::DataVolume;
+use cdi_api::keys::label;
+use cdi_core::dataimportcron::{self as dic, DataSourceChange, Observed, Poll};
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Secret};
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::reflector::ObjectRef;
+use kube::runtime::watcher;
+use kube::{Api, ResourceExt};
+use serde_json::json;
+
+use crate::{Context, Error};
+
+/// Read the digest of the image the cron's template names.
+async fn poll(ctx: &Context, cron: &DataImportCron) -> Poll {
+    let ns = cron.namespace().unwrap_or_default();
+    let registry = cron
+        .spec
+        .template
+        .spec
+        .source
+        .as_ref()
+        .and_then(|s| s.registry.as_ref());
+    let Some(url) = registry
+        .and_then(|r| r.url.as_deref())
+        .filter(|u| !u.is_empty())
+    else {
+        return Poll::Failed(
+            "this version of cdi-rs polls registry images named by spec.template.spec.source.registry.url"
+                .into(),
+        );
+    };
+    let registry = registry.cloned().unwrap_or_default();
+    let mut credentials = None;
+    if let Some(name) = registry.secret_ref.as_deref().filter(|n| !n.is_empty()) {
+        let secret = match Api::<Secret>::namespaced(ctx.client.clone(), &ns)
+            .get_opt(name)
+            .await
+        {
+            Ok(Some(s)) => s,
+            Ok(None) => return Poll::Failed(format!("Secret {ns}/{name} not found")),
+            Err(e) => return Poll::Failed(format!("reading Secret {ns}/{name}: {e}")),
+        };
+        let data = secret.data.unwrap_or_default();
+        let text = |k: &str| {
+            data.get(k)
+                .map(|v| String::from_utf8_lossy(&v.0).into_owned())
+        };
+        match (text("accessKeyId"), text("secretKey")) {
+            (Some(user), Some(password)) => credentials = Some((user, password)),
+            _ => {
+                return Poll::Failed(format!(
+                    "Secret {ns}/{name} needs accessKeyId and secretKey"
+                ));
+            }
+        }
+    }
+    let mut cas = Vec::new();
+    if let Some(name) = registry
+        .cert_config_map
+        .as_deref()
+        .filter(|n| !n.is_empty())
+    {
+        match Api::<ConfigMap>::namespaced(ctx.client.clone(), &ns)
+            .get_opt(name)
+            .await
+        {
+            Ok(Some(map)) => cas.extend(
+                map.data
+                    .unwrap_or_default()
+                    .into_values()
+                    .map(String::into_bytes),
+            ),
+            Ok(None) => return Poll::Failed(format!("ConfigMap {ns}/{name} not found")),
+            Err(e) => return Poll::Failed(format!("reading ConfigMap {ns}/{name}: {e}")),
+        }
+    }
+    let host = url
+        .strip_prefix("docker://")
+        .and_then(|r| r.split('/').next())
+        .unwrap_or("");
+    let insecure = ctx
+        .caches
+        .config()
+        .and_then(|c| c.spec.insecure_registries)
+        .unwrap_or_default()
+        .iter()
+        .any(|h| h == host);
+    let architecture = registry.platform.and_then(|p| p.architecture);
+    let source = match cdi_importer::sources::registry::RegistrySource::new(
+        url,
+        credentials,
+        cas,
+        insecure,
+        architecture,
+    ) {
+        Ok(s) => s,
+        Err(e) => return Poll::Failed(e.to_string()),
+    };
+    match source.digest().await {
+        Ok(d) => Poll::Digest(d),
+        Err(e) => Poll::Failed(e.to_string()),
+    }
+}
+
+/// One pass over a DataImportCron.
+async fn reconcile(cron: Arc<DataImportCron>, ctx: Arc<Context>) -> Result<Action, Error> {
+    ctx.caches.ready().await;
+    let ns = cron.namespace().unwrap_or_default();
+    let name = cron.name_any();
+    if cron.metadata.deletion_timestamp.is_some() {
+        ctx.metrics.remove_cron_outdated(&ns, &name);
+        return Ok(Action::await_change());
+    }
+    let now = k8s_openapi::jiff::Timestamp::now();
+    let polled = if dic::poll_due(&cron, now) {
+        poll(&ctx, &cron).await
+    } else {
+        Poll::NotDue
+    };
+    if let Poll::Failed(e) = &polled {
+        tracing::info!(cron = %format!("{ns}/{name}"), error = %e, "polling the source failed");
+    }
+
+    let dvs: Api<DataVolume> = Api::namespaced(ctx.client.clone(), &ns);
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(ctx.client.clone(), &ns);
+    let sources: Api<DataSource> = Api::namespaced(ctx.client.clone(), &ns);
+    let crons: Api<DataImportCron> = Api::namespaced(ctx.client.clone(), &ns);
+    let current = cron
+        .status
+        .as_ref()
+        .and_then(|s| s.current_imports.as_ref())
+        .and_then(|i| i.first())
+        .map(|i| i.data_volume_name.clone())
+        .filter(|n| !n.is_empty());
+    let (dv, claim) = match &current {
+        Some(n) => (dvs.get_opt(n).await?, claims.get_opt(n).await?),
+        None => (None, None),
+    };
+    let ds_name = cron.spec.managed_data_source.clone();
+    let ds = if ds_name.is_empty() {
+        None
+    } else {
+        sources.get_opt(&ds_name).await?
+    };
+    // A DataSource another cron (that still manages it) made is that cron's.
+    let mut other_manager = None;
+    if let Some(owner) = ds
+        .as_ref()
+        .and_then(|d| d.labels().get(label::DATA_IMPORT_CRON))
+        .filter(|o| **o != name)
+        && let Some(other) = crons.get_opt(owner).await?
+        && other.spec.managed_data_source == ds_name
+    {
+        other_manager = Some(owner.clone());
+    }
+    let selector = format!("{}={name}", label::DATA_IMPORT_CRON);
+    let labelled = claims
+        .list_metadata(&ListParams::default().labels(&selector))
+        .await?;
+    let labelled: Vec<PersistentVolumeClaim> = labelled
+        .items
+        .into_iter()
+        .map(|m| PersistentVolumeClaim {
+            metadata: m.metadata,
+            ..Default::default()
+        })
+        .collect();
+    let observed = Observed {
+        cron: &cron,
+        now,
+        poll: polled,
+        dv: dv.as_ref(),
+        claim: claim.as_ref(),
+        data_source: ds.as_ref(),
+        other_manager,
+        claims: labelled.iter().collect(),
+    };
+    let plan = dic::decide(&observed);
+
+    if let Some((reason, message)) = &plan.warning {
+        ctx.events
+            .record(cron.as_ref(), true, reason, message)
+            .await;
+        return Ok(Action::await_change());
+    }
+    if let Some(new) = &plan.create_dv {
+        match dvs.create(&PostParams::default(), new).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(e)) if e.code == 409 => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    for import in &plan.delete {
+        match dvs.delete(import, &DeleteParams::default()).await {
+            Ok(_) => {}
+            // No DataVolume (adopted, or deleted before): the claim itself.
+            Err(kube::Error::Api(e)) if e.code == 404 => {
+                match claims.delete(import, &DeleteParams::default()).await {
+                    Ok(_) => {}
+                    Err(kube::Error::Api(e)) if e.code == 404 => {}
+                    Err(e) => return Err(e.into()),
+                }
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+    if let Some(used) = &plan.touch {
+        let stamp = json!({"metadata": {"annotations": {(dic::LAST_USE_TIME): now.to_string()}}});
+        // Only as often as the cron is looked at: a timestamp per pass would wake it again.
+        let stale = |anns: Option<&BTreeMap<String, String>>| {
+            anns.and_then(|a| a.get(dic::LAST_USE_TIME))
+                .and_then(|t| t.parse::<k8s_openapi::jiff::Timestamp>().ok())
+                .is_none_or(|t| now.duration_since(t).as_secs() >= 60)
+        };
+        if claim
+            .as_ref()
+            .is_some_and(|c| stale(c.metadata.annotations.as_ref()))
+        {
+            claims
+                .patch(used, &PatchParams::default(), &Patch::Merge(&stamp))
+                .await?;
+        }
+    }
+    match &plan.data_source {
+        Some(DataSourceChange::Create(new)) => {
+            match sources.create(&PostParams::default(), new).await {
+                Ok(_) => {}
+                Err(kube::Error::Api(e)) if e.code == 409 => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Some(DataSourceChange::Patch(patch)) => {
+            sources
+                .patch(&ds_name, &PatchParams::default(), &Patch::Merge(patch))
+                .await?;
+        }
+        None => {}
+    }
+    let mut patch = serde_json::Map::new();
+    if !plan.annotations.is_empty() {
+        patch.insert("metadata".into(), json!({"annotations": plan.annotations}));
+    }
+    if cron.status.as_ref() != Some(&plan.status) {
+        let status = crate::status_patch(cron.status.as_ref(), &plan.status)?;
+        patch.insert("status".into(), status["status"].clone());
+    }
+    if !patch.is_empty() {
+        crons
+            .patch(
+                &name,
+                &PatchParams::default(),
+                &Patch::Merge(&serde_json::Value::Object(patch)),
+            )
+            .await?;
+    }
+    ctx.metrics
+        .set_cron_outdated(&ns, &name, plan.outdated.0, plan.outdated.1);
+    Ok(match plan.requeue_after {
+        Some(after) => Action::requeue(after),
+        None => Action::await_change(),
+    })
+}
+
+fn error_policy(cron: Arc<DataImportCron>, error: &Error, ctx: Arc<Context>) -> Action {
+    tracing::warn!(cron = %cron.name_any(), error = %error, "dataimportcron reconcile failed");
+    Action::requeue(ctx.options.resync)
+}
+
+/// The cron a labelled object belongs to (the label names it, in the object's namespace).
+fn cron_of<K: kube::Resource>(object: &K) -> Option<ObjectRef<DataImportCron>> {
+    let name = object
+        .meta()
+        .labels
+        .as_ref()?
+        .get(label::DATA_IMPORT_CRON)?;
+    let ns = object.meta().namespace.as_deref()?;
+    Some(ObjectRef::new(name).within(ns))
+}
+
+/// Run the controller over DataImportCrons; their DataVolumes, claims and DataSources (found by
+/// label) wake them.
+pub async fn run(ctx: Context) -> anyhow::Result<()> {
+    let labelled = watcher::Config::default().labels(label::DATA_IMPORT_CRON);
+    Controller::new(
+        Api::<DataImportCron>::all(ctx.client.clone()),
+        watcher::Config::default(),
+    )
+    .watches(
+        Api::<DataVolume>::all(ctx.client.clone()),
+        labelled.clone(),
+        |dv| cron_of(&dv),
+    )
+    .watches(
+        Api::<PersistentVolumeClaim>::all(ctx.client.clone()),
+        labelled.clone(),
+        |c| cron_of(&c),
+    )
+    .watches(
+        Api::<DataSource>::all(ctx.client.clone()),
+        labelled,
+        |d| cron_of(&d),
+    )
+    .run(
+        |o, c| {
+            let metrics = c.metrics.clone();
+            let object = format!("{}/{}", o.namespace().unwrap_or_default(), o.name_any());
+            async move { crate::guarded(&metrics, "dataimportcron", &object, reconcile(o, c)).await }
+        },
+        error_policy,
+        Arc::new(ctx),
+    )
+    .for_each(|r| async move {
+        if let Err(e) = r {
+            tracing::debug!(error = %e, "dataimportcron controller");
+        }
+    })
+    .await;
+    Ok(())
+}

@@ -1,0 +1,948 @@
+//! DataImportCron (SPEC §2.9; upstream's DataImportCron controller): a DataSource kept pointing
+//! at the newest import of a registry image. The image's digest is polled on the cron's
+//! schedule (upstream polls from a CronJob; here the controller does, and writes the same
+//! annotations, so a digest set from outside works too); a new digest is imported into a
+//! DataVolume named after the managed DataSource and the digest, pinned to the digest; once it
+//! succeeded the DataSource names it and imports beyond `importsToKeep` are deleted, least
+//! recently used first. Conditions `Progressing` and `UpToDate` say where it stands, with
+//! upstream's reasons and messages.
+//!
+//! [`poll_due`] says whether this pass polls; the controller polls and gives the outcome to
+//! [`decide`], which says what to write and create.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use cdi_api::datasource::{
+    DataImportCron, DataImportCronCondition, DataImportCronStatus, DataSource, DataSourceSource,
+    DataSourceSpec, ImportStatus,
+};
+use cdi_api::datavolume::{DataVolume, DataVolumeSourcePvc};
+use cdi_api::enums::{
+    ConditionStatus, DataImportCronConditionType, DataImportCronGarbageCollect,
+    DataImportCronRetentionPolicy, DataImportCronSourceFormat, DataVolumePhase,
+};
+use cdi_api::keys::{ann, label};
+use k8s_openapi::api::core::v1::PersistentVolumeClaim;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+use k8s_openapi::jiff::Timestamp;
+
+/// Upstream's annotations on the cron.
+pub const DESIRED_DIGEST: &str = "cdi.kubevirt.io/storage.import.sourceDesiredDigest";
+pub const NEXT_CRON_TIME: &str = "cdi.kubevirt.io/storage.import.nextCronTime";
+pub const LAST_CRON_TIME: &str = "cdi.kubevirt.io/storage.import.lastCronTime";
+/// On the DataVolumes and claims of imports: when the cron last found them current.
+pub const LAST_USE_TIME: &str = "cdi.kubevirt.io/storage.import.lastUseTime";
+/// Set (`true`) on what a cron with `retentionPolicy: None` makes.
+pub const CLEANUP_LABEL: &str = "cdi.kubevirt.io/dataImportCron.cleanup";
+
+/// The reason on `UpToDate` when the source could not be polled (cdi-rs's; upstream's poller
+/// job fails without a word on the cron).
+pub const POLL_FAILED: &str = "PollFailed";
+
+const DEFAULT_IMPORTS_TO_KEEP: usize = 3;
+/// Characters of the digest in an import's name.
+const DIGEST_IN_NAME: usize = 12;
+
+/// The cron's schedule, parsed (upstream takes standard five-field expressions and `@daily`
+/// and the like).
+pub fn schedule(cron: &DataImportCron) -> Result<Option<croner::Cron>, String> {
+    let text = cron.spec.schedule.trim();
+    if text.is_empty() {
+        return Ok(None);
+    }
+    croner::parser::CronParser::new()
+        .parse(text)
+        .map(Some)
+        .map_err(|e| format!("Illegal cron schedule {text:?}: {e}"))
+}
+
+/// The first time after `now` the schedule names.
+fn next_time(schedule: &croner::Cron, now: Timestamp) -> Option<Timestamp> {
+    let zoned = now.to_zoned(k8s_openapi::jiff::tz::TimeZone::UTC);
+    schedule
+        .find_next_occurrence(&zoned, false)
+        .ok()
+        .map(|z| z.timestamp())
+}
+
+fn annotation<'a>(cron: &'a DataImportCron, key: &str) -> Option<&'a str> {
+    cron.metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(key))
+        .map(String::as_str)
+}
+
+fn parse_time(text: &str) -> Option<Timestamp> {
+    text.parse().ok()
+}
+
+/// Whether this pass polls the source: the cron has a schedule, and its next time is unset
+/// (a new cron polls at once), unreadable, or past.
+pub fn poll_due(cron: &DataImportCron, now: Timestamp) -> bool {
+    matches!(schedule(cron), Ok(Some(_)))
+        && annotation(cron, NEXT_CRON_TIME)
+            .and_then(parse_time)
+            .is_none_or(|next| next <= now)
+}
+
+/// What polling the source gave.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Poll {
+    /// Not polled this pass.
+    NotDue,
+    /// The image's digest (`sha256:…`).
+    Digest(String),
+    /// Why the digest could not be read.
+    Failed(String),
+}
+
+/// What the controller observed for one cron.
+#[derive(Debug, Clone)]
+pub struct Observed<'a> {
+    pub cron: &'a DataImportCron,
+    pub now: Timestamp,
+    pub poll: Poll,
+    /// The DataVolume and claim named by `status.currentImports[0]`.
+    pub dv: Option<&'a DataVolume>,
+    pub claim: Option<&'a PersistentVolumeClaim>,
+    /// The DataSource named by `spec.managedDataSource`.
+    pub data_source: Option<&'a DataSource>,
+    /// Another cron already managing that DataSource, if one does.
+    pub other_manager: Option<String>,
+    /// The claims labelled as this cron's.
+    pub claims: Vec<&'a PersistentVolumeClaim>,
+}
+
+/// What the DataSource needs.
+#[derive(Debug, Clone, PartialEq)]
+pub enum DataSourceChange {
+    Create(Box<DataSource>),
+    /// Its labels and source, as a merge patch.
+    Patch(serde_json::Value),
+}
+
+/// What a pass does.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Plan {
+    /// A merge patch of the cron's annotations (`None` removes one).
+    pub annotations: BTreeMap<String, Option<String>>,
+    pub status: DataImportCronStatus,
+    pub create_dv: Option<DataVolume>,
+    /// Imports to delete, by name: the DataVolume, and its claim when it has none.
+    pub delete: Vec<String>,
+    pub data_source: Option<DataSourceChange>,
+    /// Claims and DataVolumes to mark as used now (`lastUseTime`), by name.
+    pub touch: Option<String>,
+    /// Upstream's `kubevirt_cdi_dataimportcron_outdated`: (outdated, pending).
+    pub outdated: (bool, bool),
+    /// A Warning event: reason and message.
+    pub warning: Option<(&'static str, String)>,
+    /// When to look again unless something changes first.
+    pub requeue_after: Option<Duration>,
+}
+
+fn time(ts: Timestamp) -> Time {
+    Time(ts)
+}
+
+/// Set a condition as upstream does: the transition time moves only when the status does.
+fn set_condition(
+    conditions: &mut Vec<DataImportCronCondition>,
+    type_: DataImportCronConditionType,
+    status: ConditionStatus,
+    reason: &str,
+    message: &str,
+    now: Timestamp,
+) {
+    let existing = conditions.iter_mut().find(|c| c.type_ == type_);
+    match existing {
+        Some(c) => {
+            let changed = c.status != status
+                || c.reason.as_deref() != Some(reason)
+                || c.message.as_deref() != Some(message);
+            if c.status != status {
+                c.last_transition_time = Some(time(now));
+            }
+            if changed {
+                c.last_heartbeat_time = Some(time(now));
+            }
+            c.status = status;
+            c.reason = Some(reason.into());
+            c.message = Some(message.into());
+        }
+        None => conditions.push(DataImportCronCondition {
+            type_,
+            status,
+            last_transition_time: Some(time(now)),
+            last_heartbeat_time: Some(time(now)),
+            reason: Some(reason.into()),
+            message: Some(message.into()),
+        }),
+    }
+}
+
+/// The import's name: `<managedDataSource>-<first 12 of the digest's hex>` (upstream's).
+pub fn import_name(cron: &DataImportCron, digest: &str) -> Option<String> {
+    let hex = digest.strip_prefix("sha256:")?;
+    if hex.len() < DIGEST_IN_NAME || !hex.chars().all(|c| c.is_ascii_hexdigit()) {
+        return None;
+    }
+    Some(format!(
+        "{}-{}",
+        cron.spec.managed_data_source,
+        &hex[..DIGEST_IN_NAME]
+    ))
+}
+
+/// The registry URL pinned to `digest`, its tag dropped: `docker://host/repo:tag` →
+/// `docker://host/repo@sha256:…`.
+pub fn pinned_url(url: &str, digest: &str) -> String {
+    let base = url.split('@').next().unwrap_or(url);
+    let (scheme, rest) = base.split_once("://").unwrap_or(("docker", base));
+    // A tag is a colon after the last slash (a colon before it is the registry's port).
+    let repo = match rest.rsplit_once('/') {
+        Some((head, last)) => format!("{head}/{}", last.split(':').next().unwrap_or(last)),
+        None => rest.split(':').next().unwrap_or(rest).to_string(),
+    };
+    format!("{scheme}://{repo}@{digest}")
+}
+
+/// The labels of everything the cron makes: upstream's recommended ones, the cron's name, its
+/// KubeVirt labels, and the clean-up label when its imports go with it.
+fn resource_labels(cron: &DataImportCron) -> BTreeMap<String, String> {
+    let mut labels = BTreeMap::from([
+        (
+            "app.kubernetes.io/managed-by".to_string(),
+            "cdi-controller".to_string(),
+        ),
+        (
+            "app.kubernetes.io/component".to_string(),
+            "storage".to_string(),
+        ),
+        (
+            label::DATA_IMPORT_CRON.to_string(),
+            cron.metadata.name.clone().unwrap_or_default(),
+        ),
+    ]);
+    for (k, v) in cron.metadata.labels.iter().flatten() {
+        if crate::datasource::allowed_label(k) {
+            labels.insert(k.clone(), v.clone());
+        }
+    }
+    if cron.spec.retention_policy == Some(DataImportCronRetentionPolicy::None) {
+        labels.insert(CLEANUP_LABEL.into(), "true".into());
+    }
+    labels
+}
+
+/// The DataVolume importing `digest`: the template, pinned to the digest, bound at once.
+fn import_dv(cron: &DataImportCron, name: &str, digest: &str, now: Timestamp) -> DataVolume {
+    let template = &cron.spec.template;
+    let mut spec = template.spec.clone();
+    if let Some(reg) = spec.source.as_mut().and_then(|s| s.registry.as_mut())
+        && let Some(url) = reg.url.as_mut()
+    {
+        *url = pinned_url(url, digest);
+    }
+    let mut labels = template.metadata.labels.clone().unwrap_or_default();
+    labels.extend(resource_labels(cron));
+    let mut annotations = template.metadata.annotations.clone().unwrap_or_default();
+    annotations.insert(ann::IMMEDIATE_BINDING.into(), "true".into());
+    annotations.insert(LAST_USE_TIME.into(), now.to_string());
+    if let Some(v) = cron
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(ann::POD_RETAIN_AFTER_COMPLETION))
+    {
+        annotations.insert(ann::POD_RETAIN_AFTER_COMPLETION.into(), v.clone());
+    }
+    let mut dv = DataVolume::new(name, spec);
+    dv.metadata = ObjectMeta {
+        name: Some(name.into()),
+        namespace: cron.metadata.namespace.clone(),
+        labels: Some(labels),
+        annotations: Some(annotations),
+        ..Default::default()
+    };
+    dv
+}
+
+fn dv_phase(dv: &DataVolume) -> Option<DataVolumePhase> {
+    dv.status.as_ref().and_then(|s| s.phase.clone())
+}
+
+/// A DataVolume whose import failed the way a new digest may mend (upstream's
+/// `deleteErroneousDataVolume`): Running False because of an error or an image pull.
+fn erroneous(dv: &DataVolume) -> bool {
+    dv.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .into_iter()
+        .flatten()
+        .any(|c| {
+            c.type_.as_str() == "Running"
+                && c.status == ConditionStatus::False
+                && matches!(
+                    c.reason.as_ref().map(|r| r.as_str()),
+                    Some("Error" | "ImagePullFailed")
+                )
+        })
+}
+
+fn last_use(claim: &PersistentVolumeClaim) -> String {
+    claim
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(LAST_USE_TIME))
+        .cloned()
+        .unwrap_or_default()
+}
+
+/// Decide one pass.
+pub fn decide(o: &Observed) -> Plan {
+    let cron = o.cron;
+    let now = o.now;
+    let mut plan = Plan {
+        status: cron.status.clone().unwrap_or_default(),
+        ..Default::default()
+    };
+    let ds_name = cron.spec.managed_data_source.clone();
+    if let Some(other) = &o.other_manager {
+        plan.warning = Some((
+            "ErrDataSourceAlreadyManaged",
+            format!("DataSource {ds_name} is already managed by DataImportCron {other}"),
+        ));
+        return plan;
+    }
+    let mut conditions = plan.status.conditions.take().unwrap_or_default();
+    let mut imports = plan.status.current_imports.take().unwrap_or_default();
+
+    // The schedule: poll at once when new, then at each time it names.
+    let mut poll_error = None;
+    let mut desired = annotation(cron, DESIRED_DIGEST).unwrap_or("").to_string();
+    match schedule(cron) {
+        Err(e) => poll_error = Some(e),
+        Ok(None) => {}
+        Ok(Some(s)) => {
+            match &o.poll {
+                Poll::Digest(d) => {
+                    plan.annotations
+                        .insert(LAST_CRON_TIME.into(), Some(now.to_string()));
+                    if *d != desired {
+                        plan.annotations
+                            .insert(DESIRED_DIGEST.into(), Some(d.clone()));
+                        desired = d.clone();
+                    }
+                }
+                Poll::Failed(e) => poll_error = Some(format!("Failed to get image digest: {e}")),
+                // The last poll's failure stands until a poll succeeds.
+                Poll::NotDue => {
+                    poll_error = conditions
+                        .iter()
+                        .find(|c| {
+                            c.type_ == DataImportCronConditionType::UpToDate
+                                && c.reason.as_deref() == Some(POLL_FAILED)
+                        })
+                        .and_then(|c| c.message.clone())
+                }
+            }
+            let next = match (
+                &o.poll,
+                annotation(cron, NEXT_CRON_TIME).and_then(parse_time),
+            ) {
+                (Poll::NotDue, Some(next)) if next > now => Some(next),
+                _ => next_time(&s, now),
+            };
+            if let Some(next) = next {
+                let text = next.to_string();
+                if annotation(cron, NEXT_CRON_TIME) != Some(text.as_str()) {
+                    plan.annotations.insert(NEXT_CRON_TIME.into(), Some(text));
+                }
+                let wait = next.duration_since(now).as_secs_f64().max(1.0);
+                plan.requeue_after = Some(Duration::from_secs_f64(wait));
+            }
+        }
+    }
+
+    // Where the current import stands.
+    let current = imports.first().cloned();
+    let mut succeeded = false;
+    if current.is_some() {
+        let progressing = |c: &mut Vec<_>, status, reason: &str, message: &str| {
+            set_condition(
+                c,
+                DataImportCronConditionType::Progressing,
+                status,
+                reason,
+                message,
+                now,
+            )
+        };
+        match (o.dv, o.claim) {
+            (Some(dv), _) => match dv_phase(dv) {
+                Some(DataVolumePhase::Succeeded) => succeeded = true,
+                Some(DataVolumePhase::ImportScheduled) => progressing(
+                    &mut conditions,
+                    ConditionStatus::False,
+                    "ImportScheduled",
+                    "Import is scheduled",
+                ),
+                Some(DataVolumePhase::ImportInProgress) => progressing(
+                    &mut conditions,
+                    ConditionStatus::True,
+                    "ImportProgressing",
+                    "Import is progressing",
+                ),
+                phase => {
+                    let phase = phase.map(|p| p.as_str().to_string()).unwrap_or_default();
+                    progressing(
+                        &mut conditions,
+                        ConditionStatus::False,
+                        &phase,
+                        &format!("Import DataVolume phase {phase}"),
+                    )
+                }
+            },
+            (None, Some(claim))
+                if claim.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Bound") =>
+            {
+                succeeded = true
+            }
+            _ => {
+                // The import is gone: imported again below.
+                imports.clear();
+                progressing(
+                    &mut conditions,
+                    ConditionStatus::False,
+                    "NoImport",
+                    "No current import",
+                );
+            }
+        }
+    }
+    if succeeded && let Some(c) = &current {
+        let ns = cron.metadata.namespace.clone().unwrap_or_default();
+        let last = DataVolumeSourcePvc {
+            namespace: ns,
+            name: c.data_volume_name.clone(),
+        };
+        if plan.status.last_imported_pvc.as_ref() != Some(&last) {
+            plan.status.last_import_timestamp = Some(time(now));
+            plan.status.last_imported_pvc = Some(last);
+        }
+        plan.touch = Some(c.data_volume_name.clone());
+        set_condition(
+            &mut conditions,
+            DataImportCronConditionType::Progressing,
+            ConditionStatus::False,
+            "NoImport",
+            "No current import",
+            now,
+        );
+        plan.delete = garbage(o, &c.data_volume_name);
+    }
+
+    // The managed DataSource names the last successful import.
+    plan.data_source = data_source_change(cron, o.data_source, &plan.status);
+
+    // A new digest is imported once the current import is done (never in its middle).
+    let up_to_date;
+    let digest_updated = !desired.is_empty() && imports.first().is_none_or(|i| i.digest != desired);
+    if digest_updated {
+        set_condition(
+            &mut conditions,
+            DataImportCronConditionType::UpToDate,
+            ConditionStatus::False,
+            "Outdated",
+            "Source digest updated since last import",
+            now,
+        );
+        up_to_date = false;
+        let mut restart = false;
+        if let Some(dv) = o.dv.filter(|dv| erroneous(dv))
+            && !imports.is_empty()
+        {
+            plan.delete
+                .push(dv.metadata.name.clone().unwrap_or_default());
+            imports.clear();
+            restart = true;
+        }
+        if !restart && (succeeded || imports.is_empty()) {
+            match import_name(cron, &desired) {
+                Some(name) => {
+                    plan.create_dv = Some(import_dv(cron, &name, &desired, now));
+                    imports = vec![ImportStatus {
+                        data_volume_name: name,
+                        digest: desired.clone(),
+                    }];
+                }
+                None => {
+                    poll_error = Some(format!(
+                        "the source digest {desired:?} is not sha256:<hex>; it is what {DESIRED_DIGEST} says"
+                    ))
+                }
+            }
+        }
+    } else if succeeded {
+        set_condition(
+            &mut conditions,
+            DataImportCronConditionType::UpToDate,
+            ConditionStatus::True,
+            "UpToDate",
+            "Latest import is up to date",
+            now,
+        );
+        plan.status.source_format = Some(DataImportCronSourceFormat::Pvc);
+        up_to_date = true;
+    } else if !imports.is_empty() {
+        set_condition(
+            &mut conditions,
+            DataImportCronConditionType::UpToDate,
+            ConditionStatus::False,
+            "ImportProgressing",
+            "Import is progressing",
+            now,
+        );
+        up_to_date = false;
+    } else {
+        set_condition(
+            &mut conditions,
+            DataImportCronConditionType::UpToDate,
+            ConditionStatus::False,
+            "NoDigest",
+            "No source digest",
+            now,
+        );
+        up_to_date = false;
+    }
+    // A source that cannot be polled (beyond upstream, whose poller job just fails): the
+    // cron says why, and the next scheduled time tries again.
+    let mut up_to_date = up_to_date;
+    if let Some(e) = poll_error {
+        set_condition(
+            &mut conditions,
+            DataImportCronConditionType::UpToDate,
+            ConditionStatus::False,
+            POLL_FAILED,
+            &e,
+            now,
+        );
+        up_to_date = false;
+    }
+    if let Some(last) = plan
+        .annotations
+        .get(LAST_CRON_TIME)
+        .cloned()
+        .flatten()
+        .or_else(|| annotation(cron, LAST_CRON_TIME).map(str::to_string))
+        .as_deref()
+        .and_then(parse_time)
+    {
+        plan.status.last_execution_timestamp = Some(time(last));
+    }
+    plan.status.current_imports = (!imports.is_empty()).then_some(imports);
+    plan.status.conditions = Some(conditions);
+    plan.outdated = (!up_to_date, false);
+    plan
+}
+
+/// Imports beyond `importsToKeep`, least recently used first (never `current`), unless the
+/// cron keeps them all.
+fn garbage(o: &Observed, current: &str) -> Vec<String> {
+    let cron = o.cron;
+    if cron
+        .spec
+        .garbage_collect
+        .is_some_and(|g| g != DataImportCronGarbageCollect::Outdated)
+    {
+        return Vec::new();
+    }
+    let keep = cron
+        .spec
+        .imports_to_keep
+        .and_then(|n| usize::try_from(n).ok())
+        .unwrap_or(DEFAULT_IMPORTS_TO_KEEP);
+    let mut claims: Vec<&PersistentVolumeClaim> = o.claims.clone();
+    if claims.len() <= keep {
+        return Vec::new();
+    }
+    // Newest first; the current import is the newest whatever its annotation says.
+    claims.sort_by(|a, b| {
+        let is_current = |c: &PersistentVolumeClaim| c.metadata.name.as_deref() == Some(current);
+        is_current(b)
+            .cmp(&is_current(a))
+            .then_with(|| last_use(b).cmp(&last_use(a)))
+    });
+    claims
+        .into_iter()
+        .skip(keep)
+        .filter_map(|c| c.metadata.name.clone())
+        .filter(|n| n != current)
+        .collect()
+}
+
+fn data_source_change(
+    cron: &DataImportCron,
+    existing: Option<&DataSource>,
+    status: &DataImportCronStatus,
+) -> Option<DataSourceChange> {
+    let name = cron.metadata.name.clone().unwrap_or_default();
+    let labels = resource_labels(cron);
+    let source = status
+        .last_imported_pvc
+        .clone()
+        .map(|pvc| DataSourceSource {
+            pvc: Some(pvc),
+            ..Default::default()
+        });
+    match existing {
+        None => {
+            let mut ds = DataSource::new(
+                &cron.spec.managed_data_source,
+                DataSourceSpec {
+                    source: source.unwrap_or_default(),
+                },
+            );
+            ds.metadata.namespace = cron.metadata.namespace.clone();
+            ds.metadata.labels = Some(labels);
+            Some(DataSourceChange::Create(Box::new(ds)))
+        }
+        Some(ds) => {
+            let managed = ds
+                .metadata
+                .labels
+                .as_ref()
+                .and_then(|l| l.get(label::DATA_IMPORT_CRON))
+                == Some(&name);
+            // Not this cron's DataSource: never adopted.
+            if !managed {
+                return None;
+            }
+            let current = ds.metadata.labels.clone().unwrap_or_default();
+            let new_labels: BTreeMap<&String, &String> = labels
+                .iter()
+                .filter(|(k, v)| current.get(*k) != Some(*v))
+                .collect();
+            let new_source = source.filter(|s| *s != ds.spec.source);
+            if new_labels.is_empty() && new_source.is_none() {
+                return None;
+            }
+            let mut patch = serde_json::json!({"metadata": {"labels": new_labels}});
+            if let Some(s) = new_source {
+                // The whole source is replaced: a snapshot or reference a user wrote goes.
+                patch["spec"] = serde_json::json!({"source": {
+                    "pvc": s.pvc, "snapshot": null, "dataSource": null,
+                }});
+            }
+            Some(DataSourceChange::Patch(patch))
+        }
+    }
+}
+
+/// Whether a claim, DataVolume or DataSource was made by `cron` (its label).
+pub fn made_by(labels: Option<&BTreeMap<String, String>>, cron: &str) -> bool {
+    labels
+        .and_then(|l| l.get(label::DATA_IMPORT_CRON))
+        .is_some_and(|v| v == cron)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    const DIGEST: &str = "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
+    const NEWER: &str = "sha256:fedcba9876543210fedcba9876543210fedcba9876543210fedcba9876543210";
+
+    fn cron(anns: serde_json::Value, status: serde_json::Value) -> DataImportCron {
+        serde_json::from_value(json!({
+            "apiVersion": "cdi.kubevirt.io/v1beta1", "kind": "DataImportCron",
+            "metadata": {"name": "fedora-cron", "namespace": "golden", "annotations": anns,
+                "labels": {"instancetype.kubevirt.io/default-preference": "fedora", "other": "x"}},
+            "spec": {
+                "schedule": "0 */12 * * *",
+                "managedDataSource": "fedora",
+                "importsToKeep": 1,
+                "template": {"spec": {
+                    "source": {"registry": {"url": "docker://127.0.0.1:5000/disks/fedora:41"}},
+                    "storage": {"resources": {"requests": {"storage": "5Gi"}}}}},
+            },
+            "status": status,
+        }))
+        .unwrap()
+    }
+
+    fn now() -> Timestamp {
+        "2026-12-03T10:00:00Z".parse().unwrap()
+    }
+
+    fn observed(c: &DataImportCron, poll: Poll) -> Observed<'_> {
+        Observed {
+            cron: c,
+            now: now(),
+            poll,
+            dv: None,
+            claim: None,
+            data_source: None,
+            other_manager: None,
+            claims: vec![],
+        }
+    }
+
+    fn condition(plan: &Plan, t: DataImportCronConditionType) -> (ConditionStatus, String) {
+        let c = plan
+            .status
+            .conditions
+            .iter()
+            .flatten()
+            .find(|c| c.type_ == t)
+            .unwrap();
+        (c.status, c.reason.clone().unwrap_or_default())
+    }
+
+    #[test]
+    fn names_and_pinned_urls_are_upstreams() {
+        let c = cron(json!({}), json!({}));
+        assert_eq!(
+            import_name(&c, DIGEST).as_deref(),
+            Some("fedora-0123456789ab")
+        );
+        assert_eq!(import_name(&c, "sha256:12"), None);
+        assert_eq!(import_name(&c, "md5:0123456789abcdef"), None);
+        assert_eq!(
+            pinned_url("docker://127.0.0.1:5000/disks/fedora:41", DIGEST),
+            format!("docker://127.0.0.1:5000/disks/fedora@{DIGEST}")
+        );
+        assert_eq!(
+            pinned_url("docker://quay.io/containerdisks/fedora", DIGEST),
+            format!("docker://quay.io/containerdisks/fedora@{DIGEST}")
+        );
+        assert_eq!(
+            pinned_url(&format!("docker://r:5000/d@{NEWER}"), DIGEST),
+            format!("docker://r:5000/d@{DIGEST}")
+        );
+    }
+
+    #[test]
+    fn a_new_cron_polls_at_once_then_on_its_schedule() {
+        let c = cron(json!({}), json!({}));
+        assert!(poll_due(&c, now()));
+        let plan = decide(&observed(&c, Poll::Digest(DIGEST.into())));
+        assert_eq!(plan.annotations[DESIRED_DIGEST].as_deref(), Some(DIGEST));
+        assert_eq!(
+            plan.annotations[NEXT_CRON_TIME].as_deref(),
+            Some("2026-12-03T12:00:00Z")
+        );
+        assert_eq!(plan.requeue_after, Some(Duration::from_secs(2 * 3600)));
+        let dv = plan.create_dv.as_ref().unwrap();
+        assert_eq!(dv.metadata.name.as_deref(), Some("fedora-0123456789ab"));
+        assert_eq!(
+            dv.spec
+                .source
+                .as_ref()
+                .unwrap()
+                .registry
+                .as_ref()
+                .unwrap()
+                .url
+                .as_deref(),
+            Some(format!("docker://127.0.0.1:5000/disks/fedora@{DIGEST}").as_str())
+        );
+        let labels = dv.metadata.labels.as_ref().unwrap();
+        assert_eq!(labels[label::DATA_IMPORT_CRON], "fedora-cron");
+        assert_eq!(
+            labels["instancetype.kubevirt.io/default-preference"],
+            "fedora"
+        );
+        assert!(!labels.contains_key("other"));
+        assert_eq!(
+            plan.status.current_imports.as_ref().unwrap()[0].data_volume_name,
+            "fedora-0123456789ab"
+        );
+        assert_eq!(
+            condition(&plan, DataImportCronConditionType::UpToDate),
+            (ConditionStatus::False, "Outdated".into())
+        );
+        // The DataSource is made, empty until an import succeeds.
+        let Some(DataSourceChange::Create(ds)) = &plan.data_source else {
+            panic!("{:?}", plan.data_source)
+        };
+        assert_eq!(ds.metadata.name.as_deref(), Some("fedora"));
+        assert_eq!(ds.spec.source, DataSourceSource::default());
+        assert!(plan.outdated.0);
+
+        let later = cron(
+            json!({(NEXT_CRON_TIME): "2026-12-03T12:00:00Z", (DESIRED_DIGEST): DIGEST}),
+            json!({}),
+        );
+        assert!(!poll_due(&later, now()));
+        let unscheduled = {
+            let mut c = cron(json!({}), json!({}));
+            c.spec.schedule = String::new();
+            c
+        };
+        assert!(!poll_due(&unscheduled, now()));
+    }
+
+    #[test]
+    fn a_succeeded_import_moves_the_data_source_and_old_ones_go() {
+        let c = cron(
+            json!({(DESIRED_DIGEST): DIGEST, (NEXT_CRON_TIME): "2026-12-03T12:00:00Z"}),
+            json!({"currentImports": [{"DataVolumeName": "fedora-0123456789ab", "Digest": DIGEST}]}),
+        );
+        let dv: DataVolume = serde_json::from_value(json!({
+            "apiVersion": "cdi.kubevirt.io/v1beta1", "kind": "DataVolume",
+            "metadata": {"name": "fedora-0123456789ab"}, "spec": {},
+            "status": {"phase": "Succeeded"}}))
+        .unwrap();
+        let claim = |name: &str, used: &str| -> PersistentVolumeClaim {
+            serde_json::from_value(json!({"metadata": {"name": name,
+                "annotations": {(LAST_USE_TIME): used}}}))
+            .unwrap()
+        };
+        let (current, old, older) = (
+            claim("fedora-0123456789ab", "2026-12-01T00:00:00Z"),
+            claim("fedora-aaaaaaaaaaaa", "2026-12-02T00:00:00Z"),
+            claim("fedora-bbbbbbbbbbbb", "2026-11-01T00:00:00Z"),
+        );
+        let ds: DataSource = serde_json::from_value(json!({
+            "apiVersion": "cdi.kubevirt.io/v1beta1", "kind": "DataSource",
+            "metadata": {"name": "fedora", "labels": {(label::DATA_IMPORT_CRON): "fedora-cron"}},
+            "spec": {"source": {"pvc": {"namespace": "golden", "name": "fedora-aaaaaaaaaaaa"}}}}))
+        .unwrap();
+        let mut o = observed(&c, Poll::NotDue);
+        o.dv = Some(&dv);
+        o.data_source = Some(&ds);
+        o.claims = vec![&old, &current, &older];
+        let plan = decide(&o);
+        assert!(plan.create_dv.is_none());
+        assert_eq!(
+            plan.status.last_imported_pvc,
+            Some(DataVolumeSourcePvc {
+                namespace: "golden".into(),
+                name: "fedora-0123456789ab".into()
+            })
+        );
+        assert_eq!(
+            plan.delete,
+            vec!["fedora-aaaaaaaaaaaa", "fedora-bbbbbbbbbbbb"]
+        );
+        assert_eq!(plan.touch.as_deref(), Some("fedora-0123456789ab"));
+        let Some(DataSourceChange::Patch(p)) = &plan.data_source else {
+            panic!("{:?}", plan.data_source)
+        };
+        assert_eq!(p["spec"]["source"]["pvc"]["name"], "fedora-0123456789ab");
+        assert_eq!(
+            condition(&plan, DataImportCronConditionType::UpToDate),
+            (ConditionStatus::True, "UpToDate".into())
+        );
+        assert_eq!(
+            condition(&plan, DataImportCronConditionType::Progressing),
+            (ConditionStatus::False, "NoImport".into())
+        );
+        assert!(!plan.outdated.0);
+        assert_eq!(
+            plan.status.source_format,
+            Some(DataImportCronSourceFormat::Pvc)
+        );
+
+        // A newer digest: imported next to the current one, which is kept meanwhile.
+        let newer = cron(
+            json!({(DESIRED_DIGEST): NEWER, (NEXT_CRON_TIME): "2026-12-03T12:00:00Z"}),
+            json!({"currentImports": [{"DataVolumeName": "fedora-0123456789ab", "Digest": DIGEST}]}),
+        );
+        let mut o = observed(&newer, Poll::NotDue);
+        o.dv = Some(&dv);
+        o.data_source = Some(&ds);
+        let plan = decide(&o);
+        assert_eq!(
+            plan.create_dv.as_ref().unwrap().metadata.name.as_deref(),
+            Some("fedora-fedcba987654")
+        );
+        assert_eq!(
+            condition(&plan, DataImportCronConditionType::UpToDate),
+            (ConditionStatus::False, "Outdated".into())
+        );
+    }
+
+    #[test]
+    fn a_source_that_cannot_be_polled_says_why() {
+        let c = cron(json!({}), json!({}));
+        let plan = decide(&observed(
+            &c,
+            Poll::Failed("docker://127.0.0.1:1/x: connection refused".into()),
+        ));
+        assert!(plan.create_dv.is_none());
+        assert!(!plan.annotations.contains_key(LAST_CRON_TIME));
+        let c2 = plan
+            .status
+            .conditions
+            .iter()
+            .flatten()
+            .find(|c| c.type_ == DataImportCronConditionType::UpToDate)
+            .unwrap();
+        assert_eq!(c2.reason.as_deref(), Some("PollFailed"));
+        assert!(
+            c2.message
+                .as_deref()
+                .unwrap()
+                .contains("connection refused")
+        );
+        // Tried again at the next scheduled time, not in a loop; said until then.
+        assert_eq!(plan.requeue_after, Some(Duration::from_secs(2 * 3600)));
+        let mut after = c.clone();
+        after.status = Some(plan.status.clone());
+        after.metadata.annotations = Some(
+            plan.annotations
+                .iter()
+                .filter_map(|(k, v)| Some((k.clone(), v.clone()?)))
+                .collect(),
+        );
+        let again = decide(&observed(&after, Poll::NotDue));
+        assert_eq!(again.status.conditions, plan.status.conditions);
+        let recovered = decide(&observed(&after, Poll::Digest(DIGEST.into())));
+        assert!(recovered.create_dv.is_some());
+        assert!(
+            !recovered
+                .status
+                .conditions
+                .iter()
+                .flatten()
+                .any(|c| c.reason.as_deref() == Some(POLL_FAILED))
+        );
+        // Whatever a user writes as the digest is not a crash.
+        let odd = cron(json!({(DESIRED_DIGEST): "latest"}), json!({}));
+        let plan = decide(&observed(&odd, Poll::NotDue));
+        assert!(plan.create_dv.is_none());
+        let bad = cron(json!({}), json!({}));
+        let mut bad = bad;
+        bad.spec.schedule = "every day".into();
+        let plan = decide(&observed(&bad, Poll::NotDue));
+        assert!(plan.status.conditions.iter().flatten().any(|c| {
+            c.message
+                .as_deref()
+                .unwrap_or("")
+                .contains("Illegal cron schedule")
+        }));
+    }
+
+    #[test]
+    fn another_crons_data_source_is_left_alone() {
+        let c = cron(json!({}), json!({}));
+        let mut o = observed(&c, Poll::NotDue);
+        o.other_manager = Some("other-cron".into());
+        let plan = decide(&o);
+        assert_eq!(
+            plan.warning,
+            Some((
+                "ErrDataSourceAlreadyManaged",
+                "DataSource fedora is already managed by DataImportCron other-cron".into()
+            ))
+        );
+        assert!(plan.create_dv.is_none() && plan.data_source.is_none());
+    }
+}
