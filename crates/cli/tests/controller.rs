@@ -917,6 +917,104 @@ async fn data_import_crons_keep_a_data_source_fresh() {
     );
 }
 
+/// Where the class's StorageProfile says `dataImportCronSourceFormat: snapshot`, a cron keeps
+/// each import as a VolumeSnapshot of the imported claim: the DataSource names the snapshot,
+/// the claim goes once the snapshot is ready, and VM disks restore from it.
+#[tokio::test(flavor = "multi_thread")]
+async fn data_import_crons_keep_snapshots_where_the_profile_says_so() {
+    use cdi_testkit::oci::{Image, Layer, Layout};
+    use cdi_testkit::registry::Registry;
+    let s = setup(false);
+    let _down = Down(&s.dir);
+    let dir = s._tmp.path();
+    let raw = dir.join("src.raw");
+    std::fs::write(&raw, pattern(6 * MIB)).unwrap();
+    convert(&raw, "qcow2", &[], &dir.join("src.qcow2"));
+    let expected = oracle(&dir.join("src.qcow2"), "qcow2");
+    let mut layout = Layout::new(&dir.join("layout"));
+    let d = layout.add_image(&Image::new(vec![Layer::disk(
+        "disk.qcow2",
+        std::fs::read(dir.join("src.qcow2")).unwrap(),
+    )]));
+    layout.tag("v1", &d);
+    let registry = tokio::task::spawn_blocking(|| Registry::start(Default::default()))
+        .await
+        .unwrap();
+    registry.push(&layout.dir, "v1", "containerdisks/golden:v1");
+    kubectl(
+        &s.dir,
+        &[
+            "patch",
+            "cdiconfig",
+            "config",
+            "--type=merge",
+            "-p",
+            &format!(
+                r#"{{"spec":{{"insecureRegistries":["{}"]}}}}"#,
+                registry.host
+            ),
+        ],
+        None,
+    );
+    kubectl(
+        &s.dir,
+        &[
+            "patch",
+            "storageprofile",
+            "csi",
+            "--type=merge",
+            "-p",
+            r#"{"spec":{"dataImportCronSourceFormat":"snapshot"}}"#,
+        ],
+        None,
+    );
+    wait_for("the profile to say snapshot", 30, || {
+        get(&s.dir, "storageprofile/csi")
+            .filter(|p| p["status"]["dataImportCronSourceFormat"] == "snapshot")
+    });
+    let cron = format!(
+        "apiVersion: cdi.kubevirt.io/v1beta1\nkind: DataImportCron\nmetadata: {{name: golden-cron}}\nspec:\n  schedule: \"0 0 1 1 *\"\n  managedDataSource: golden\n  template:\n    spec:\n      source: {{registry: {{url: \"{}\"}}}}\n      storage: {{storageClassName: csi, accessModes: [ReadWriteOnce], resources: {{requests: {{storage: 1Gi}}}}}}\n",
+        registry.url("containerdisks/golden:v1")
+    );
+    kubectl(&s.dir, &["apply", "-f", "-"], Some(&cron));
+    let ds = wait_for("the DataSource to name a ready snapshot", 120, || {
+        get(&s.dir, "datasource/golden").filter(|d| {
+            d["spec"]["source"]["snapshot"]["name"].is_string()
+                && condition(d, "Ready")["status"] == "True"
+        })
+    });
+    let import = ds["spec"]["source"]["snapshot"]["name"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let snapshot = get(&s.dir, &format!("volumesnapshot/{import}")).unwrap();
+    assert_eq!(
+        snapshot["metadata"]["labels"]["cdi.kubevirt.io/dataImportCron"],
+        "golden-cron"
+    );
+    assert_eq!(
+        snapshot["spec"]["source"]["persistentVolumeClaimName"],
+        import.as_str()
+    );
+    wait_for("the imported claim to go", 60, || {
+        get(&s.dir, &format!("pvc/{import}"))
+            .is_none()
+            .then_some(())
+    });
+    let cron_now = wait_for("the cron up to date", 60, || {
+        get(&s.dir, "dataimportcron/golden-cron")
+            .filter(|c| condition(c, "UpToDate")["status"] == "True")
+    });
+    assert_eq!(cron_now["status"]["sourceFormat"], "snapshot");
+    let vm = "apiVersion: cdi.kubevirt.io/v1beta1\nkind: DataVolume\nmetadata: {name: vm-disk}\nspec:\n  sourceRef: {kind: DataSource, name: golden}\n  storage: {storageClassName: csi, accessModes: [ReadWriteOnce], resources: {requests: {storage: 1Gi}}}\n";
+    kubectl(&s.dir, &["apply", "-f", "-"], Some(vm));
+    wait_for("the VM disk from the snapshot", 120, || {
+        get(&s.dir, "dv/vm-disk").filter(|d| phase(d) == "Succeeded")
+    });
+    let disk = std::fs::read(devcluster::volume_file(&s.dir, "default", "vm-disk")).unwrap();
+    assert_same(&disk[..expected.len()], &expected, "the VM disk");
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn failures_say_why_and_fatal_ones_stop() {
     let s = setup(false);

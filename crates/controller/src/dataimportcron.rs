@@ -10,11 +10,12 @@ use std::sync::Arc;
 
 use cdi_api::datasource::{DataImportCron, DataSource};
 use cdi_api::datavolume::DataVolume;
+use cdi_api::enums::DataImportCronSourceFormat;
 use cdi_api::keys::label;
 use cdi_core::dataimportcron::{self as dic, DataSourceChange, Observed, Poll};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Secret};
-use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
@@ -178,6 +179,61 @@ async fn reconcile(cron: Arc<DataImportCron>, ctx: Arc<Context>) -> Result<Actio
             ..Default::default()
         })
         .collect();
+    // The source format of the class the imports go to (its StorageProfile's).
+    let template = &cron.spec.template.spec;
+    let class = template
+        .storage
+        .as_ref()
+        .and_then(|s| s.storage_class_name.clone())
+        .or_else(|| {
+            template
+                .pvc
+                .as_ref()
+                .and_then(|p| p.storage_class_name.clone())
+        })
+        .or_else(|| {
+            cdi_core::render::default_storage_class(&ctx.caches.classes(), true)
+                .and_then(|c| c.metadata.name.clone())
+        });
+    let profile = class.and_then(|c| {
+        ctx.caches
+            .profiles()
+            .into_iter()
+            .find(|p| p.metadata.name.as_deref() == Some(c.as_str()))
+    });
+    let profile_status = profile.and_then(|p| p.status);
+    let format = profile_status
+        .as_ref()
+        .and_then(|s| s.data_import_cron_source_format)
+        .unwrap_or(DataImportCronSourceFormat::Pvc);
+    let snapshot_class = profile_status.and_then(|s| s.snapshot_class);
+    let snapshots: Api<DynamicObject> = Api::namespaced_with(
+        ctx.client.clone(),
+        &ns,
+        &crate::snapshot_api("VolumeSnapshot", "volumesnapshots"),
+    );
+    // No snapshot API served is no snapshots.
+    let snapshot = match &current {
+        Some(n) => snapshots.get_opt(n).await.unwrap_or(None),
+        None => None,
+    };
+    let labelled_snapshots: Vec<(String, String)> = snapshots
+        .list_metadata(&ListParams::default().labels(&selector))
+        .await
+        .map(|l| l.items)
+        .unwrap_or_default()
+        .into_iter()
+        .map(|m| {
+            let used = m
+                .metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(dic::LAST_USE_TIME))
+                .cloned()
+                .unwrap_or_default();
+            (m.metadata.name.unwrap_or_default(), used)
+        })
+        .collect();
     let observed = Observed {
         cron: &cron,
         now,
@@ -187,6 +243,12 @@ async fn reconcile(cron: Arc<DataImportCron>, ctx: Arc<Context>) -> Result<Actio
         data_source: ds.as_ref(),
         other_manager,
         claims: labelled.iter().collect(),
+        format,
+        snapshot: snapshot
+            .as_ref()
+            .map(|s| s.data["status"]["readyToUse"] == true),
+        snapshot_class,
+        snapshots: labelled_snapshots,
     };
     let plan = dic::decide(&observed);
 
@@ -214,6 +276,22 @@ async fn reconcile(cron: Arc<DataImportCron>, ctx: Arc<Context>) -> Result<Actio
                     Err(e) => return Err(e.into()),
                 }
             }
+            Err(e) => return Err(e.into()),
+        }
+    }
+    if let Some(new) = &plan.create_snapshot {
+        let object: DynamicObject = serde_json::from_value(new.clone())
+            .map_err(|e| Error::Other(format!("a VolumeSnapshot: {e}")))?;
+        match snapshots.create(&PostParams::default(), &object).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(e)) if e.code == 409 => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    for old in &plan.delete_snapshots {
+        match snapshots.delete(old, &DeleteParams::default()).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(e)) if e.code == 404 => {}
             Err(e) => return Err(e.into()),
         }
     }

@@ -41,6 +41,8 @@ pub const CLEANUP_LABEL: &str = "cdi.kubevirt.io/dataImportCron.cleanup";
 pub const POLL_FAILED: &str = "PollFailed";
 
 const DEFAULT_IMPORTS_TO_KEEP: usize = 3;
+/// How soon a snapshot not ready yet is looked at again.
+const SNAPSHOT_WAIT: Duration = Duration::from_secs(2);
 /// Characters of the digest in an import's name.
 const DIGEST_IN_NAME: usize = 12;
 
@@ -113,6 +115,14 @@ pub struct Observed<'a> {
     pub other_manager: Option<String>,
     /// The claims labelled as this cron's.
     pub claims: Vec<&'a PersistentVolumeClaim>,
+    /// The source format of the StorageProfile of the class imports go to.
+    pub format: DataImportCronSourceFormat,
+    /// The VolumeSnapshot named by `status.currentImports[0]`: whether it is ready to use.
+    pub snapshot: Option<bool>,
+    /// The snapshot class to take it with (the StorageProfile's), if any.
+    pub snapshot_class: Option<String>,
+    /// The snapshots labelled as this cron's: name and `lastUseTime`.
+    pub snapshots: Vec<(String, String)>,
 }
 
 /// What the DataSource needs.
@@ -135,6 +145,10 @@ pub struct Plan {
     pub data_source: Option<DataSourceChange>,
     /// Claims and DataVolumes to mark as used now (`lastUseTime`), by name.
     pub touch: Option<String>,
+    /// The VolumeSnapshot of a succeeded import to take (snapshot source format).
+    pub create_snapshot: Option<serde_json::Value>,
+    /// Snapshots to delete, by name.
+    pub delete_snapshots: Vec<String>,
     /// Upstream's `kubevirt_cdi_dataimportcron_outdated`: (outdated, pending).
     pub outdated: (bool, bool),
     /// A Warning event: reason and message.
@@ -371,6 +385,7 @@ pub fn decide(o: &Observed) -> Plan {
     // Where the current import stands.
     let current = imports.first().cloned();
     let mut succeeded = false;
+    let snapshots_wanted = o.format == DataImportCronSourceFormat::Snapshot;
     if current.is_some() {
         let progressing = |c: &mut Vec<_>, status, reason: &str, message: &str| {
             set_condition(
@@ -412,6 +427,15 @@ pub fn decide(o: &Observed) -> Plan {
             {
                 succeeded = true
             }
+            // Only the snapshot of an import is left: it is the import.
+            (None, None) if o.snapshot.is_some() && snapshots_wanted => succeeded = true,
+            // Snapshots no longer wanted: the image is imported again as a claim.
+            (None, None) if o.snapshot.is_some() => {
+                if let Some(c) = &current {
+                    plan.delete_snapshots.push(c.data_volume_name.clone());
+                }
+                imports.clear();
+            }
             _ => {
                 // The import is gone: imported again below.
                 imports.clear();
@@ -444,10 +468,23 @@ pub fn decide(o: &Observed) -> Plan {
             now,
         );
         plan.delete = garbage(o, &c.data_volume_name);
+        if snapshots_wanted {
+            plan.delete_snapshots
+                .extend(garbage_snapshots(o, &c.data_volume_name));
+            match o.snapshot {
+                // Taken of the claim, which goes once the snapshot is ready (upstream's).
+                None => plan.create_snapshot = Some(snapshot_of(o, &c.data_volume_name)),
+                Some(true) if o.dv.is_some() || o.claim.is_some() => {
+                    plan.delete.push(c.data_volume_name.clone())
+                }
+                _ => {}
+            }
+        }
     }
+    let snapshot_ready = o.snapshot == Some(true);
 
     // The managed DataSource names the last successful import.
-    plan.data_source = data_source_change(cron, o.data_source, &plan.status);
+    plan.data_source = data_source_change(cron, o.data_source, &plan.status, o.format);
 
     // A new digest is imported once the current import is done (never in its middle).
     let up_to_date;
@@ -487,6 +524,21 @@ pub fn decide(o: &Observed) -> Plan {
                 }
             }
         }
+    } else if succeeded && snapshots_wanted && !snapshot_ready {
+        set_condition(
+            &mut conditions,
+            DataImportCronConditionType::UpToDate,
+            ConditionStatus::False,
+            "ImportProgressing",
+            "Snapshot of imported data is progressing",
+            now,
+        );
+        up_to_date = false;
+        // Nothing wakes the cron when a snapshot becomes ready (upstream's either).
+        plan.requeue_after = Some(
+            plan.requeue_after
+                .map_or(SNAPSHOT_WAIT, |r| r.min(SNAPSHOT_WAIT)),
+        );
     } else if succeeded {
         set_condition(
             &mut conditions,
@@ -496,7 +548,7 @@ pub fn decide(o: &Observed) -> Plan {
             "Latest import is up to date",
             now,
         );
-        plan.status.source_format = Some(DataImportCronSourceFormat::Pvc);
+        plan.status.source_format = Some(o.format);
         up_to_date = true;
     } else if !imports.is_empty() {
         set_condition(
@@ -585,20 +637,99 @@ fn garbage(o: &Observed, current: &str) -> Vec<String> {
         .collect()
 }
 
+/// Snapshots beyond `importsToKeep`, least recently used first (never `current`).
+fn garbage_snapshots(o: &Observed, current: &str) -> Vec<String> {
+    let cron = o.cron;
+    if cron
+        .spec
+        .garbage_collect
+        .is_some_and(|g| g != DataImportCronGarbageCollect::Outdated)
+    {
+        return Vec::new();
+    }
+    let keep = cron
+        .spec
+        .imports_to_keep
+        .and_then(|n| usize::try_from(n).ok())
+        .unwrap_or(DEFAULT_IMPORTS_TO_KEEP);
+    let mut snapshots = o.snapshots.clone();
+    snapshots.sort_by(|a, b| {
+        (b.0 == current)
+            .cmp(&(a.0 == current))
+            .then_with(|| b.1.cmp(&a.1))
+    });
+    snapshots
+        .into_iter()
+        .skip(keep)
+        .map(|(n, _)| n)
+        .filter(|n| n != current)
+        .collect()
+}
+
+/// The VolumeSnapshot of the import `name` (upstream's: the claim's name, the cron's labels,
+/// the restore size and volume mode it will need).
+fn snapshot_of(o: &Observed, name: &str) -> serde_json::Value {
+    let mut labels = resource_labels(o.cron);
+    labels.insert(label::APP.into(), label::APP_VALUE.into());
+    labels.insert(label::COMPONENT.into(), String::new());
+    let claim_spec = o.claim.and_then(|c| c.spec.as_ref());
+    let mode = claim_spec
+        .and_then(|s| s.volume_mode.clone())
+        .unwrap_or_else(|| "Filesystem".into());
+    let size = claim_spec
+        .and_then(|s| {
+            s.resources
+                .as_ref()?
+                .requests
+                .as_ref()?
+                .get("storage")
+                .cloned()
+        })
+        .map(|q| q.0)
+        .unwrap_or_default();
+    let mut snapshot = serde_json::json!({
+        "apiVersion": "snapshot.storage.k8s.io/v1",
+        "kind": "VolumeSnapshot",
+        "metadata": {
+            "name": name,
+            "namespace": o.cron.metadata.namespace,
+            "labels": labels,
+            "annotations": {
+                (LAST_USE_TIME): o.now.to_string(),
+                "cdi.kubevirt.io/storage.import.sourceVolumeMode": mode,
+                "cdi.kubevirt.io/storage.import.advisedRestoreSize": size,
+            },
+        },
+        "spec": {"source": {"persistentVolumeClaimName": name}},
+    });
+    if let Some(class) = &o.snapshot_class {
+        snapshot["spec"]["volumeSnapshotClassName"] = serde_json::json!(class);
+    }
+    snapshot
+}
+
 fn data_source_change(
     cron: &DataImportCron,
     existing: Option<&DataSource>,
     status: &DataImportCronStatus,
+    format: DataImportCronSourceFormat,
 ) -> Option<DataSourceChange> {
     let name = cron.metadata.name.clone().unwrap_or_default();
     let labels = resource_labels(cron);
-    let source = status
-        .last_imported_pvc
-        .clone()
-        .map(|pvc| DataSourceSource {
+    // The snapshot has the import's name.
+    let source = status.last_imported_pvc.clone().map(|pvc| match format {
+        DataImportCronSourceFormat::Snapshot => DataSourceSource {
+            snapshot: Some(cdi_api::datavolume::DataVolumeSourceSnapshot {
+                namespace: pvc.namespace,
+                name: pvc.name,
+            }),
+            ..Default::default()
+        },
+        DataImportCronSourceFormat::Pvc => DataSourceSource {
             pvc: Some(pvc),
             ..Default::default()
-        });
+        },
+    });
     match existing {
         None => {
             let mut ds = DataSource::new(
@@ -633,9 +764,9 @@ fn data_source_change(
             }
             let mut patch = serde_json::json!({"metadata": {"labels": new_labels}});
             if let Some(s) = new_source {
-                // The whole source is replaced: a snapshot or reference a user wrote goes.
+                // The whole source is replaced: whatever else a user wrote there goes.
                 patch["spec"] = serde_json::json!({"source": {
-                    "pvc": s.pvc, "snapshot": null, "dataSource": null,
+                    "pvc": s.pvc, "snapshot": s.snapshot, "dataSource": null,
                 }});
             }
             Some(DataSourceChange::Patch(patch))
@@ -690,6 +821,10 @@ mod tests {
             data_source: None,
             other_manager: None,
             claims: vec![],
+            format: DataImportCronSourceFormat::Pvc,
+            snapshot: None,
+            snapshot_class: None,
+            snapshots: vec![],
         }
     }
 
@@ -928,6 +1063,91 @@ mod tests {
                 .unwrap_or("")
                 .contains("Illegal cron schedule")
         }));
+    }
+
+    #[test]
+    fn the_snapshot_format_keeps_snapshots_of_the_imports() {
+        let c = cron(
+            json!({(DESIRED_DIGEST): DIGEST, (NEXT_CRON_TIME): "2026-12-03T12:00:00Z"}),
+            json!({"currentImports": [{"DataVolumeName": "fedora-0123456789ab", "Digest": DIGEST}]}),
+        );
+        let dv: DataVolume = serde_json::from_value(json!({
+            "apiVersion": "cdi.kubevirt.io/v1beta1", "kind": "DataVolume",
+            "metadata": {"name": "fedora-0123456789ab"}, "spec": {},
+            "status": {"phase": "Succeeded"}}))
+        .unwrap();
+        let claim: PersistentVolumeClaim = serde_json::from_value(json!({
+            "metadata": {"name": "fedora-0123456789ab"},
+            "spec": {"volumeMode": "Block", "resources": {"requests": {"storage": "5Gi"}}},
+            "status": {"phase": "Bound"}}))
+        .unwrap();
+        let mut o = observed(&c, Poll::NotDue);
+        o.format = DataImportCronSourceFormat::Snapshot;
+        o.snapshot_class = Some("csi-snapclass".into());
+        o.dv = Some(&dv);
+        o.claim = Some(&claim);
+        // Imported: the snapshot is taken, the DataSource names it, not up to date until ready.
+        let plan = decide(&o);
+        let snap = plan.create_snapshot.as_ref().unwrap();
+        assert_eq!(snap["metadata"]["name"], "fedora-0123456789ab");
+        assert_eq!(
+            snap["spec"]["source"]["persistentVolumeClaimName"],
+            "fedora-0123456789ab"
+        );
+        assert_eq!(snap["spec"]["volumeSnapshotClassName"], "csi-snapclass");
+        assert_eq!(
+            snap["metadata"]["annotations"]["cdi.kubevirt.io/storage.import.sourceVolumeMode"],
+            "Block"
+        );
+        assert_eq!(
+            snap["metadata"]["labels"][label::DATA_IMPORT_CRON],
+            "fedora-cron"
+        );
+        let Some(DataSourceChange::Create(ds)) = &plan.data_source else {
+            panic!("{:?}", plan.data_source)
+        };
+        assert_eq!(
+            ds.spec.source.snapshot.as_ref().map(|s| s.name.as_str()),
+            Some("fedora-0123456789ab")
+        );
+        assert_eq!(
+            condition(&plan, DataImportCronConditionType::UpToDate),
+            (ConditionStatus::False, "ImportProgressing".into())
+        );
+        assert_eq!(plan.requeue_after, Some(SNAPSHOT_WAIT));
+        assert!(plan.delete.is_empty());
+        // Ready: the claim goes, the cron is up to date.
+        o.snapshot = Some(true);
+        let plan = decide(&o);
+        assert!(plan.create_snapshot.is_none());
+        assert_eq!(plan.delete, vec!["fedora-0123456789ab"]);
+        assert_eq!(
+            condition(&plan, DataImportCronConditionType::UpToDate),
+            (ConditionStatus::True, "UpToDate".into())
+        );
+        assert_eq!(
+            plan.status.source_format,
+            Some(DataImportCronSourceFormat::Snapshot)
+        );
+        // Only the snapshot left: still the import; older snapshots beyond importsToKeep go.
+        o.dv = None;
+        o.claim = None;
+        o.snapshots = vec![
+            ("fedora-aaaaaaaaaaaa".into(), "2026-12-02T00:00:00Z".into()),
+            ("fedora-0123456789ab".into(), "2026-12-01T00:00:00Z".into()),
+        ];
+        let plan = decide(&o);
+        assert!(plan.delete.is_empty());
+        assert_eq!(plan.delete_snapshots, vec!["fedora-aaaaaaaaaaaa"]);
+        assert!(plan.create_dv.is_none());
+        // The profile says pvc again: the snapshot goes and the image is imported as a claim.
+        o.format = DataImportCronSourceFormat::Pvc;
+        let plan = decide(&o);
+        assert_eq!(plan.delete_snapshots, vec!["fedora-0123456789ab"]);
+        assert_eq!(
+            plan.create_dv.unwrap().metadata.name.as_deref(),
+            Some("fedora-0123456789ab")
+        );
     }
 
     #[test]
