@@ -919,7 +919,8 @@ async fn data_import_crons_keep_a_data_source_fresh() {
 
 /// Where the class's StorageProfile says `dataImportCronSourceFormat: snapshot`, a cron keeps
 /// each import as a VolumeSnapshot of the imported claim: the DataSource names the snapshot,
-/// the claim goes once the snapshot is ready, and VM disks restore from it.
+/// the claim goes once the snapshot is ready, and VM disks restore from it. With
+/// `retentionPolicy: None` the DataSource and snapshot go with the cron.
 #[tokio::test(flavor = "multi_thread")]
 async fn data_import_crons_keep_snapshots_where_the_profile_says_so() {
     use cdi_testkit::oci::{Image, Layer, Layout};
@@ -973,7 +974,7 @@ async fn data_import_crons_keep_snapshots_where_the_profile_says_so() {
             .filter(|p| p["status"]["dataImportCronSourceFormat"] == "snapshot")
     });
     let cron = format!(
-        "apiVersion: cdi.kubevirt.io/v1beta1\nkind: DataImportCron\nmetadata: {{name: golden-cron}}\nspec:\n  schedule: \"0 0 1 1 *\"\n  managedDataSource: golden\n  template:\n    spec:\n      source: {{registry: {{url: \"{}\"}}}}\n      storage: {{storageClassName: csi, accessModes: [ReadWriteOnce], resources: {{requests: {{storage: 1Gi}}}}}}\n",
+        "apiVersion: cdi.kubevirt.io/v1beta1\nkind: DataImportCron\nmetadata: {{name: golden-cron}}\nspec:\n  schedule: \"0 0 1 1 *\"\n  managedDataSource: golden\n  retentionPolicy: None\n  template:\n    spec:\n      source: {{registry: {{url: \"{}\"}}}}\n      storage: {{storageClassName: csi, accessModes: [ReadWriteOnce], resources: {{requests: {{storage: 1Gi}}}}}}\n",
         registry.url("containerdisks/golden:v1")
     );
     kubectl(&s.dir, &["apply", "-f", "-"], Some(&cron));
@@ -1013,6 +1014,15 @@ async fn data_import_crons_keep_snapshots_where_the_profile_says_so() {
     });
     let disk = std::fs::read(devcluster::volume_file(&s.dir, "default", "vm-disk")).unwrap();
     assert_same(&disk[..expected.len()], &expected, "the VM disk");
+
+    // retentionPolicy None: what the cron made goes with it; the VM disk stays.
+    kubectl(&s.dir, &["delete", "dataimportcron/golden-cron"], None);
+    wait_for("the cron's DataSource and snapshot to go", 60, || {
+        (get(&s.dir, "datasource/golden").is_none()
+            && get(&s.dir, &format!("volumesnapshot/{import}")).is_none())
+        .then_some(())
+    });
+    assert_eq!(phase(&get(&s.dir, "dv/vm-disk").unwrap()), "Succeeded");
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -24,7 +24,7 @@ use cdi_api::enums::{
 };
 use cdi_api::keys::{ann, label};
 use k8s_openapi::api::core::v1::PersistentVolumeClaim;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time};
 use k8s_openapi::jiff::Timestamp;
 
 /// Upstream's annotations on the cron.
@@ -279,9 +279,26 @@ fn import_dv(cron: &DataImportCron, name: &str, digest: &str, now: Timestamp) ->
         namespace: cron.metadata.namespace.clone(),
         labels: Some(labels),
         annotations: Some(annotations),
+        owner_references: owned_by(cron),
         ..Default::default()
     };
     dv
+}
+
+/// With `retentionPolicy: None`, what the cron makes goes with it: owned by the cron, it is
+/// deleted by the garbage collector (upstream deletes it by the clean-up label when it sees the
+/// cron gone; the same objects).
+fn owned_by(cron: &DataImportCron) -> Option<Vec<OwnerReference>> {
+    if cron.spec.retention_policy != Some(DataImportCronRetentionPolicy::None) {
+        return None;
+    }
+    Some(vec![OwnerReference {
+        api_version: format!("{}/{}", cdi_api::GROUP, cdi_api::VERSION),
+        kind: "DataImportCron".into(),
+        name: cron.metadata.name.clone()?,
+        uid: cron.metadata.uid.clone()?,
+        ..Default::default()
+    }])
 }
 
 fn dv_phase(dv: &DataVolume) -> Option<DataVolumePhase> {
@@ -702,6 +719,9 @@ fn snapshot_of(o: &Observed, name: &str) -> serde_json::Value {
         },
         "spec": {"source": {"persistentVolumeClaimName": name}},
     });
+    if let Some(owners) = owned_by(o.cron) {
+        snapshot["metadata"]["ownerReferences"] = serde_json::json!(owners);
+    }
     if let Some(class) = &o.snapshot_class {
         snapshot["spec"]["volumeSnapshotClassName"] = serde_json::json!(class);
     }
@@ -740,6 +760,7 @@ fn data_source_change(
             );
             ds.metadata.namespace = cron.metadata.namespace.clone();
             ds.metadata.labels = Some(labels);
+            ds.metadata.owner_references = owned_by(cron);
             Some(DataSourceChange::Create(Box::new(ds)))
         }
         Some(ds) => {
@@ -894,6 +915,27 @@ mod tests {
             "fedora"
         );
         assert!(!labels.contains_key("other"));
+        assert!(
+            dv.metadata.owner_references.is_none(),
+            "kept when the cron goes"
+        );
+        let mut gone = c.clone();
+        gone.metadata.uid = Some("cron-uid".into());
+        gone.spec.retention_policy = Some(DataImportCronRetentionPolicy::None);
+        let plan_none = decide(&observed(&gone, Poll::Digest(DIGEST.into())));
+        let owners = plan_none
+            .create_dv
+            .as_ref()
+            .and_then(|d| d.metadata.owner_references.clone())
+            .unwrap();
+        assert_eq!(
+            (owners[0].kind.as_str(), owners[0].uid.as_str()),
+            ("DataImportCron", "cron-uid")
+        );
+        let Some(DataSourceChange::Create(ds)) = &plan_none.data_source else {
+            panic!("{:?}", plan_none.data_source)
+        };
+        assert_eq!(ds.metadata.owner_references.as_ref(), Some(&owners));
         assert_eq!(
             plan.status.current_imports.as_ref().unwrap()[0].data_volume_name,
             "fedora-0123456789ab"
