@@ -731,7 +731,7 @@ async fn registry_sources_import_containerdisks() {
 /// DataSource moves to it, the import beyond `importsToKeep` goes, and the VM disk made before
 /// keeps its data while a new one clones the new image. A registry that cannot be reached is
 /// `UpToDate=False` with the reason, tried again at the next scheduled time, and counted by
-/// `kubevirt_cdi_dataimportcron_outdated`.
+/// `kubevirt_cdi_dataimportcron_outdated` until the cron is deleted.
 #[tokio::test(flavor = "multi_thread")]
 async fn data_import_crons_keep_a_data_source_fresh() {
     use cdi_testkit::oci::{Image, Layer, Layout};
@@ -915,6 +915,11 @@ async fn data_import_crons_keep_a_data_source_fresh() {
         page.contains(r#"kubevirt_cdi_dataimportcron_outdated{namespace="default",cron_name="fedora-cron",pending="false"} 0"#),
         "{page}"
     );
+    // A deleted cron's series goes with it.
+    kubectl(&s.dir, &["delete", "dataimportcron/broken"], None);
+    wait_for("the deleted cron's series to go", 30, || {
+        (!http_get(&metrics_addr(&s), "/metrics").contains(r#"cron_name="broken""#)).then_some(())
+    });
 }
 
 /// Where the class's StorageProfile says `dataImportCronSourceFormat: snapshot`, a cron keeps

@@ -371,8 +371,20 @@ fn cron_of<K: kube::Resource>(object: &K) -> Option<ObjectRef<DataImportCron>> {
 /// Run the controller over DataImportCrons; their DataVolumes, claims and DataSources (found by
 /// label) wake them.
 pub async fn run(ctx: Context) -> anyhow::Result<()> {
+    // A deleted cron is never reconciled again: its outdated series goes when it does.
+    let metrics = ctx.metrics.clone();
+    let gone = watcher::watcher(
+        Api::<DataImportCron>::all(ctx.client.clone()),
+        watcher::Config::default(),
+    )
+    .for_each(move |event| {
+        if let Ok(watcher::Event::Delete(cron)) = event {
+            metrics.remove_cron_outdated(&cron.namespace().unwrap_or_default(), &cron.name_any());
+        }
+        std::future::ready(())
+    });
     let labelled = watcher::Config::default().labels(label::DATA_IMPORT_CRON);
-    Controller::new(
+    let crons = Controller::new(
         Api::<DataImportCron>::all(ctx.client.clone()),
         watcher::Config::default(),
     )
@@ -404,7 +416,7 @@ pub async fn run(ctx: Context) -> anyhow::Result<()> {
         if let Err(e) = r {
             tracing::debug!(error = %e, "dataimportcron controller");
         }
-    })
-    .await;
+    });
+    tokio::join!(crons, gone);
     Ok(())
 }
