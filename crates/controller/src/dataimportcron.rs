@@ -195,7 +195,7 @@ async fn reconcile(cron: Arc<DataImportCron>, ctx: Arc<Context>) -> Result<Actio
             cdi_core::render::default_storage_class(&ctx.caches.classes(), true)
                 .and_then(|c| c.metadata.name.clone())
         });
-    let profile = class.and_then(|c| {
+    let profile = class.as_ref().and_then(|c| {
         ctx.caches
             .profiles()
             .into_iter()
@@ -243,6 +243,7 @@ async fn reconcile(cron: Arc<DataImportCron>, ctx: Arc<Context>) -> Result<Actio
         data_source: ds.as_ref(),
         other_manager,
         claims: labelled.iter().collect(),
+        class,
         format,
         snapshot: snapshot
             .as_ref()

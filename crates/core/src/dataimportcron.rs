@@ -115,7 +115,9 @@ pub struct Observed<'a> {
     pub other_manager: Option<String>,
     /// The claims labelled as this cron's.
     pub claims: Vec<&'a PersistentVolumeClaim>,
-    /// The source format of the StorageProfile of the class imports go to.
+    /// The class imports go to: the template's, else the default; none when neither is.
+    pub class: Option<String>,
+    /// The source format of the StorageProfile of that class.
     pub format: DataImportCronSourceFormat,
     /// The VolumeSnapshot named by `status.currentImports[0]`: whether it is ready to use.
     pub snapshot: Option<bool>,
@@ -615,7 +617,9 @@ pub fn decide(o: &Observed) -> Plan {
     }
     plan.status.current_imports = (!imports.is_empty()).then_some(imports);
     plan.status.conditions = Some(conditions);
-    plan.outdated = (!up_to_date, false);
+    // Pending: it waits for a default storage class (its template names none, and there is
+    // none), which upstream's alert leaves out.
+    plan.outdated = (!up_to_date, !up_to_date && o.class.is_none());
     plan
 }
 
@@ -842,6 +846,7 @@ mod tests {
             data_source: None,
             other_manager: None,
             claims: vec![],
+            class: Some("local-path".into()),
             format: DataImportCronSourceFormat::Pvc,
             snapshot: None,
             snapshot_class: None,
@@ -950,7 +955,14 @@ mod tests {
         };
         assert_eq!(ds.metadata.name.as_deref(), Some("fedora"));
         assert_eq!(ds.spec.source, DataSourceSource::default());
-        assert!(plan.outdated.0);
+        assert_eq!(plan.outdated, (true, false));
+        let mut classless = observed(&c, Poll::Digest(DIGEST.into()));
+        classless.class = None;
+        assert_eq!(
+            decide(&classless).outdated,
+            (true, true),
+            "waits for a default class"
+        );
 
         let later = cron(
             json!({(NEXT_CRON_TIME): "2026-12-03T12:00:00Z", (DESIRED_DIGEST): DIGEST}),
