@@ -607,6 +607,22 @@ async fn s3_sources_import_with_the_data_volumes_secret() {
     assert!(!dv.to_string().contains("not-the-secret"));
 }
 
+/// List `host` in CDIConfig's `insecureRegistries` (a registry without TLS on 127.0.0.1).
+fn insecure_registry(dir: &Path, host: &str) {
+    kubectl(
+        dir,
+        &[
+            "patch",
+            "cdiconfig",
+            "config",
+            "--type=merge",
+            "-p",
+            &format!(r#"{{"spec":{{"insecureRegistries":["{host}"]}}}}"#),
+        ],
+        None,
+    );
+}
+
 /// `source.registry` against real registries on 127.0.0.1 (Debian's docker-registry): one with
 /// TLS and basic authentication, reached with the DataVolume's Secret and certConfigMap, on the
 /// classic and the populator path, its image's `*_KUBEVIRT_IO_*` environment as claim labels;
@@ -642,18 +658,7 @@ async fn registry_sources_import_containerdisks() {
     .unwrap();
     private.push(&layout.dir, "41", "containerdisks/fedora:41");
     plain.push(&layout.dir, "41", "containerdisks/fedora:41");
-    kubectl(
-        &s.dir,
-        &[
-            "patch",
-            "cdiconfig",
-            "config",
-            "--type=merge",
-            "-p",
-            &format!(r#"{{"spec":{{"insecureRegistries":["{}"]}}}}"#, plain.host),
-        ],
-        None,
-    );
+    insecure_registry(&s.dir, &plain.host);
     let ca = private.ca.as_ref().unwrap().ca_pem.replace('\n', "\n    ");
     let private_url = private.url("containerdisks/fedora:41");
     let source = |url: &str| {
@@ -759,21 +764,7 @@ async fn data_import_crons_keep_a_data_source_fresh() {
         .await
         .unwrap();
     registry.push(&layout.dir, "first", "containerdisks/fedora:latest");
-    kubectl(
-        &s.dir,
-        &[
-            "patch",
-            "cdiconfig",
-            "config",
-            "--type=merge",
-            "-p",
-            &format!(
-                r#"{{"spec":{{"insecureRegistries":["{}"]}}}}"#,
-                registry.host
-            ),
-        ],
-        None,
-    );
+    insecure_registry(&s.dir, &registry.host);
     let cron = |name: &str, ds: &str, url: &str| {
         format!(
             "apiVersion: cdi.kubevirt.io/v1beta1\nkind: DataImportCron\nmetadata: {{name: {name}, labels: {{instancetype.kubevirt.io/default-preference: fedora}}}}\nspec:\n  schedule: \"0 0 1 1 *\"\n  managedDataSource: {ds}\n  importsToKeep: 1\n  template:\n    spec:\n      source: {{registry: {{url: \"{url}\"}}}}\n      storage: {{accessModes: [ReadWriteOnce], resources: {{requests: {{storage: 1Gi}}}}}}\n"
@@ -947,21 +938,7 @@ async fn data_import_crons_keep_snapshots_where_the_profile_says_so() {
         .await
         .unwrap();
     registry.push(&layout.dir, "v1", "containerdisks/golden:v1");
-    kubectl(
-        &s.dir,
-        &[
-            "patch",
-            "cdiconfig",
-            "config",
-            "--type=merge",
-            "-p",
-            &format!(
-                r#"{{"spec":{{"insecureRegistries":["{}"]}}}}"#,
-                registry.host
-            ),
-        ],
-        None,
-    );
+    insecure_registry(&s.dir, &registry.host);
     kubectl(
         &s.dir,
         &[

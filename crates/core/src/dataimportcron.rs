@@ -626,41 +626,26 @@ pub fn decide(o: &Observed) -> Plan {
 /// Imports beyond `importsToKeep`, least recently used first (never `current`), unless the
 /// cron keeps them all.
 fn garbage(o: &Observed, current: &str) -> Vec<String> {
-    let cron = o.cron;
-    if cron
-        .spec
-        .garbage_collect
-        .is_some_and(|g| g != DataImportCronGarbageCollect::Outdated)
-    {
-        return Vec::new();
-    }
-    let keep = cron
-        .spec
-        .imports_to_keep
-        .and_then(|n| usize::try_from(n).ok())
-        .unwrap_or(DEFAULT_IMPORTS_TO_KEEP);
-    let mut claims: Vec<&PersistentVolumeClaim> = o.claims.clone();
-    if claims.len() <= keep {
-        return Vec::new();
-    }
-    // Newest first; the current import is the newest whatever its annotation says.
-    claims.sort_by(|a, b| {
-        let is_current = |c: &PersistentVolumeClaim| c.metadata.name.as_deref() == Some(current);
-        is_current(b)
-            .cmp(&is_current(a))
-            .then_with(|| last_use(b).cmp(&last_use(a)))
-    });
-    claims
-        .into_iter()
-        .skip(keep)
-        .filter_map(|c| c.metadata.name.clone())
-        .filter(|n| n != current)
-        .collect()
+    let claims = o
+        .claims
+        .iter()
+        .filter_map(|c| Some((c.metadata.name.clone()?, last_use(c))))
+        .collect();
+    surplus(o.cron, claims, current)
 }
 
 /// Snapshots beyond `importsToKeep`, least recently used first (never `current`).
 fn garbage_snapshots(o: &Observed, current: &str) -> Vec<String> {
-    let cron = o.cron;
+    surplus(o.cron, o.snapshots.clone(), current)
+}
+
+/// Of `imports` (name, `lastUseTime`), those beyond the cron's `importsToKeep`, newest first
+/// kept; the current import counts as the newest whatever its annotation says.
+fn surplus(
+    cron: &DataImportCron,
+    mut imports: Vec<(String, String)>,
+    current: &str,
+) -> Vec<String> {
     if cron
         .spec
         .garbage_collect
@@ -673,13 +658,12 @@ fn garbage_snapshots(o: &Observed, current: &str) -> Vec<String> {
         .imports_to_keep
         .and_then(|n| usize::try_from(n).ok())
         .unwrap_or(DEFAULT_IMPORTS_TO_KEEP);
-    let mut snapshots = o.snapshots.clone();
-    snapshots.sort_by(|a, b| {
+    imports.sort_by(|a, b| {
         (b.0 == current)
             .cmp(&(a.0 == current))
             .then_with(|| b.1.cmp(&a.1))
     });
-    snapshots
+    imports
         .into_iter()
         .skip(keep)
         .map(|(n, _)| n)
