@@ -243,6 +243,8 @@ pub mod env {
     pub const SECRET_KEY: &str = "IMPORTER_SECRET_KEY";
     pub const CERT_DIR: &str = "IMPORTER_CERT_DIR";
     pub const REGISTRY_IMAGE_ARCHITECTURE: &str = "IMPORTER_REGISTRY_IMAGE_ARCHITECTURE";
+    /// A GCS source's service-account key file (the Secret mounted at `/google`).
+    pub const GOOGLE_CREDENTIALS: &str = "GOOGLE_APPLICATION_CREDENTIALS";
     /// Followed by a number: `IMPORTER_EXTRA_HEADER_0`, …
     pub const EXTRA_HEADER_PREFIX: &str = "IMPORTER_EXTRA_HEADER_";
     pub const HTTP_PROXY: &str = "http_proxy";

@@ -534,9 +534,11 @@ spec:
 
 /// `source.s3` with the DataVolume's Secret (`accessKeyId`, `secretKey`) against a real
 /// S3-compatible server: imported, byte-equal to qemu-img's conversion; with the wrong secret
-/// the DataVolume says the server refused it, and nothing is imported.
+/// the DataVolume says the server refused it, and nothing is imported. `source.gcs` with a
+/// Secret holding a service-account key (`credentials.json`) against a GCS emulator, on the
+/// classic and the populator path.
 #[tokio::test(flavor = "multi_thread")]
-async fn s3_sources_import_with_the_data_volumes_secret() {
+async fn object_storage_sources_import_with_the_data_volumes_secret() {
     let s = setup(false);
     let _down = Down(&s.dir);
     let dir = s._tmp.path();
@@ -578,6 +580,50 @@ async fn s3_sources_import_with_the_data_volumes_secret() {
     ]
     .join("---\n");
     kubectl(&s.dir, &["apply", "-f", "-"], Some(&docs));
+    let gcs = cdi_testkit::gcs::GcsServer::start().await;
+    gcs.put(
+        "images",
+        "fedora/disk.qcow2",
+        &std::fs::read(dir.join("src.qcow2")).unwrap(),
+    )
+    .await;
+    let key = gcs.service_account("importer@cdi-test.iam.gserviceaccount.com");
+    std::fs::write(dir.join("credentials.json"), &key.json).unwrap();
+    let from_file = format!(
+        "--from-file=credentials.json={}",
+        dir.join("credentials.json").display()
+    );
+    kubectl(
+        &s.dir,
+        &["create", "secret", "generic", "gcs-key", &from_file],
+        None,
+    );
+    let url = gcs.url("images", "fedora/disk.qcow2");
+    let docs = [
+        data_volume_from(
+            "from-gcs",
+            &format!(r#"{{gcs: {{url: "{url}", secretRef: gcs-key}}}}"#),
+        ),
+        format!(
+            "apiVersion: cdi.kubevirt.io/v1beta1\nkind: DataVolume\nmetadata: {{name: populated-gcs}}\nspec:\n  source: {{gcs: {{url: \"{url}\", secretRef: gcs-key}}}}\n  storage: {{storageClassName: csi, accessModes: [ReadWriteOnce], resources: {{requests: {{storage: 1Gi}}}}}}\n"
+        ),
+        consumer("gcs-vm-pod", "populated-gcs"),
+    ]
+    .join("---\n");
+    kubectl(&s.dir, &["apply", "-f", "-"], Some(&docs));
+    for name in ["from-gcs", "populated-gcs"] {
+        wait_for(&format!("the GCS import {name} to succeed"), 120, || {
+            get(&s.dir, &format!("dv/{name}")).filter(|d| phase(d) == "Succeeded")
+        });
+        let disk = std::fs::read(devcluster::volume_file(&s.dir, "default", name)).unwrap();
+        assert_same(&disk[..expected.len()], &expected, name);
+    }
+    let claim = get(&s.dir, "pvc/from-gcs").unwrap();
+    assert_eq!(
+        claim["metadata"]["annotations"]["cdi.kubevirt.io/storage.import.source"],
+        "gcs"
+    );
+    assert!(gcs.tokens_granted() >= 2, "each import bought its token");
     wait_for("the S3 import to succeed", 120, || {
         get(&s.dir, "dv/from-s3").filter(|d| phase(d) == "Succeeded")
     });
@@ -1798,7 +1844,10 @@ spec:
         two_sources,
         bad_url,
         no_modes,
-        data_volume_from("later", r#"{gcs: {url: "gs://images/disk.img"}}"#),
+        data_volume_from(
+            "later",
+            r#"{imageio: {url: "https://engine/ovirt-engine/api", diskId: "d1"}}"#,
+        ),
         external("external", "csi"),
         external("no-csi", "local-path-wffc"),
         data_volume(&long, &url, "1Gi", ""),
@@ -1847,7 +1896,7 @@ spec:
         condition(&dv, "Running")["message"]
             .as_str()
             .unwrap_or("")
-            .contains("gcs")
+            .contains("imageio")
     );
     assert!(get(&s.dir, "pvc/later").is_none());
     // External population waits for its populator; without a CSI driver, nothing will come.

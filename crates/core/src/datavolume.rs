@@ -409,6 +409,7 @@ pub fn import_source(dv: &DataVolume) -> VolumeImportSource {
                 http: source.http,
                 s3: source.s3,
                 registry: source.registry,
+                gcs: source.gcs,
                 blank: source.blank,
                 ..Default::default()
             }),
@@ -1627,7 +1628,7 @@ mod tests {
             // (source, profile exists, phase, reason)
             (json!({}), true, "Failed", "ErrInvalidSource"),
             (
-                json!({"gcs": {"url": "gs://b/o"}}),
+                json!({"imageio": {"url": "https://engine/api", "diskId": "d"}}),
                 true,
                 "Pending",
                 "ErrUnsupportedSource",

@@ -18,6 +18,11 @@ pub const DATA_MOUNT: &str = "/data";
 pub const BLOCK_DEVICE: &str = "/dev/cdi-block-volume";
 pub const DATA_VOLUME_NAME: &str = "cdi-data-vol";
 pub const CERT_DIR: &str = "/certs";
+/// Where a GCS source's Secret is mounted, and the key file in it (upstream's paths).
+pub const GOOGLE_CREDENTIALS_DIR: &str = "/google";
+pub const GOOGLE_CREDENTIALS_FILE: &str = "/google/credentials.json";
+/// The GCS Secret's volume (upstream's `SecretVolName`).
+const SECRET_VOLUME_NAME: &str = "cdi-secret-vol";
 /// Where the scratch claim is mounted when the importer asked for one.
 pub const SCRATCH_MOUNT: &str = "/scratch";
 pub const SCRATCH_VOLUME_NAME: &str = "cdi-scratch-vol";
@@ -535,6 +540,24 @@ pub fn importer_pod(claim: &PersistentVolumeClaim, s: &Settings) -> Pod {
         mounts.push(VolumeMount {
             name: vol,
             mount_path: format!("/extraheaders/{i}"),
+            read_only: Some(true),
+            ..Default::default()
+        });
+    }
+    // A GCS key is a file (upstream's mount and variable), not key/secret variables.
+    if !secret.is_empty() && source == "gcs" {
+        envs.push(var(env::GOOGLE_CREDENTIALS, GOOGLE_CREDENTIALS_FILE));
+        volumes.push(Volume {
+            name: SECRET_VOLUME_NAME.into(),
+            secret: Some(k8s_openapi::api::core::v1::SecretVolumeSource {
+                secret_name: Some(secret.clone()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        });
+        mounts.push(VolumeMount {
+            name: SECRET_VOLUME_NAME.into(),
+            mount_path: GOOGLE_CREDENTIALS_DIR.into(),
             read_only: Some(true),
             ..Default::default()
         });
@@ -1246,6 +1269,44 @@ mod tests {
         assert_eq!(
             c0.termination_message_policy.as_deref(),
             Some("FallbackToLogsOnError")
+        );
+
+        // A GCS key is the Secret mounted as a file, as upstream mounts it.
+        let mut gcs = c.clone();
+        let anns = gcs.metadata.annotations.as_mut().unwrap();
+        anns.insert(ann::IMPORT_SOURCE.into(), "gcs".into());
+        anns.insert(ann::IMPORT_ENDPOINT.into(), "gs://images/d.qcow2".into());
+        let pod = importer_pod(&gcs, &s);
+        let spec = pod.spec.unwrap();
+        let c0 = &spec.containers[0];
+        let envs: BTreeMap<&str, Option<&str>> = c0
+            .env
+            .as_ref()
+            .unwrap()
+            .iter()
+            .map(|e| (e.name.as_str(), e.value.as_deref()))
+            .collect();
+        assert_eq!(
+            envs["GOOGLE_APPLICATION_CREDENTIALS"],
+            Some("/google/credentials.json")
+        );
+        assert!(!envs.contains_key("IMPORTER_ACCESS_KEY_ID"));
+        let mounts: Vec<&str> = c0
+            .volume_mounts
+            .iter()
+            .flatten()
+            .map(|m| m.mount_path.as_str())
+            .collect();
+        assert_eq!(mounts, ["/data", "/certs", "/google"]);
+        let vol = spec
+            .volumes
+            .iter()
+            .flatten()
+            .find(|v| v.name == "cdi-secret-vol")
+            .unwrap();
+        assert_eq!(
+            vol.secret.as_ref().unwrap().secret_name.as_deref(),
+            Some("creds")
         );
 
         let placed = Settings {

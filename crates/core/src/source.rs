@@ -235,6 +235,16 @@ pub fn check(dv: &DataVolume) -> Result<Filled, Refusal> {
             }
             Ok(Filled::Import(SourceKind::S3))
         }
+        [SourceKind::Gcs] => {
+            let url = source.gcs.as_ref().map(|g| g.url.as_str()).unwrap_or("");
+            if let Err(e) = check_url(url, &["gs", "http", "https"]) {
+                return Err(invalid(
+                    &format!("spec.source {e}"),
+                    "use gs://bucket/object or http(s)://host/bucket/object",
+                ));
+            }
+            Ok(Filled::Import(SourceKind::Gcs))
+        }
         [SourceKind::Registry] => {
             let reg = source.registry.as_ref();
             registry(dv, reg).map_err(|(what, fix)| invalid(&what, fix))?;
@@ -417,9 +427,21 @@ mod tests {
             ),
             (
                 json!({"source": {"gcs": {"url": "gs://b/o"}}, "pvc": pvc}),
+                Ok(Filled::Import(SourceKind::Gcs)),
+            ),
+            (
+                json!({"source": {"gcs": {"url": "s3://b/o"}}, "pvc": pvc}),
+                Err((
+                    INVALID_SOURCE,
+                    "DataVolume vms/disk: spec.source Invalid source URL scheme: s3://b/o; use \
+                     gs://bucket/object or http(s)://host/bucket/object",
+                )),
+            ),
+            (
+                json!({"source": {"imageio": {"url": "https://engine/api", "diskId": "d"}}, "pvc": pvc}),
                 Err((
                     UNSUPPORTED_SOURCE,
-                    "DataVolume vms/disk: gcs sources are not supported by this version of \
+                    "DataVolume vms/disk: imageio sources are not supported by this version of \
                      cdi-rs yet",
                 )),
             ),

@@ -269,6 +269,30 @@ impl PodConfig {
                 let ca_certs_pem = cert_dir(env, paths)?;
                 PodSource::Http(crate::sources::s3::source(url, key, secret, ca_certs_pem)?)
             }
+            "gcs" => {
+                let url = get(e::ENDPOINT).ok_or_else(|| {
+                    ImportError::Config(format!("{} is required for a gcs source", e::ENDPOINT))
+                })?;
+                // The Secret's key file, where upstream mounts it; without one, anonymous.
+                let account = match get(e::GOOGLE_CREDENTIALS) {
+                    Some(file) => {
+                        let path =
+                            cdi_core::devpod::in_root(paths.root.as_deref(), Path::new(file));
+                        let json = std::fs::read(&path).map_err(|err| {
+                            ImportError::Config(format!(
+                                "Unable to connect to gcs data source: reading the service account key {file}: {err}; the DataVolume's secretRef must name a Secret holding credentials.json"
+                            ))
+                        })?;
+                        Some(crate::sources::gcs::ServiceAccount::from_json(&json, file)?)
+                    }
+                    None => None,
+                };
+                PodSource::Http(crate::sources::gcs::source(
+                    url,
+                    account,
+                    cert_dir(env, paths)?,
+                )?)
+            }
             "registry" => {
                 let url = get(e::ENDPOINT).ok_or_else(|| {
                     ImportError::Config(format!(

@@ -37,6 +37,12 @@ pub struct HttpSource {
 pub trait Signer: Send + Sync {
     /// The headers that authenticate a `method` request for `url` (their values are secrets).
     fn headers(&self, method: &str, url: &str) -> Result<Vec<(String, String)>, ImportError>;
+
+    /// Called before each request: a signer that holds an expiring credential (an OAuth token)
+    /// gets or renews it here. Most need nothing.
+    fn ready(&self) -> BoxFuture<'_, Result<(), ImportError>> {
+        Box::pin(async { Ok(()) })
+    }
 }
 
 impl std::fmt::Debug for HttpSource {
@@ -163,6 +169,31 @@ fn transport_error(url: &str, err: reqwest::Error) -> ImportError {
     broken(url, message)
 }
 
+/// `builder` trusting the system roots and `ca_certs_pem` (PEM bundles), or, when `insecure`,
+/// any certificate.
+pub(crate) fn trusting(
+    mut builder: reqwest::ClientBuilder,
+    ca_certs_pem: &[Vec<u8>],
+    insecure: bool,
+) -> Result<reqwest::ClientBuilder, ImportError> {
+    let mut extra = Vec::new();
+    for pem in ca_certs_pem {
+        let certs = reqwest::Certificate::from_pem_bundle(pem).map_err(|e| {
+            ImportError::Unsupported(format!(
+                "a certificate in the CA directory is not valid PEM: {e}"
+            ))
+        })?;
+        extra.extend(certs);
+    }
+    if !extra.is_empty() {
+        builder = builder.tls_certs_merge(extra);
+    }
+    if insecure {
+        builder = builder.tls_danger_accept_invalid_certs(true);
+    }
+    Ok(builder)
+}
+
 impl HttpClient {
     pub fn new(source: HttpSource) -> Result<HttpClient, ImportError> {
         // Both would be sent, and which one the server believes is up to it.
@@ -178,25 +209,11 @@ impl HttpClient {
                     .into(),
             ));
         }
-        let mut builder = reqwest::Client::builder()
+        let builder = reqwest::Client::builder()
             .connect_timeout(source.retry.connect)
             .read_timeout(source.retry.stall)
             .redirect(reqwest::redirect::Policy::limited(10));
-        let mut extra = Vec::new();
-        for pem in &source.ca_certs_pem {
-            let certs = reqwest::Certificate::from_pem_bundle(pem).map_err(|e| {
-                ImportError::Unsupported(format!(
-                    "a certificate in the CA directory is not valid PEM: {e}"
-                ))
-            })?;
-            extra.extend(certs);
-        }
-        if !extra.is_empty() {
-            builder = builder.tls_certs_merge(extra);
-        }
-        if source.insecure {
-            builder = builder.tls_danger_accept_invalid_certs(true);
-        }
+        let builder = trusting(builder, &source.ca_certs_pem, source.insecure)?;
         let client = builder
             .build()
             .map_err(|e| ImportError::Internal(format!("building the HTTP client: {e}")))?;
@@ -240,6 +257,13 @@ impl HttpClient {
         req
     }
 
+    async fn signer_ready(&self) -> Result<(), ImportError> {
+        match &self.source.signer {
+            Some(signer) => signer.ready().await,
+            None => Ok(()),
+        }
+    }
+
     /// Send a request; again, on a fresh connection, when a connection broke under it (a
     /// kept-alive connection the server has just closed) or it was answered 408, 429 or 5xx,
     /// within the transfer's retry budget. Other answers are returned.
@@ -250,6 +274,7 @@ impl HttpClient {
     ) -> Result<reqwest::Response, ImportError> {
         let mut attempt = 0;
         loop {
+            self.signer_ready().await?;
             let err = match self.request(method.clone(), range.clone()).send().await {
                 Ok(resp) if !crate::error::retryable_status(resp.status().as_u16()) => {
                     return Ok(resp);
@@ -275,6 +300,7 @@ impl HttpClient {
     /// range support).
     pub async fn info(&self) -> Result<HttpInfo, ImportError> {
         let mut len = None;
+        self.signer_ready().await?;
         // Only a hint (many servers answer HEAD badly): one attempt.
         if let Ok(resp) = self.request(reqwest::Method::HEAD, None).send().await
             && resp.status().is_success()

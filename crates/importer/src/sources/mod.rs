@@ -11,6 +11,7 @@ use futures::future::BoxFuture;
 use crate::error::ImportError;
 
 pub mod file;
+pub mod gcs;
 pub mod http;
 pub mod registry;
 pub mod s3;
