@@ -672,8 +672,9 @@ fn insecure_registry(dir: &Path, host: &str) {
 /// `source.registry` against real registries on 127.0.0.1 (Debian's docker-registry): one with
 /// TLS and basic authentication, reached with the DataVolume's Secret and certConfigMap, on the
 /// classic and the populator path, its image's `*_KUBEVIRT_IO_*` environment as claim labels;
-/// one in plain HTTP, reached because CDIConfig lists it in `insecureRegistries`. A tag that is
-/// not there is ImagePullFailed; `pullMethod: node` is refused saying why.
+/// one in plain HTTP, reached because CDIConfig lists it in `insecureRegistries`; the image as
+/// an oci-archive on a web server. A tag that is not there is ImagePullFailed; `pullMethod:
+/// node` is refused saying why.
 #[tokio::test(flavor = "multi_thread")]
 async fn registry_sources_import_containerdisks() {
     use cdi_testkit::oci::{Image, Layer, Layout};
@@ -705,6 +706,16 @@ async fn registry_sources_import_containerdisks() {
     private.push(&layout.dir, "41", "containerdisks/fedora:41");
     plain.push(&layout.dir, "41", "containerdisks/fedora:41");
     insecure_registry(&s.dir, &plain.host);
+    // The same image as an oci-archive on a web server.
+    let files = FileServer::start(None).await;
+    files.add(
+        "/fedora.tar",
+        layout.archive(),
+        Behaviour {
+            ranges: true,
+            ..Default::default()
+        },
+    );
     let ca = private.ca.as_ref().unwrap().ca_pem.replace('\n', "\n    ");
     let private_url = private.url("containerdisks/fedora:41");
     let source = |url: &str| {
@@ -725,6 +736,13 @@ async fn registry_sources_import_containerdisks() {
             "insecure",
             &format!(r#"{{registry: {{url: "{}"}}}}"#, plain.url("containerdisks/fedora:41")),
         ),
+        data_volume_from(
+            "archive",
+            &format!(
+                r#"{{registry: {{url: "oci-archive:{}"}}}}"#,
+                files.url("/fedora.tar")
+            ),
+        ),
         data_volume_from("no-tag", &source(&private.url("containerdisks/fedora:40"))),
         data_volume_from(
             "by-node",
@@ -733,7 +751,7 @@ async fn registry_sources_import_containerdisks() {
     ]
     .join("---\n");
     kubectl(&s.dir, &["apply", "-f", "-"], Some(&docs));
-    for name in ["fedora", "populated", "insecure"] {
+    for name in ["fedora", "populated", "insecure", "archive"] {
         wait_for(
             &format!("the registry import {name} to succeed"),
             120,

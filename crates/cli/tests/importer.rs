@@ -1559,3 +1559,136 @@ async fn gcs_objects_import_with_a_service_account_key() {
         );
     }
 }
+
+/// `oci-archive:` images served over HTTP, read in place by range requests: a layered image
+/// (the disk below a whiteout, env labels) and an index of architectures import byte-equal to
+/// qemu-img's conversion; `oci-archive://host/…` is reached like an insecure registry (plain
+/// HTTP when it speaks no TLS); a server without ranges, an archive of two images, and a file
+/// that is no archive are refused saying so.
+#[tokio::test(flavor = "multi_thread")]
+async fn oci_archives_served_over_http_import_their_one_disk() {
+    use cdi_testkit::oci::{Entry, Image, Layer, Layout};
+    let work = tempfile::tempdir().unwrap();
+    let (qcow2, expected) = qcow2_of(work.path(), &pattern(5 * MIB));
+    let raw = pattern(2 * MIB);
+    let archive_of = |name: &str, build: &dyn Fn(&mut Layout)| {
+        let mut layout = Layout::new(&work.path().join(name));
+        build(&mut layout);
+        layout.archive()
+    };
+    let layered = archive_of("layered", &|layout| {
+        let mut image = Image::new(vec![
+            Layer::gzip(vec![
+                Entry::File("disk/disk.qcow2".into(), qcow2.clone()),
+                Entry::File("disk/stale.raw".into(), pattern(MIB)),
+            ]),
+            Layer::gzip(vec![Entry::Whiteout("disk/stale.raw".into())]),
+        ]);
+        image.env = vec!["INSTANCETYPE_KUBEVIRT_IO_DEFAULT_PREFERENCE=fedora".into()];
+        let d = layout.add_image(&image);
+        layout.tag("latest", &d);
+    });
+    let host = cdi_importer::sources::registry::host_architecture();
+    let other = if host == "arm64" { "amd64" } else { "arm64" };
+    let multi = archive_of("multi", &|layout| {
+        let ours = layout.add_image(&Image::new(vec![Layer::disk("disk.qcow2", qcow2.clone())]));
+        let mut theirs = Image::new(vec![Layer::disk("disk.img", raw.clone())]);
+        theirs.architecture = other.into();
+        let theirs = layout.add_image(&theirs);
+        let index = layout.add_index(&[(ours, host), (theirs, other)]);
+        layout.tag("latest", &index);
+    });
+    let two = archive_of("two", &|layout| {
+        let a = layout.add_image(&Image::new(vec![Layer::disk("a.img", raw.clone())]));
+        let b = layout.add_image(&Image::new(vec![Layer::disk("b.img", raw.clone())]));
+        layout.tag("a", &a);
+        layout.tag("b", &b);
+    });
+    let server = FileServer::start(None).await;
+    let ranges = Behaviour {
+        ranges: true,
+        ..Default::default()
+    };
+    server.add("/layered.tar", layered.clone(), ranges.clone());
+    server.add("/multi.tar", multi, ranges.clone());
+    server.add("/two.tar", two, ranges.clone());
+    server.add("/plain.tar", layered, Behaviour::default());
+    server.add("/not.tar", pattern(64 * 1024), ranges);
+    let url = |path: &str| format!("oci-archive:{}", server.url(path));
+    let image = |pod: &Pod| std::fs::read(pod.data().join("disk.img")).unwrap();
+
+    let pod = Pod::new();
+    let out = registry_import(&pod, &url("/layered.tar"), &[]).await;
+    assert!(out.ok, "{}", out.stderr);
+    assert_same(
+        &image(&pod)[..expected.len()],
+        &expected,
+        "the layered archive",
+    );
+    let said: serde_json::Value = serde_json::from_str(&out.termination).unwrap();
+    assert_eq!(
+        said["labels"]["instancetype.kubevirt.io/default-preference"],
+        "fedora"
+    );
+    // Read in place: the layer's bytes once, plus headers and the small documents.
+    let fetched: u64 = server
+        .log()
+        .iter()
+        .filter(|l| l.path == "/layered.tar")
+        .map(|l| l.sent)
+        .sum();
+    assert!(
+        fetched < qcow2.len() as u64 + 2 * MIB,
+        "{fetched} bytes fetched for a {}-byte disk",
+        qcow2.len()
+    );
+
+    let pod = Pod::new();
+    let out = registry_import(&pod, &url("/multi.tar"), &[]).await;
+    assert!(out.ok, "{}", out.stderr);
+    assert_same(
+        &image(&pod)[..expected.len()],
+        &expected,
+        "this machine's architecture",
+    );
+    let pod = Pod::new();
+    let out = registry_import(
+        &pod,
+        &url("/multi.tar"),
+        &[("IMPORTER_REGISTRY_IMAGE_ARCHITECTURE", other)],
+    )
+    .await;
+    assert!(out.ok, "{}", out.stderr);
+    assert_same(&image(&pod)[..raw.len()], &raw, "the other architecture");
+
+    // `oci-archive://host/…` on an insecure host without TLS: plain HTTP.
+    let pod = Pod::new();
+    let bare = url("/layered.tar").replace("oci-archive:http://", "oci-archive://");
+    let out = registry_import(&pod, &bare, &[("INSECURE_TLS", "true")]).await;
+    assert!(out.ok, "{}", out.stderr);
+    assert_same(&image(&pod)[..expected.len()], &expected, "oci-archive://");
+
+    for (what, at, want) in [
+        (
+            "no ranges",
+            url("/plain.tar"),
+            "does not answer range requests",
+        ),
+        ("two images", url("/two.tar"), "holds 2 images (a, b)"),
+        ("not an archive", url("/not.tar"), "not an oci-archive"),
+        (
+            "a path in the pod",
+            "oci-archive:/images/disk.tar".into(),
+            "nothing puts files there",
+        ),
+    ] {
+        let pod = Pod::new();
+        let out = registry_import(&pod, &at, &[]).await;
+        let said = failure(&out, what);
+        assert!(said.contains(want), "{what}: {said}");
+        assert!(
+            !pod.data().join("disk.img").exists(),
+            "{what}: no image left"
+        );
+    }
+}

@@ -389,10 +389,13 @@ pub(crate) fn var(name: &str, value: impl Into<String>) -> EnvVar {
 /// Upstream's `IsInsecureTLS`: a `docker://` image whose registry (host[:port], as written)
 /// is listed in CDIConfig's `insecureRegistries`.
 fn insecure_registry(endpoint: &str, insecure: &[String]) -> bool {
-    let Some(rest) = endpoint.strip_prefix("docker://") else {
-        return false;
+    let host = match endpoint.strip_prefix("docker://") {
+        Some(rest) => rest.split('/').next().unwrap_or(""),
+        None => endpoint
+            .strip_prefix("oci-archive:")
+            .and_then(crate::source::archive_host)
+            .unwrap_or(""),
     };
-    let host = rest.split('/').next().unwrap_or("");
     !host.is_empty() && insecure.iter().any(|h| h == host)
 }
 
@@ -1020,6 +1023,26 @@ pub fn delete_pod_when_done(anns: &BTreeMap<String, String>) -> bool {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn insecure_registries_name_registry_and_archive_hosts() {
+        let insecure = ["files:8080".to_string(), "reg:5000".to_string()];
+        for (endpoint, want) in [
+            ("docker://reg:5000/disk:v1", true),
+            ("docker://other/disk:v1", false),
+            ("oci-archive://files:8080/disk.tar", true),
+            ("oci-archive:http://files:8080/disk.tar", true),
+            ("oci-archive:https://other/disk.tar", false),
+            ("oci-archive:/files:8080/disk.tar", false),
+            ("http://files:8080/disk.img", false),
+        ] {
+            assert_eq!(
+                super::insecure_registry(endpoint, &insecure),
+                want,
+                "{endpoint}"
+            );
+        }
+    }
+
     use super::*;
     use serde_json::json;
 

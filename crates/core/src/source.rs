@@ -99,13 +99,8 @@ fn registry(
         ));
     }
     if scheme == REGISTRY_SCHEME_OCI_ARCHIVE {
-        // Upstream reads a file inside the importer pod, which nothing puts there.
-        return Err((
-            format!(
-                "registry source URL {url}: oci-archive images are not read by this version of cdi-rs"
-            ),
-            "push the archive to a registry (skopeo copy oci-archive:FILE docker://…) and name it by docker://",
-        ));
+        // Where it is served is checked below (what upstream would read is a file in the pod).
+        return Ok(());
     }
     let rest = url.strip_prefix("docker://").unwrap_or("");
     let host = rest.split('/').next().unwrap_or("");
@@ -116,6 +111,18 @@ fn registry(
         ));
     }
     Ok(())
+}
+
+/// The host serving an oci-archive named by what follows `oci-archive:` (`https://host/…`,
+/// `http://host/…` or `//host/…`); `None` for a path in the importer's filesystem.
+pub fn archive_host(location: &str) -> Option<&str> {
+    let rest = location
+        .strip_prefix("https://")
+        .or_else(|| location.strip_prefix("http://"))
+        .or_else(|| location.strip_prefix("//"))?;
+    let host = rest.split(['/', '?', '#']).next().unwrap_or("");
+    let bad = rest.chars().any(|c| c.is_whitespace() || c.is_control());
+    (!host.is_empty() && !bad).then_some(host)
 }
 
 /// A checksum as upstream parses it (`checksum.ParseAndValidate`): `algorithm:hex`, optional.
@@ -248,6 +255,20 @@ pub fn check(dv: &DataVolume) -> Result<Filled, Refusal> {
         [SourceKind::Registry] => {
             let reg = source.registry.as_ref();
             registry(dv, reg).map_err(|(what, fix)| invalid(&what, fix))?;
+            let url = reg.and_then(|r| r.url.as_deref()).unwrap_or("");
+            if let Some(location) = url.strip_prefix("oci-archive:")
+                && archive_host(location).is_none()
+            {
+                return Err(Refusal {
+                    reason: UNSUPPORTED_SOURCE,
+                    message: format!(
+                        "DataVolume {ns}/{name}: spec.source.registry.url {url}: upstream reads \
+                         an oci-archive from the importer pod's own filesystem, where nothing \
+                         puts one; serve the archive over HTTP(S) and name it \
+                         oci-archive:https://host/path/image.tar (or oci-archive://host/path/image.tar)"
+                    ),
+                });
+            }
             let method = reg.and_then(|r| r.pull_method);
             if method == Some(cdi_api::enums::RegistryPullMethod::Node) {
                 return Err(Refusal {
@@ -413,6 +434,24 @@ mod tests {
                     INVALID_SOURCE,
                     "DataVolume vms/disk: ContentType must be kubevirt when Source is Registry; \
                      remove spec.contentType: a registry image holds a disk image",
+                )),
+            ),
+            (
+                json!({"source": {"registry": {"url": "oci-archive:https://files/fedora.tar"}}, "pvc": pvc}),
+                Ok(Filled::Import(SourceKind::Registry)),
+            ),
+            (
+                json!({"source": {"registry": {"url": "oci-archive://files:8080/fedora.tar"}}, "pvc": pvc}),
+                Ok(Filled::Import(SourceKind::Registry)),
+            ),
+            (
+                json!({"source": {"registry": {"url": "oci-archive:/images/fedora.tar"}}, "pvc": pvc}),
+                Err((
+                    UNSUPPORTED_SOURCE,
+                    "DataVolume vms/disk: spec.source.registry.url oci-archive:/images/fedora.tar: \
+                     upstream reads an oci-archive from the importer pod's own filesystem, where \
+                     nothing puts one; serve the archive over HTTP(S) and name it \
+                     oci-archive:https://host/path/image.tar (or oci-archive://host/path/image.tar)",
                 )),
             ),
             (

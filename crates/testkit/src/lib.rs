@@ -322,6 +322,15 @@ async fn serve<S: AsyncRead + AsyncWrite + Unpin>(
             return Ok(());
         }
         head.push(byte[0]);
+        // Not HTTP (a TLS handshake to a plain server): refused at once, as nginx does.
+        if !byte[0].is_ascii() {
+            stream
+                .write_all(
+                    b"HTTP/1.1 400 Bad Request\r\nConnection: close\r\nContent-Length: 0\r\n\r\n",
+                )
+                .await?;
+            return stream.shutdown().await;
+        }
     }
     let text = String::from_utf8_lossy(&head).to_string();
     let mut lines = text.split("\r\n");

@@ -13,6 +13,7 @@ use crate::error::ImportError;
 pub mod file;
 pub mod gcs;
 pub mod http;
+pub mod oci_archive;
 pub mod registry;
 pub mod s3;
 pub mod stream;

@@ -11,7 +11,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::Read;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -19,7 +19,9 @@ use futures::StreamExt;
 use futures::future::BoxFuture;
 use futures::stream::BoxStream;
 use oci_client::client::{BlobResponse, Certificate, CertificateEncoding, ClientConfig};
-use oci_client::manifest::{OciDescriptor, OciImageManifest, OciManifest};
+use oci_client::manifest::{
+    ImageIndexEntry, OciDescriptor, OciImageIndex, OciImageManifest, OciManifest,
+};
 use oci_client::secrets::RegistryAuth;
 use oci_client::{Client, Reference};
 use sha2::Digest;
@@ -28,13 +30,19 @@ use tokio::sync::{mpsc, oneshot};
 
 use crate::error::ImportError;
 use crate::sources::http::StreamReader;
-use crate::sources::{Opened, Source};
+use crate::sources::oci_archive::Archive;
+use crate::sources::{HttpSource, Opened, Source};
 
 /// Upstream's messages for an image that holds no disk, or more than one.
 pub const NO_DISK: &str = "Failed to find VM disk image file in the container image";
 pub const MANY_DISKS: &str = "image directory contains more than one file";
 /// Upstream's refusal of a bootc image.
 pub const BOOTC: &str = "bootc image detected: this image contains an ostree-based bootable OS (containers.bootc=1 or ostree.bootable=1) and cannot be imported as a regular container disk; bootc-to-disk conversion is not yet implemented";
+
+/// Why an archive inside the importer pod is not read.
+pub const ARCHIVE_ELSEWHERE: &str = "an oci-archive is read from where it is served over HTTP(S) \
+     (oci-archive:https://host/path/image.tar, or oci-archive://host/path/image.tar); a path in \
+     the importer pod's filesystem names nothing, since nothing puts files there";
 
 /// Where the disk is in the image.
 const DISK_DIR: &str = "disk";
@@ -47,10 +55,10 @@ const RESUMES: u32 = 5;
 
 /// A registry image and how to reach it.
 pub struct RegistrySource {
-    /// `docker://…` as given (never holds credentials: those come from the Secret).
+    /// `docker://…` or `oci-archive:…` as given (never holds credentials: those come from the
+    /// Secret).
     url: String,
-    reference: Reference,
-    auth: RegistryAuth,
+    origin: Origin,
     ca_certs_pem: Vec<Vec<u8>>,
     /// Upstream's INSECURE_TLS: the registry is listed in CDIConfig's insecureRegistries, so
     /// its certificate is not checked, and plain HTTP is used when it speaks no TLS.
@@ -71,6 +79,33 @@ impl std::fmt::Debug for RegistrySource {
             .field("architecture", &self.architecture)
             .finish_non_exhaustive()
     }
+}
+
+/// Where the image is.
+enum Origin {
+    Registry {
+        reference: Reference,
+        auth: RegistryAuth,
+    },
+    /// An oci-archive served over HTTP(S): its location (`https://…`, `http://…`, or
+    /// `//host/path` to be reached as an insecure registry would be), and the Secret's
+    /// credentials as basic auth.
+    Archive {
+        location: String,
+        credentials: Option<(String, String)>,
+    },
+}
+
+/// The image, reached (cloned once per layer: the size of a variant does not matter).
+#[derive(Clone)]
+#[allow(clippy::large_enum_variant)]
+enum Store {
+    Registry {
+        client: Client,
+        reference: Reference,
+        auth: RegistryAuth,
+    },
+    Archive(Arc<Archive>),
 }
 
 #[derive(Default)]
@@ -99,22 +134,37 @@ impl RegistrySource {
         insecure: bool,
         architecture: Option<String>,
     ) -> Result<RegistrySource, ImportError> {
-        let name = url.strip_prefix("docker://").ok_or_else(|| {
-            ImportError::Config(format!(
-                "{url}: a registry image is docker://host/repository:tag (or @sha256:…)"
-            ))
-        })?;
-        let reference: Reference = name.parse().map_err(|e| {
-            ImportError::Config(format!("{url} does not name a registry image: {e}"))
-        })?;
-        let auth = match credentials {
-            Some((user, password)) => RegistryAuth::Basic(user, password),
-            None => RegistryAuth::Anonymous,
+        let origin = if let Some(location) = url.strip_prefix("oci-archive:") {
+            let remote = location.starts_with("http://")
+                || location.starts_with("https://")
+                || location
+                    .strip_prefix("//")
+                    .is_some_and(|rest| rest.split('/').next().is_some_and(|h| !h.is_empty()));
+            if !remote {
+                return Err(ImportError::Config(format!("{url}: {ARCHIVE_ELSEWHERE}")));
+            }
+            Origin::Archive {
+                location: location.to_string(),
+                credentials,
+            }
+        } else {
+            let name = url.strip_prefix("docker://").ok_or_else(|| {
+                ImportError::Config(format!(
+                    "{url}: a registry image is docker://host/repository:tag (or @sha256:…)"
+                ))
+            })?;
+            let reference: Reference = name.parse().map_err(|e| {
+                ImportError::Config(format!("{url} does not name a registry image: {e}"))
+            })?;
+            let auth = match credentials {
+                Some((user, password)) => RegistryAuth::Basic(user, password),
+                None => RegistryAuth::Anonymous,
+            };
+            Origin::Registry { reference, auth }
         };
         Ok(RegistrySource {
             url: url.to_string(),
-            reference,
-            auth,
+            origin,
             ca_certs_pem,
             insecure,
             architecture: architecture.filter(|a| !a.is_empty()),
@@ -149,20 +199,205 @@ impl RegistrySource {
     /// The digest of what the URL names (an index's own, for a multi-architecture image), as
     /// upstream's poller reads it to see whether the image changed.
     pub async fn digest(&self) -> Result<String, ImportError> {
-        let client = self.client().await?;
-        client
-            .fetch_manifest_digest(&self.reference, &self.auth)
-            .await
-            .map_err(|e| self.error(e))
+        match self.store().await? {
+            Store::Registry {
+                client,
+                reference,
+                auth,
+            } => client
+                .fetch_manifest_digest(&reference, &auth)
+                .await
+                .map_err(|e| self.error(e)),
+            Store::Archive(archive) => Ok(self.top(&archive).await?.0),
+        }
     }
 
     fn wanted_architecture(&self) -> &str {
         self.architecture.as_deref().unwrap_or(host_architecture())
     }
 
+    /// The image reached: a registry client, or the archive's entries listed.
+    async fn store(&self) -> Result<Store, ImportError> {
+        match &self.origin {
+            Origin::Registry { reference, auth } => Ok(Store::Registry {
+                client: self.client(reference).await?,
+                reference: reference.clone(),
+                auth: auth.clone(),
+            }),
+            Origin::Archive {
+                location,
+                credentials,
+            } => {
+                let url = match location.strip_prefix("//") {
+                    Some(rest) => {
+                        let host = rest.split('/').next().unwrap_or("");
+                        if self.insecure && !speaks_tls(host).await {
+                            format!("http://{rest}")
+                        } else {
+                            format!("https://{rest}")
+                        }
+                    }
+                    None => location.clone(),
+                };
+                let source = HttpSource {
+                    url,
+                    basic_auth: credentials.clone(),
+                    ca_certs_pem: self.ca_certs_pem.clone(),
+                    insecure: self.insecure,
+                    ..Default::default()
+                };
+                let archive = Archive::open(source)
+                    .await
+                    .map_err(|e| self.pull_failed(e))?;
+                Ok(Store::Archive(Arc::new(archive)))
+            }
+        }
+    }
+
+    /// A transfer error of the archive as the import reports it (upstream's ImagePullFailed).
+    fn pull_failed(&self, e: ImportError) -> ImportError {
+        match e {
+            ImportError::Http {
+                status, message, ..
+            } => ImportError::Http {
+                url: self.url.clone(),
+                status,
+                message: format!("failed to pull image: {message}"),
+            },
+            other => other,
+        }
+    }
+
+    /// A JSON document of the archive, by path or digest.
+    async fn archive_json(
+        &self,
+        archive: &Archive,
+        path: &str,
+    ) -> Result<serde_json::Value, ImportError> {
+        let raw = archive.read(path).await.map_err(|e| self.pull_failed(e))?;
+        serde_json::from_slice(&raw).map_err(|e| {
+            ImportError::Damaged(format!(
+                "{}: the archive's {path} is not JSON: {e}",
+                self.url
+            ))
+        })
+    }
+
+    /// The archive's image: its digest and descriptor document (a manifest or an index). One
+    /// entry in `index.json` is the image; several with platforms are an index to choose from.
+    async fn top(&self, archive: &Archive) -> Result<(String, serde_json::Value), ImportError> {
+        let raw = archive
+            .read("index.json")
+            .await
+            .map_err(|e| self.pull_failed(e))?;
+        let index: OciImageIndex = serde_json::from_slice(&raw).map_err(|e| {
+            ImportError::Damaged(format!(
+                "{}: the archive's index.json is not an OCI index: {e}",
+                self.url
+            ))
+        })?;
+        match index.manifests.as_slice() {
+            [one] => {
+                let path = blob_path(&one.digest, &self.url)?;
+                Ok((one.digest.clone(), self.archive_json(archive, &path).await?))
+            }
+            many if !many.is_empty() && many.iter().all(|m| m.platform.is_some()) => {
+                let hex: String = sha2::Sha256::digest(&raw)
+                    .iter()
+                    .map(|b| format!("{b:02x}"))
+                    .collect();
+                let value = serde_json::from_slice(&raw).unwrap_or_default();
+                Ok((format!("sha256:{hex}"), value))
+            }
+            many => {
+                let names: Vec<&str> = many
+                    .iter()
+                    .filter_map(|m| m.annotations.as_ref())
+                    .filter_map(|a| a.get("org.opencontainers.image.ref.name"))
+                    .map(String::as_str)
+                    .collect();
+                Err(ImportError::Unsupported(format!(
+                    "{}: the archive holds {} images ({}); an oci-archive source holds one                      image (or one index of architectures)",
+                    self.url,
+                    many.len(),
+                    if names.is_empty() {
+                        "none named".to_string()
+                    } else {
+                        names.join(", ")
+                    }
+                )))
+            }
+        }
+    }
+
+    /// The index entry of the wanted architecture.
+    fn choose<'a>(&self, index: &'a OciImageIndex) -> Result<&'a ImageIndexEntry, ImportError> {
+        let wanted = self.wanted_architecture();
+        let entry = index.manifests.iter().find(|m| {
+            m.platform.as_ref().is_some_and(|p| {
+                p.architecture.to_string() == wanted && p.os.to_string() == "linux"
+            })
+        });
+        entry.ok_or_else(|| {
+            let offered: Vec<String> = index
+                .manifests
+                .iter()
+                .filter_map(|m| m.platform.as_ref())
+                .map(|p| format!("{}/{}", p.os, p.architecture))
+                .collect();
+            // Upstream's words (containers/image's), then what there is.
+            ImportError::Unsupported(format!(
+                "{}: Error retrieving image: choosing image instance: no image found in image \
+                 index for architecture {wanted:?}, variant \"\", OS \"linux\" (it has {}); \
+                 name one of its architectures in the DataVolume's \
+                 spec.source.registry.platform.architecture",
+                self.url,
+                if offered.is_empty() {
+                    "none named".to_string()
+                } else {
+                    offered.join(", ")
+                }
+            ))
+        })
+    }
+
+    /// The archive's image manifest for the wanted architecture.
+    async fn archive_manifest(&self, archive: &Archive) -> Result<OciImageManifest, ImportError> {
+        let (_, top) = self.top(archive).await?;
+        let is_index = |v: &serde_json::Value| v.get("manifests").is_some();
+        let doc = if is_index(&top) {
+            let index: OciImageIndex = serde_json::from_value(top).map_err(|e| {
+                ImportError::Damaged(format!(
+                    "{}: the archive's index is not valid: {e}",
+                    self.url
+                ))
+            })?;
+            let entry = self.choose(&index)?;
+            let doc = self
+                .archive_json(archive, &blob_path(&entry.digest, &self.url)?)
+                .await?;
+            if is_index(&doc) {
+                return Err(ImportError::Unsupported(format!(
+                    "{}: the index's linux/{} entry is another index",
+                    self.url,
+                    self.wanted_architecture()
+                )));
+            }
+            doc
+        } else {
+            top
+        };
+        serde_json::from_value(doc).map_err(|e| {
+            ImportError::Damaged(format!(
+                "{}: the archive's image manifest is not valid: {e}",
+                self.url
+            ))
+        })
+    }
+
     /// A client for the registry; with `insecure`, plain HTTP when the registry speaks no TLS.
-    async fn client(&self) -> Result<Client, ImportError> {
-        let registry = self.reference.resolve_registry().to_string();
+    async fn client(&self, reference: &Reference) -> Result<Client, ImportError> {
+        let registry = reference.resolve_registry().to_string();
         let mut config = ClientConfig {
             extra_root_certificates: self
                 .ca_certs_pem
@@ -185,10 +420,18 @@ impl RegistrySource {
         Ok(Client::new(config))
     }
 
-    /// The image manifest for the wanted architecture, and its digest.
-    async fn manifest(&self, client: &Client) -> Result<OciImageManifest, ImportError> {
+    /// The image manifest for the wanted architecture.
+    async fn manifest(&self, store: &Store) -> Result<OciImageManifest, ImportError> {
+        let (client, reference, auth) = match store {
+            Store::Registry {
+                client,
+                reference,
+                auth,
+            } => (client, reference, auth),
+            Store::Archive(archive) => return self.archive_manifest(archive).await,
+        };
         let (manifest, _) = client
-            .pull_manifest(&self.reference, &self.auth)
+            .pull_manifest(reference, auth)
             .await
             .map_err(|e| self.error(e))?;
         let index = match manifest {
@@ -196,34 +439,9 @@ impl RegistrySource {
             OciManifest::ImageIndex(index) => index,
         };
         let wanted = self.wanted_architecture();
-        let entry = index.manifests.iter().find(|m| {
-            m.platform.as_ref().is_some_and(|p| {
-                p.architecture.to_string() == wanted && p.os.to_string() == "linux"
-            })
-        });
-        let Some(entry) = entry else {
-            let offered: Vec<String> = index
-                .manifests
-                .iter()
-                .filter_map(|m| m.platform.as_ref())
-                .map(|p| format!("{}/{}", p.os, p.architecture))
-                .collect();
-            // Upstream's words (containers/image's), then what there is.
-            return Err(ImportError::Unsupported(format!(
-                "{}: Error retrieving image: choosing image instance: no image found in image \
-                 index for architecture {wanted:?}, variant \"\", OS \"linux\" (it has {}); \
-                 name one of its architectures in the DataVolume's \
-                 spec.source.registry.platform.architecture",
-                self.url,
-                if offered.is_empty() {
-                    "none named".to_string()
-                } else {
-                    offered.join(", ")
-                }
-            )));
-        };
-        let pinned = self.reference.clone_with_digest(entry.digest.clone());
-        match client.pull_manifest(&pinned, &self.auth).await {
+        let entry = self.choose(&index)?;
+        let pinned = reference.clone_with_digest(entry.digest.clone());
+        match client.pull_manifest(&pinned, auth).await {
             Ok((OciManifest::Image(image), _)) => Ok(image),
             Ok((OciManifest::ImageIndex(_), _)) => Err(ImportError::Unsupported(format!(
                 "{}: the index's linux/{wanted} entry is another index",
@@ -236,14 +454,25 @@ impl RegistrySource {
     /// Read the image's config: refuse what upstream refuses, keep the labels it asks for.
     async fn check_config(
         &self,
-        client: &Client,
+        store: &Store,
         manifest: &OciImageManifest,
     ) -> Result<BTreeMap<String, String>, ImportError> {
-        let mut raw = Vec::new();
-        client
-            .pull_blob(&self.reference, &manifest.config, &mut raw)
-            .await
-            .map_err(|e| self.error(e))?;
+        let raw = match store {
+            Store::Registry {
+                client, reference, ..
+            } => {
+                let mut raw = Vec::new();
+                client
+                    .pull_blob(reference, &manifest.config, &mut raw)
+                    .await
+                    .map_err(|e| self.error(e))?;
+                raw
+            }
+            Store::Archive(archive) => archive
+                .read(&blob_path(&manifest.config.digest, &self.url)?)
+                .await
+                .map_err(|e| self.pull_failed(e))?,
+        };
         let config: serde_json::Value = serde_json::from_slice(&raw).map_err(|e| {
             ImportError::Unsupported(format!("{}: the image's config is not JSON: {e}", self.url))
         })?;
@@ -302,6 +531,12 @@ impl RegistrySource {
             message: format!("failed to pull image: {}{hint}", chain(&e)),
         }
     }
+}
+
+/// Where a blob is in an OCI layout.
+fn blob_path(digest: &str, url: &str) -> Result<String, ImportError> {
+    Archive::blob_path(digest)
+        .ok_or_else(|| ImportError::Damaged(format!("{url}: {digest:?} is not a digest")))
 }
 
 /// An error and its causes on one line (reqwest hides the useful part in its sources).
@@ -397,9 +632,9 @@ impl Source for RegistrySource {
 
     fn open(&self) -> BoxFuture<'_, Result<Opened, ImportError>> {
         Box::pin(async move {
-            let client = self.client().await?;
-            let manifest = self.manifest(&client).await?;
-            let labels = self.check_config(&client, &manifest).await?;
+            let store = self.store().await?;
+            let manifest = self.manifest(&store).await?;
+            let labels = self.check_config(&store, &manifest).await?;
             let (found_tx, found_rx) = oneshot::channel();
             let (verdict_tx, verdict_rx) = oneshot::channel();
             let (tx, rx) = mpsc::channel(4);
@@ -409,8 +644,7 @@ impl Source for RegistrySource {
             }
             let walk = Walk {
                 handle: Handle::current(),
-                client,
-                reference: self.reference.clone(),
+                store,
                 url: self.url.clone(),
                 layers: manifest.layers,
             };
@@ -440,8 +674,7 @@ impl Source for RegistrySource {
 /// Reads an image's layers for its disk, on a blocking thread.
 struct Walk {
     handle: Handle,
-    client: Client,
-    reference: Reference,
+    store: Store,
     url: String,
     layers: Vec<OciDescriptor>,
 }
@@ -615,8 +848,7 @@ impl Walk {
 /// broken connection, and checked against the layer's digest at its end.
 struct BlobReader {
     handle: Handle,
-    client: Client,
-    reference: Reference,
+    store: Store,
     url: String,
     layer: OciDescriptor,
     stream: Option<BoxStream<'static, std::io::Result<Bytes>>>,
@@ -632,8 +864,7 @@ impl BlobReader {
         let hasher = layer.digest.starts_with("sha256:").then(sha2::Sha256::new);
         let mut reader = BlobReader {
             handle: walk.handle.clone(),
-            client: walk.client.clone(),
-            reference: walk.reference.clone(),
+            store: walk.store.clone(),
             url: walk.url.clone(),
             layer: layer.clone(),
             stream: None,
@@ -657,12 +888,20 @@ impl BlobReader {
 
     /// (Re)start the download at `offset`.
     fn connect(&mut self) -> Result<(), ImportError> {
-        let (client, reference, layer, offset) = (
-            self.client.clone(),
-            self.reference.clone(),
-            self.layer.clone(),
-            self.offset,
-        );
+        let (client, reference, layer, offset) = match &self.store {
+            Store::Registry {
+                client, reference, ..
+            } => (
+                client.clone(),
+                reference.clone(),
+                self.layer.clone(),
+                self.offset,
+            ),
+            Store::Archive(archive) => {
+                self.stream = Some(archive.stream(&self.layer.digest, self.offset)?);
+                return Ok(());
+            }
+        };
         let response = self.handle.block_on(async move {
             if offset == 0 {
                 client
@@ -899,12 +1138,31 @@ mod tests {
             None,
         )
         .unwrap();
-        assert_eq!(s.reference.registry(), "127.0.0.1:5000");
-        assert_eq!(s.reference.repository(), "vm/disk");
-        assert_eq!(s.reference.tag(), Some("v1"));
+        let Origin::Registry { reference, .. } = &s.origin else {
+            panic!("a registry")
+        };
+        assert_eq!(reference.registry(), "127.0.0.1:5000");
+        assert_eq!(reference.repository(), "vm/disk");
+        assert_eq!(reference.tag(), Some("v1"));
         let err = RegistrySource::new("http://x/y", None, vec![], false, None)
             .err()
             .unwrap();
         assert!(err.to_string().contains("docker://"), "{err}");
+        for (url, location) in [
+            ("oci-archive:https://files/d.tar", "https://files/d.tar"),
+            ("oci-archive://files:8080/d.tar", "//files:8080/d.tar"),
+        ] {
+            let s = RegistrySource::new(url, None, vec![], false, None).unwrap();
+            assert!(
+                matches!(&s.origin, Origin::Archive { location: l, .. } if l == location),
+                "{url}"
+            );
+        }
+        for url in ["oci-archive:/images/d.tar", "oci-archive:///d.tar"] {
+            let err = RegistrySource::new(url, None, vec![], false, None)
+                .err()
+                .unwrap();
+            assert!(err.to_string().contains(ARCHIVE_ELSEWHERE), "{url}: {err}");
+        }
     }
 }
