@@ -8,8 +8,9 @@ use cdi_api::config::{CDIConfig, ImportProxy, NodePlacement};
 use cdi_api::{FailureReason, TerminationMessage, ann, env, label};
 use k8s_openapi::api::core::v1::{
     Capabilities, Container, ContainerPort, ContainerStateTerminated, EnvVar, EnvVarSource,
-    PersistentVolumeClaim, Pod, PodSecurityContext, PodSpec, ResourceRequirements, SeccompProfile,
-    SecretKeySelector, SecurityContext, Toleration, Volume, VolumeDevice, VolumeMount,
+    LocalObjectReference, PersistentVolumeClaim, Pod, PodSecurityContext, PodSpec,
+    ResourceRequirements, SeccompProfile, SecretKeySelector, SecurityContext, Toleration, Volume,
+    VolumeDevice, VolumeMount,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 
@@ -138,6 +139,9 @@ pub struct Settings {
     /// CDIConfig's `spec.insecureRegistries`: registries (host[:port]) whose TLS is not
     /// checked.
     pub insecure_registries: Vec<String>,
+    /// CDIConfig's effective `imagePullSecrets` (status): what every worker pod pulls its image
+    /// with, as upstream's.
+    pub image_pull_secrets: Vec<LocalObjectReference>,
 }
 
 /// Who makes the importer pod (the controller's own settings).
@@ -175,6 +179,12 @@ impl Settings {
             insecure_registries: cfg
                 .and_then(|c| c.spec.insecure_registries.clone())
                 .unwrap_or_default(),
+            image_pull_secrets: status
+                .and_then(|s| s.image_pull_secrets.clone())
+                .unwrap_or_default()
+                .into_iter()
+                .filter(|r| !r.name.is_empty())
+                .collect(),
         }
     }
 }
@@ -684,6 +694,7 @@ pub fn worker_pod_spec(
         containers,
         volumes: Some(volumes),
         restart_policy: Some("OnFailure".into()),
+        image_pull_secrets: Some(s.image_pull_secrets.clone()).filter(|v| !v.is_empty()),
         priority_class_name: get(&anns, ann::PRIORITY_CLASS_NAME).map(str::to_string),
         service_account_name: get(&anns, ann::POD_SERVICE_ACCOUNT_NAME).map(str::to_string),
         enable_service_links: Some(false),
@@ -1179,7 +1190,8 @@ mod tests {
         let cfg: CDIConfig = serde_json::from_value(json!({"metadata": {"name": "config"},
             "spec": {}, "status": {"filesystemOverhead": {"global": "0.06",
                 "storageClass": {"local": "0.1"}}, "preallocation": true,
-                "scratchSpaceStorageClass": "scratch"}}))
+                "scratchSpaceStorageClass": "scratch",
+                "imagePullSecrets": [{"name": "worker-pull"}, {"name": ""}]}}))
         .unwrap();
         let worker = Worker {
             image: "importer".into(),
@@ -1189,6 +1201,12 @@ mod tests {
         let fs = claim(json!({}), "Bound");
         let s = Settings::for_claim(&worker, Some(&cfg), &fs, None);
         assert_eq!(s.filesystem_overhead, "0.1");
+        let pull: Vec<&str> = s
+            .image_pull_secrets
+            .iter()
+            .map(|r| r.name.as_str())
+            .collect();
+        assert_eq!(pull, ["worker-pull"], "an empty name is no secret");
         assert!(s.preallocation);
         assert_eq!((s.image.as_str(), s.verbosity), ("importer", 3));
         // A block device has no filesystem to leave room for.
@@ -1331,6 +1349,17 @@ mod tests {
             vol.secret.as_ref().unwrap().secret_name.as_deref(),
             Some("creds")
         );
+
+        // CDIConfig's imagePullSecrets reach every worker pod.
+        let pulling = Settings {
+            image_pull_secrets: vec![LocalObjectReference {
+                name: "worker-pull".into(),
+            }],
+            ..s.clone()
+        };
+        let spec = importer_pod(&c, &pulling).spec.unwrap();
+        assert_eq!(spec.image_pull_secrets.unwrap()[0].name, "worker-pull");
+        assert_eq!(importer_pod(&c, &s).spec.unwrap().image_pull_secrets, None);
 
         let placed = Settings {
             placement: Some(
