@@ -653,6 +653,114 @@ async fn object_storage_sources_import_with_the_data_volumes_secret() {
     assert!(!dv.to_string().contains("not-the-secret"));
 }
 
+/// A DataImportCron whose template clones a claim imports it by its uid (upstream's `uid:`
+/// digest), as its ServiceAccount: without the right to clone the claim it is `Progressing=False`
+/// with `NotAuthorized` and creates nothing; given `create datavolumes/source`, the clone runs
+/// and the managed DataSource names it, holding the claim's bytes. Another class in the template
+/// replaces the import with one on that class.
+#[tokio::test(flavor = "multi_thread")]
+async fn data_import_crons_clone_a_claim_as_their_service_account() {
+    let s = setup(false);
+    let _down = Down(&s.dir);
+    let dir = s._tmp.path();
+    let raw = dir.join("src.raw");
+    std::fs::write(&raw, pattern(6 * MIB)).unwrap();
+    convert(&raw, "qcow2", &[], &dir.join("src.qcow2"));
+    let expected = oracle(&dir.join("src.qcow2"), "qcow2");
+    let server = FileServer::start(None).await;
+    server.add(
+        "/golden.qcow2",
+        std::fs::read(dir.join("src.qcow2")).unwrap(),
+        Behaviour {
+            ranges: true,
+            ..Default::default()
+        },
+    );
+    let golden = data_volume(
+        "golden-disk",
+        &server.url("/golden.qcow2"),
+        "64Mi",
+        r#"cdi.kubevirt.io/storage.bind.immediate.requested: "true""#,
+    );
+    kubectl(&s.dir, &["apply", "-f", "-"], Some(&golden));
+    wait_for("the golden disk to succeed", 120, || {
+        get(&s.dir, "dv/golden-disk").filter(|d| phase(d) == "Succeeded")
+    });
+    let uid = get(&s.dir, "pvc/golden-disk").unwrap()["metadata"]["uid"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let cron = "apiVersion: cdi.kubevirt.io/v1beta1\nkind: DataImportCron\nmetadata: {name: golden-cron}\nspec:\n  schedule: \"0 0 1 1 *\"\n  managedDataSource: golden\n  serviceAccountName: importer\n  template:\n    spec:\n      source: {pvc: {namespace: default, name: golden-disk}}\n      pvc: {storageClassName: local-path-wffc, accessModes: [ReadWriteOnce], resources: {requests: {storage: 64Mi}}}\n";
+    kubectl(&s.dir, &["apply", "-f", "-"], Some(cron));
+    let refused = wait_for("the clone refused to the ServiceAccount", 60, || {
+        get(&s.dir, "dataimportcron/golden-cron")
+            .filter(|c| condition(c, "Progressing")["reason"] == "NotAuthorized")
+    });
+    assert_eq!(
+        condition(&refused, "Progressing")["message"],
+        "Not authorized to create DataVolume"
+    );
+    assert_eq!(
+        refused["metadata"]["annotations"]["cdi.kubevirt.io/storage.import.sourceDesiredDigest"],
+        format!("uid:{uid}").as_str()
+    );
+    let import = format!("golden-{}", &uid[..12]);
+    assert!(get(&s.dir, &format!("dv/{import}")).is_none());
+
+    let grant = "apiVersion: rbac.authorization.k8s.io/v1\nkind: Role\nmetadata: {name: clone-source}\nrules:\n- {apiGroups: [cdi.kubevirt.io], resources: [datavolumes/source], verbs: [create]}\n---\napiVersion: rbac.authorization.k8s.io/v1\nkind: RoleBinding\nmetadata: {name: importer-clones}\nroleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: clone-source}\nsubjects:\n- {kind: ServiceAccount, name: importer, namespace: default}\n";
+    kubectl(&s.dir, &["apply", "-f", "-"], Some(grant));
+    // A RoleBinding sends the cron no event: a touch asks again at once (else within a minute).
+    kubectl(
+        &s.dir,
+        &["annotate", "dataimportcron/golden-cron", "touched=1"],
+        None,
+    );
+    wait_for("the DataSource to name the clone", 180, || {
+        get(&s.dir, "datasource/golden").filter(|d| {
+            d["spec"]["source"]["pvc"]["name"] == import.as_str()
+                && condition(d, "Ready")["status"] == "True"
+        })
+    });
+    let disk = std::fs::read(devcluster::volume_file(&s.dir, "default", &import)).unwrap();
+    assert_same(&disk[..expected.len()], &expected, "the cron's clone");
+    let cron_now = get(&s.dir, "dataimportcron/golden-cron").unwrap();
+    assert_eq!(
+        cron_now["metadata"]["annotations"]["cdi.kubevirt.io/storage.import.storageClass"],
+        "local-path-wffc"
+    );
+
+    // Another class for the imports: the current one goes and is made again on the new class.
+    kubectl(
+        &s.dir,
+        &[
+            "patch",
+            "dataimportcron/golden-cron",
+            "--type=json",
+            "-p",
+            r#"[{"op":"replace","path":"/spec/template/spec/pvc/storageClassName","value":"local-path"}]"#,
+        ],
+        None,
+    );
+    wait_for("the import made again on the new class", 180, || {
+        get(&s.dir, &format!("pvc/{import}"))
+            .filter(|c| c["spec"]["storageClassName"] == "local-path")
+            .and_then(|_| get(&s.dir, "datasource/golden"))
+            .filter(|d| condition(d, "Ready")["status"] == "True")
+            .and_then(|_| get(&s.dir, "dataimportcron/golden-cron"))
+            .filter(|c| {
+                c["metadata"]["annotations"]["cdi.kubevirt.io/storage.import.storageClass"]
+                    == "local-path"
+                    && condition(c, "UpToDate")["status"] == "True"
+            })
+    });
+    let disk = std::fs::read(devcluster::volume_file(&s.dir, "default", &import)).unwrap();
+    assert_same(
+        &disk[..expected.len()],
+        &expected,
+        "the clone on the new class",
+    );
+}
+
 /// List `host` in CDIConfig's `insecureRegistries` (a registry without TLS on 127.0.0.1).
 fn insecure_registry(dir: &Path, host: &str) {
     kubectl(

@@ -27,6 +27,23 @@ use crate::{Context, Error};
 /// Read the digest of the image the cron's template names.
 async fn poll(ctx: &Context, cron: &DataImportCron) -> Poll {
     let ns = cron.namespace().unwrap_or_default();
+    // A claim's "digest" is its uid: a new claim under the name is a new image (upstream's).
+    if let Some((at, name)) = dic::claim_source(cron) {
+        return match Api::<PersistentVolumeClaim>::namespaced(ctx.client.clone(), &at)
+            .get_opt(&name)
+            .await
+        {
+            Ok(Some(claim)) => match claim.metadata.uid.filter(|u| !u.is_empty()) {
+                Some(uid) => Poll::Digest(format!("{}{uid}", dic::UID_PREFIX)),
+                None => Poll::Failed(format!("PersistentVolumeClaim {at}/{name} has no uid")),
+            },
+            Ok(None) => Poll::Failed(format!(
+                "PersistentVolumeClaim {at}/{name} not found; spec.template.spec.source.pvc names \
+                 the claim to import"
+            )),
+            Err(e) => Poll::Failed(format!("reading PersistentVolumeClaim {at}/{name}: {e}")),
+        };
+    }
     let registry = cron
         .spec
         .template
@@ -39,7 +56,7 @@ async fn poll(ctx: &Context, cron: &DataImportCron) -> Poll {
         .filter(|u| !u.is_empty())
     else {
         return Poll::Failed(
-            "this version of cdi-rs polls registry images named by spec.template.spec.source.registry.url"
+            "this version of cdi-rs polls registry images named by spec.template.spec.source.registry.url, and claims named by spec.template.spec.source.pvc"
                 .into(),
         );
     };
@@ -234,6 +251,27 @@ async fn reconcile(cron: Arc<DataImportCron>, ctx: Arc<Context>) -> Result<Actio
             (m.metadata.name.unwrap_or_default(), used)
         })
         .collect();
+    // Upstream's AuthorizeSA: a cron cloning a claim does so as its ServiceAccount.
+    let clone_denied = match dic::claim_source(&cron) {
+        Some((at, claim_name)) => {
+            let (user, groups) = dic::service_account_user(&cron);
+            let source = cdi_upload::webhook::CloneSource {
+                snapshot: false,
+                namespace: at.clone(),
+                name: claim_name,
+            };
+            let who = json!({"username": user, "groups": groups});
+            match cdi_upload::webhook::may_clone(&ctx.client, &source, &who).await {
+                Ok(true) => None,
+                Ok(false) => Some(cdi_upload::webhook::insufficient(&user, &at)),
+                Err(e) => return Err(Error::Other(e)),
+            }
+        }
+        None => None,
+    };
+    if let Some(why) = &clone_denied {
+        tracing::info!(cron = %format!("{ns}/{name}"), reason = %why, "not authorized to create DataVolume");
+    }
     let observed = Observed {
         cron: &cron,
         now,
@@ -250,6 +288,7 @@ async fn reconcile(cron: Arc<DataImportCron>, ctx: Arc<Context>) -> Result<Actio
             .map(|s| s.data["status"]["readyToUse"] == true),
         snapshot_class,
         snapshots: labelled_snapshots,
+        clone_denied,
     };
     let plan = dic::decide(&observed);
 

@@ -31,6 +31,8 @@ use k8s_openapi::jiff::Timestamp;
 pub const DESIRED_DIGEST: &str = "cdi.kubevirt.io/storage.import.sourceDesiredDigest";
 pub const NEXT_CRON_TIME: &str = "cdi.kubevirt.io/storage.import.nextCronTime";
 pub const LAST_CRON_TIME: &str = "cdi.kubevirt.io/storage.import.lastCronTime";
+/// The class the cron's current import went to.
+pub const STORAGE_CLASS: &str = "cdi.kubevirt.io/storage.import.storageClass";
 /// On the DataVolumes and claims of imports: when the cron last found them current.
 pub const LAST_USE_TIME: &str = "cdi.kubevirt.io/storage.import.lastUseTime";
 /// Set (`true`) on what a cron with `retentionPolicy: None` makes.
@@ -82,6 +84,45 @@ fn parse_time(text: &str) -> Option<Timestamp> {
 
 /// Whether this pass polls the source: the cron has a schedule, and its next time is unset
 /// (a new cron polls at once), unreadable, or past.
+/// The prefix of a claim source's "digest": its uid (upstream's).
+pub const UID_PREFIX: &str = "uid:";
+
+/// Why a cron's ServiceAccount may not clone its claim (upstream's condition reason).
+pub const NOT_AUTHORIZED: &str = "NotAuthorized";
+/// How soon a cron refused the clone asks again (a RoleBinding changes without an event here).
+const AUTHORIZATION_WAIT: Duration = Duration::from_secs(60);
+
+/// The user a cron's ServiceAccount is to SubjectAccessReviews (`spec.serviceAccountName`,
+/// `default` when unset): name and groups, as upstream's AuthorizeSA asks.
+pub fn service_account_user(cron: &DataImportCron) -> (String, Vec<String>) {
+    let ns = cron.metadata.namespace.clone().unwrap_or_default();
+    let sa = cron
+        .spec
+        .service_account_name
+        .clone()
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| "default".into());
+    (
+        format!("system:serviceaccount:{ns}:{sa}"),
+        vec![
+            "system:serviceaccounts".into(),
+            format!("system:serviceaccounts:{ns}"),
+        ],
+    )
+}
+
+/// The claim a cron imports from (`spec.template.spec.source.pvc`), by namespace (the cron's
+/// when it names none) and name.
+pub fn claim_source(cron: &DataImportCron) -> Option<(String, String)> {
+    let pvc = cron.spec.template.spec.source.as_ref()?.pvc.as_ref()?;
+    let ns = if pvc.namespace.is_empty() {
+        cron.metadata.namespace.clone().unwrap_or_default()
+    } else {
+        pvc.namespace.clone()
+    };
+    Some((ns, pvc.name.clone()))
+}
+
 pub fn poll_due(cron: &DataImportCron, now: Timestamp) -> bool {
     matches!(schedule(cron), Ok(Some(_)))
         && annotation(cron, NEXT_CRON_TIME)
@@ -94,7 +135,7 @@ pub fn poll_due(cron: &DataImportCron, now: Timestamp) -> bool {
 pub enum Poll {
     /// Not polled this pass.
     NotDue,
-    /// The image's digest (`sha256:…`).
+    /// The image's digest (`sha256:…`), or for a claim source its uid (`uid:…`).
     Digest(String),
     /// Why the digest could not be read.
     Failed(String),
@@ -125,6 +166,9 @@ pub struct Observed<'a> {
     pub snapshot_class: Option<String>,
     /// The snapshots labelled as this cron's: name and `lastUseTime`.
     pub snapshots: Vec<(String, String)>,
+    /// For a cron that clones a claim: why its ServiceAccount may not (upstream's AuthorizeSA),
+    /// if it may not.
+    pub clone_denied: Option<String>,
 }
 
 /// What the DataSource needs.
@@ -201,15 +245,17 @@ fn set_condition(
 
 /// The import's name: `<managedDataSource>-<first 12 of the digest's hex>` (upstream's).
 pub fn import_name(cron: &DataImportCron, digest: &str) -> Option<String> {
-    let hex = digest.strip_prefix("sha256:")?;
-    if hex.len() < DIGEST_IN_NAME || !hex.chars().all(|c| c.is_ascii_hexdigit()) {
+    // A claim's uid (`uid:` + its uid) names its imports as a digest does.
+    let (hex, uid) = match digest.strip_prefix("sha256:") {
+        Some(hex) => (hex, false),
+        None => (digest.strip_prefix(UID_PREFIX)?, true),
+    };
+    let part = hex.get(..DIGEST_IN_NAME)?;
+    let fits = |c: char| c.is_ascii_digit() || ('a'..='f').contains(&c) || (uid && c == '-');
+    if !part.chars().all(fits) || part.ends_with('-') {
         return None;
     }
-    Some(format!(
-        "{}-{}",
-        cron.spec.managed_data_source,
-        &hex[..DIGEST_IN_NAME]
-    ))
+    Some(format!("{}-{part}", cron.spec.managed_data_source))
 }
 
 /// The registry URL pinned to `digest`, its tag dropped: `docker://host/repo:tag` →
@@ -401,6 +447,53 @@ pub fn decide(o: &Observed) -> Plan {
         }
     }
 
+    // The class imports go to changed (the template's, or the default): the current import on
+    // the old class goes first, then the class is recorded and the image imported anew
+    // (upstream's). A claim of the cron's still pending on another class just goes.
+    if let Some(desired_class) = &o.class {
+        let claim_class =
+            |c: &PersistentVolumeClaim| c.spec.as_ref().and_then(|s| s.storage_class_name.clone());
+        let cron_name = cron.metadata.name.as_deref().unwrap_or("");
+        if let Some(claim) = o.claim.filter(|c| {
+            c.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Pending")
+                && made_by(c.metadata.labels.as_ref(), cron_name)
+                && claim_class(c).is_some_and(|sc| sc != *desired_class)
+        }) {
+            plan.delete
+                .push(claim.metadata.name.clone().unwrap_or_default());
+            plan.requeue_after = Some(Duration::from_secs(1));
+            plan.status.conditions = Some(conditions);
+            plan.status.current_imports = Some(imports);
+            return plan;
+        }
+        match annotation(cron, STORAGE_CLASS) {
+            Some(recorded) if recorded != desired_class => {
+                let old = imports.first().map(|i| i.data_volume_name.clone());
+                if let Some(old) =
+                    old.filter(|_| o.dv.is_some() || o.claim.is_some() || o.snapshot.is_some())
+                {
+                    if o.dv.is_some() || o.claim.is_some() {
+                        plan.delete.push(old.clone());
+                    }
+                    if o.snapshot.is_some() {
+                        plan.delete_snapshots.push(old);
+                    }
+                    plan.requeue_after = Some(Duration::from_secs(1));
+                    plan.status.conditions = Some(conditions);
+                    plan.status.current_imports = Some(imports);
+                    return plan;
+                }
+                plan.annotations
+                    .insert(STORAGE_CLASS.into(), Some(desired_class.clone()));
+            }
+            Some(_) => {}
+            None => {
+                plan.annotations
+                    .insert(STORAGE_CLASS.into(), Some(desired_class.clone()));
+            }
+        }
+    }
+
     // Where the current import stands.
     let current = imports.first().cloned();
     let mut succeeded = false;
@@ -529,6 +622,21 @@ pub fn decide(o: &Observed) -> Plan {
         }
         if !restart && (succeeded || imports.is_empty()) {
             match import_name(cron, &desired) {
+                // Upstream's AuthorizeSA: the cron's ServiceAccount must be allowed to clone.
+                Some(_) if o.clone_denied.is_some() => {
+                    set_condition(
+                        &mut conditions,
+                        DataImportCronConditionType::Progressing,
+                        ConditionStatus::False,
+                        NOT_AUTHORIZED,
+                        "Not authorized to create DataVolume",
+                        now,
+                    );
+                    plan.requeue_after = Some(
+                        plan.requeue_after
+                            .map_or(AUTHORIZATION_WAIT, |r| r.min(AUTHORIZATION_WAIT)),
+                    );
+                }
                 Some(name) => {
                     plan.create_dv = Some(import_dv(cron, &name, &desired, now));
                     imports = vec![ImportStatus {
@@ -538,7 +646,7 @@ pub fn decide(o: &Observed) -> Plan {
                 }
                 None => {
                     poll_error = Some(format!(
-                        "the source digest {desired:?} is not sha256:<hex>; it is what {DESIRED_DIGEST} says"
+                        "the source digest {desired:?} is not sha256:<hex> (or uid:<uid> for a claim); it is what {DESIRED_DIGEST} says"
                     ))
                 }
             }
@@ -835,6 +943,7 @@ mod tests {
             snapshot: None,
             snapshot_class: None,
             snapshots: vec![],
+            clone_denied: None,
         }
     }
 
@@ -857,6 +966,16 @@ mod tests {
             Some("fedora-0123456789ab")
         );
         assert_eq!(import_name(&c, "sha256:12"), None);
+        assert_eq!(
+            import_name(&c, "uid:4a7b2c1d-9e8f-4a6b-8c2d-0123456789ab").as_deref(),
+            Some("fedora-4a7b2c1d-9e8")
+        );
+        assert_eq!(import_name(&c, "uid:4a7b2c1d-9E8f"), None);
+        assert_eq!(
+            import_name(&c, "uid:4a7b2c1d-9e-"),
+            None,
+            "no name ends in -"
+        );
         assert_eq!(import_name(&c, "md5:0123456789abcdef"), None);
         assert_eq!(
             pinned_url("docker://127.0.0.1:5000/disks/fedora:41", DIGEST),
@@ -869,6 +988,57 @@ mod tests {
         assert_eq!(
             pinned_url(&format!("docker://r:5000/d@{NEWER}"), DIGEST),
             format!("docker://r:5000/d@{DIGEST}")
+        );
+    }
+
+    #[test]
+    fn a_claim_source_is_imported_by_its_uid_once_its_service_account_may_clone_it() {
+        let mut c = cron(json!({}), json!({}));
+        c.spec.template.spec.source = Some(
+            serde_json::from_value(json!({"pvc": {"namespace": "", "name": "golden-disk"}}))
+                .unwrap(),
+        );
+        c.spec.service_account_name = Some("importer".into());
+        assert_eq!(
+            claim_source(&c),
+            Some(("golden".to_string(), "golden-disk".to_string()))
+        );
+        assert_eq!(
+            service_account_user(&c),
+            (
+                "system:serviceaccount:golden:importer".to_string(),
+                vec![
+                    "system:serviceaccounts".to_string(),
+                    "system:serviceaccounts:golden".to_string()
+                ]
+            )
+        );
+        let uid = "uid:4a7b2c1d-9e8f-4a6b-8c2d-0123456789ab";
+        let mut o = observed(&c, Poll::Digest(uid.into()));
+        o.clone_denied = Some("no rights".into());
+        let plan = decide(&o);
+        assert_eq!(plan.annotations[DESIRED_DIGEST].as_deref(), Some(uid));
+        assert!(plan.create_dv.is_none());
+        assert!(
+            plan.status
+                .current_imports
+                .as_deref()
+                .unwrap_or(&[])
+                .is_empty()
+        );
+        assert_eq!(
+            condition(&plan, DataImportCronConditionType::Progressing),
+            (ConditionStatus::False, NOT_AUTHORIZED.to_string())
+        );
+        assert_eq!(plan.requeue_after, Some(AUTHORIZATION_WAIT));
+
+        let plan = decide(&observed(&c, Poll::Digest(uid.into())));
+        let dv = plan.create_dv.unwrap();
+        assert_eq!(dv.metadata.name.as_deref(), Some("fedora-4a7b2c1d-9e8"));
+        let pvc = dv.spec.source.unwrap().pvc.unwrap();
+        assert_eq!(
+            (pvc.namespace.as_str(), pvc.name.as_str()),
+            ("", "golden-disk")
         );
     }
 
@@ -959,6 +1129,60 @@ mod tests {
             c
         };
         assert!(!poll_due(&unscheduled, now()));
+    }
+
+    #[test]
+    fn a_new_class_replaces_the_current_import() {
+        let on = |class: &str| {
+            cron(
+                json!({(DESIRED_DIGEST): DIGEST, (NEXT_CRON_TIME): "2026-12-03T12:00:00Z",
+                    (STORAGE_CLASS): class}),
+                json!({"currentImports": [{"DataVolumeName": "fedora-0123456789ab", "Digest": DIGEST}]}),
+            )
+        };
+        let claim = |phase: &str, class: &str| -> PersistentVolumeClaim {
+            serde_json::from_value(json!({"metadata": {"name": "fedora-0123456789ab",
+                "labels": {(label::DATA_IMPORT_CRON): "fedora-cron"}},
+                "spec": {"storageClassName": class}, "status": {"phase": phase}}))
+            .unwrap()
+        };
+        // The class recorded is the one wanted: nothing to do on that account.
+        let same = on("local-path");
+        let bound = claim("Bound", "local-path");
+        let mut o = observed(&same, Poll::NotDue);
+        o.claim = Some(&bound);
+        let plan = decide(&o);
+        assert!(plan.delete.is_empty() && !plan.annotations.contains_key(STORAGE_CLASS));
+        // Another class recorded: the current import goes first, the record stays.
+        let moved = on("old-class");
+        let old = claim("Bound", "old-class");
+        let mut o = observed(&moved, Poll::NotDue);
+        o.claim = Some(&old);
+        let plan = decide(&o);
+        assert_eq!(plan.delete, vec!["fedora-0123456789ab"]);
+        assert!(plan.create_dv.is_none() && !plan.annotations.contains_key(STORAGE_CLASS));
+        // Once it is gone: the new class recorded, the image imported again.
+        let plan = decide(&observed(&moved, Poll::NotDue));
+        assert_eq!(
+            plan.annotations[STORAGE_CLASS].as_deref(),
+            Some("local-path")
+        );
+        assert_eq!(
+            plan.create_dv.unwrap().metadata.name.as_deref(),
+            Some("fedora-0123456789ab")
+        );
+        // A pending claim of the cron's on another class just goes.
+        let pending = claim("Pending", "old-class");
+        let mut o = observed(&same, Poll::NotDue);
+        o.claim = Some(&pending);
+        assert_eq!(decide(&o).delete, vec!["fedora-0123456789ab"]);
+        // A new cron records its class.
+        let fresh = cron(json!({}), json!({}));
+        let plan = decide(&observed(&fresh, Poll::Digest(DIGEST.into())));
+        assert_eq!(
+            plan.annotations[STORAGE_CLASS].as_deref(),
+            Some("local-path")
+        );
     }
 
     #[test]

@@ -315,37 +315,47 @@ impl Webhook {
 
     /// Whether the requester (`userInfo` of the review) may clone `source`.
     async fn may_clone(&self, source: &CloneSource, user: &Value) -> Result<bool, String> {
-        let reviews: kube::Api<SubjectAccessReview> = kube::Api::all(self.client.clone());
-        for alternative in access_checks(source) {
-            let mut all = true;
-            for attributes in alternative {
-                let mut spec = json!({"user": user["username"], "groups": user["groups"],
-                    "resourceAttributes": attributes});
-                if let Some(extra) = user.get("extra").filter(|e| e.is_object()) {
-                    spec["extra"] = extra.clone();
-                }
-                if let Some(uid) = user.get("uid").filter(|u| u.is_string()) {
-                    spec["uid"] = uid.clone();
-                }
-                let sar: SubjectAccessReview =
-                    serde_json::from_value(json!({"apiVersion": "authorization.k8s.io/v1",
-                        "kind": "SubjectAccessReview", "spec": spec}))
-                    .map_err(|e| format!("building the SubjectAccessReview: {e}"))?;
-                let answer = reviews
-                    .create(&kube::api::PostParams::default(), &sar)
-                    .await
-                    .map_err(|e| format!("authorizing the clone: {e}"))?;
-                if !answer.status.is_some_and(|s| s.allowed) {
-                    all = false;
-                    break;
-                }
+        may_clone(&self.client, source, user).await
+    }
+}
+
+/// Whether `user` (a `userInfo`: `username`, `groups`, and optionally `uid`, `extra`) may clone
+/// `source`, by SubjectAccessReviews for each alternative of [`access_checks`].
+pub async fn may_clone(
+    client: &kube::Client,
+    source: &CloneSource,
+    user: &Value,
+) -> Result<bool, String> {
+    let reviews: kube::Api<SubjectAccessReview> = kube::Api::all(client.clone());
+    for alternative in access_checks(source) {
+        let mut all = true;
+        for attributes in alternative {
+            let mut spec = json!({"user": user["username"], "groups": user["groups"],
+                "resourceAttributes": attributes});
+            if let Some(extra) = user.get("extra").filter(|e| e.is_object()) {
+                spec["extra"] = extra.clone();
             }
-            if all {
-                return Ok(true);
+            if let Some(uid) = user.get("uid").filter(|u| u.is_string()) {
+                spec["uid"] = uid.clone();
+            }
+            let sar: SubjectAccessReview =
+                serde_json::from_value(json!({"apiVersion": "authorization.k8s.io/v1",
+                    "kind": "SubjectAccessReview", "spec": spec}))
+                .map_err(|e| format!("building the SubjectAccessReview: {e}"))?;
+            let answer = reviews
+                .create(&kube::api::PostParams::default(), &sar)
+                .await
+                .map_err(|e| format!("authorizing the clone: {e}"))?;
+            if !answer.status.is_some_and(|s| s.allowed) {
+                all = false;
+                break;
             }
         }
-        Ok(false)
+        if all {
+            return Ok(true);
+        }
     }
+    Ok(false)
 }
 
 #[cfg(test)]
