@@ -351,6 +351,19 @@ async fn reconcile(cron: Arc<DataImportCron>, ctx: Arc<Context>) -> Result<Actio
                 .patch(used, &PatchParams::default(), &Patch::Merge(&stamp))
                 .await?;
         }
+        // The snapshot of the import too: its garbage collection goes by the same time.
+        if let Some(snap) = &snapshot
+            && stale(snap.metadata.annotations.as_ref())
+        {
+            match snapshots
+                .patch(used, &PatchParams::default(), &Patch::Merge(&stamp))
+                .await
+            {
+                Ok(_) => {}
+                Err(kube::Error::Api(e)) if e.code == 404 => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
     }
     match &plan.data_source {
         Some(DataSourceChange::Create(new)) => {
