@@ -131,10 +131,18 @@ pub fn run(args: &ApiServerArgs) -> anyhow::Result<()> {
             .with_context(|| format!("listening on {}", config.listen))?;
         // The DataVolume webhook fails closed: registered only once the Service reaches this
         // server (before, every DataVolume write would be refused).
-        let webhook = cdi_upload::webhook::configuration(ns, &args.service, args.service_port, &ca);
+        let webhooks = [
+            cdi_upload::webhook::configuration(ns, &args.service, args.service_port, &ca),
+            cdi_upload::webhook::validating_configuration(
+                ns,
+                &args.service,
+                args.service_port,
+                &ca,
+            ),
+        ];
         let register = register_webhook(
             client.clone(),
-            webhook,
+            webhooks,
             format!("https://{}.{ns}.svc:{}/readyz", args.service, args.service_port),
             ca.clone(),
         );
@@ -158,7 +166,7 @@ pub fn run(args: &ApiServerArgs) -> anyhow::Result<()> {
 /// pod only once it is ready.
 async fn register_webhook(
     client: kube::Client,
-    webhook: serde_json::Value,
+    webhooks: [serde_json::Value; 2],
     through: String,
     ca_pem: String,
 ) {
@@ -195,23 +203,37 @@ async fn register_webhook(
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
-    use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
-    loop {
-        match Api::<MutatingWebhookConfiguration>::all(client.clone())
-            .patch(
-                cdi_upload::webhook::CONFIGURATION,
-                &PatchParams::apply("cdi-apiserver").force(),
-                &Patch::Apply(&webhook),
-            )
-            .await
-        {
-            Ok(_) => {
-                tracing::info!("registered the DataVolume webhook");
-                return;
-            }
-            Err(e) => {
-                tracing::warn!(error = %e, "registering the DataVolume webhook");
-                tokio::time::sleep(Duration::from_secs(1)).await;
+    // Each configuration by its kind and name (server-side apply: made or brought up to date).
+    for webhook in webhooks {
+        let kind = webhook["kind"].as_str().unwrap_or("").to_string();
+        let name = webhook["metadata"]["name"]
+            .as_str()
+            .unwrap_or("")
+            .to_string();
+        let resource = kube::core::ApiResource {
+            group: "admissionregistration.k8s.io".into(),
+            version: "v1".into(),
+            api_version: "admissionregistration.k8s.io/v1".into(),
+            plural: format!("{}s", kind.to_ascii_lowercase()),
+            kind: kind.clone(),
+        };
+        loop {
+            match Api::<DynamicObject>::all_with(client.clone(), &resource)
+                .patch(
+                    &name,
+                    &PatchParams::apply("cdi-apiserver").force(),
+                    &Patch::Apply(&webhook),
+                )
+                .await
+            {
+                Ok(_) => {
+                    tracing::info!(%kind, %name, "registered the DataVolume webhook");
+                    break;
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, %kind, %name, "registering the DataVolume webhook");
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                }
             }
         }
     }

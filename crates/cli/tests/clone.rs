@@ -700,7 +700,7 @@ spec:
 /// With CDI installed in the cluster (its DataVolume admission webhook on), a clone from another
 /// namespace is admitted only for a creator who may read that namespace's volumes, and then
 /// copies; a clone within a namespace needs nothing more; a claim holding a token that is not
-/// its own reads nothing.
+/// its own reads nothing. The validating webhook refuses what upstream's refuses.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_clone_from_another_namespace_needs_the_right_to_read_it() {
     let tmp = tempfile::tempdir().unwrap();
@@ -742,6 +742,47 @@ async fn a_clone_from_another_namespace_needs_the_right_to_read_it() {
         get_json(&dir, "golden", "dv/image").filter(|d| d["status"]["phase"] == "Succeeded")
     });
     let image = scatter(&volume_file(&dir, "golden", "image"));
+
+    // Upstream's validating webhook: a DataVolume it refuses is refused at apply time, in its
+    // words, and a DataVolume's spec cannot change.
+    wait_for("the validating webhook to be registered", 60, || {
+        get_json(
+            &dir,
+            "",
+            "validatingwebhookconfiguration/cdi-api-datavolume-validate",
+        )
+    });
+    let admin = dir.join("kubeconfig");
+    let (ok, out, err) = kubectl_as(
+        &admin,
+        &["apply", "-f", "-"],
+        Some(
+            "apiVersion: cdi.kubevirt.io/v1beta1\nkind: DataVolume\nmetadata: {name: no-claim, namespace: golden}\nspec: {source: {http: {url: \"ftp://images/disk.img\"}}}\n",
+        ),
+    );
+    assert!(!ok, "{out}");
+    assert!(
+        err.contains(
+            "admission webhook \"datavolume-validate.cdi.kubevirt.io\" denied the request:  \
+             Missing Data volume PVC"
+        ),
+        "{err}"
+    );
+    let (ok, out, err) = kubectl_as(
+        &admin,
+        &[
+            "patch",
+            "-n",
+            "golden",
+            "dv/image",
+            "--type=merge",
+            "-p",
+            r#"{"spec":{"contentType":"archive"}}"#,
+        ],
+        None,
+    );
+    assert!(!ok, "{out}");
+    assert!(err.contains("Cannot update DataVolume Spec"), "{err}");
 
     // Alice edits namespace vms only.
     let (ok, config, err) = cdi(&["dev", "kubeconfig", "--user", "alice"], &dir);

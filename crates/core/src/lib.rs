@@ -4,6 +4,7 @@
 //! decide, and act on the answer. That is where the bugs would be, so that is where the tests
 //! are.
 
+pub mod admission;
 pub mod capabilities;
 pub mod claims;
 pub mod clone;

@@ -37,7 +37,7 @@ fn external(dv: &DataVolume) -> bool {
 
 /// An import URL as upstream's webhook accepts it (`validateSourceURL`): absolute, of one of
 /// `schemes`.
-fn check_url(url: &str, schemes: &[&str]) -> Result<(), String> {
+pub(crate) fn check_url(url: &str, schemes: &[&str]) -> Result<(), String> {
     if url.is_empty() {
         return Err("source URL is empty".into());
     }
@@ -62,7 +62,7 @@ fn check_url(url: &str, schemes: &[&str]) -> Result<(), String> {
 
 /// A registry source as upstream's webhook takes it (its words), then what this version reads:
 /// an image by URL from a registry.
-fn registry(
+pub(crate) fn registry(
     dv: &DataVolume,
     reg: Option<&cdi_api::datavolume::DataVolumeSourceRegistry>,
 ) -> Result<(), (String, &'static str)> {
@@ -126,7 +126,7 @@ pub fn archive_host(location: &str) -> Option<&str> {
 }
 
 /// A checksum as upstream parses it (`checksum.ParseAndValidate`): `algorithm:hex`, optional.
-fn check_checksum(checksum: &str) -> Result<(), String> {
+pub(crate) fn check_checksum(checksum: &str) -> Result<(), String> {
     if checksum.is_empty() {
         return Ok(());
     }

@@ -212,6 +212,9 @@ impl Api {
             p if p == crate::webhook::PATH && req.method() == Method::POST => {
                 return self.admission(req).await;
             }
+            p if p == crate::webhook::VALIDATE_PATH && req.method() == Method::POST => {
+                return self.validation(req).await;
+            }
             _ => {}
         }
         let Some(ns) = token_request_namespace(&path).map(str::to_string) else {
@@ -284,6 +287,28 @@ impl Api {
 }
 
 impl Api {
+    /// An AdmissionReview for the DataVolume validating webhook (upstream's rules).
+    async fn validation(&self, req: Request<Incoming>) -> Response<Body> {
+        let review = match json_object(req, "an AdmissionReview").await {
+            Ok(v) if v["request"].is_object() => v,
+            Ok(_) => {
+                return status(
+                    400,
+                    "BadRequest",
+                    "the request body is not an AdmissionReview",
+                );
+            }
+            Err(refused) => return refused,
+        };
+        let answer = crate::webhook::validate(&review);
+        if answer["response"]["allowed"] == json!(false) {
+            tracing::info!(namespace = %review["request"]["namespace"],
+                name = %review["request"]["name"],
+                why = %answer["response"]["status"]["message"], "refused an invalid DataVolume");
+        }
+        json_answer(StatusCode::OK, &answer)
+    }
+
     /// An AdmissionReview for the DataVolume webhook. The API server calls it without a client
     /// certificate (as kube's does): what it answers is checked again by the controller, and a
     /// token it gives names one clone only.

@@ -18,6 +18,10 @@ pub const PATH: &str = "/datavolume-mutate";
 /// The MutatingWebhookConfiguration and its webhook (upstream's names).
 pub const CONFIGURATION: &str = "cdi-api-datavolume-mutate";
 pub const WEBHOOK: &str = "datavolume-mutate.cdi.kubevirt.io";
+/// Where the validating webhook is served, and its configuration and webhook (upstream's).
+pub const VALIDATE_PATH: &str = "/datavolume-validate";
+pub const VALIDATE_CONFIGURATION: &str = "cdi-api-datavolume-validate";
+pub const VALIDATE_WEBHOOK: &str = "datavolume-validate.cdi.kubevirt.io";
 /// The annotation holding the short clone token.
 pub const CLONE_TOKEN: &str = "cdi.kubevirt.io/storage.clone.token";
 /// Annotations under which upstream admits a clone without a token when it cannot be authorized
@@ -122,22 +126,86 @@ pub fn insufficient(user: &str, namespace: &str) -> String {
 /// operator makes the same one): through Service `service` in `namespace`, trusted by
 /// `ca_bundle` (PEM), failing closed.
 pub fn configuration(namespace: &str, service: &str, port: u16, ca_bundle: &str) -> Value {
-    use base64::Engine;
+    let mut webhook = entry(WEBHOOK, PATH, (namespace, service, port), ca_bundle);
+    webhook["reinvocationPolicy"] = json!("Never");
     json!({
         "apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingWebhookConfiguration",
         "metadata": {"name": CONFIGURATION, "labels": {"cdi.kubevirt.io": "cdi-api"}},
-        "webhooks": [{
-            "name": WEBHOOK,
-            "rules": [{"operations": ["CREATE", "UPDATE"], "apiGroups": ["cdi.kubevirt.io"],
-                "apiVersions": ["v1beta1"], "resources": ["datavolumes"], "scope": "*"}],
-            "clientConfig": {
-                "service": {"namespace": namespace, "name": service, "path": PATH, "port": port},
-                "caBundle": base64::engine::general_purpose::STANDARD.encode(ca_bundle.as_bytes())},
-            "failurePolicy": "Fail", "sideEffects": "None", "matchPolicy": "Exact",
-            "timeoutSeconds": 30, "admissionReviewVersions": ["v1", "v1beta1"],
-            "reinvocationPolicy": "Never"
-        }]
+        "webhooks": [webhook]
     })
+}
+
+/// The ValidatingWebhookConfiguration that sends DataVolume creates and updates to
+/// [`VALIDATE_PATH`] (upstream's), as [`configuration`] does the mutating one.
+pub fn validating_configuration(
+    namespace: &str,
+    service: &str,
+    port: u16,
+    ca_bundle: &str,
+) -> Value {
+    json!({
+        "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingWebhookConfiguration",
+        "metadata": {"name": VALIDATE_CONFIGURATION, "labels": {"cdi.kubevirt.io": "cdi-api"}},
+        "webhooks": [entry(VALIDATE_WEBHOOK, VALIDATE_PATH, (namespace, service, port), ca_bundle)]
+    })
+}
+
+/// One webhook of a configuration: DataVolume creates and updates, through the Service, failing
+/// closed.
+fn entry(name: &str, path: &str, (namespace, service, port): (&str, &str, u16), ca: &str) -> Value {
+    use base64::Engine;
+    json!({
+        "name": name,
+        "rules": [{"operations": ["CREATE", "UPDATE"], "apiGroups": ["cdi.kubevirt.io"],
+            "apiVersions": ["v1beta1"], "resources": ["datavolumes"], "scope": "*"}],
+        "clientConfig": {
+            "service": {"namespace": namespace, "name": service, "path": path, "port": port},
+            "caBundle": base64::engine::general_purpose::STANDARD.encode(ca.as_bytes())},
+        "failurePolicy": "Fail", "sideEffects": "None", "matchPolicy": "Exact",
+        "timeoutSeconds": 30, "admissionReviewVersions": ["v1", "v1beta1"]
+    })
+}
+
+/// Answer a validating AdmissionReview: upstream's refusals of a DataVolume (cdi-core
+/// `admission`), 422 with every cause, or allowed.
+pub fn validate(review: &Value) -> Value {
+    let request = &review["request"];
+    let response = match serde_json::from_value::<DataVolume>(request["object"].clone()) {
+        Err(e) => refused(400, &format!("the object is not a DataVolume: {e}"), None),
+        Ok(dv) => {
+            let old = if request["operation"] == "UPDATE" {
+                serde_json::from_value::<DataVolume>(request["oldObject"].clone()).ok()
+            } else {
+                None
+            };
+            // An update that leaves the spec alone (finalizers, labels, annotations) always
+            // goes through: a DataVolume made while no webhook ran must still be deletable.
+            let unchanged = old.as_ref().is_some_and(|o| o.spec == dv.spec);
+            let causes = if dv.metadata.deletion_timestamp.is_some() || unchanged {
+                Vec::new()
+            } else {
+                cdi_core::admission::data_volume(&dv, old.as_ref())
+            };
+            if causes.is_empty() {
+                allowed()
+            } else {
+                let listed: Vec<Value> = causes
+                    .iter()
+                    .map(|c| {
+                        let mut v = json!({"reason": c.reason, "message": c.message});
+                        if !c.field.is_empty() {
+                            v["field"] = json!(c.field);
+                        }
+                        v
+                    })
+                    .collect();
+                json!({"allowed": false, "status": {"code": 422,
+                    "message": cdi_core::admission::message(&causes),
+                    "details": {"causes": listed}}})
+            }
+        }
+    };
+    answer(&request["uid"], response)
 }
 
 /// The JSON patch that puts `token` on an object with `annotations` (`None`: it has none).
@@ -164,7 +232,7 @@ fn allowed() -> Value {
 fn refused(code: u16, message: &str, field: Option<&str>) -> Value {
     let mut status = json!({"status": "Failure", "message": message, "code": code});
     if let Some(field) = field {
-        status["details"] = json!({"causes": [{"type": "FieldValueInvalid", "message": message,
+        status["details"] = json!({"causes": [{"reason": "FieldValueInvalid", "message": message,
             "field": field}]});
     }
     json!({"allowed": false, "status": status})
@@ -475,5 +543,41 @@ mod tests {
         assert_eq!(w["failurePolicy"], "Fail");
         assert_eq!(w["clientConfig"]["service"]["path"], PATH);
         assert_eq!(w["rules"][0]["resources"][0], "datavolumes");
+        let v = validating_configuration("cdi", "cdi-api", 443, "PEM");
+        assert_eq!(v["kind"], "ValidatingWebhookConfiguration");
+        assert_eq!(v["webhooks"][0]["name"], VALIDATE_WEBHOOK);
+        assert_eq!(
+            v["webhooks"][0]["clientConfig"]["service"]["path"],
+            VALIDATE_PATH
+        );
+    }
+
+    #[test]
+    fn refusals_carry_upstreams_status_and_causes() {
+        let bad = json!({"apiVersion": "cdi.kubevirt.io/v1beta1", "kind": "DataVolume",
+            "metadata": {"name": "d", "namespace": "vms", "finalizers": []},
+            "spec": {"source": {"http": {"url": "https://a/b"}}}});
+        let review = |operation: &str, object: &Value, old: Value| {
+            validate(&json!({"request": {"uid": "u1", "operation": operation,
+                "object": object, "oldObject": old}}))
+        };
+        let answer = review("CREATE", &bad, Value::Null);
+        let response = &answer["response"];
+        assert_eq!(response["uid"], "u1");
+        assert_eq!(response["allowed"], false);
+        assert_eq!(response["status"]["code"], 422);
+        assert_eq!(response["status"]["message"], " Missing Data volume PVC");
+        assert_eq!(
+            response["status"]["details"]["causes"][0],
+            json!({"reason": "FieldValueInvalid", "message": "Missing Data volume PVC",
+                "field": "spec.PVC"})
+        );
+        // A finalizer added to a DataVolume made before the webhook: its spec is as it was.
+        let mut finalized = bad.clone();
+        finalized["metadata"]["finalizers"] = json!(["cdi.kubevirt.io/dataVolumeFinalizer"]);
+        assert_eq!(
+            review("UPDATE", &finalized, bad.clone())["response"]["allowed"],
+            true
+        );
     }
 }

@@ -1,0 +1,422 @@
+//! What upstream's validating admission webhook (`/datavolume-validate`) refuses of a
+//! DataVolume, in its words and field paths, so `kubectl apply` of a bad DataVolume fails at once
+//! as it does against upstream. The controller judges the same rules again when it sees the
+//! object (a DataVolume made while no webhook ran), and says so in the DataVolume's conditions.
+
+use cdi_api::datavolume::{DataVolume, DataVolumeSpec};
+use cdi_api::enums::ContentType;
+use k8s_openapi::api::core::v1::VolumeResourceRequirements;
+
+use crate::quantity::Quantity;
+
+/// One reason for a refusal: a `metav1.StatusCause`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Cause {
+    /// `FieldValueInvalid`, or `FieldValueDuplicate`.
+    pub reason: &'static str,
+    pub message: String,
+    pub field: String,
+}
+
+const INVALID: &str = "FieldValueInvalid";
+const DUPLICATE: &str = "FieldValueDuplicate";
+const MIB: i64 = 1 << 20;
+const ACCESS_MODES: [&str; 4] = [
+    "ReadOnlyMany",
+    "ReadWriteMany",
+    "ReadWriteOnce",
+    "ReadWriteOncePod",
+];
+
+fn cause(message: impl Into<String>, field: &str) -> Cause {
+    Cause {
+        reason: INVALID,
+        message: message.into(),
+        field: field.into(),
+    }
+}
+
+/// The spec with what a multi-stage import may change between stages left out.
+fn comparable(spec: &DataVolumeSpec) -> serde_json::Value {
+    let mut spec = spec.clone();
+    let source = spec.source.as_ref();
+    let multi_stage = source.is_some_and(|s| s.vddk.is_some() || s.imageio.is_some())
+        && spec.checkpoints.as_ref().is_some_and(|c| !c.is_empty());
+    if multi_stage {
+        spec.checkpoints = None;
+        spec.final_checkpoint = None;
+    }
+    serde_json::to_value(spec).unwrap_or_default()
+}
+
+/// Why `dv` may not be created (`old` is `None`) or `old` may not become `dv`; empty when it
+/// may. Upstream's order: the first group that fails is what is said.
+pub fn data_volume(dv: &DataVolume, old: Option<&DataVolume>) -> Vec<Cause> {
+    if let Some(old) = old
+        && comparable(&dv.spec) != comparable(&old.spec)
+    {
+        return vec![Cause {
+            reason: DUPLICATE,
+            message: "Cannot update DataVolume Spec".into(),
+            field: "DataVolume.Spec".into(),
+        }];
+    }
+    spec(dv)
+}
+
+fn spec(dv: &DataVolume) -> Vec<Cause> {
+    let spec = &dv.spec;
+    let source = spec.source.as_ref();
+    let clone = spec.source_ref.is_some()
+        || source.is_some_and(|s| s.pvc.is_some() || s.snapshot.is_some());
+    match (&spec.pvc, &spec.storage) {
+        (None, None) => return vec![cause("Missing Data volume PVC", "spec.PVC")],
+        (Some(_), Some(_)) => {
+            return vec![cause(
+                "Duplicate storage definition, both target storage and target pvc defined",
+                "spec.PVC.Storage",
+            )];
+        }
+        (Some(pvc), None) => {
+            if let Some(c) = size("PVC", pvc.resources.as_ref(), true) {
+                return vec![c];
+            }
+            let modes = pvc.access_modes.clone().unwrap_or_default();
+            let field = "spec.PVC.accessModes";
+            match modes.as_slice() {
+                [] => {
+                    return vec![cause(
+                        "Required value: at least 1 access mode is required",
+                        field,
+                    )];
+                }
+                [one] if !ACCESS_MODES.contains(&one.as_str()) => {
+                    return vec![cause(unsupported_mode(one), field)];
+                }
+                [_] => {}
+                _ => return vec![cause("PVC multiple accessModes", field)],
+            }
+        }
+        (None, Some(storage)) => {
+            if let Some(c) = size("Storage", storage.resources.as_ref(), !clone) {
+                return vec![c];
+            }
+            if let Some(bad) = storage
+                .access_modes
+                .iter()
+                .flatten()
+                .find(|m| !ACCESS_MODES.contains(&m.as_str()))
+            {
+                return vec![cause(unsupported_mode(bad), "spec.PVC.accessModes")];
+            }
+        }
+    }
+    let populated_externally = spec
+        .pvc
+        .as_ref()
+        .is_some_and(|p| p.data_source.is_some() || p.data_source_ref.is_some())
+        || spec
+            .storage
+            .as_ref()
+            .is_some_and(|s| s.data_source.is_some() || s.data_source_ref.is_some());
+    if populated_externally {
+        if source.is_some() || spec.source_ref.is_some() {
+            return vec![cause(
+                "External population is incompatible with Source and SourceRef",
+                "spec.source",
+            )];
+        }
+        return Vec::new();
+    }
+    if source.is_some() == spec.source_ref.is_some() {
+        return vec![cause(
+            "Data volume should have either Source or SourceRef, or be externally populated",
+            "spec.source",
+        )];
+    }
+    if let Some(r) = &spec.source_ref {
+        let kind = r.kind.as_str();
+        if kind.is_empty() {
+            return vec![cause("Missing sourceRef kind", "spec.sourceRef.Kind")];
+        }
+        if kind != "DataSource" {
+            return vec![cause(
+                format!(
+                    "Unsupported sourceRef kind {kind}, currently only DataSource is supported"
+                ),
+                "spec.sourceRef.Kind",
+            )];
+        }
+        if r.name.is_empty() {
+            return vec![cause("Missing sourceRef name", "spec.sourceRef.Name")];
+        }
+        return Vec::new();
+    }
+    let Some(source) = source else {
+        return Vec::new();
+    };
+    match source.kinds().len() {
+        0 => return vec![cause("Missing Data volume source", "spec.source")],
+        1 => {}
+        _ => return vec![cause("Multiple Data volume sources", "spec.source")],
+    }
+    let url = |url: &str, schemes: &[&str], field: &str| {
+        crate::source::check_url(url, schemes)
+            .err()
+            .map(|e| cause(format!("spec.source {e}"), field))
+    };
+    let mut causes = Vec::new();
+    if let Some(http) = &source.http {
+        causes.extend(url(&http.url, &["http", "https"], "spec.source.HTTP.url"));
+        if let Err(e) = crate::source::check_checksum(http.checksum.as_deref().unwrap_or("")) {
+            causes.push(cause(
+                format!("Invalid checksum format: {e}"),
+                "spec.source.HTTP.checksum",
+            ));
+        }
+    }
+    if let Some(s3) = &source.s3 {
+        causes.extend(url(&s3.url, &["http", "https", "s3"], "spec.source.S3.url"));
+    }
+    if let Some(gcs) = &source.gcs {
+        causes.extend(url(
+            &gcs.url,
+            &["gs", "http", "https"],
+            "spec.source.GCS.url",
+        ));
+    }
+    if source.blank.is_some() && spec.content_type == Some(ContentType::Archive) {
+        causes.push(cause(
+            "SourceType cannot be blank and the contentType be archive",
+            "spec.contentType",
+        ));
+    }
+    if let Some(registry) = &source.registry
+        && let Err((message, _)) = crate::source::registry(dv, Some(registry))
+    {
+        let field = if message.starts_with("ContentType") {
+            "spec.contentType"
+        } else if message.contains("ImageStream") && !message.contains("either") {
+            "spec.source.Registry.importMethod"
+        } else if message.contains("either") {
+            "spec.source.Registry"
+        } else {
+            "spec.source.Registry.URL"
+        };
+        causes.push(cause(message, field));
+    }
+    causes
+}
+
+fn unsupported_mode(mode: &str) -> String {
+    let supported: Vec<String> = ACCESS_MODES.iter().map(|m| format!("{m:?}")).collect();
+    format!(
+        "Unsupported value: {mode:?}: supported values: {}",
+        supported.join(", ")
+    )
+}
+
+/// Upstream's size rules: a request must be more than zero and at least 1 MiB; without one,
+/// only a clone through `spec.storage` may be (it takes the source's size).
+fn size(
+    api: &str,
+    resources: Option<&VolumeResourceRequirements>,
+    required: bool,
+) -> Option<Cause> {
+    let field = format!("spec.{api}.resources.requests.size");
+    let request = resources
+        .and_then(|r| r.requests.as_ref())
+        .and_then(|r| r.get("storage"));
+    match request {
+        None if required => Some(cause(format!("{api} size is missing"), &field)),
+        None => None,
+        Some(q) => {
+            // A quantity that does not parse is refused by the API server's schema already.
+            let q: Quantity = q.0.parse().ok()?;
+            if q.is_zero() || q.value() < 0 {
+                Some(cause(
+                    format!("{api} size can't be equal or less than zero"),
+                    &field,
+                ))
+            } else if q.value() < MIB {
+                Some(cause(format!("{api} size should be at least 1MiB"), &field))
+            } else {
+                None
+            }
+        }
+    }
+}
+
+/// Upstream's refusal message: every cause's message, each after a space.
+pub fn message(causes: &[Cause]) -> String {
+    causes.iter().map(|c| format!(" {}", c.message)).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn dv(spec: serde_json::Value) -> DataVolume {
+        serde_json::from_value(json!({"apiVersion": "cdi.kubevirt.io/v1beta1",
+            "kind": "DataVolume", "metadata": {"name": "disk", "namespace": "vms"},
+            "spec": spec}))
+        .unwrap()
+    }
+
+    fn said(spec: serde_json::Value) -> Vec<(String, String)> {
+        data_volume(&dv(spec), None)
+            .into_iter()
+            .map(|c| (c.message, c.field))
+            .collect()
+    }
+
+    #[test]
+    fn upstreams_refusals_in_its_words() {
+        let pvc = json!({"accessModes": ["ReadWriteOnce"],
+            "resources": {"requests": {"storage": "1Gi"}}});
+        let http = json!({"http": {"url": "https://images/disk.qcow2"}});
+        let one = |m: &str, f: &str| vec![(m.to_string(), f.to_string())];
+        assert!(said(json!({"source": http, "pvc": pvc})).is_empty());
+        assert!(
+            said(
+                json!({"sourceRef": {"kind": "DataSource", "name": "fedora"},
+            "storage": {}})
+            )
+            .is_empty(),
+            "a clone through storage may leave the size out"
+        );
+        for (spec, want) in [
+            (json!({"source": http}), one("Missing Data volume PVC", "spec.PVC")),
+            (
+                json!({"source": http, "pvc": pvc, "storage": {}}),
+                one(
+                    "Duplicate storage definition, both target storage and target pvc defined",
+                    "spec.PVC.Storage",
+                ),
+            ),
+            (
+                json!({"source": http, "pvc": {"accessModes": ["ReadWriteOnce"]}}),
+                one("PVC size is missing", "spec.PVC.resources.requests.size"),
+            ),
+            (
+                json!({"source": http, "storage": {"resources": {"requests": {"storage": "0"}}}}),
+                one(
+                    "Storage size can't be equal or less than zero",
+                    "spec.Storage.resources.requests.size",
+                ),
+            ),
+            (
+                json!({"source": http, "storage": {"resources": {"requests": {"storage": "1000Ki"}}}}),
+                one(
+                    "Storage size should be at least 1MiB",
+                    "spec.Storage.resources.requests.size",
+                ),
+            ),
+            (
+                json!({"source": http, "pvc": {"resources": {"requests": {"storage": "1Gi"}}}}),
+                one(
+                    "Required value: at least 1 access mode is required",
+                    "spec.PVC.accessModes",
+                ),
+            ),
+            (
+                json!({"source": http, "pvc": {"accessModes": ["ReadWriteOnce", "ReadOnlyMany"],
+                    "resources": {"requests": {"storage": "1Gi"}}}}),
+                one("PVC multiple accessModes", "spec.PVC.accessModes"),
+            ),
+            (
+                json!({"source": http, "storage": {"accessModes": ["ReadWriteSometimes"],
+                    "resources": {"requests": {"storage": "1Gi"}}}}),
+                one(
+                    "Unsupported value: \"ReadWriteSometimes\": supported values: \"ReadOnlyMany\", \"ReadWriteMany\", \"ReadWriteOnce\", \"ReadWriteOncePod\"",
+                    "spec.PVC.accessModes",
+                ),
+            ),
+            (
+                json!({"pvc": pvc}),
+                one(
+                    "Data volume should have either Source or SourceRef, or be externally populated",
+                    "spec.source",
+                ),
+            ),
+            (
+                json!({"source": http, "pvc": {"accessModes": ["ReadWriteOnce"],
+                    "resources": {"requests": {"storage": "1Gi"}},
+                    "dataSourceRef": {"kind": "VolumeImportSource", "apiGroup": "cdi.kubevirt.io", "name": "v"}}}),
+                one(
+                    "External population is incompatible with Source and SourceRef",
+                    "spec.source",
+                ),
+            ),
+            (
+                json!({"sourceRef": {"kind": "PersistentVolumeClaim", "name": "x"}, "pvc": pvc}),
+                one(
+                    "Unsupported sourceRef kind PersistentVolumeClaim, currently only DataSource is supported",
+                    "spec.sourceRef.Kind",
+                ),
+            ),
+            (json!({"source": {}, "pvc": pvc}), one("Missing Data volume source", "spec.source")),
+            (
+                json!({"source": {"http": {"url": "https://a/b"}, "blank": {}}, "pvc": pvc}),
+                one("Multiple Data volume sources", "spec.source"),
+            ),
+            (
+                json!({"source": {"http": {"url": "ftp://a/b", "checksum": "crc32:00"}}, "pvc": pvc}),
+                vec![
+                    (
+                        "spec.source Invalid source URL scheme: ftp://a/b".into(),
+                        "spec.source.HTTP.url".into(),
+                    ),
+                    (
+                        "Invalid checksum format: unsupported hash algorithm 'crc32': supported algorithms are: md5, sha1, sha256, sha512".into(),
+                        "spec.source.HTTP.checksum".into(),
+                    ),
+                ],
+            ),
+            (
+                json!({"source": {"blank": {}}, "contentType": "archive", "pvc": pvc}),
+                one(
+                    "SourceType cannot be blank and the contentType be archive",
+                    "spec.contentType",
+                ),
+            ),
+            (
+                json!({"source": {"registry": {"url": "quay.io/fedora:41"}}, "pvc": pvc}),
+                one(
+                    "Illegal registry source URL scheme quay.io/fedora:41",
+                    "spec.source.Registry.URL",
+                ),
+            ),
+        ] {
+            assert_eq!(said(spec.clone()), want, "{spec}");
+        }
+    }
+
+    #[test]
+    fn the_spec_is_immutable_but_for_a_multi_stage_imports_checkpoints() {
+        let http = dv(json!({"source": {"http": {"url": "https://a/b"}},
+            "pvc": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}}));
+        let mut grown = http.clone();
+        grown.spec.pvc.as_mut().unwrap().resources =
+            serde_json::from_value(json!({"requests": {"storage": "2Gi"}})).unwrap();
+        let refused = data_volume(&grown, Some(&http));
+        assert_eq!(refused[0].message, "Cannot update DataVolume Spec");
+        assert_eq!(refused[0].reason, "FieldValueDuplicate");
+        let mut labelled = http.clone();
+        labelled.metadata.labels = Some([("a".to_string(), "b".to_string())].into());
+        assert!(data_volume(&labelled, Some(&http)).is_empty());
+
+        let stage = |checkpoints: serde_json::Value| {
+            dv(json!({"source": {"vddk": {"url": "https://vc", "uuid": "u",
+                "backingFile": "f", "thumbprint": "t", "secretRef": "s"}},
+                "checkpoints": checkpoints,
+                "pvc": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}}))
+        };
+        let first = stage(json!([{"previous": "", "current": "a"}]));
+        let second =
+            stage(json!([{"previous": "", "current": "a"}, {"previous": "a", "current": "b"}]));
+        assert!(data_volume(&second, Some(&first)).is_empty());
+        assert_eq!(message(&refused), " Cannot update DataVolume Spec");
+    }
+}
