@@ -139,6 +139,12 @@ pub fn run(args: &ApiServerArgs) -> anyhow::Result<()> {
                 args.service_port,
                 &ca,
             ),
+            cdi_upload::webhook::cron_validating_configuration(
+                ns,
+                &args.service,
+                args.service_port,
+                &ca,
+            ),
         ];
         let register = register_webhook(
             client.clone(),
@@ -166,7 +172,7 @@ pub fn run(args: &ApiServerArgs) -> anyhow::Result<()> {
 /// pod only once it is ready.
 async fn register_webhook(
     client: kube::Client,
-    webhooks: [serde_json::Value; 2],
+    webhooks: [serde_json::Value; 3],
     through: String,
     ca_pem: String,
 ) {
@@ -227,11 +233,11 @@ async fn register_webhook(
                 .await
             {
                 Ok(_) => {
-                    tracing::info!(%kind, %name, "registered the DataVolume webhook");
+                    tracing::info!(%kind, %name, "registered the webhook");
                     break;
                 }
                 Err(e) => {
-                    tracing::warn!(error = %e, %kind, %name, "registering the DataVolume webhook");
+                    tracing::warn!(error = %e, %kind, %name, "registering the webhook");
                     tokio::time::sleep(Duration::from_secs(1)).await;
                 }
             }

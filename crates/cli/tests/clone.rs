@@ -783,6 +783,28 @@ async fn a_clone_from_another_namespace_needs_the_right_to_read_it() {
     );
     assert!(!ok, "{out}");
     assert!(err.contains("Cannot update DataVolume Spec"), "{err}");
+    wait_for("the DataImportCron webhook to be registered", 60, || {
+        get_json(
+            &dir,
+            "",
+            "validatingwebhookconfiguration/cdi-api-dataimportcron-validate",
+        )
+    });
+    let (ok, out, err) = kubectl_as(
+        &admin,
+        &["apply", "-f", "-"],
+        Some(
+            "apiVersion: cdi.kubevirt.io/v1beta1\nkind: DataImportCron\nmetadata: {name: fedora, namespace: golden}\nspec:\n  schedule: \"every day\"\n  managedDataSource: fedora\n  template: {spec: {source: {registry: {url: \"docker://quay.io/containerdisks/fedora:41\"}}, storage: {resources: {requests: {storage: 5Gi}}}}}\n",
+        ),
+    );
+    assert!(!ok, "{out}");
+    assert!(
+        err.contains(
+            "admission webhook \"dataimportcron-validate.cdi.kubevirt.io\" denied the request:  \
+             Illegal cron schedule"
+        ),
+        "{err}"
+    );
 
     // Alice edits namespace vms only.
     let (ok, config, err) = cdi(&["dev", "kubeconfig", "--user", "alice"], &dir);

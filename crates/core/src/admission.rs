@@ -61,28 +61,31 @@ pub fn data_volume(dv: &DataVolume, old: Option<&DataVolume>) -> Vec<Cause> {
             field: "DataVolume.Spec".into(),
         }];
     }
-    spec(dv)
+    spec(dv, "spec")
 }
 
-fn spec(dv: &DataVolume) -> Vec<Cause> {
+/// Upstream's `validateDataVolumeSpec`: field paths and messages under `root` (`spec` for a
+/// DataVolume, `Template` for a DataImportCron's template).
+fn spec(dv: &DataVolume, root: &str) -> Vec<Cause> {
     let spec = &dv.spec;
+    let at = |field: &str| format!("{root}.{field}");
     let source = spec.source.as_ref();
     let clone = spec.source_ref.is_some()
         || source.is_some_and(|s| s.pvc.is_some() || s.snapshot.is_some());
     match (&spec.pvc, &spec.storage) {
-        (None, None) => return vec![cause("Missing Data volume PVC", "spec.PVC")],
+        (None, None) => return vec![cause("Missing Data volume PVC", &at("PVC"))],
         (Some(_), Some(_)) => {
             return vec![cause(
                 "Duplicate storage definition, both target storage and target pvc defined",
-                "spec.PVC.Storage",
+                &at("PVC.Storage"),
             )];
         }
         (Some(pvc), None) => {
-            if let Some(c) = size("PVC", pvc.resources.as_ref(), true) {
+            if let Some(c) = size(root, "PVC", pvc.resources.as_ref(), true) {
                 return vec![c];
             }
             let modes = pvc.access_modes.clone().unwrap_or_default();
-            let field = "spec.PVC.accessModes";
+            let field = &at("PVC.accessModes");
             match modes.as_slice() {
                 [] => {
                     return vec![cause(
@@ -98,7 +101,7 @@ fn spec(dv: &DataVolume) -> Vec<Cause> {
             }
         }
         (None, Some(storage)) => {
-            if let Some(c) = size("Storage", storage.resources.as_ref(), !clone) {
+            if let Some(c) = size(root, "Storage", storage.resources.as_ref(), !clone) {
                 return vec![c];
             }
             if let Some(bad) = storage
@@ -107,7 +110,7 @@ fn spec(dv: &DataVolume) -> Vec<Cause> {
                 .flatten()
                 .find(|m| !ACCESS_MODES.contains(&m.as_str()))
             {
-                return vec![cause(unsupported_mode(bad), "spec.PVC.accessModes")];
+                return vec![cause(unsupported_mode(bad), &at("PVC.accessModes"))];
             }
         }
     }
@@ -123,7 +126,7 @@ fn spec(dv: &DataVolume) -> Vec<Cause> {
         if source.is_some() || spec.source_ref.is_some() {
             return vec![cause(
                 "External population is incompatible with Source and SourceRef",
-                "spec.source",
+                &at("source"),
             )];
         }
         return Vec::new();
@@ -131,24 +134,24 @@ fn spec(dv: &DataVolume) -> Vec<Cause> {
     if source.is_some() == spec.source_ref.is_some() {
         return vec![cause(
             "Data volume should have either Source or SourceRef, or be externally populated",
-            "spec.source",
+            &at("source"),
         )];
     }
     if let Some(r) = &spec.source_ref {
         let kind = r.kind.as_str();
         if kind.is_empty() {
-            return vec![cause("Missing sourceRef kind", "spec.sourceRef.Kind")];
+            return vec![cause("Missing sourceRef kind", &at("sourceRef.Kind"))];
         }
         if kind != "DataSource" {
             return vec![cause(
                 format!(
                     "Unsupported sourceRef kind {kind}, currently only DataSource is supported"
                 ),
-                "spec.sourceRef.Kind",
+                &at("sourceRef.Kind"),
             )];
         }
         if r.name.is_empty() {
-            return vec![cause("Missing sourceRef name", "spec.sourceRef.Name")];
+            return vec![cause("Missing sourceRef name", &at("sourceRef.Name"))];
         }
         return Vec::new();
     }
@@ -156,56 +159,123 @@ fn spec(dv: &DataVolume) -> Vec<Cause> {
         return Vec::new();
     };
     match source.kinds().len() {
-        0 => return vec![cause("Missing Data volume source", "spec.source")],
+        0 => return vec![cause("Missing Data volume source", &at("source"))],
         1 => {}
-        _ => return vec![cause("Multiple Data volume sources", "spec.source")],
+        _ => return vec![cause("Multiple Data volume sources", &at("source"))],
     }
     let url = |url: &str, schemes: &[&str], field: &str| {
         crate::source::check_url(url, schemes)
             .err()
-            .map(|e| cause(format!("spec.source {e}"), field))
+            .map(|e| cause(format!("{root}.source {e}"), field))
     };
     let mut causes = Vec::new();
     if let Some(http) = &source.http {
-        causes.extend(url(&http.url, &["http", "https"], "spec.source.HTTP.url"));
+        causes.extend(url(&http.url, &["http", "https"], &at("source.HTTP.url")));
         if let Err(e) = crate::source::check_checksum(http.checksum.as_deref().unwrap_or("")) {
             causes.push(cause(
                 format!("Invalid checksum format: {e}"),
-                "spec.source.HTTP.checksum",
+                &at("source.HTTP.checksum"),
             ));
         }
     }
     if let Some(s3) = &source.s3 {
-        causes.extend(url(&s3.url, &["http", "https", "s3"], "spec.source.S3.url"));
+        causes.extend(url(&s3.url, &["http", "https", "s3"], &at("source.S3.url")));
     }
     if let Some(gcs) = &source.gcs {
         causes.extend(url(
             &gcs.url,
             &["gs", "http", "https"],
-            "spec.source.GCS.url",
+            &at("source.GCS.url"),
         ));
     }
     if source.blank.is_some() && spec.content_type == Some(ContentType::Archive) {
         causes.push(cause(
             "SourceType cannot be blank and the contentType be archive",
-            "spec.contentType",
+            &at("contentType"),
         ));
     }
     if let Some(registry) = &source.registry
         && let Err((message, _)) = crate::source::registry(dv, Some(registry))
     {
         let field = if message.starts_with("ContentType") {
-            "spec.contentType"
+            &at("contentType")
         } else if message.contains("ImageStream") && !message.contains("either") {
-            "spec.source.Registry.importMethod"
+            &at("source.Registry.importMethod")
         } else if message.contains("either") {
-            "spec.source.Registry"
+            &at("source.Registry")
         } else {
-            "spec.source.Registry.URL"
+            &at("source.Registry.URL")
         };
         causes.push(cause(message, field));
     }
     causes
+}
+
+/// The longest DataImportCron or managed DataSource name upstream takes (a DNS-1035 label).
+const CRON_NAME_MAX: usize = 63;
+
+/// Why a DataImportCron may not be created (`old` is `None`) or `old` may not become `cron`,
+/// in upstream's words (`/dataimportcron-validate`); empty when it may.
+pub fn data_import_cron(
+    cron: &cdi_api::datasource::DataImportCron,
+    old: Option<&cdi_api::datasource::DataImportCron>,
+) -> Vec<Cause> {
+    let too_long = || {
+        cause(
+            format!("Name cannot be longer than {CRON_NAME_MAX} characters"),
+            "",
+        )
+    };
+    if cron.metadata.name.as_deref().unwrap_or("").len() > CRON_NAME_MAX {
+        return vec![too_long()];
+    }
+    if let Some(old) = old {
+        if serde_json::to_value(&cron.spec).ok() != serde_json::to_value(&old.spec).ok() {
+            return vec![Cause {
+                reason: DUPLICATE,
+                message: "Cannot update DataImportCron Spec".into(),
+                field: "DataImportCron.Spec".into(),
+            }];
+        }
+        return Vec::new();
+    }
+    let template = &cron.spec.template.spec;
+    let source = template.source.as_ref();
+    if source.is_none_or(|s| s.registry.is_none() && s.pvc.is_none()) {
+        return vec![cause("Missing source", "spec.Template")];
+    }
+    if template.source_ref.is_some()
+        || template.content_type.is_some()
+        || template.checkpoints.as_ref().is_some_and(|c| !c.is_empty())
+        || template.final_checkpoint.is_some_and(|f| f)
+    {
+        return vec![cause(
+            "Unsettable fields: SourceRef, ContentType, Checkpoints, FinalCheckpoint",
+            "spec.Template",
+        )];
+    }
+    let as_dv = DataVolume::new("template", template.clone());
+    let causes = spec(&as_dv, "Template");
+    if !causes.is_empty() {
+        return causes;
+    }
+    if !cron.spec.schedule.is_empty() && crate::dataimportcron::schedule(cron).is_err() {
+        return vec![cause("Illegal cron schedule", "spec.Schedule")];
+    }
+    if cron.spec.imports_to_keep.is_some_and(|n| n < 0) {
+        return vec![cause("Illegal ImportsToKeep value", "spec.ImportsToKeep")];
+    }
+    let managed = &cron.spec.managed_data_source;
+    if managed.is_empty() {
+        return vec![cause(
+            "Illegal ManagedDataSource value",
+            "spec.ManagedDataSource",
+        )];
+    }
+    if managed.len() > CRON_NAME_MAX {
+        return vec![too_long()];
+    }
+    Vec::new()
 }
 
 fn unsupported_mode(mode: &str) -> String {
@@ -219,11 +289,12 @@ fn unsupported_mode(mode: &str) -> String {
 /// Upstream's size rules: a request must be more than zero and at least 1 MiB; without one,
 /// only a clone through `spec.storage` may be (it takes the source's size).
 fn size(
+    root: &str,
     api: &str,
     resources: Option<&VolumeResourceRequirements>,
     required: bool,
 ) -> Option<Cause> {
-    let field = format!("spec.{api}.resources.requests.size");
+    let field = format!("{root}.{api}.resources.requests.size");
     let request = resources
         .and_then(|r| r.requests.as_ref())
         .and_then(|r| r.get("storage"));
@@ -391,6 +462,78 @@ mod tests {
         ] {
             assert_eq!(said(spec.clone()), want, "{spec}");
         }
+    }
+
+    #[test]
+    fn data_import_crons_in_upstreams_words() {
+        let cron = |spec: serde_json::Value| -> cdi_api::datasource::DataImportCron {
+            serde_json::from_value(json!({"apiVersion": "cdi.kubevirt.io/v1beta1",
+                "kind": "DataImportCron", "metadata": {"name": "fedora", "namespace": "golden"},
+                "spec": spec}))
+            .unwrap()
+        };
+        let good = json!({"schedule": "0 */12 * * *", "managedDataSource": "fedora",
+            "template": {"spec": {"source": {"registry": {"url": "docker://quay.io/fedora:41"}},
+                "storage": {"resources": {"requests": {"storage": "5Gi"}}}}}});
+        assert!(data_import_cron(&cron(good.clone()), None).is_empty());
+        let with = |path: &[&str], value: serde_json::Value| {
+            let mut spec = good.clone();
+            let mut at = &mut spec;
+            for key in &path[..path.len() - 1] {
+                at = &mut at[*key];
+            }
+            at[path[path.len() - 1]] = value;
+            cron(spec)
+        };
+        for (c, message, field) in [
+            (
+                with(
+                    &["template", "spec", "source"],
+                    json!({"http": {"url": "https://a/b"}}),
+                ),
+                "Missing source",
+                "spec.Template",
+            ),
+            (
+                with(&["template", "spec", "contentType"], json!("kubevirt")),
+                "Unsettable fields: SourceRef, ContentType, Checkpoints, FinalCheckpoint",
+                "spec.Template",
+            ),
+            (
+                with(&["template", "spec", "storage"], json!({})),
+                "Storage size is missing",
+                "Template.Storage.resources.requests.size",
+            ),
+            (
+                with(&["schedule"], json!("every day")),
+                "Illegal cron schedule",
+                "spec.Schedule",
+            ),
+            (
+                with(&["importsToKeep"], json!(-1)),
+                "Illegal ImportsToKeep value",
+                "spec.ImportsToKeep",
+            ),
+            (
+                with(&["managedDataSource"], json!("")),
+                "Illegal ManagedDataSource value",
+                "spec.ManagedDataSource",
+            ),
+        ] {
+            let said = data_import_cron(&c, None);
+            assert_eq!(
+                (said[0].message.as_str(), said[0].field.as_str()),
+                (message, field),
+                "{:?}",
+                c.spec
+            );
+        }
+        let changed = with(&["importsToKeep"], json!(5));
+        let said = data_import_cron(&changed, Some(&cron(good.clone())));
+        assert_eq!(said[0].message, "Cannot update DataImportCron Spec");
+        let mut labelled = cron(good.clone());
+        labelled.metadata.labels = Some([("a".to_string(), "b".to_string())].into());
+        assert!(data_import_cron(&labelled, Some(&cron(good))).is_empty());
     }
 
     #[test]

@@ -213,7 +213,10 @@ impl Api {
                 return self.admission(req).await;
             }
             p if p == crate::webhook::VALIDATE_PATH && req.method() == Method::POST => {
-                return self.validation(req).await;
+                return self.validation(req, crate::webhook::validate).await;
+            }
+            p if p == crate::webhook::CRON_VALIDATE_PATH && req.method() == Method::POST => {
+                return self.validation(req, crate::webhook::validate_cron).await;
             }
             _ => {}
         }
@@ -287,8 +290,12 @@ impl Api {
 }
 
 impl Api {
-    /// An AdmissionReview for the DataVolume validating webhook (upstream's rules).
-    async fn validation(&self, req: Request<Incoming>) -> Response<Body> {
+    /// An AdmissionReview for a validating webhook (upstream's rules), answered by `judge`.
+    async fn validation(
+        &self,
+        req: Request<Incoming>,
+        judge: fn(&serde_json::Value) -> serde_json::Value,
+    ) -> Response<Body> {
         let review = match json_object(req, "an AdmissionReview").await {
             Ok(v) if v["request"].is_object() => v,
             Ok(_) => {
@@ -300,11 +307,12 @@ impl Api {
             }
             Err(refused) => return refused,
         };
-        let answer = crate::webhook::validate(&review);
+        let answer = judge(&review);
         if answer["response"]["allowed"] == json!(false) {
-            tracing::info!(namespace = %review["request"]["namespace"],
+            tracing::info!(kind = %review["request"]["kind"]["kind"],
+                namespace = %review["request"]["namespace"],
                 name = %review["request"]["name"],
-                why = %answer["response"]["status"]["message"], "refused an invalid DataVolume");
+                why = %answer["response"]["status"]["message"], "refused an invalid object");
         }
         json_answer(StatusCode::OK, &answer)
     }

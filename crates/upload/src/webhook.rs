@@ -22,6 +22,10 @@ pub const WEBHOOK: &str = "datavolume-mutate.cdi.kubevirt.io";
 pub const VALIDATE_PATH: &str = "/datavolume-validate";
 pub const VALIDATE_CONFIGURATION: &str = "cdi-api-datavolume-validate";
 pub const VALIDATE_WEBHOOK: &str = "datavolume-validate.cdi.kubevirt.io";
+/// The DataImportCron validating webhook's (upstream's).
+pub const CRON_VALIDATE_PATH: &str = "/dataimportcron-validate";
+pub const CRON_VALIDATE_CONFIGURATION: &str = "cdi-api-dataimportcron-validate";
+pub const CRON_VALIDATE_WEBHOOK: &str = "dataimportcron-validate.cdi.kubevirt.io";
 /// The annotation holding the short clone token.
 pub const CLONE_TOKEN: &str = "cdi.kubevirt.io/storage.clone.token";
 /// Annotations under which upstream admits a clone without a token when it cannot be authorized
@@ -150,6 +154,28 @@ pub fn validating_configuration(
     })
 }
 
+/// The ValidatingWebhookConfiguration for DataImportCrons (upstream's), to
+/// [`CRON_VALIDATE_PATH`].
+pub fn cron_validating_configuration(
+    namespace: &str,
+    service: &str,
+    port: u16,
+    ca_bundle: &str,
+) -> Value {
+    let mut webhook = entry(
+        CRON_VALIDATE_WEBHOOK,
+        CRON_VALIDATE_PATH,
+        (namespace, service, port),
+        ca_bundle,
+    );
+    webhook["rules"][0]["resources"] = json!(["dataimportcrons"]);
+    json!({
+        "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingWebhookConfiguration",
+        "metadata": {"name": CRON_VALIDATE_CONFIGURATION, "labels": {"cdi.kubevirt.io": "cdi-api"}},
+        "webhooks": [webhook]
+    })
+}
+
 /// One webhook of a configuration: DataVolume creates and updates, through the Service, failing
 /// closed.
 fn entry(name: &str, path: &str, (namespace, service, port): (&str, &str, u16), ca: &str) -> Value {
@@ -164,6 +190,54 @@ fn entry(name: &str, path: &str, (namespace, service, port): (&str, &str, u16), 
         "failurePolicy": "Fail", "sideEffects": "None", "matchPolicy": "Exact",
         "timeoutSeconds": 30, "admissionReviewVersions": ["v1", "v1beta1"]
     })
+}
+
+/// Answer a validating AdmissionReview of a DataImportCron: upstream's refusals (cdi-core
+/// `admission`), or allowed.
+pub fn validate_cron(review: &Value) -> Value {
+    use cdi_api::datasource::DataImportCron;
+    let request = &review["request"];
+    let response = match serde_json::from_value::<DataImportCron>(request["object"].clone()) {
+        Err(e) => refused(
+            400,
+            &format!("the object is not a DataImportCron: {e}"),
+            None,
+        ),
+        Ok(cron) => {
+            let old = if request["operation"] == "UPDATE" {
+                serde_json::from_value::<DataImportCron>(request["oldObject"].clone()).ok()
+            } else {
+                None
+            };
+            if cron.metadata.deletion_timestamp.is_some() {
+                allowed()
+            } else {
+                refused_for(&cdi_core::admission::data_import_cron(&cron, old.as_ref()))
+            }
+        }
+    };
+    answer(&request["uid"], response)
+}
+
+/// Allowed without causes; else upstream's refusal: 422, every cause's message after a space,
+/// and the causes themselves.
+fn refused_for(causes: &[cdi_core::admission::Cause]) -> Value {
+    if causes.is_empty() {
+        return allowed();
+    }
+    let listed: Vec<Value> = causes
+        .iter()
+        .map(|c| {
+            let mut v = json!({"reason": c.reason, "message": c.message});
+            if !c.field.is_empty() {
+                v["field"] = json!(c.field);
+            }
+            v
+        })
+        .collect();
+    json!({"allowed": false, "status": {"code": 422,
+        "message": cdi_core::admission::message(causes),
+        "details": {"causes": listed}}})
 }
 
 /// Answer a validating AdmissionReview: upstream's refusals of a DataVolume (cdi-core
@@ -186,23 +260,7 @@ pub fn validate(review: &Value) -> Value {
             } else {
                 cdi_core::admission::data_volume(&dv, old.as_ref())
             };
-            if causes.is_empty() {
-                allowed()
-            } else {
-                let listed: Vec<Value> = causes
-                    .iter()
-                    .map(|c| {
-                        let mut v = json!({"reason": c.reason, "message": c.message});
-                        if !c.field.is_empty() {
-                            v["field"] = json!(c.field);
-                        }
-                        v
-                    })
-                    .collect();
-                json!({"allowed": false, "status": {"code": 422,
-                    "message": cdi_core::admission::message(&causes),
-                    "details": {"causes": listed}}})
-            }
+            refused_for(&causes)
         }
     };
     answer(&request["uid"], response)
@@ -571,6 +629,22 @@ mod tests {
             response["status"]["details"]["causes"][0],
             json!({"reason": "FieldValueInvalid", "message": "Missing Data volume PVC",
                 "field": "spec.PVC"})
+        );
+        let cron = json!({"apiVersion": "cdi.kubevirt.io/v1beta1", "kind": "DataImportCron",
+            "metadata": {"name": "c", "namespace": "vms"},
+            "spec": {"schedule": "", "managedDataSource": "",
+                "template": {"spec": {"source": {"registry": {"url": "docker://r/i:1"}},
+                    "storage": {"resources": {"requests": {"storage": "1Gi"}}}}}}});
+        let answer = validate_cron(&json!({"request": {"uid": "u2", "operation": "CREATE",
+            "object": cron}}));
+        assert_eq!(
+            answer["response"]["status"]["message"],
+            " Illegal ManagedDataSource value"
+        );
+        let c = cron_validating_configuration("cdi", "cdi-api", 443, "PEM");
+        assert_eq!(
+            c["webhooks"][0]["rules"][0]["resources"],
+            json!(["dataimportcrons"])
         );
         // A finalizer added to a DataVolume made before the webhook: its spec is as it was.
         let mut finalized = bad.clone();
