@@ -805,6 +805,22 @@ async fn a_clone_from_another_namespace_needs_the_right_to_read_it() {
         ),
         "{err}"
     );
+    wait_for("the populator webhook to be registered", 60, || {
+        get_json(
+            &dir,
+            "",
+            "validatingwebhookconfiguration/cdi-api-populator-validate",
+        )
+    });
+    let (ok, out, err) = kubectl_as(
+        &admin,
+        &["apply", "-f", "-"],
+        Some(
+            "apiVersion: cdi.kubevirt.io/v1beta1\nkind: VolumeImportSource\nmetadata: {name: nothing, namespace: golden}\nspec: {contentType: kubevirt}\n",
+        ),
+    );
+    assert!(!ok, "{out}");
+    assert!(err.contains("Missing VolumeImport source"), "{err}");
 
     // Alice edits namespace vms only.
     let (ok, config, err) = cdi(&["dev", "kubeconfig", "--user", "alice"], &dir);

@@ -163,6 +163,18 @@ fn spec(dv: &DataVolume, root: &str) -> Vec<Cause> {
         1 => {}
         _ => return vec![cause("Multiple Data volume sources", &at("source"))],
     }
+    source_rules(dv, source, root)
+}
+
+/// Each source kind's rules (upstream's 4j): URL schemes, the checksum, blank with archive,
+/// the registry's.
+fn source_rules(
+    dv: &DataVolume,
+    source: &cdi_api::datavolume::DataVolumeSource,
+    root: &str,
+) -> Vec<Cause> {
+    let spec = &dv.spec;
+    let at = |field: &str| format!("{root}.{field}");
     let url = |url: &str, schemes: &[&str], field: &str| {
         crate::source::check_url(url, schemes)
             .err()
@@ -209,6 +221,87 @@ fn spec(dv: &DataVolume, root: &str) -> Vec<Cause> {
         causes.push(cause(message, field));
     }
     causes
+}
+
+/// Why a VolumeImportSource may not be created or changed (upstream's `/populator-validate`).
+pub fn volume_import_source(
+    vis: &cdi_api::populators::VolumeImportSource,
+    old: Option<&cdi_api::populators::VolumeImportSource>,
+) -> Vec<Cause> {
+    let spec = &vis.spec;
+    let source = spec.source.clone().unwrap_or_default();
+    let multi_stage = (source.vddk.is_some() || source.imageio.is_some())
+        && spec.checkpoints.as_ref().is_some_and(|c| !c.is_empty());
+    if let Some(old) = old {
+        let comparable = |s: &cdi_api::populators::VolumeImportSourceSpec| {
+            let mut s = s.clone();
+            if multi_stage {
+                s.checkpoints = None;
+                s.final_checkpoint = None;
+            }
+            serde_json::to_value(s).ok()
+        };
+        if comparable(spec) != comparable(&old.spec) {
+            return vec![Cause {
+                reason: DUPLICATE,
+                message: "Cannot update VolumeImportSource Spec".into(),
+                field: "VolumeImportSource.Spec".into(),
+            }];
+        }
+    }
+    if vis.metadata.name.as_deref().unwrap_or("").len() > CRON_NAME_MAX {
+        return vec![cause(
+            format!("Name cannot be longer than {CRON_NAME_MAX} characters"),
+            "",
+        )];
+    }
+    let as_dv = cdi_api::datavolume::DataVolumeSource {
+        http: source.http,
+        s3: source.s3,
+        registry: source.registry,
+        gcs: source.gcs,
+        blank: source.blank,
+        imageio: source.imageio,
+        vddk: source.vddk,
+        ..Default::default()
+    };
+    match as_dv.kinds().len() {
+        0 => return vec![cause("Missing VolumeImport source", "spec.source")],
+        1 => {}
+        _ => return vec![cause("Multiple VolumeImport sources", "spec.source")],
+    }
+    if multi_stage && spec.target_claim.as_deref().is_none_or(str::is_empty) {
+        return vec![cause(
+            "Unable to do multi-stage import without specifying a target claim",
+            "spec.targetClaim",
+        )];
+    }
+    let mut dv = DataVolume::new("populator", DataVolumeSpec::default());
+    dv.spec.content_type = spec.content_type;
+    source_rules(&dv, &as_dv, "spec")
+}
+
+/// Why a VolumeUploadSource may not be created or changed (upstream's `/populator-validate`).
+pub fn volume_upload_source(
+    vus: &cdi_api::populators::VolumeUploadSource,
+    old: Option<&cdi_api::populators::VolumeUploadSource>,
+) -> Vec<Cause> {
+    if let Some(old) = old
+        && serde_json::to_value(&vus.spec).ok() != serde_json::to_value(&old.spec).ok()
+    {
+        return vec![Cause {
+            reason: DUPLICATE,
+            message: "Cannot update VolumeUploadSource Spec".into(),
+            field: "VolumeUploadSource.Spec".into(),
+        }];
+    }
+    if vus.metadata.name.as_deref().unwrap_or("").len() > CRON_NAME_MAX {
+        return vec![cause(
+            format!("Name cannot be longer than {CRON_NAME_MAX} characters"),
+            "",
+        )];
+    }
+    Vec::new()
 }
 
 /// The longest DataImportCron or managed DataSource name upstream takes (a DNS-1035 label).
@@ -534,6 +627,72 @@ mod tests {
         let mut labelled = cron(good.clone());
         labelled.metadata.labels = Some([("a".to_string(), "b".to_string())].into());
         assert!(data_import_cron(&labelled, Some(&cron(good))).is_empty());
+    }
+
+    #[test]
+    fn populator_sources_in_upstreams_words() {
+        use cdi_api::populators::{VolumeImportSource, VolumeUploadSource};
+        let vis = |spec: serde_json::Value| -> VolumeImportSource {
+            serde_json::from_value(json!({"apiVersion": "cdi.kubevirt.io/v1beta1",
+                "kind": "VolumeImportSource", "metadata": {"name": "v", "namespace": "vms"},
+                "spec": spec}))
+            .unwrap()
+        };
+        let first = |c: Vec<Cause>| c.first().map(|c| (c.message.clone(), c.field.clone()));
+        let good = vis(json!({"source": {"http": {"url": "https://a/b"}}}));
+        assert!(volume_import_source(&good, None).is_empty());
+        for (spec, message, field) in [
+            (json!({}), "Missing VolumeImport source", "spec.source"),
+            (
+                json!({"source": {}}),
+                "Missing VolumeImport source",
+                "spec.source",
+            ),
+            (
+                json!({"source": {"http": {"url": "https://a/b"}, "blank": {}}}),
+                "Multiple VolumeImport sources",
+                "spec.source",
+            ),
+            (
+                json!({"source": {"http": {"url": "ftp://files/disk.img"}}}),
+                "spec.source Invalid source URL scheme: ftp://files/disk.img",
+                "spec.source.HTTP.url",
+            ),
+            (
+                json!({"source": {"vddk": {"url": "https://vc", "uuid": "u", "backingFile": "f",
+                    "thumbprint": "t", "secretRef": "s"}},
+                    "checkpoints": [{"previous": "", "current": "a"}]}),
+                "Unable to do multi-stage import without specifying a target claim",
+                "spec.targetClaim",
+            ),
+        ] {
+            assert_eq!(
+                first(volume_import_source(&vis(spec.clone()), None)),
+                Some((message.to_string(), field.to_string())),
+                "{spec}"
+            );
+        }
+        let moved = vis(json!({"source": {"http": {"url": "https://a/c"}}}));
+        assert_eq!(
+            first(volume_import_source(&moved, Some(&good))).unwrap().0,
+            "Cannot update VolumeImportSource Spec"
+        );
+        let vus = |content: &str| -> VolumeUploadSource {
+            serde_json::from_value(json!({"apiVersion": "cdi.kubevirt.io/v1beta1",
+                "kind": "VolumeUploadSource", "metadata": {"name": "u", "namespace": "vms"},
+                "spec": {"contentType": content}}))
+            .unwrap()
+        };
+        assert!(volume_upload_source(&vus("kubevirt"), None).is_empty());
+        assert_eq!(
+            first(volume_upload_source(
+                &vus("archive"),
+                Some(&vus("kubevirt"))
+            ))
+            .unwrap()
+            .0,
+            "Cannot update VolumeUploadSource Spec"
+        );
     }
 
     #[test]

@@ -218,6 +218,11 @@ impl Api {
             p if p == crate::webhook::CRON_VALIDATE_PATH && req.method() == Method::POST => {
                 return self.validation(req, crate::webhook::validate_cron).await;
             }
+            p if p == crate::webhook::POPULATOR_VALIDATE_PATH && req.method() == Method::POST => {
+                return self
+                    .validation(req, crate::webhook::validate_populator)
+                    .await;
+            }
             _ => {}
         }
         let Some(ns) = token_request_namespace(&path).map(str::to_string) else {

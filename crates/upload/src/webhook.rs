@@ -26,6 +26,10 @@ pub const VALIDATE_WEBHOOK: &str = "datavolume-validate.cdi.kubevirt.io";
 pub const CRON_VALIDATE_PATH: &str = "/dataimportcron-validate";
 pub const CRON_VALIDATE_CONFIGURATION: &str = "cdi-api-dataimportcron-validate";
 pub const CRON_VALIDATE_WEBHOOK: &str = "dataimportcron-validate.cdi.kubevirt.io";
+/// The populator sources' validating webhook (upstream's).
+pub const POPULATOR_VALIDATE_PATH: &str = "/populator-validate";
+pub const POPULATOR_VALIDATE_CONFIGURATION: &str = "cdi-api-populator-validate";
+pub const POPULATOR_VALIDATE_WEBHOOK: &str = "populator-validate.cdi.kubevirt.io";
 /// The annotation holding the short clone token.
 pub const CLONE_TOKEN: &str = "cdi.kubevirt.io/storage.clone.token";
 /// Annotations under which upstream admits a clone without a token when it cannot be authorized
@@ -190,6 +194,58 @@ fn entry(name: &str, path: &str, (namespace, service, port): (&str, &str, u16), 
         "failurePolicy": "Fail", "sideEffects": "None", "matchPolicy": "Exact",
         "timeoutSeconds": 30, "admissionReviewVersions": ["v1", "v1beta1"]
     })
+}
+
+/// The ValidatingWebhookConfiguration for VolumeImportSources and VolumeUploadSources
+/// (upstream's), to [`POPULATOR_VALIDATE_PATH`].
+pub fn populator_validating_configuration(
+    namespace: &str,
+    service: &str,
+    port: u16,
+    ca_bundle: &str,
+) -> Value {
+    let mut webhook = entry(
+        POPULATOR_VALIDATE_WEBHOOK,
+        POPULATOR_VALIDATE_PATH,
+        (namespace, service, port),
+        ca_bundle,
+    );
+    webhook["rules"][0]["resources"] = json!(["volumeimportsources", "volumeuploadsources"]);
+    json!({
+        "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingWebhookConfiguration",
+        "metadata": {"name": POPULATOR_VALIDATE_CONFIGURATION,
+            "labels": {"cdi.kubevirt.io": "cdi-api"}},
+        "webhooks": [webhook]
+    })
+}
+
+/// Answer a validating AdmissionReview of a VolumeImportSource or VolumeUploadSource.
+pub fn validate_populator(review: &Value) -> Value {
+    use cdi_api::populators::{VolumeImportSource, VolumeUploadSource};
+    use serde::de::DeserializeOwned;
+    let request = &review["request"];
+    fn both<T: DeserializeOwned>(request: &Value) -> Result<(T, Option<T>), String> {
+        let new = serde_json::from_value(request["object"].clone()).map_err(|e| e.to_string())?;
+        let old = if request["operation"] == "UPDATE" {
+            serde_json::from_value(request["oldObject"].clone()).ok()
+        } else {
+            None
+        };
+        Ok((new, old))
+    }
+    let kind = request["kind"]["kind"].as_str().unwrap_or("");
+    let judged = match kind {
+        "VolumeImportSource" => both::<VolumeImportSource>(request)
+            .map(|(new, old)| cdi_core::admission::volume_import_source(&new, old.as_ref())),
+        "VolumeUploadSource" => both::<VolumeUploadSource>(request)
+            .map(|(new, old)| cdi_core::admission::volume_upload_source(&new, old.as_ref())),
+        other => Err(format!("unexpected resource: {other}")),
+    };
+    let response = match judged {
+        Ok(causes) => refused_for(&causes),
+        Err(e) => refused(400, &e, None),
+    };
+    answer(&request["uid"], response)
 }
 
 /// Answer a validating AdmissionReview of a DataImportCron: upstream's refusals (cdi-core
@@ -645,6 +701,15 @@ mod tests {
         assert_eq!(
             c["webhooks"][0]["rules"][0]["resources"],
             json!(["dataimportcrons"])
+        );
+        let vis = json!({"apiVersion": "cdi.kubevirt.io/v1beta1", "kind": "VolumeImportSource",
+            "metadata": {"name": "v", "namespace": "vms"}, "spec": {}});
+        let answer = validate_populator(&json!({"request": {"uid": "u3", "operation": "CREATE",
+            "kind": {"group": "cdi.kubevirt.io", "version": "v1beta1", "kind": "VolumeImportSource"},
+            "object": vis}}));
+        assert_eq!(
+            answer["response"]["status"]["message"],
+            " Missing VolumeImport source"
         );
         // A finalizer added to a DataVolume made before the webhook: its spec is as it was.
         let mut finalized = bad.clone();
