@@ -768,6 +768,8 @@ async fn a_clone_from_another_namespace_needs_the_right_to_read_it() {
         ),
         "{err}"
     );
+    // As kube passes the webhook's Status on: no reason of its own, so kubectl names none.
+    assert!(err.starts_with("Error from server: "), "{err}");
     let (ok, out, err) = kubectl_as(
         &admin,
         &[

@@ -247,18 +247,23 @@ fn denied(webhook: &str, answer: &Value) -> ApiError {
     } else {
         format!("{by}: {message}")
     };
-    let reason = match code {
-        403 => "Forbidden",
-        404 => "NotFound",
-        409 => "Conflict",
-        422 => "Invalid",
-        _ => "BadRequest",
+    // kube-apiserver passes the webhook's Status on as it is: its reason (none, often, so
+    // kubectl says just "Error from server: …") and its details (the causes).
+    let reason = match status["reason"].as_str().unwrap_or("") {
+        "Forbidden" => "Forbidden",
+        "NotFound" => "NotFound",
+        "Conflict" => "Conflict",
+        "Invalid" => "Invalid",
+        "BadRequest" => "BadRequest",
+        "AlreadyExists" => "AlreadyExists",
+        "Unauthorized" => "Unauthorized",
+        _ => "",
     };
     ApiError {
         code,
         reason,
         message,
-        details: None,
+        details: status.get("details").filter(|d| d.is_object()).cloned(),
     }
 }
 

@@ -214,6 +214,12 @@ impl ApiError {
         if let Some(d) = &self.details {
             v["details"] = d.clone();
         }
+        // No reason is none at all (StatusReasonUnknown), as kube writes it.
+        if self.reason.is_empty()
+            && let Some(o) = v.as_object_mut()
+        {
+            o.remove("reason");
+        }
         v
     }
 }
