@@ -823,6 +823,24 @@ async fn a_clone_from_another_namespace_needs_the_right_to_read_it() {
     );
     assert!(!ok, "{out}");
     assert!(err.contains("Missing VolumeImport source"), "{err}");
+    // A claim of the name that is not the DataVolume's to take.
+    kubectl(
+        &dir,
+        &["apply", "-f", "-"],
+        Some(
+            "apiVersion: v1\nkind: PersistentVolumeClaim\nmetadata: {name: taken, namespace: golden}\nspec: {accessModes: [ReadWriteOnce], resources: {requests: {storage: 1Gi}}}\n",
+        ),
+    );
+    let (ok, out, err) = kubectl_as(
+        &admin,
+        &["apply", "-f", "-"],
+        Some(&blank_volume("taken", "golden", "Filesystem", "64Mi")),
+    );
+    assert!(!ok, "{out}");
+    assert!(
+        err.contains("Destination PVC golden/taken already exists"),
+        "{err}"
+    );
 
     // Alice edits namespace vms only.
     let (ok, config, err) = cdi(&["dev", "kubeconfig", "--user", "alice"], &dir);

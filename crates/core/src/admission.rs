@@ -64,6 +64,43 @@ pub fn data_volume(dv: &DataVolume, old: Option<&DataVolume>) -> Vec<Cause> {
     spec(dv, "spec")
 }
 
+/// Upstream's refusal of a new DataVolume whose claim name is taken (`claim`, the claim of its
+/// name if there is one): unless the claim was populated for it or may be adopted
+/// (`allowClaimAdoption`, or the `DataVolumeClaimAdoption` gate of `cfg`), or a DataVolume
+/// controls it (the controller then says whose it is).
+pub fn claim_taken(
+    dv: &DataVolume,
+    claim: Option<&k8s_openapi::api::core::v1::PersistentVolumeClaim>,
+    cfg: Option<&cdi_api::config::CDIConfig>,
+) -> Option<Cause> {
+    let claim = claim?;
+    let name = dv.metadata.name.as_deref().unwrap_or("");
+    let populated_for = claim
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(cdi_api::keys::ann::POPULATED_FOR))
+        .is_some_and(|n| n == name);
+    if populated_for || crate::claims::adoptable(claim, dv, cfg) {
+        return None;
+    }
+    let controlled_by_a_dv = claim
+        .metadata
+        .owner_references
+        .iter()
+        .flatten()
+        .any(|o| o.controller == Some(true) && o.kind == "DataVolume");
+    if controlled_by_a_dv {
+        return None;
+    }
+    let ns = dv.metadata.namespace.as_deref().unwrap_or("");
+    Some(Cause {
+        reason: DUPLICATE,
+        message: format!("Destination PVC {ns}/{name} already exists"),
+        field: "DataVolume.Name".into(),
+    })
+}
+
 /// Upstream's `validateDataVolumeSpec`: field paths and messages under `root` (`spec` for a
 /// DataVolume, `Template` for a DataImportCron's template).
 fn spec(dv: &DataVolume, root: &str) -> Vec<Cause> {
@@ -555,6 +592,41 @@ mod tests {
         ] {
             assert_eq!(said(spec.clone()), want, "{spec}");
         }
+    }
+
+    #[test]
+    fn a_taken_claim_name_is_refused_unless_the_claim_may_be_the_data_volumes() {
+        let d = dv(json!({"source": {"blank": {}}, "pvc": {}}));
+        let claim = |meta: serde_json::Value| -> k8s_openapi::api::core::v1::PersistentVolumeClaim {
+            serde_json::from_value(json!({"metadata": meta})).unwrap()
+        };
+        assert_eq!(claim_taken(&d, None, None), None);
+        let taken = claim_taken(&d, Some(&claim(json!({"name": "disk"}))), None).unwrap();
+        assert_eq!(taken.message, "Destination PVC vms/disk already exists");
+        assert_eq!(taken.field, "DataVolume.Name");
+        for meta in [
+            json!({"name": "disk", "annotations": {"cdi.kubevirt.io/storage.populatedFor": "disk"}}),
+            json!({"name": "disk", "ownerReferences": [{"apiVersion": "cdi.kubevirt.io/v1beta1",
+                "kind": "DataVolume", "name": "other", "uid": "o", "controller": true}]}),
+        ] {
+            assert_eq!(
+                claim_taken(&d, Some(&claim(meta.clone())), None),
+                None,
+                "{meta}"
+            );
+        }
+        let mut adopting = d.clone();
+        adopting.metadata.annotations = Some(
+            [(
+                "cdi.kubevirt.io/allowClaimAdoption".to_string(),
+                "true".to_string(),
+            )]
+            .into(),
+        );
+        assert_eq!(
+            claim_taken(&adopting, Some(&claim(json!({"name": "disk"}))), None),
+            None
+        );
     }
 
     #[test]

@@ -25,7 +25,10 @@ pub fn populated_for(claim: &PersistentVolumeClaim, dv: &DataVolume) -> bool {
 /// when the DataVolume says `allowClaimAdoption: "true"`, or, without that annotation, when the
 /// `DataVolumeClaimAdoption` gate is on.
 pub fn adoptable(claim: &PersistentVolumeClaim, dv: &DataVolume, cfg: Option<&CDIConfig>) -> bool {
-    if annotation(&claim.metadata, ann::CREATED_FOR_DATA_VOLUME) == dv.metadata.uid.as_deref() {
+    // Made for this very DataVolume (a DataVolume not yet created has no uid: none is).
+    if let Some(made_for) = annotation(&claim.metadata, ann::CREATED_FOR_DATA_VOLUME)
+        && Some(made_for) == dv.metadata.uid.as_deref()
+    {
         return false;
     }
     match annotation(&dv.metadata, ann::ALLOW_CLAIM_ADOPTION) {

@@ -213,14 +213,16 @@ impl Api {
                 return self.admission(req).await;
             }
             p if p == crate::webhook::VALIDATE_PATH && req.method() == Method::POST => {
-                return self.validation(req, crate::webhook::validate).await;
+                return self.validation(req, Judged::DataVolume).await;
             }
             p if p == crate::webhook::CRON_VALIDATE_PATH && req.method() == Method::POST => {
-                return self.validation(req, crate::webhook::validate_cron).await;
+                return self
+                    .validation(req, Judged::Other(crate::webhook::validate_cron))
+                    .await;
             }
             p if p == crate::webhook::POPULATOR_VALIDATE_PATH && req.method() == Method::POST => {
                 return self
-                    .validation(req, crate::webhook::validate_populator)
+                    .validation(req, Judged::Other(crate::webhook::validate_populator))
                     .await;
             }
             _ => {}
@@ -294,13 +296,16 @@ impl Api {
     }
 }
 
+/// Who judges a validating review: the DataVolume webhook (it reads the cluster), or a rule
+/// on the object alone.
+enum Judged {
+    DataVolume,
+    Other(fn(&serde_json::Value) -> serde_json::Value),
+}
+
 impl Api {
     /// An AdmissionReview for a validating webhook (upstream's rules), answered by `judge`.
-    async fn validation(
-        &self,
-        req: Request<Incoming>,
-        judge: fn(&serde_json::Value) -> serde_json::Value,
-    ) -> Response<Body> {
+    async fn validation(&self, req: Request<Incoming>, judge: Judged) -> Response<Body> {
         let review = match json_object(req, "an AdmissionReview").await {
             Ok(v) if v["request"].is_object() => v,
             Ok(_) => {
@@ -312,7 +317,10 @@ impl Api {
             }
             Err(refused) => return refused,
         };
-        let answer = judge(&review);
+        let answer = match judge {
+            Judged::DataVolume => self.webhook.validate(&review).await,
+            Judged::Other(judge) => judge(&review),
+        };
         if answer["response"]["allowed"] == json!(false) {
             tracing::info!(kind = %review["request"]["kind"]["kind"],
                 namespace = %review["request"]["namespace"],

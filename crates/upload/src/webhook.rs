@@ -8,7 +8,7 @@
 use cdi_api::datasource::DataSource;
 use cdi_api::datavolume::DataVolume;
 use k8s_openapi::api::authorization::v1::SubjectAccessReview;
-use k8s_openapi::api::core::v1::Namespace;
+use k8s_openapi::api::core::v1::{Namespace, PersistentVolumeClaim};
 use serde_json::{Value, json};
 
 use crate::token::{LIFETIME, Payload, Resource, Signer};
@@ -297,9 +297,13 @@ fn refused_for(causes: &[cdi_core::admission::Cause]) -> Value {
 }
 
 /// Answer a validating AdmissionReview: upstream's refusals of a DataVolume (cdi-core
-/// `admission`), 422 with every cause, or allowed.
-pub fn validate(review: &Value) -> Value {
+/// `admission`), 422 with every cause, or allowed. `taken` is upstream's refusal of a new
+/// DataVolume whose claim name is in use, found by the caller.
+pub fn validate(review: &Value, taken: Option<cdi_core::admission::Cause>) -> Value {
     let request = &review["request"];
+    if let Some(cause) = taken {
+        return answer(&request["uid"], refused_for(&[cause]));
+    }
     let response = match serde_json::from_value::<DataVolume>(request["object"].clone()) {
         Err(e) => refused(400, &format!("the object is not a DataVolume: {e}"), None),
         Ok(dv) => {
@@ -495,6 +499,45 @@ impl Webhook {
             .map_err(|e| format!("reading namespace {name}: {e}"))
     }
 
+    /// Answer a validating AdmissionReview of a DataVolume: at creation, a claim of its name
+    /// that is not its to take is refused first (upstream's order), then its spec is judged.
+    pub async fn validate(&self, review: &Value) -> Value {
+        let request = &review["request"];
+        let mut taken = None;
+        if request["operation"] == "CREATE"
+            && let Ok(dv) = serde_json::from_value::<DataVolume>(request["object"].clone())
+        {
+            let ns = dv
+                .metadata
+                .namespace
+                .clone()
+                .or_else(|| request["namespace"].as_str().map(String::from))
+                .unwrap_or_default();
+            let name = dv.metadata.name.clone().unwrap_or_default();
+            let claims: kube::Api<PersistentVolumeClaim> =
+                kube::Api::namespaced(self.client.clone(), &ns);
+            let claim = match claims.get_opt(&name).await {
+                Ok(c) => c,
+                Err(e) => {
+                    let why = format!("reading PersistentVolumeClaim {ns}/{name}: {e}");
+                    return answer(&request["uid"], refused(400, &why, None));
+                }
+            };
+            // The gate that allows adoption, when the DataVolume does not say.
+            let config: Option<cdi_api::config::CDIConfig> = match claim {
+                Some(_) => kube::Api::all(self.client.clone())
+                    .get_opt(cdi_api::name::CDI_CONFIG)
+                    .await
+                    .unwrap_or(None),
+                None => None,
+            };
+            let mut judged = dv;
+            judged.metadata.namespace = Some(ns);
+            taken = cdi_core::admission::claim_taken(&judged, claim.as_ref(), config.as_ref());
+        }
+        validate(review, taken)
+    }
+
     /// Whether the requester (`userInfo` of the review) may clone `source`.
     async fn may_clone(&self, source: &CloneSource, user: &Value) -> Result<bool, String> {
         may_clone(&self.client, source, user).await
@@ -672,10 +715,27 @@ mod tests {
             "metadata": {"name": "d", "namespace": "vms", "finalizers": []},
             "spec": {"source": {"http": {"url": "https://a/b"}}}});
         let review = |operation: &str, object: &Value, old: Value| {
-            validate(&json!({"request": {"uid": "u1", "operation": operation,
-                "object": object, "oldObject": old}}))
+            validate(
+                &json!({"request": {"uid": "u1", "operation": operation,
+                "object": object, "oldObject": old}}),
+                None,
+            )
         };
         let answer = review("CREATE", &bad, Value::Null);
+        let taken = cdi_core::admission::Cause {
+            reason: "FieldValueDuplicate",
+            message: "Destination PVC vms/d already exists".into(),
+            field: "DataVolume.Name".into(),
+        };
+        let first = validate(
+            &json!({"request": {"uid": "u0", "operation": "CREATE",
+            "object": bad}}),
+            Some(taken),
+        );
+        assert_eq!(
+            first["response"]["status"]["message"],
+            " Destination PVC vms/d already exists"
+        );
         let response = &answer["response"];
         assert_eq!(response["uid"], "u1");
         assert_eq!(response["allowed"], false);
