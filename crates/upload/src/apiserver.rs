@@ -296,6 +296,19 @@ impl Api {
     }
 }
 
+/// The AdmissionReview a webhook request carries, or the answer refusing the request.
+async fn admission_review(req: Request<Incoming>) -> Result<serde_json::Value, Response<Body>> {
+    match json_object(req, "an AdmissionReview").await {
+        Ok(v) if v["request"].is_object() => Ok(v),
+        Ok(_) => Err(status(
+            400,
+            "BadRequest",
+            "the request body is not an AdmissionReview",
+        )),
+        Err(refused) => Err(refused),
+    }
+}
+
 /// Who judges a validating review: the DataVolume webhook (it reads the cluster), or a rule
 /// on the object alone.
 enum Judged {
@@ -306,15 +319,8 @@ enum Judged {
 impl Api {
     /// An AdmissionReview for a validating webhook (upstream's rules), answered by `judge`.
     async fn validation(&self, req: Request<Incoming>, judge: Judged) -> Response<Body> {
-        let review = match json_object(req, "an AdmissionReview").await {
-            Ok(v) if v["request"].is_object() => v,
-            Ok(_) => {
-                return status(
-                    400,
-                    "BadRequest",
-                    "the request body is not an AdmissionReview",
-                );
-            }
+        let review = match admission_review(req).await {
+            Ok(v) => v,
             Err(refused) => return refused,
         };
         let answer = match judge {
@@ -334,15 +340,8 @@ impl Api {
     /// certificate (as kube's does): what it answers is checked again by the controller, and a
     /// token it gives names one clone only.
     async fn admission(&self, req: Request<Incoming>) -> Response<Body> {
-        let review = match json_object(req, "an AdmissionReview").await {
-            Ok(v) if v["request"].is_object() => v,
-            Ok(_) => {
-                return status(
-                    400,
-                    "BadRequest",
-                    "the request body is not an AdmissionReview",
-                );
-            }
+        let review = match admission_review(req).await {
+            Ok(v) => v,
             Err(refused) => return refused,
         };
         let answer = self.webhook.review(&review, &self.signer).await;

@@ -151,11 +151,9 @@ pub fn validating_configuration(
     port: u16,
     ca_bundle: &str,
 ) -> Value {
-    json!({
-        "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingWebhookConfiguration",
-        "metadata": {"name": VALIDATE_CONFIGURATION, "labels": {"cdi.kubevirt.io": "cdi-api"}},
-        "webhooks": [entry(VALIDATE_WEBHOOK, VALIDATE_PATH, (namespace, service, port), ca_bundle)]
-    })
+    let at = (namespace, service, port);
+    let webhook = entry(VALIDATE_WEBHOOK, VALIDATE_PATH, at, ca_bundle);
+    validating(VALIDATE_CONFIGURATION, webhook)
 }
 
 /// The ValidatingWebhookConfiguration for DataImportCrons (upstream's), to
@@ -166,16 +164,36 @@ pub fn cron_validating_configuration(
     port: u16,
     ca_bundle: &str,
 ) -> Value {
+    let at = (namespace, service, port);
+    let mut webhook = entry(CRON_VALIDATE_WEBHOOK, CRON_VALIDATE_PATH, at, ca_bundle);
+    webhook["rules"][0]["resources"] = json!(["dataimportcrons"]);
+    validating(CRON_VALIDATE_CONFIGURATION, webhook)
+}
+
+/// The ValidatingWebhookConfiguration for VolumeImportSources and VolumeUploadSources
+/// (upstream's), to [`POPULATOR_VALIDATE_PATH`].
+pub fn populator_validating_configuration(
+    namespace: &str,
+    service: &str,
+    port: u16,
+    ca_bundle: &str,
+) -> Value {
+    let at = (namespace, service, port);
     let mut webhook = entry(
-        CRON_VALIDATE_WEBHOOK,
-        CRON_VALIDATE_PATH,
-        (namespace, service, port),
+        POPULATOR_VALIDATE_WEBHOOK,
+        POPULATOR_VALIDATE_PATH,
+        at,
         ca_bundle,
     );
-    webhook["rules"][0]["resources"] = json!(["dataimportcrons"]);
+    webhook["rules"][0]["resources"] = json!(["volumeimportsources", "volumeuploadsources"]);
+    validating(POPULATOR_VALIDATE_CONFIGURATION, webhook)
+}
+
+/// A ValidatingWebhookConfiguration `name` of one webhook.
+fn validating(name: &str, webhook: Value) -> Value {
     json!({
         "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingWebhookConfiguration",
-        "metadata": {"name": CRON_VALIDATE_CONFIGURATION, "labels": {"cdi.kubevirt.io": "cdi-api"}},
+        "metadata": {"name": name, "labels": {"cdi.kubevirt.io": "cdi-api"}},
         "webhooks": [webhook]
     })
 }
@@ -196,43 +214,21 @@ fn entry(name: &str, path: &str, (namespace, service, port): (&str, &str, u16), 
     })
 }
 
-/// The ValidatingWebhookConfiguration for VolumeImportSources and VolumeUploadSources
-/// (upstream's), to [`POPULATOR_VALIDATE_PATH`].
-pub fn populator_validating_configuration(
-    namespace: &str,
-    service: &str,
-    port: u16,
-    ca_bundle: &str,
-) -> Value {
-    let mut webhook = entry(
-        POPULATOR_VALIDATE_WEBHOOK,
-        POPULATOR_VALIDATE_PATH,
-        (namespace, service, port),
-        ca_bundle,
-    );
-    webhook["rules"][0]["resources"] = json!(["volumeimportsources", "volumeuploadsources"]);
-    json!({
-        "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingWebhookConfiguration",
-        "metadata": {"name": POPULATOR_VALIDATE_CONFIGURATION,
-            "labels": {"cdi.kubevirt.io": "cdi-api"}},
-        "webhooks": [webhook]
-    })
+/// The object a review is about, and on an update the object it was.
+fn both<T: serde::de::DeserializeOwned>(request: &Value) -> Result<(T, Option<T>), String> {
+    let new = serde_json::from_value(request["object"].clone()).map_err(|e| e.to_string())?;
+    let old = if request["operation"] == "UPDATE" {
+        serde_json::from_value(request["oldObject"].clone()).ok()
+    } else {
+        None
+    };
+    Ok((new, old))
 }
 
 /// Answer a validating AdmissionReview of a VolumeImportSource or VolumeUploadSource.
 pub fn validate_populator(review: &Value) -> Value {
     use cdi_api::populators::{VolumeImportSource, VolumeUploadSource};
-    use serde::de::DeserializeOwned;
     let request = &review["request"];
-    fn both<T: DeserializeOwned>(request: &Value) -> Result<(T, Option<T>), String> {
-        let new = serde_json::from_value(request["object"].clone()).map_err(|e| e.to_string())?;
-        let old = if request["operation"] == "UPDATE" {
-            serde_json::from_value(request["oldObject"].clone()).ok()
-        } else {
-            None
-        };
-        Ok((new, old))
-    }
     let kind = request["kind"]["kind"].as_str().unwrap_or("");
     let judged = match kind {
         "VolumeImportSource" => both::<VolumeImportSource>(request)
@@ -253,18 +249,13 @@ pub fn validate_populator(review: &Value) -> Value {
 pub fn validate_cron(review: &Value) -> Value {
     use cdi_api::datasource::DataImportCron;
     let request = &review["request"];
-    let response = match serde_json::from_value::<DataImportCron>(request["object"].clone()) {
+    let response = match both::<DataImportCron>(request) {
         Err(e) => refused(
             400,
             &format!("the object is not a DataImportCron: {e}"),
             None,
         ),
-        Ok(cron) => {
-            let old = if request["operation"] == "UPDATE" {
-                serde_json::from_value::<DataImportCron>(request["oldObject"].clone()).ok()
-            } else {
-                None
-            };
+        Ok((cron, old)) => {
             if cron.metadata.deletion_timestamp.is_some() {
                 allowed()
             } else {
@@ -304,14 +295,9 @@ pub fn validate(review: &Value, taken: Option<cdi_core::admission::Cause>) -> Va
     if let Some(cause) = taken {
         return answer(&request["uid"], refused_for(&[cause]));
     }
-    let response = match serde_json::from_value::<DataVolume>(request["object"].clone()) {
+    let response = match both::<DataVolume>(request) {
         Err(e) => refused(400, &format!("the object is not a DataVolume: {e}"), None),
-        Ok(dv) => {
-            let old = if request["operation"] == "UPDATE" {
-                serde_json::from_value::<DataVolume>(request["oldObject"].clone()).ok()
-            } else {
-                None
-            };
+        Ok((dv, old)) => {
             // An update that leaves the spec alone (finalizers, labels, annotations) always
             // goes through: a DataVolume made while no webhook ran must still be deletable.
             let unchanged = old.as_ref().is_some_and(|o| o.spec == dv.spec);
