@@ -8,6 +8,7 @@ mod demo;
 mod demo_clone;
 mod demo_image;
 mod dev;
+mod doctor;
 mod image_upload;
 mod import;
 mod importer;
@@ -48,6 +49,10 @@ enum Command {
     /// Upload a local disk image (or archive) into a new or existing DataVolume or PVC through
     /// the upload proxy, as `virtctl image-upload` does.
     ImageUpload(image_upload::ImageUploadArgs),
+    /// Why a DataVolume is not progressing, and what to do: reads it, its claims, class,
+    /// profile, CDIConfig, pods, nodes and events. Without a name, every DataVolume of the
+    /// namespace that has not succeeded, one line each.
+    Doctor(doctor::DoctorArgs),
     /// The embedded development cluster.
     #[command(subcommand)]
     Dev(dev::DevCommand),
@@ -85,6 +90,7 @@ fn main() -> ExitCode {
         Command::Import(args) => import::run(&args),
         Command::ImageUpload(args) => image_upload::run(&args),
         Command::Dev(command) => dev::run(&command),
+        Command::Doctor(args) => doctor::run(&args),
         Command::Controller(args) => controller::run(&args),
         Command::UploadProxy(args) => upload_proxy::run(&args),
         Command::Apiserver(args) => apiserver::run(&args),

@@ -7,7 +7,8 @@ mod devcluster;
 use std::path::{Path, PathBuf};
 
 use devcluster::{
-    Controller, Down, cdi, find_pod_process, get_json, kubectl, kubectl_as, volume_file, wait_for,
+    Controller, Down, cdi, doctor, find_pod_process, get_json, kubectl, kubectl_as, volume_file,
+    wait_for,
 };
 use serde_json::Value;
 
@@ -361,6 +362,15 @@ spec:
     assert!(
         get_json(&dir, "default", "pvc/early").is_none(),
         "no claim before the source"
+    );
+    let d = doctor(&dir, &["early", "-n", "default"]);
+    assert_eq!(d["cause"], "SourceNotReady", "{d}");
+    assert!(
+        d["summary"]
+            .as_str()
+            .unwrap()
+            .contains("The source pvc default/later doesn't exist"),
+        "{d}"
     );
     // Once the source is there, the clone goes ahead.
     kubectl(

@@ -9,7 +9,7 @@ use std::time::Duration;
 use cdi_testkit::images::{assert_same, convert, oracle, pattern, qemu_img};
 use cdi_testkit::{Behaviour, FileServer};
 use devcluster::{
-    Controller, Down, cdi, kubectl, pod_process, pod_process_named, wait_for, within,
+    Controller, Down, cdi, doctor, kubectl, pod_process, pod_process_named, wait_for, within,
 };
 use serde_json::Value;
 
@@ -323,7 +323,41 @@ async fn without_the_gate_the_importer_binds_the_claim_wherever_it_lands() {
     let pod = get(&s.dir, "pod/importer-early").expect("retained importer pod");
     assert_eq!(pod["spec"]["nodeName"].as_str(), Some(node));
     assert_eq!(pod["status"]["phase"], "Succeeded");
+
+    // The VM then needs another node: `cdi doctor` says the gate put the disk where it is.
+    let elsewhere = if node == "node-1" { "node-3" } else { "node-1" };
+    kubectl(
+        &s.dir,
+        &["apply", "-f", "-"],
+        Some(&pinned("vm-elsewhere", "early", elsewhere)),
+    );
+    let d = wait_for("the doctor to see the VM blocked", 60, || {
+        Some(doctor(&s.dir, &["early"])).filter(|d| d["cause"] == "GateOff")
+    });
+    let explanation = d["explanation"].as_str().unwrap();
+    assert!(
+        explanation.contains(&format!("bound to a volume on {node}"))
+            && explanation.contains("volume node affinity conflict")
+            && explanation.contains("HonorWaitForFirstConsumer"),
+        "{d}"
+    );
     drop(s.controller);
+}
+
+/// A pod using `claim` that must run on `node`.
+fn pinned(name: &str, claim: &str, node: &str) -> String {
+    format!(
+        r#"
+apiVersion: v1
+kind: Pod
+metadata: {{name: {name}}}
+spec:
+  nodeSelector: {{kubernetes.io/hostname: {node}}}
+  tolerations: [{{key: virt-local, operator: Exists}}]
+  containers: [{{name: compute, image: quay.io/kubevirt/virt-launcher:v1.6.0, command: [/bin/sh], args: [-c, sleep 600]}}]
+  volumes: [{{name: root, persistentVolumeClaim: {{claimName: {claim}}}}}]
+"#
+    )
 }
 
 /// A plain HTTP GET over a socket: status line, headers and body as text.
@@ -423,6 +457,20 @@ async fn without_a_consumer_it_waits_and_says_so() {
         "target PVC lonely Pending and waiting for first consumer to be created before binding"
     );
     assert!(get(&s.dir, "pod/importer-lonely").is_none());
+    // `cdi doctor` says what is missing and what would do.
+    let d = doctor(&s.dir, &["lonely"]);
+    assert_eq!(d["cause"], "WaitingForConsumer", "{d}");
+    assert_eq!(
+        d["summary"],
+        "claim lonely waits for a first consumer, and no pod uses it"
+    );
+    assert!(
+        d["explanation"]
+            .as_str()
+            .unwrap()
+            .contains("cdi-rs.dev/first-consumer"),
+        "{d}"
+    );
     // kubectl shows it as upstream's columns do.
     let table = kubectl(&s.dir, &["get", "dv", "lonely"], None);
     assert!(
@@ -529,6 +577,26 @@ spec:
     let data = std::fs::read(&file).unwrap();
     assert_eq!(data.len() as u64, 64 * MIB, "Block volumes get no overhead");
     assert_same(&data[..expected.len()], &expected, "the block volume");
+
+    // A VM needing another node: the immediate binding chose this one, and `cdi doctor` says so.
+    let node = anns["volume.kubernetes.io/selected-node"].as_str().unwrap();
+    let elsewhere = if node == "node-1" { "node-3" } else { "node-1" };
+    kubectl(
+        &s.dir,
+        &["apply", "-f", "-"],
+        Some(&pinned("vm-elsewhere", "raw-block", elsewhere)),
+    );
+    let d = wait_for("the doctor to see the VM blocked", 60, || {
+        Some(doctor(&s.dir, &["raw-block"])).filter(|d| d["cause"] == "ImmediateBind")
+    });
+    assert_eq!(
+        d["summary"],
+        format!(
+            "pod vm-elsewhere using claim raw-block cannot be scheduled where the volume is ({node})"
+        )
+    );
+    // The one with a consumer in place is fine.
+    assert_eq!(doctor(&s.dir, &["sized"])["cause"], "Succeeded");
     drop(s.controller);
 }
 
@@ -1234,6 +1302,12 @@ async fn failures_say_why_and_fatal_ones_stop() {
         })
     });
     assert_ne!(phase(&dv), "Failed");
+    let d = doctor(&s.dir, &["not-there"]);
+    assert_eq!(d["cause"], "CrashLoop", "{d}");
+    assert!(
+        d["summary"].as_str().unwrap().contains("404"),
+        "the last error: {d}"
+    );
 
     // Checksum mismatch: Failed, the pod gone and not recreated.
     let dv = wait_for("the checksum failure", 60, || {
@@ -1279,6 +1353,45 @@ async fn failures_say_why_and_fatal_ones_stop() {
             "{name}"
         );
     }
+    // Without a name, `cdi doctor` lists each DataVolume with its cause.
+    let listed = doctor(&s.dir, &[]);
+    let causes: Vec<(&str, &str)> = listed
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| (d["name"].as_str().unwrap(), d["cause"].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        causes,
+        [
+            ("backing", "Failed"),
+            ("bad-sum", "Failed"),
+            ("not-there", "CrashLoop"),
+            ("too-small", "Failed")
+        ]
+    );
+    let d = &listed[1];
+    assert!(
+        d["summary"]
+            .as_str()
+            .unwrap()
+            .starts_with("failed for good: "),
+        "{d}"
+    );
+    // For people: one line each.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_cdi"))
+        .args(["doctor", "-n", "default"])
+        .env("KUBECONFIG", s.dir.join("kubeconfig"))
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    assert_eq!(text.lines().count(), 4, "{text}");
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with("default/not-there  ") && l.contains("CrashLoop: ")),
+        "{text}"
+    );
     drop(s.controller);
 }
 
@@ -1978,6 +2091,8 @@ spec:
         external("no-csi", "local-path-wffc"),
         data_volume(&long, &url, "1Gi", ""),
         data_volume("killed", &stalling, "1Gi", ""),
+        data_volume_from("no-such-class", &format!(r#"{{http: {{url: "{url}"}}}}"#))
+            .replace("local-path-wffc", "gone"),
     ]
     .join("---");
     kubectl(&s.dir, &["apply", "-f", "-"], Some(&docs));
@@ -2098,6 +2213,15 @@ spec:
             .filter(|d| condition(d, "Running")["reason"] == "ErrClaimNotValid")
     });
     assert_eq!(phase(&dv), "Pending");
+    let d = doctor(&s.dir, &["no-modes"]);
+    assert_eq!(d["cause"], "ProfileWithoutClaimPropertySets", "{d}");
+    assert!(
+        d["explanation"]
+            .as_str()
+            .unwrap()
+            .contains("kubectl patch storageprofile local-path"),
+        "{d}"
+    );
     kubectl(
         &s.dir,
         &[
@@ -2194,6 +2318,7 @@ spec:
         message.contains("importer-refused-pod") && message.contains("cpu"),
         "{message}"
     );
+    assert_eq!(doctor(&s.dir, &["refused-pod"])["cause"], "WorkerRefused");
     // Settings the API server takes but no node fits: the pod is made and cannot be placed,
     // and the refusal no longer speaks on any condition.
     resources(r#"{"requests":{"cpu":"100"},"limits":{"cpu":"200"}}"#);
@@ -2205,6 +2330,12 @@ spec:
         let said = condition(&dv, c)["message"].to_string();
         assert!(!said.contains("was refused"), "{c}: {said}");
     }
+    let d = doctor(&s.dir, &["refused-pod"]);
+    assert_eq!(d["cause"], "WorkerUnschedulable", "{d}");
+    assert!(
+        d["summary"].as_str().unwrap().contains("Insufficient cpu"),
+        "{d}"
+    );
     resources("null");
     // The next importer is made with the settings the controller holds then: delete the stuck
     // one once the fixed settings are in effect.
@@ -2216,6 +2347,53 @@ spec:
     wait_for("the import once the settings are fixed", 120, || {
         get(&s.dir, "dv/refused-pod").filter(|d| phase(d) == "Succeeded")
     });
+
+    // A class that does not exist: the provisioner's words, through `cdi doctor`.
+    let d = wait_for("the provisioner's failure explained", 30, || {
+        Some(doctor(&s.dir, &["no-such-class"])).filter(|d| d["cause"] == "ProvisioningFailed")
+    });
+    assert!(
+        d["summary"]
+            .as_str()
+            .unwrap()
+            .contains(r#"storageclass.storage.k8s.io "gone" not found"#),
+        "{d}"
+    );
+    // No class named and no default: said, with the annotation that makes one the default.
+    kubectl(
+        &s.dir,
+        &[
+            "annotate",
+            "storageclass",
+            "local-path",
+            "storageclass.kubernetes.io/is-default-class=false",
+            "--overwrite",
+        ],
+        None,
+    );
+    let no_class = format!(
+        r#"
+apiVersion: cdi.kubevirt.io/v1beta1
+kind: DataVolume
+metadata: {{name: no-class}}
+spec:
+  source: {{http: {{url: "{url}"}}}}
+  storage:
+    accessModes: [ReadWriteOnce]
+    resources: {{requests: {{storage: 64Mi}}}}
+"#
+    );
+    kubectl(&s.dir, &["apply", "-f", "-"], Some(&no_class));
+    let d = wait_for("no default class explained", 30, || {
+        Some(doctor(&s.dir, &["no-class"])).filter(|d| d["cause"] == "NoDefaultStorageClass")
+    });
+    assert!(
+        d["explanation"]
+            .as_str()
+            .unwrap()
+            .contains("storageclass.kubernetes.io/is-default-class"),
+        "{d}"
+    );
     assert!(s.controller.alive(), "the controller died");
 }
 
@@ -2398,6 +2576,34 @@ async fn placement_follows_the_consumer_or_a_first_consumer_template() {
         claim["metadata"]["annotations"]["cdi-rs.dev/worker-tolerations"],
         Value::Null
     );
+    // `cdi doctor` names the taint and both ways out.
+    let d = doctor(&s.dir, &["upstream"]);
+    assert_eq!(d["cause"], "WorkerUnschedulable", "{d}");
+    assert_eq!(
+        d["summary"],
+        "worker pod importer-upstream does not tolerate taint virt-local=true:NoSchedule of node \
+         node-2, where the claim is"
+    );
+    let explanation = d["explanation"].as_str().unwrap();
+    for fix in [
+        "kubectl annotate pvc -n default upstream cdi-rs.dev/worker-placement-; kubectl delete \
+         pod -n default importer-upstream",
+        r#"kubectl patch cdi cdi --type merge -p '{"spec":{"workload":{"tolerations":[{"key":"virt-local","operator":"Equal","value":"true","effect":"NoSchedule"}]}}}'"#,
+    ] {
+        assert!(explanation.contains(fix), "{fix}: {explanation}");
+    }
+    // The first fix works: the new importer inherits the consumer's toleration.
+    kubectl(
+        &s.dir,
+        &[
+            "annotate",
+            "pvc",
+            "upstream",
+            "cdi-rs.dev/worker-placement-",
+        ],
+        None,
+    );
+    kubectl(&s.dir, &["delete", "pod", "importer-upstream"], None);
 
     // The first-consumer pod bound the claim on node-3; the import filled it there.
     let dv = wait_for("the node-3 import", 90, || {
@@ -2443,6 +2649,28 @@ async fn placement_follows_the_consumer_or_a_first_consumer_template() {
         "WaitForFirstConsumer"
     );
     assert!(get(&s.dir, "pod/importer-nowhere").is_none());
+    let d = doctor(&s.dir, &["nowhere"]);
+    assert_eq!(d["cause"], "ConsumerUnschedulable", "{d}");
+    assert!(
+        d["summary"]
+            .as_str()
+            .unwrap()
+            .starts_with("first consumer nowhere-first-consumer cannot be scheduled: 0/3 nodes"),
+        "{d}"
+    );
+    wait_for(
+        "the opted-out import once the doctor's fix is applied",
+        90,
+        || get(&s.dir, "dv/upstream").filter(|d| phase(d) == "Succeeded"),
+    );
+    let pod = get(&s.dir, "pod/importer-upstream");
+    let claim = get(&s.dir, "pvc/upstream").unwrap();
+    assert!(
+        claim["metadata"]["annotations"]["cdi-rs.dev/worker-tolerations"]
+            .as_str()
+            .is_some_and(|t| t.contains("virt-launcher-upstream")),
+        "{claim} {pod:?}"
+    );
     drop(s.controller);
 }
 

@@ -8,7 +8,7 @@ use std::path::Path;
 use std::process::Command;
 
 use cdi_testkit::images::{assert_same, convert, oracle, pattern};
-use devcluster::{Controller, Down, cdi, get_json, kubectl, start_proxy, wait_for};
+use devcluster::{Controller, Down, cdi, doctor, get_json, kubectl, start_proxy, wait_for};
 use serde_json::Value;
 
 const MIB: u64 = 1 << 20;
@@ -204,6 +204,16 @@ async fn upload_volumes_are_filled_by_the_holder_of_the_proxy_certificate() {
             "{name}: {has:?}"
         );
     }
+    // `cdi doctor` says the pod waits for a client, and how to be one.
+    let d = doctor(&dir, &["up-fs"]);
+    assert_eq!(d["cause"], "UploadWaiting", "{d}");
+    assert!(
+        d["explanation"]
+            .as_str()
+            .unwrap()
+            .contains("cdi image-upload dv up-fs -n default --no-create"),
+        "{d}"
+    );
     let creds = proxy_credentials(&dir, tmp.path());
     // Without the proxy's certificate: refused, and nothing is written.
     let (code, body) = curl_upload(&dir, None, "up-fs", "/v1beta1/upload", &qcow2);

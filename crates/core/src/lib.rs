@@ -14,6 +14,7 @@ pub mod dataimportcron;
 pub mod datasource;
 pub mod datavolume;
 pub mod devpod;
+pub mod doctor;
 pub mod dvstatus;
 pub mod first_consumer;
 pub mod hostclone;

@@ -413,3 +413,23 @@ impl UploadProxy {
         )
     }
 }
+
+/// `cdi doctor ARGS -o json` against the cluster in `dir`: its answer (an object for one
+/// DataVolume, a list without a name).
+#[allow(dead_code)]
+pub fn doctor(dir: &Path, args: &[&str]) -> serde_json::Value {
+    let out = Command::new(env!("CARGO_BIN_EXE_cdi"))
+        .arg("doctor")
+        .args(args)
+        .args(["-o", "json"])
+        .env("KUBECONFIG", dir.join("kubeconfig"))
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "cdi doctor {args:?}: {stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("{e}: {stdout}"))
+}

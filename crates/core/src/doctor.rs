@@ -1,0 +1,1533 @@
+//! `cdi doctor` (SPEC §9): why a DataVolume is not progressing, and what to do, from what the
+//! cluster shows — the DataVolume's conditions, its claims, their class and profile, CDIConfig,
+//! the pods that fill or use the claims, the nodes and the events. One cause is named: the
+//! first that applies in the order below, which goes from what stops everything (a failure) to
+//! what only slows things down (a clone's fallback).
+//!
+//! Everything is read as the cluster has it, written by anyone: a missing or odd field makes a
+//! finding less precise, never a panic.
+
+use std::collections::BTreeMap;
+
+use cdi_api::config::CDIConfig;
+use cdi_api::datavolume::DataVolume;
+use cdi_api::storageprofile::StorageProfile;
+use cdi_api::{ann, ext, label};
+use k8s_openapi::api::core::v1::{
+    Event, Node, PersistentVolume, PersistentVolumeClaim, Pod, Taint, Toleration,
+};
+use k8s_openapi::api::storage::v1::StorageClass;
+use serde::Serialize;
+
+/// What the doctor reads for one DataVolume: the DataVolume and the rest of its namespace (claims,
+/// pods, events) and of the cluster (volumes, classes, profiles, nodes, CDIConfig, the CDI
+/// resource's name).
+pub struct Scene<'a> {
+    pub dv: &'a DataVolume,
+    pub claims: &'a [PersistentVolumeClaim],
+    pub volumes: &'a [PersistentVolume],
+    pub classes: &'a [StorageClass],
+    pub profiles: &'a [StorageProfile],
+    pub config: Option<&'a CDIConfig>,
+    /// The CDI resource's name, for the `spec.workload` fix (`cdi` when there is none).
+    pub cdi: Option<&'a str>,
+    pub pods: &'a [Pod],
+    pub nodes: &'a [Node],
+    pub events: &'a [Event],
+}
+
+/// The cause the doctor names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub enum Cause {
+    /// Done: the claim holds the disk.
+    Succeeded,
+    /// `Failed`: CDI will not try again.
+    Failed,
+    /// A pod using the claim cannot run where the volume is, because the immediate-bind
+    /// annotation (or `--force-bind`) let the worker pod choose the node.
+    ImmediateBind,
+    /// As above, because `HonorWaitForFirstConsumer` is off.
+    GateOff,
+    /// A pod using the claim cannot run where the volume is.
+    ConsumerBlocked,
+    /// No class named and none is the default.
+    NoDefaultStorageClass,
+    /// `spec.storage` leaves the access modes to a profile that has none.
+    ProfileWithoutClaimPropertySets,
+    /// The claim CDI would create is not valid (other render errors).
+    ClaimNotValid,
+    /// The storage provisioner fails to make the volume.
+    ProvisioningFailed,
+    /// A ResourceQuota refused the worker pod.
+    Quota,
+    /// The API server refused the worker pod for another reason.
+    WorkerRefused,
+    /// The clone or DataSource source does not exist or is not ready.
+    SourceNotReady,
+    /// The worker pod cannot be scheduled.
+    WorkerUnschedulable,
+    /// The worker pod keeps failing and restarting.
+    CrashLoop,
+    /// The claim waits for its first consumer, and nothing uses it.
+    WaitingForConsumer,
+    /// The first consumer exists but cannot be scheduled.
+    ConsumerUnschedulable,
+    /// The `cdi-rs.dev/first-consumer` template cannot be read.
+    FirstConsumerTemplate,
+    /// The upload pod is ready and waits for a client.
+    UploadWaiting,
+    /// A clone proceeds by a slower host-assisted copy.
+    CloneFallback,
+    /// Work is under way.
+    Progressing,
+    /// None of the above: the conditions are quoted.
+    Pending,
+}
+
+/// The doctor's answer for one DataVolume.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Diagnosis {
+    pub namespace: String,
+    pub name: String,
+    pub phase: String,
+    pub progress: String,
+    pub cause: Cause,
+    /// One line, for the listing.
+    pub summary: String,
+    /// One paragraph: what is happening, why, and what to do.
+    pub explanation: String,
+}
+
+fn anns(
+    meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+) -> &BTreeMap<String, String> {
+    static EMPTY: BTreeMap<String, String> = BTreeMap::new();
+    meta.annotations.as_ref().unwrap_or(&EMPTY)
+}
+
+fn name_of(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> &str {
+    meta.name.as_deref().unwrap_or("")
+}
+
+/// The DataVolume's condition `type_`: (status, reason, message), empty strings when absent.
+fn condition<'a>(dv: &'a DataVolume, type_: &str) -> (&'a str, &'a str, &'a str) {
+    dv.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .into_iter()
+        .flatten()
+        .find(|c| c.type_.as_str() == type_)
+        .map(|c| {
+            (
+                c.status.as_str(),
+                c.reason.as_ref().map(|r| r.as_str()).unwrap_or(""),
+                c.message.as_deref().unwrap_or(""),
+            )
+        })
+        .unwrap_or(("", "", ""))
+}
+
+fn claim_phase(c: &PersistentVolumeClaim) -> &str {
+    c.status
+        .as_ref()
+        .and_then(|s| s.phase.as_deref())
+        .unwrap_or("Pending")
+}
+
+/// Whether `pod` names claim `claim` among its volumes.
+fn mounts(pod: &Pod, claim: &str) -> bool {
+    pod.spec
+        .as_ref()
+        .and_then(|s| s.volumes.as_ref())
+        .into_iter()
+        .flatten()
+        .filter_map(|v| v.persistent_volume_claim.as_ref())
+        .any(|v| v.claim_name == claim)
+}
+
+/// CDI's own pods (importer, upload, cloner, the first-consumer pod).
+fn is_cdis(pod: &Pod) -> bool {
+    pod.metadata
+        .labels
+        .as_ref()
+        .and_then(|l| l.get(label::APP))
+        .is_some_and(|v| v == label::APP_VALUE)
+}
+
+fn is_first_consumer(pod: &Pod) -> bool {
+    pod.metadata
+        .labels
+        .as_ref()
+        .is_some_and(|l| l.contains_key(ext::FIRST_CONSUMER_FOR))
+}
+
+fn finished(pod: &Pod) -> bool {
+    matches!(
+        pod.status.as_ref().and_then(|s| s.phase.as_deref()),
+        Some("Succeeded" | "Failed")
+    ) || pod.metadata.deletion_timestamp.is_some()
+}
+
+/// The scheduler's reason when `pod` is unschedulable.
+fn unschedulable(pod: &Pod) -> Option<&str> {
+    if finished(pod) {
+        return None;
+    }
+    pod.status
+        .as_ref()?
+        .conditions
+        .as_ref()?
+        .iter()
+        .find(|c| {
+            c.type_ == "PodScheduled"
+                && c.status == "False"
+                && c.reason.as_deref() == Some("Unschedulable")
+        })
+        .map(|c| clause(c.message.as_deref().unwrap_or("no node fits")))
+}
+
+/// The restarts of `pod`'s containers, and the last error one of them ended with.
+fn restarts(pod: &Pod) -> (i32, Option<String>) {
+    let statuses = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.container_statuses.as_ref());
+    let mut count = 0;
+    let mut last = None;
+    for c in statuses.into_iter().flatten() {
+        count += c.restart_count;
+        let ended = c
+            .last_state
+            .as_ref()
+            .and_then(|s| s.terminated.as_ref())
+            .or_else(|| c.state.as_ref().and_then(|s| s.terminated.as_ref()));
+        if let Some(t) = ended
+            && t.exit_code != 0
+        {
+            // The importer's termination message is JSON; others write plain text.
+            last = t
+                .message
+                .as_deref()
+                .and_then(|m| cdi_api::termination::TerminationMessage::parse(m).message)
+                .or_else(|| t.reason.clone())
+                .filter(|m| !m.trim().is_empty());
+        }
+    }
+    (count, last)
+}
+
+/// A quoted message as a clause: without its final full stop, since the doctor's sentence goes
+/// on after it.
+fn clause(m: &str) -> &str {
+    m.trim().trim_end_matches('.')
+}
+
+fn times(n: i32) -> String {
+    match n {
+        1 => "once".into(),
+        2 => "twice".into(),
+        n => format!("{n} times"),
+    }
+}
+
+/// The node a claim's volume is on: the scheduler's choice, or the volume's node affinity.
+fn node_of(claim: &PersistentVolumeClaim, volumes: &[PersistentVolume]) -> Option<String> {
+    if let Some(n) = anns(&claim.metadata).get(ann::SELECTED_NODE) {
+        return Some(n.clone());
+    }
+    let volume = claim.spec.as_ref()?.volume_name.as_deref()?;
+    let pv = volumes.iter().find(|v| name_of(&v.metadata) == volume)?;
+    pv.spec
+        .as_ref()?
+        .node_affinity
+        .as_ref()?
+        .required
+        .as_ref()?
+        .node_selector_terms
+        .iter()
+        .flat_map(|t| t.match_expressions.iter().flatten())
+        .find(|e| e.key == "kubernetes.io/hostname" && e.operator == "In")
+        .and_then(|e| e.values.as_ref()?.first().cloned())
+}
+
+fn taint_text(t: &Taint) -> String {
+    match t.value.as_deref() {
+        Some(v) if !v.is_empty() => format!("{}={v}:{}", t.key, t.effect),
+        _ => format!("{}:{}", t.key, t.effect),
+    }
+}
+
+/// What keeps `pod` off `node`: the node's untolerated NoSchedule/NoExecute taints, and the
+/// pod's node selector terms the node does not carry.
+fn blockers(pod: &Pod, node: &Node) -> (Vec<Taint>, Vec<String>) {
+    let tolerations: &[Toleration] = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.tolerations.as_deref())
+        .unwrap_or(&[]);
+    let taints = node
+        .spec
+        .as_ref()
+        .and_then(|s| s.taints.as_ref())
+        .into_iter()
+        .flatten()
+        .filter(|t| matches!(t.effect.as_str(), "NoSchedule" | "NoExecute"))
+        .filter(|t| {
+            !tolerations
+                .iter()
+                .any(|tol| crate::placement::tolerates(tol, t))
+        })
+        .cloned()
+        .collect();
+    let labels = node.metadata.labels.clone().unwrap_or_default();
+    let selector = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.node_selector.clone())
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|(k, v)| labels.get(k) != Some(v))
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect();
+    (taints, selector)
+}
+
+fn class_of<'a>(s: &Scene<'a>, claim: Option<&PersistentVolumeClaim>) -> Option<&'a StorageClass> {
+    let named = claim
+        .and_then(|c| c.spec.as_ref()?.storage_class_name.as_deref())
+        .or_else(|| requested_class(s.dv));
+    match named {
+        Some(n) => s.classes.iter().find(|c| name_of(&c.metadata) == n),
+        None => crate::render::default_storage_class(s.classes, true),
+    }
+}
+
+fn requested_class(dv: &DataVolume) -> Option<&str> {
+    dv.spec
+        .pvc
+        .as_ref()
+        .and_then(|p| p.storage_class_name.as_deref())
+        .or_else(|| {
+            dv.spec
+                .storage
+                .as_ref()
+                .and_then(|p| p.storage_class_name.as_deref())
+        })
+}
+
+fn is_wffc(class: Option<&StorageClass>) -> bool {
+    class.and_then(|c| c.volume_binding_mode.as_deref()) == Some("WaitForFirstConsumer")
+}
+
+fn gate_on(config: Option<&CDIConfig>) -> bool {
+    config.is_some_and(|c| {
+        c.spec
+            .gate_enabled(cdi_api::gate::HONOR_WAIT_FOR_FIRST_CONSUMER)
+    })
+}
+
+/// The claim's last warning event of `reason`, newest first.
+fn last_warning<'a>(s: &'a Scene<'_>, kind: &str, name: &str, reason: &str) -> Option<&'a str> {
+    s.events
+        .iter()
+        .filter(|e| {
+            e.involved_object.kind.as_deref() == Some(kind)
+                && e.involved_object.name.as_deref() == Some(name)
+                && e.reason.as_deref() == Some(reason)
+        })
+        .max_by_key(|e| {
+            e.last_timestamp
+                .as_ref()
+                .map(|t| t.0)
+                .or_else(|| e.event_time.as_ref().map(|t| t.0))
+        })
+        .and_then(|e| e.message.as_deref())
+        .map(clause)
+}
+
+/// The toleration a fix would add for `t`, as JSON.
+fn toleration_json(t: &Taint) -> String {
+    match t.value.as_deref() {
+        Some(v) if !v.is_empty() => format!(
+            r#"{{"key":"{}","operator":"Equal","value":"{v}","effect":"{}"}}"#,
+            t.key, t.effect
+        ),
+        _ => format!(
+            r#"{{"key":"{}","operator":"Exists","effect":"{}"}}"#,
+            t.key, t.effect
+        ),
+    }
+}
+
+struct Finding {
+    cause: Cause,
+    summary: String,
+    explanation: String,
+}
+
+fn finding(
+    cause: Cause,
+    summary: impl Into<String>,
+    explanation: impl Into<String>,
+) -> Option<Finding> {
+    Some(Finding {
+        cause,
+        summary: summary.into(),
+        explanation: explanation.into(),
+    })
+}
+
+/// Why the DataVolume of `s` is where it is, and what to do.
+pub fn diagnose(s: &Scene<'_>) -> Diagnosis {
+    let dv = s.dv;
+    let ns = dv.metadata.namespace.clone().unwrap_or_default();
+    let name = name_of(&dv.metadata).to_string();
+    let status = dv.status.as_ref();
+    let phase = status
+        .and_then(|s| s.phase.as_ref())
+        .map(|p| p.as_str().to_string())
+        .unwrap_or_default();
+    let progress = status
+        .and_then(|s| s.progress.clone())
+        .unwrap_or_else(|| "N/A".into());
+    let found = find(s, &ns, &name, &phase).unwrap_or_else(|| {
+        let conditions: Vec<String> = ["Running", "Bound", "Ready"]
+            .iter()
+            .filter_map(|t| {
+                let (st, reason, message) = condition(dv, t);
+                (!st.is_empty()).then(|| {
+                    let reason = if reason.is_empty() { "" } else { reason };
+                    format!("{t}={st} {reason} {message}")
+                        .trim_end()
+                        .to_string()
+                })
+            })
+            .collect();
+        let phase_text = if phase.is_empty() {
+            "no phase yet"
+        } else {
+            &phase
+        };
+        Finding {
+            cause: Cause::Pending,
+            summary: format!("{phase_text}; no known cause"),
+            explanation: format!(
+                "DataVolume {ns}/{name} is {phase_text} and none of the causes cdi doctor knows \
+                 applies. {}Its controller's log (kubectl logs -n cdi deploy/cdi-deployment) \
+                 says what it last did with it.",
+                if conditions.is_empty() {
+                    "It has no conditions: is the CDI controller running? ".to_string()
+                } else {
+                    format!("Its conditions: {}. ", conditions.join("; "))
+                }
+            ),
+        }
+    });
+    Diagnosis {
+        namespace: ns,
+        name,
+        phase,
+        progress,
+        cause: found.cause,
+        summary: found.summary,
+        explanation: found.explanation,
+    }
+}
+
+fn find(s: &Scene<'_>, ns: &str, name: &str, phase: &str) -> Option<Finding> {
+    let dv = s.dv;
+    let id = format!("{ns}/{name}");
+    let claim_name = dv
+        .status
+        .as_ref()
+        .and_then(|st| st.claim_name.as_deref())
+        .unwrap_or(name);
+    let claim = s.claims.iter().find(|c| name_of(&c.metadata) == claim_name);
+    let prime = claim.and_then(|c| {
+        let by_ann = anns(&c.metadata).get(ann::PVC_PRIME_NAME).cloned();
+        let uid = c.metadata.uid.as_deref().unwrap_or("");
+        let by_uid = (!uid.is_empty()).then(|| format!("prime-{uid}"));
+        s.claims.iter().find(|p| {
+            let n = name_of(&p.metadata);
+            Some(n) == by_ann.as_deref() || Some(n) == by_uid.as_deref()
+        })
+    });
+    let (_, run_reason, run_message) = condition(dv, "Running");
+    let run_message = clause(run_message);
+
+    if phase == "Failed" {
+        let why = if run_message.is_empty() {
+            clause(condition(dv, "Ready").2)
+        } else {
+            run_message
+        };
+        return finding(
+            Cause::Failed,
+            format!("failed for good: {why}"),
+            format!(
+                "DataVolume {id} failed and CDI will not try again: {why}. Fix what the message \
+                 names (the source, its checksum or the image), then delete the DataVolume and \
+                 create it again (kubectl delete dv -n {ns} {name}; kubectl apply -f …)."
+            ),
+        );
+    }
+
+    if let Some(f) = consumer_blocked(s, &id, claim) {
+        return Some(f);
+    }
+    if phase == "Succeeded" {
+        return finding(
+            Cause::Succeeded,
+            format!("succeeded: claim {claim_name} holds the disk"),
+            format!(
+                "DataVolume {id} succeeded: claim {claim_name} holds the disk, and every pod \
+                 using it can be scheduled. Nothing to do."
+            ),
+        );
+    }
+
+    let pending_claim = claim.is_none_or(|c| claim_phase(c) == "Pending");
+    if pending_claim
+        && requested_class(dv).is_none()
+        && crate::render::default_storage_class(s.classes, true).is_none()
+        && claim.is_none_or(|c| {
+            c.spec
+                .as_ref()
+                .and_then(|sp| sp.storage_class_name.as_deref())
+                .is_none()
+        })
+    {
+        return finding(
+            Cause::NoDefaultStorageClass,
+            "no StorageClass named and none is the default",
+            format!(
+                "DataVolume {id} names no StorageClass and no class is marked default, so its \
+                 claim {} Name one in spec.storage.storageClassName (or spec.pvc), or make one \
+                 the default: kubectl patch storageclass CLASS -p \
+                 '{{\"metadata\":{{\"annotations\":{{\"storageclass.kubernetes.io/is-default-class\":\"true\"}}}}}}'.",
+                if claim.is_some() {
+                    format!("{claim_name} has no class and nothing binds it.")
+                } else {
+                    "cannot be made.".to_string()
+                }
+            ),
+        );
+    }
+
+    if run_reason == "ErrClaimNotValid" {
+        if run_message.contains("claimPropertySet") {
+            let class = class_of(s, claim);
+            let class_name = class.map(|c| name_of(&c.metadata)).unwrap_or("");
+            let provisioner = class.map(|c| c.provisioner.as_str()).unwrap_or("");
+            return finding(
+                Cause::ProfileWithoutClaimPropertySets,
+                format!("StorageProfile {class_name} has no claimPropertySets"),
+                format!(
+                    "DataVolume {id} uses spec.storage without accessModes, so CDI takes them \
+                     from StorageProfile {class_name}, which has none: CDI knows no defaults for \
+                     its provisioner {provisioner}. Fill the profile: kubectl patch \
+                     storageprofile {class_name} --type merge -p \
+                     '{{\"spec\":{{\"claimPropertySets\":[{{\"accessModes\":[\"ReadWriteOnce\"],\"volumeMode\":\"Filesystem\"}}]}}}}' \
+                     (the modes the storage supports), or set spec.storage.accessModes and \
+                     volumeMode in the DataVolume. ({run_message})"
+                ),
+            );
+        }
+        if run_message.contains("no StorageClass") {
+            return finding(
+                Cause::NoDefaultStorageClass,
+                "no StorageClass named and none is the default",
+                format!(
+                    "DataVolume {id}: {run_message}. Name a class in \
+                     spec.storage.storageClassName, or mark one default with the \
+                     storageclass.kubernetes.io/is-default-class annotation."
+                ),
+            );
+        }
+        return finding(
+            Cause::ClaimNotValid,
+            format!("its claim cannot be made: {run_message}"),
+            format!("DataVolume {id} has no claim because CDI cannot make one: {run_message}."),
+        );
+    }
+
+    for c in [claim, prime].into_iter().flatten() {
+        let cname = name_of(&c.metadata);
+        if claim_phase(c) == "Pending"
+            && let Some(m) = last_warning(s, "PersistentVolumeClaim", cname, "ProvisioningFailed")
+        {
+            let class = c
+                .spec
+                .as_ref()
+                .and_then(|sp| sp.storage_class_name.as_deref())
+                .unwrap_or("");
+            return finding(
+                Cause::ProvisioningFailed,
+                format!("the provisioner cannot make claim {cname}'s volume: {m}"),
+                format!(
+                    "Claim {ns}/{cname} of DataVolume {id} is Pending because the provisioner of \
+                     StorageClass {class} fails to make its volume: {m}. Fix the class or its \
+                     provisioner (kubectl describe pvc -n {ns} {cname}); CDI goes on once the \
+                     claim is bound."
+                ),
+            );
+        }
+    }
+
+    let claim_running = |key: &str| {
+        [claim, prime]
+            .into_iter()
+            .flatten()
+            .find_map(|c| anns(&c.metadata).get(key).cloned())
+            .unwrap_or_default()
+    };
+    let refused = [
+        run_message.to_string(),
+        clause(&claim_running(ann::RUNNING_CONDITION_MESSAGE)).to_string(),
+    ];
+    if let Some(m) = refused
+        .iter()
+        .find(|m| m.contains("exceeded quota") || m.contains("failed quota"))
+    {
+        return finding(
+            Cause::Quota,
+            "a ResourceQuota refuses the worker pod",
+            format!(
+                "DataVolume {id} cannot start its worker pod: a ResourceQuota of namespace {ns} \
+                 refuses it ({m}). Raise the quota (kubectl describe resourcequota -n {ns}), or \
+                 lower what CDI's worker pods ask for with CDIConfig \
+                 spec.podResourceRequirements; CDI tries again on its own."
+            ),
+        );
+    }
+
+    let refused_reason = run_reason == crate::import::ERR_CREATING_POD
+        || claim_running(ann::RUNNING_CONDITION_REASON) == crate::import::ERR_CREATING_POD;
+    if refused_reason {
+        let m = refused
+            .iter()
+            .find(|m| !m.is_empty())
+            .cloned()
+            .unwrap_or_default();
+        return finding(
+            Cause::WorkerRefused,
+            format!("the API server refuses the worker pod: {m}"),
+            format!(
+                "DataVolume {id} cannot start its worker pod: the API server refuses it ({m}). \
+                 CDI builds worker pods from CDIConfig spec.podResourceRequirements and the CDI \
+                 resource's spec.workload: fix the setting the message names there; CDI tries \
+                 again on its own."
+            ),
+        );
+    }
+
+    if matches!(
+        run_reason,
+        "CloneWithoutSource" | "SnapshotNotReady" | "DataSourceNotFound" | "DataSourceNotReady"
+    ) {
+        return finding(
+            Cause::SourceNotReady,
+            format!("its source is not ready: {run_message}"),
+            format!(
+                "DataVolume {id} waits for its source ({run_reason}): {run_message}. Create the \
+                 source, or wait until it is ready (a DataSource is ready once its claim or \
+                 snapshot is); CDI goes on by itself."
+            ),
+        );
+    }
+
+    // The pods that fill the claims.
+    let workers: Vec<&Pod> = s
+        .pods
+        .iter()
+        .filter(|p| is_cdis(p) && !is_first_consumer(p) && !finished(p))
+        .filter(|p| {
+            [claim, prime]
+                .into_iter()
+                .flatten()
+                .any(|c| mounts(p, name_of(&c.metadata)))
+        })
+        .collect();
+    for pod in &workers {
+        if let Some(why) = unschedulable(pod) {
+            return Some(worker_unschedulable(s, &id, pod, why, claim, prime));
+        }
+    }
+    for pod in &workers {
+        let (count, last) = restarts(pod);
+        if count > 0 {
+            let last = last
+                .or_else(|| (!run_message.is_empty()).then(|| run_message.to_string()))
+                .unwrap_or_else(|| "no message".into());
+            let last = clause(&last);
+            let pod_name = name_of(&pod.metadata);
+            let restarted = times(count);
+            return finding(
+                Cause::CrashLoop,
+                format!("worker pod {pod_name} restarted {restarted}: {last}"),
+                format!(
+                    "DataVolume {id} is retrying: its worker pod {pod_name} failed and was \
+                     restarted {restarted}, last with: {last}. CDI retries such errors (an \
+                     unreachable or refusing source, a volume too slow or full) until they go. \
+                     A fix to the server, the Secret or the certConfigMap is taken at the next \
+                     restart; a wrong source needs the DataVolume deleted and created again \
+                     with the right one (kubectl logs -n {ns} {pod_name} --previous shows the \
+                     whole error)."
+                ),
+            );
+        }
+    }
+
+    if let Some(f) = waiting_for_consumer(s, &id, phase, claim, prime) {
+        return Some(f);
+    }
+
+    if phase == "UploadReady" {
+        return finding(
+            Cause::UploadWaiting,
+            "the upload pod is ready and waits for a client",
+            format!(
+                "DataVolume {id} is UploadReady: its upload pod waits for the image. Send it: \
+                 cdi image-upload dv {name} -n {ns} --no-create --image-path FILE (or virtctl \
+                 image-upload with the same arguments)."
+            ),
+        );
+    }
+
+    let fallback = clause(&claim_running(ann::CLONE_FALLBACK_REASON)).to_string();
+    if !fallback.is_empty() {
+        return finding(
+            Cause::CloneFallback,
+            format!("cloning by a host-assisted copy: {fallback}"),
+            format!(
+                "DataVolume {id} is cloned by copying the data through pods (slower than a CSI \
+                 clone or snapshot) because: {fallback}. It goes on; for a faster clone next \
+                 time, fix what the reason names (a VolumeSnapshotClass for the driver, the same \
+                 provisioner and volume mode on both sides)."
+            ),
+        );
+    }
+
+    let (running, _, _) = condition(dv, "Running");
+    if running == "True"
+        || matches!(
+            phase,
+            "ImportInProgress"
+                | "CloneInProgress"
+                | "UploadScheduled"
+                | "ImportScheduled"
+                | "CloneScheduled"
+                | "CSICloneInProgress"
+                | "SnapshotForSmartCloneInProgress"
+                | "SmartClonePVCInProgress"
+                | "ExpansionInProgress"
+                | "NamespaceTransferInProgress"
+                | "PrepClaimInProgress"
+                | "RebindInProgress"
+                | "PVCBound"
+        )
+    {
+        return finding(
+            Cause::Progressing,
+            format!(
+                "{phase}, progress {}",
+                dv.status
+                    .as_ref()
+                    .and_then(|st| st.progress.as_deref())
+                    .unwrap_or("N/A")
+            ),
+            format!(
+                "DataVolume {id} is {phase} and nothing stops it{}.",
+                if run_message.is_empty() {
+                    String::new()
+                } else {
+                    format!(" ({run_message})")
+                }
+            ),
+        );
+    }
+    None
+}
+
+/// A pod using the bound claim that cannot be scheduled, and why the volume is where it is.
+fn consumer_blocked(
+    s: &Scene<'_>,
+    id: &str,
+    claim: Option<&PersistentVolumeClaim>,
+) -> Option<Finding> {
+    let claim = claim?;
+    if claim_phase(claim) != "Bound" {
+        return None;
+    }
+    let cname = name_of(&claim.metadata);
+    let (pod, why) = s
+        .pods
+        .iter()
+        .filter(|p| !is_cdis(p) && mounts(p, cname))
+        .find_map(|p| unschedulable(p).map(|why| (p, why)))?;
+    let pod_name = name_of(&pod.metadata);
+    let node = node_of(claim, s.volumes).unwrap_or_else(|| "its node".into());
+    let class = class_of(s, Some(claim));
+    // On the DataVolume (`--force-bind` of a DataVolume upload) or, for a claim CDI did not
+    // make, on the claim (`--force-bind` of a claim upload).
+    let immediate = anns(&s.dv.metadata).contains_key(ann::IMMEDIATE_BINDING)
+        || anns(&claim.metadata).contains_key(ann::IMMEDIATE_BINDING);
+    let recreate = "delete the DataVolume and create it again so the consumer's pod chooses the \
+                    node, then start the consumer";
+    // Without the gate CDI marks every claim for immediate binding itself: the gate first.
+    let (cause, because) = if is_wffc(class) && !gate_on(s.config) {
+        (
+            Cause::GateOff,
+            format!(
+                "the HonorWaitForFirstConsumer feature gate is off, so CDI's worker pod bound \
+                 the WaitForFirstConsumer claim on {node} before any consumer existed. Add \
+                 HonorWaitForFirstConsumer to the featureGates of the CDI resource's \
+                 spec.config (or of CDIConfig config when no operator manages it), \
+                 then {recreate}"
+            ),
+        )
+    } else if immediate && is_wffc(class) {
+        (
+            Cause::ImmediateBind,
+            format!(
+                "the DataVolume asked for immediate binding ({} — also what `image-upload \
+                 --force-bind` sets), so CDI's worker pod, not the consumer, chose {node}. \
+                 Remove the annotation, {recreate}",
+                ann::IMMEDIATE_BINDING
+            ),
+        )
+    } else {
+        (
+            Cause::ConsumerBlocked,
+            format!(
+                "the volume is on {node}. Let the pod run there (its node selector, affinity \
+                 and tolerations), or {recreate}"
+            ),
+        )
+    };
+    finding(
+        cause,
+        format!(
+            "pod {pod_name} using claim {cname} cannot be scheduled where the volume is ({node})"
+        ),
+        format!(
+            "DataVolume {id}'s claim {cname} is bound to a volume on {node}, and pod {pod_name}, \
+             which uses it, cannot be scheduled: {why}. This is because {because}."
+        ),
+    )
+}
+
+fn worker_unschedulable(
+    s: &Scene<'_>,
+    id: &str,
+    pod: &Pod,
+    why: &str,
+    claim: Option<&PersistentVolumeClaim>,
+    prime: Option<&PersistentVolumeClaim>,
+) -> Finding {
+    let pod_name = name_of(&pod.metadata);
+    let node_name = [claim, prime]
+        .into_iter()
+        .flatten()
+        .find_map(|c| node_of(c, s.volumes));
+    let node = node_name
+        .as_deref()
+        .and_then(|n| s.nodes.iter().find(|x| name_of(&x.metadata) == n));
+    let cdi = s.cdi.unwrap_or("cdi");
+    let (taints, selector) = node.map(|n| blockers(pod, n)).unwrap_or_default();
+    let mut text = format!(
+        "DataVolume {id} waits for its worker pod {pod_name}, which cannot be scheduled: {why}."
+    );
+    let summary;
+    if let (Some(n), false) = (&node_name, taints.is_empty()) {
+        let list: Vec<String> = taints.iter().map(taint_text).collect();
+        summary = format!(
+            "worker pod {pod_name} does not tolerate taint {} of node {n}, where the claim is",
+            list.join(", ")
+        );
+        let follows = claim.is_none_or(|c| crate::placement::follows_consumer(c, s.config));
+        let opted_out_on_dv = anns(&s.dv.metadata)
+            .get(ext::WORKER_PLACEMENT)
+            .is_some_and(|v| v.trim().eq_ignore_ascii_case(crate::placement::UPSTREAM));
+        let first = if follows {
+            "give the claim's first consumer (the VM, or the cdi-rs.dev/first-consumer \
+             template) a toleration for it: CDI's worker pods inherit the consumer's \
+             tolerations for the taints of the node it chose"
+                .to_string()
+        } else if opted_out_on_dv {
+            let claim_name = claim.map(|c| name_of(&c.metadata)).unwrap_or("");
+            format!(
+                "remove the {key} annotation (it asks for upstream's placement) from the \
+                 DataVolume's claim and delete the waiting pod, so that CDI records the \
+                 tolerations of the consumer that chose {n} and makes a new pod that has them \
+                 (kubectl annotate pvc -n {ns} {claim_name} {key}-; kubectl delete pod -n \
+                 {ns} {pod_name})",
+                key = ext::WORKER_PLACEMENT,
+                ns = s.dv.metadata.namespace.as_deref().unwrap_or(""),
+            )
+        } else {
+            format!(
+                "remove the {} annotation from CDIConfig config (it asks for upstream's \
+                 placement for every DataVolume) and delete the waiting pod {pod_name}, so \
+                 that CDI records the tolerations of the consumer that chose the node and makes \
+                 a new pod that has them",
+                ext::WORKER_PLACEMENT
+            )
+        };
+        let tolerations: Vec<String> = taints.iter().map(toleration_json).collect();
+        text.push_str(&format!(
+            " The claim's volume is on node {n}, whose taint {} the pod does not tolerate. \
+             Either {first}; or let every CDI worker pod tolerate it through the CDI resource: \
+             kubectl patch cdi {cdi} --type merge -p \
+             '{{\"spec\":{{\"workload\":{{\"tolerations\":[{}]}}}}}}'.",
+            list.join(", "),
+            tolerations.join(",")
+        ));
+    } else if let (Some(n), false) = (&node_name, selector.is_empty()) {
+        summary = format!(
+            "worker pod {pod_name}'s node selector {} does not match node {n}, where the claim is",
+            selector.join(", ")
+        );
+        text.push_str(&format!(
+            " The claim's volume is on node {n}, which lacks the labels {} that the CDI \
+             resource's spec.workload.nodeSelector asks of every worker pod. Change \
+             spec.workload of CDI {cdi} (kubectl edit cdi {cdi}), or label the node.",
+            selector.join(", ")
+        ));
+    } else {
+        summary = format!("worker pod {pod_name} cannot be scheduled: {why}");
+        text.push_str(&format!(
+            " The CDI resource's spec.workload (kubectl edit cdi {cdi}) sets the node \
+             selector, affinity and tolerations of every worker pod; CDIConfig \
+             spec.podResourceRequirements what they ask for."
+        ));
+    }
+    Finding {
+        cause: Cause::WorkerUnschedulable,
+        summary,
+        explanation: text,
+    }
+}
+
+/// The claim (or PVC prime) waits for a first consumer under WaitForFirstConsumer.
+fn waiting_for_consumer(
+    s: &Scene<'_>,
+    id: &str,
+    phase: &str,
+    claim: Option<&PersistentVolumeClaim>,
+    prime: Option<&PersistentVolumeClaim>,
+) -> Option<Finding> {
+    if !matches!(phase, "WaitForFirstConsumer" | "PendingPopulation") {
+        return None;
+    }
+    let claim = claim?;
+    let cname = name_of(&claim.metadata);
+    if claim_phase(claim) != "Pending" {
+        return None;
+    }
+    let class = class_of(s, Some(claim));
+    let class_name = class.map(|c| name_of(&c.metadata)).unwrap_or("");
+    if let Some(Err(m)) = crate::first_consumer::template(s.dv) {
+        return finding(
+            Cause::FirstConsumerTemplate,
+            "its first-consumer template cannot be read",
+            format!("DataVolume {id} waits for a first consumer, and {m}."),
+        );
+    }
+    let consumers: Vec<&Pod> = s
+        .pods
+        .iter()
+        .filter(|p| (!is_cdis(p) || is_first_consumer(p)) && !finished(p))
+        .filter(|p| {
+            [Some(claim), prime]
+                .into_iter()
+                .flatten()
+                .any(|c| mounts(p, name_of(&c.metadata)))
+        })
+        .collect();
+    if let Some((pod, why)) = consumers
+        .iter()
+        .find_map(|p| unschedulable(p).map(|w| (p, w)))
+    {
+        let pod_name = name_of(&pod.metadata);
+        let what = if is_first_consumer(pod) {
+            format!(
+                "the pod cdi-rs made from the {} template",
+                ext::FIRST_CONSUMER
+            )
+        } else {
+            "the consumer".to_string()
+        };
+        return finding(
+            Cause::ConsumerUnschedulable,
+            format!("first consumer {pod_name} cannot be scheduled: {why}"),
+            format!(
+                "DataVolume {id}'s claim {cname} (StorageClass {class_name}, \
+                 WaitForFirstConsumer) is bound where its first consumer is scheduled, and \
+                 {what}, pod {pod_name}, cannot be: {why}. Change its node selector, affinity \
+                 or tolerations so that a node fits, or free room on a node that does."
+            ),
+        );
+    }
+    if !consumers.is_empty() {
+        return None;
+    }
+    finding(
+        Cause::WaitingForConsumer,
+        format!("claim {cname} waits for a first consumer, and no pod uses it"),
+        format!(
+            "DataVolume {id} waits for its first consumer: its claim {cname} is of StorageClass \
+             {class_name}, which binds WaitForFirstConsumer, and no pod uses it yet, so no node \
+             is chosen and nothing is imported. Start what uses the disk (a VM with this \
+             DataVolume starts its import when it starts; a stopped VM never does), or give the \
+             DataVolume a {} annotation with a pod scheduling template (nodeSelector, affinity, \
+             tolerations) for cdi-rs to place it, or the {}: \"true\" annotation to let the \
+             worker pod choose the node.",
+            ext::FIRST_CONSUMER,
+            ann::IMMEDIATE_BINDING
+        ),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::{Value, json};
+
+    fn of<T: serde::de::DeserializeOwned>(v: Value) -> T {
+        serde_json::from_value(v).unwrap()
+    }
+
+    /// A DataVolume `disk` in `vms` on class `local-path-wffc` with `status`.
+    fn dv(annotations: Value, status: Value) -> DataVolume {
+        of(json!({
+            "apiVersion": "cdi.kubevirt.io/v1beta1", "kind": "DataVolume",
+            "metadata": {"name": "disk", "namespace": "vms", "uid": "dv-uid",
+                         "annotations": annotations},
+            "spec": {"source": {"http": {"url": "http://h/d.qcow2"}},
+                     "pvc": {"storageClassName": "local-path-wffc",
+                             "accessModes": ["ReadWriteOnce"],
+                             "resources": {"requests": {"storage": "1Gi"}}}},
+            "status": status,
+        }))
+    }
+
+    fn status(phase: &str, running: (&str, &str, &str)) -> Value {
+        json!({"phase": phase, "progress": "N/A", "conditions": [
+            {"type": "Running", "status": running.0, "reason": running.1, "message": running.2},
+        ]})
+    }
+
+    fn claim(phase: &str, annotations: Value) -> PersistentVolumeClaim {
+        of(json!({
+            "metadata": {"name": "disk", "namespace": "vms", "uid": "claim-uid",
+                         "annotations": annotations},
+            "spec": {"storageClassName": "local-path-wffc", "volumeName": "pv-1"},
+            "status": {"phase": phase},
+        }))
+    }
+
+    fn class(name: &str, mode: &str, default: bool) -> StorageClass {
+        let anns = if default {
+            json!({"storageclass.kubernetes.io/is-default-class": "true"})
+        } else {
+            json!({})
+        };
+        of(json!({"metadata": {"name": name, "annotations": anns},
+                  "provisioner": "rancher.io/local-path", "volumeBindingMode": mode}))
+    }
+
+    fn pod(name: &str, cdi: bool, spec: Value, status: Value) -> Pod {
+        let labels = if cdi {
+            json!({"app": "containerized-data-importer"})
+        } else {
+            json!({})
+        };
+        let mut spec = spec;
+        spec["containers"] = json!([{"name": "c"}]);
+        spec["volumes"] = json!([{"name": "v", "persistentVolumeClaim": {"claimName": "disk"}}]);
+        of(
+            json!({"metadata": {"name": name, "namespace": "vms", "labels": labels},
+                  "spec": spec, "status": status}),
+        )
+    }
+
+    fn unschedulable_status(message: &str) -> Value {
+        json!({"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "False",
+               "reason": "Unschedulable", "message": message}]})
+    }
+
+    fn tainted_node() -> Node {
+        of(
+            json!({"metadata": {"name": "node-2", "labels": {"kubernetes.io/hostname": "node-2"}},
+                  "spec": {"taints": [{"key": "virt-local", "value": "true",
+                                       "effect": "NoSchedule"}]}}),
+        )
+    }
+
+    fn config(gates: Value, annotations: Value) -> CDIConfig {
+        of(
+            json!({"metadata": {"name": "config", "annotations": annotations},
+                  "spec": {"featureGates": gates}}),
+        )
+    }
+
+    struct World {
+        dv: DataVolume,
+        claims: Vec<PersistentVolumeClaim>,
+        classes: Vec<StorageClass>,
+        profiles: Vec<StorageProfile>,
+        config: CDIConfig,
+        pods: Vec<Pod>,
+        nodes: Vec<Node>,
+        events: Vec<Event>,
+    }
+
+    impl World {
+        fn new(dv: DataVolume) -> World {
+            World {
+                dv,
+                claims: vec![],
+                classes: vec![
+                    class("local-path-wffc", "WaitForFirstConsumer", false),
+                    class("local-path", "WaitForFirstConsumer", true),
+                ],
+                profiles: vec![],
+                config: config(json!(["HonorWaitForFirstConsumer"]), json!({})),
+                pods: vec![],
+                nodes: vec![tainted_node()],
+                events: vec![],
+            }
+        }
+
+        fn diagnose(&self) -> Diagnosis {
+            diagnose(&Scene {
+                dv: &self.dv,
+                claims: &self.claims,
+                volumes: &[],
+                classes: &self.classes,
+                profiles: &self.profiles,
+                config: Some(&self.config),
+                cdi: None,
+                pods: &self.pods,
+                nodes: &self.nodes,
+                events: &self.events,
+            })
+        }
+    }
+
+    #[test]
+    fn a_failed_data_volume_is_final_and_says_why() {
+        let w = World::new(dv(
+            json!({}),
+            status("Failed", ("False", "Error", "checksum mismatch: sha256 …")),
+        ));
+        let d = w.diagnose();
+        assert_eq!(d.cause, Cause::Failed);
+        assert_eq!(d.summary, "failed for good: checksum mismatch: sha256 …");
+        assert!(
+            d.explanation.contains("kubectl delete dv -n vms disk"),
+            "{d:?}"
+        );
+    }
+
+    #[test]
+    fn a_succeeded_data_volume_is_fine_while_its_consumers_fit() {
+        let mut w = World::new(dv(
+            json!({}),
+            status("Succeeded", ("False", "Completed", "")),
+        ));
+        w.claims = vec![claim(
+            "Bound",
+            json!({"volume.kubernetes.io/selected-node": "node-1"}),
+        )];
+        w.pods = vec![pod("vm", false, json!({}), json!({"phase": "Running"}))];
+        assert_eq!(w.diagnose().cause, Cause::Succeeded);
+    }
+
+    #[test]
+    fn a_consumer_kept_off_the_volumes_node_names_why_the_volume_is_there() {
+        let blocked = pod(
+            "virt-launcher-vm",
+            false,
+            json!({"nodeSelector": {"kubernetes.io/hostname": "node-3"}}),
+            unschedulable_status(
+                "0/3 nodes are available: 1 node(s) had volume node affinity conflict",
+            ),
+        );
+        // Immediate binding on a WaitForFirstConsumer class.
+        let mut w = World::new(dv(
+            json!({"cdi.kubevirt.io/storage.bind.immediate.requested": "true"}),
+            status("Succeeded", ("False", "Completed", "")),
+        ));
+        w.claims = vec![claim(
+            "Bound",
+            json!({"volume.kubernetes.io/selected-node": "node-1",
+                   "cdi.kubevirt.io/storage.bind.immediate.requested": "true"}),
+        )];
+        w.pods = vec![blocked.clone()];
+        let d = w.diagnose();
+        assert_eq!(d.cause, Cause::ImmediateBind);
+        assert_eq!(
+            d.summary,
+            "pod virt-launcher-vm using claim disk cannot be scheduled where the volume is (node-1)"
+        );
+        assert!(
+            d.explanation.contains("volume node affinity conflict"),
+            "{d:?}"
+        );
+        assert!(d.explanation.contains("--force-bind"), "{d:?}");
+
+        // The gate off.
+        let mut w = World::new(dv(
+            json!({}),
+            status("Succeeded", ("False", "Completed", "")),
+        ));
+        w.claims = vec![claim(
+            "Bound",
+            json!({"volume.kubernetes.io/selected-node": "node-1"}),
+        )];
+        w.config = config(json!([]), json!({}));
+        w.pods = vec![blocked.clone()];
+        let d = w.diagnose();
+        assert_eq!(d.cause, Cause::GateOff);
+        assert!(d.explanation.contains("HonorWaitForFirstConsumer"), "{d:?}");
+
+        // Neither: the volume is where it is, and the pod must go there.
+        w.config = config(json!(["HonorWaitForFirstConsumer"]), json!({}));
+        assert_eq!(w.diagnose().cause, Cause::ConsumerBlocked);
+    }
+
+    #[test]
+    fn no_class_and_no_default_is_named() {
+        let mut d = dv(json!({}), status("Pending", ("False", "", "")));
+        d.spec.pvc.as_mut().unwrap().storage_class_name = None;
+        let mut w = World::new(d);
+        w.classes = vec![class("local-path", "WaitForFirstConsumer", false)];
+        let found = w.diagnose();
+        assert_eq!(found.cause, Cause::NoDefaultStorageClass);
+        assert!(
+            found
+                .explanation
+                .contains("storageclass.kubernetes.io/is-default-class"),
+            "{found:?}"
+        );
+        // With a default class, something else.
+        w.classes = vec![class("local-path", "WaitForFirstConsumer", true)];
+        assert_ne!(w.diagnose().cause, Cause::NoDefaultStorageClass);
+    }
+
+    #[test]
+    fn a_profile_without_claim_property_sets_is_named_with_its_provisioner() {
+        let message = "StorageProfile local-path-wffc has no claimPropertySets: set \
+                       spec.storage.accessModes in DataVolume vms/disk or fill the profile's \
+                       spec.claimPropertySets";
+        let w = World::new(dv(
+            json!({}),
+            status("Pending", ("False", "ErrClaimNotValid", message)),
+        ));
+        let d = w.diagnose();
+        assert_eq!(d.cause, Cause::ProfileWithoutClaimPropertySets);
+        assert_eq!(
+            d.summary,
+            "StorageProfile local-path-wffc has no claimPropertySets"
+        );
+        assert!(d.explanation.contains("rancher.io/local-path"), "{d:?}");
+        assert!(
+            d.explanation
+                .contains("kubectl patch storageprofile local-path-wffc")
+        );
+    }
+
+    #[test]
+    fn a_provisioner_failing_is_quoted_from_its_event() {
+        let mut w = World::new(dv(
+            json!({}),
+            status("ImportScheduled", ("False", "Pending", "")),
+        ));
+        w.claims = vec![claim("Pending", json!({}))];
+        w.events = vec![of(json!({
+            "metadata": {"name": "e1", "namespace": "vms"},
+            "involvedObject": {"kind": "PersistentVolumeClaim", "name": "disk"},
+            "reason": "ProvisioningFailed", "type": "Warning",
+            "message": "storageclass.storage.k8s.io \"gone\" not found",
+        }))];
+        let d = w.diagnose();
+        assert_eq!(d.cause, Cause::ProvisioningFailed);
+        assert!(d.summary.contains("\"gone\" not found"), "{d:?}");
+    }
+
+    #[test]
+    fn a_quota_refusal_names_the_quota_and_the_requirements() {
+        let mut w = World::new(dv(
+            json!({}),
+            status(
+                "ImportScheduled",
+                (
+                    "False",
+                    "ErrCreatingPod",
+                    "the importer pod importer-disk for claim vms/disk was refused: pods \"importer-disk\" \
+             is forbidden: exceeded quota: small, requested: requests.cpu=1, used: \
+             requests.cpu=0, limited: requests.cpu=100m; check …",
+                ),
+            ),
+        ));
+        w.claims = vec![claim("Bound", json!({}))];
+        let d = w.diagnose();
+        assert_eq!(d.cause, Cause::Quota);
+        assert!(d.explanation.contains("limited: requests.cpu=100m"));
+        assert!(d.explanation.contains("podResourceRequirements"));
+    }
+
+    #[test]
+    fn a_refused_worker_pod_quotes_the_api_server() {
+        let mut w = World::new(dv(
+            json!({}),
+            status("ImportScheduled", ("False", "Pending", "")),
+        ));
+        w.claims = vec![claim(
+            "Bound",
+            json!({
+                "cdi.kubevirt.io/storage.condition.running.reason": "ErrCreatingPod",
+                "cdi.kubevirt.io/storage.condition.running.message":
+                    "the importer pod importer-disk for claim vms/disk was refused: Pod \"importer-disk\" is invalid: spec.containers[0].resources.requests: Invalid value: \"2\": must be less than or equal to cpu limit",
+            }),
+        )];
+        let d = w.diagnose();
+        assert_eq!(d.cause, Cause::WorkerRefused);
+        assert!(
+            d.summary
+                .contains("must be less than or equal to cpu limit"),
+            "{d:?}"
+        );
+    }
+
+    #[test]
+    fn a_missing_or_unready_source_is_waited_for() {
+        for reason in [
+            "CloneWithoutSource",
+            "SnapshotNotReady",
+            "DataSourceNotReady",
+        ] {
+            let w = World::new(dv(
+                json!({}),
+                status(
+                    "Pending",
+                    (
+                        "False",
+                        reason,
+                        "The source pvc golden/fedora doesn't exist",
+                    ),
+                ),
+            ));
+            let d = w.diagnose();
+            assert_eq!(d.cause, Cause::SourceNotReady, "{reason}");
+            assert!(d.summary.contains("golden/fedora"));
+        }
+    }
+
+    #[test]
+    fn an_unschedulable_worker_names_the_taint_and_both_fixes() {
+        let bound = json!({"volume.kubernetes.io/selected-node": "node-2"});
+        let worker = pod(
+            "importer-disk",
+            true,
+            json!({}),
+            unschedulable_status(
+                "0/3 nodes are available: 1 node(s) had untolerated taint {virt-local: true}",
+            ),
+        );
+        let mut w = World::new(dv(
+            json!({"cdi-rs.dev/worker-placement": "cdi"}),
+            status("ImportScheduled", ("False", "Unschedulable", "")),
+        ));
+        let mut opted_out = bound.clone();
+        opted_out["cdi-rs.dev/worker-placement"] = json!("cdi");
+        w.claims = vec![claim("Bound", opted_out)];
+        w.pods = vec![worker.clone()];
+        let d = w.diagnose();
+        assert_eq!(d.cause, Cause::WorkerUnschedulable);
+        assert_eq!(
+            d.summary,
+            "worker pod importer-disk does not tolerate taint virt-local=true:NoSchedule of node \
+             node-2, where the claim is"
+        );
+        assert!(
+            d.explanation.contains(
+                "kubectl annotate pvc -n vms disk cdi-rs.dev/worker-placement-; kubectl delete \
+                 pod -n vms importer-disk"
+            ),
+            "{d:?}"
+        );
+        assert!(d.explanation.contains(
+            r#"kubectl patch cdi cdi --type merge -p '{"spec":{"workload":{"tolerations":[{"key":"virt-local","operator":"Equal","value":"true","effect":"NoSchedule"}]}}}'"#
+        ), "{d:?}");
+
+        // Following the consumer (the default), the fix is the consumer's toleration.
+        w.dv = dv(
+            json!({}),
+            status("ImportScheduled", ("False", "Unschedulable", "")),
+        );
+        w.claims = vec![claim("Bound", bound.clone())];
+        let d = w.diagnose();
+        assert!(
+            d.explanation.contains("give the claim's first consumer"),
+            "{d:?}"
+        );
+
+        // The cluster opted out.
+        w.config = config(
+            json!(["HonorWaitForFirstConsumer"]),
+            json!({"cdi-rs.dev/worker-placement": "cdi"}),
+        );
+        let d = w.diagnose();
+        assert!(d.explanation.contains("from CDIConfig config"), "{d:?}");
+
+        // A tolerated taint is not blamed; the scheduler's words are.
+        let mut tolerant = worker;
+        tolerant.spec.as_mut().unwrap().tolerations = Some(vec![of(json!(
+            {"key": "virt-local", "operator": "Exists"}
+        ))]);
+        w.pods = vec![tolerant];
+        let d = w.diagnose();
+        assert_eq!(d.cause, Cause::WorkerUnschedulable);
+        assert!(
+            d.summary
+                .starts_with("worker pod importer-disk cannot be scheduled: 0/3"),
+            "{d:?}"
+        );
+    }
+
+    #[test]
+    fn a_crash_loop_quotes_the_last_error() {
+        let mut w = World::new(dv(
+            json!({}),
+            status(
+                "ImportInProgress",
+                ("False", "Error", "Unable to connect to http data source"),
+            ),
+        ));
+        w.claims = vec![claim("Bound", json!({}))];
+        w.pods = vec![pod(
+            "importer-disk",
+            true,
+            json!({}),
+            json!({
+                "phase": "Running",
+                "containerStatuses": [{"name": "importer", "image": "i", "imageID": "", "ready": false,
+                    "restartCount": 3,
+                    "lastState": {"terminated": {"exitCode": 1,
+                        "message": "Unable to connect to http data source: connection refused"}},
+                    "state": {"waiting": {"reason": "CrashLoopBackOff"}}}],
+            }),
+        )];
+        let d = w.diagnose();
+        assert_eq!(d.cause, Cause::CrashLoop);
+        assert_eq!(
+            d.summary,
+            "worker pod importer-disk restarted 3 times: Unable to connect to http data source: \
+             connection refused"
+        );
+    }
+
+    #[test]
+    fn without_a_consumer_it_says_what_would_be_one() {
+        let mut w = World::new(dv(
+            json!({}),
+            status("WaitForFirstConsumer", ("False", "", "")),
+        ));
+        w.claims = vec![claim("Pending", json!({}))];
+        let d = w.diagnose();
+        assert_eq!(d.cause, Cause::WaitingForConsumer);
+        assert!(d.explanation.contains("cdi-rs.dev/first-consumer"));
+        assert!(d.explanation.contains("local-path-wffc"));
+
+        // A consumer that is scheduled is no problem.
+        w.pods = vec![pod("vm", false, json!({}), json!({"phase": "Pending"}))];
+        assert_ne!(w.diagnose().cause, Cause::WaitingForConsumer);
+
+        // One that fits nowhere is.
+        let mut first = pod(
+            "disk-first-consumer",
+            true,
+            json!({}),
+            unschedulable_status(
+                "0/3 nodes are available: 3 node(s) didn't match Pod's node affinity/selector",
+            ),
+        );
+        first
+            .metadata
+            .labels
+            .as_mut()
+            .unwrap()
+            .insert(ext::FIRST_CONSUMER_FOR.into(), "disk".into());
+        w.pods = vec![first];
+        let d = w.diagnose();
+        assert_eq!(d.cause, Cause::ConsumerUnschedulable);
+        assert!(
+            d.explanation.contains("cdi-rs.dev/first-consumer template"),
+            "{d:?}"
+        );
+
+        // A template that is no template.
+        w.pods = vec![];
+        w.dv = dv(
+            json!({"cdi-rs.dev/first-consumer": "[1, 2]"}),
+            status("WaitForFirstConsumer", ("False", "", "")),
+        );
+        assert_eq!(w.diagnose().cause, Cause::FirstConsumerTemplate);
+    }
+
+    #[test]
+    fn uploads_clones_and_progress() {
+        let mut w = World::new(dv(
+            json!({}),
+            status("UploadReady", ("True", "Pod is running", "")),
+        ));
+        w.claims = vec![claim("Bound", json!({}))];
+        let d = w.diagnose();
+        assert_eq!(d.cause, Cause::UploadWaiting);
+        assert!(
+            d.explanation
+                .contains("cdi image-upload dv disk -n vms --no-create")
+        );
+
+        w.dv = dv(json!({}), status("CloneInProgress", ("True", "", "")));
+        w.claims = vec![claim(
+            "Bound",
+            json!({"cdi.kubevirt.io/cloneFallbackReason":
+            "no VolumeSnapshotClass for the driver"}),
+        )];
+        assert_eq!(w.diagnose().cause, Cause::CloneFallback);
+
+        w.claims = vec![claim("Bound", json!({}))];
+        let d = w.diagnose();
+        assert_eq!(d.cause, Cause::Progressing);
+        assert_eq!(d.summary, "CloneInProgress, progress N/A");
+    }
+
+    #[test]
+    fn whatever_the_status_holds_the_doctor_answers() {
+        let mut d: DataVolume = of(json!({
+            "metadata": {"name": "odd", "namespace": "vms"},
+            "spec": {},
+            "status": {"phase": "SomethingNew", "conditions": [
+                {"type": "Running", "status": "Unknown", "reason": "Whatever", "message": "?"}]},
+        }));
+        let w = World::new(d.clone());
+        let found = w.diagnose();
+        assert_eq!(found.cause, Cause::Pending);
+        assert!(
+            found.explanation.contains("Running=Unknown Whatever ?"),
+            "{found:?}"
+        );
+        d.status = None;
+        let w = World::new(d);
+        assert!(
+            w.diagnose()
+                .explanation
+                .contains("is the CDI controller running?")
+        );
+    }
+}
