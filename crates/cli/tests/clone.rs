@@ -795,6 +795,27 @@ async fn a_clone_from_another_namespace_needs_the_right_to_read_it() {
     );
     assert!(!ok, "{out}");
     assert!(err.contains("Cannot update DataVolume Spec"), "{err}");
+    // cdi-rs's own annotations: a first-consumer template that is none is refused when set,
+    // with the fix.
+    let (ok, out, err) = kubectl_as(
+        &admin,
+        &[
+            "annotate",
+            "-n",
+            "golden",
+            "dv/image",
+            "cdi-rs.dev/first-consumer=nodeName: node-1",
+        ],
+        None,
+    );
+    assert!(!ok, "{out}");
+    assert!(
+        err.contains(
+            "the cdi-rs.dev/first-consumer annotation of DataVolume golden/image is not a pod \
+             scheduling template"
+        ) && err.contains("write a YAML or JSON mapping of nodeSelector"),
+        "{err}"
+    );
     wait_for("the DataImportCron webhook to be registered", 60, || {
         get_json(
             &dir,

@@ -64,6 +64,41 @@ pub fn data_volume(dv: &DataVolume, old: Option<&DataVolume>) -> Vec<Cause> {
     spec(dv, "spec")
 }
 
+/// cdi-rs's own DataVolume annotations (SPEC §9), refused when set or changed to something that
+/// is not one: a `first-consumer` value that is no pod scheduling template, a
+/// `worker-placement` value cdi-rs does not know. An object that already carries a bad value
+/// stays updatable (and deletable); the controller says so in an event.
+pub fn extensions(dv: &DataVolume, old: Option<&DataVolume>) -> Vec<Cause> {
+    use cdi_api::ext;
+    let value = |d: &DataVolume, key: &str| {
+        d.metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(key))
+            .cloned()
+    };
+    let changed = |key: &str| old.is_none_or(|o| value(o, key) != value(dv, key));
+    let field = |key: &str| format!("metadata.annotations[{key}]");
+    let mut causes = Vec::new();
+    if changed(ext::FIRST_CONSUMER)
+        && let Some(Err(message)) = crate::first_consumer::template(dv)
+    {
+        causes.push(cause(message, &field(ext::FIRST_CONSUMER)));
+    }
+    let what = format!(
+        "DataVolume {}/{}",
+        dv.metadata.namespace.as_deref().unwrap_or(""),
+        dv.metadata.name.as_deref().unwrap_or("")
+    );
+    if changed(ext::WORKER_PLACEMENT)
+        && let Some(message) =
+            crate::placement::placement_refused(dv.metadata.annotations.as_ref(), &what)
+    {
+        causes.push(cause(message, &field(ext::WORKER_PLACEMENT)));
+    }
+    causes
+}
+
 /// Upstream's refusal of a new DataVolume whose claim name is taken (`claim`, the claim of its
 /// name if there is one): unless the claim was populated for it or may be adopted
 /// (`allowClaimAdoption`, or the `DataVolumeClaimAdoption` gate of `cfg`), or a DataVolume
@@ -470,6 +505,42 @@ mod tests {
             .into_iter()
             .map(|c| (c.message, c.field))
             .collect()
+    }
+
+    #[test]
+    fn cdi_rs_annotations_are_refused_when_set_to_what_they_cannot_be() {
+        let with = |anns: serde_json::Value| {
+            let mut d = dv(json!({}));
+            d.metadata.annotations = serde_json::from_value(anns).unwrap();
+            d
+        };
+        let good = with(
+            json!({"cdi-rs.dev/first-consumer": "nodeSelector: {zone: a}",
+                               "cdi-rs.dev/worker-placement": "cdi"}),
+        );
+        assert!(extensions(&good, None).is_empty());
+        let bad = with(json!({"cdi-rs.dev/first-consumer": "nodeName: node-1",
+                              "cdi-rs.dev/worker-placement": "kubevirt"}));
+        let causes = extensions(&bad, None);
+        let fields: Vec<&str> = causes.iter().map(|c| c.field.as_str()).collect();
+        assert_eq!(
+            fields,
+            [
+                "metadata.annotations[cdi-rs.dev/first-consumer]",
+                "metadata.annotations[cdi-rs.dev/worker-placement]"
+            ]
+        );
+        assert!(
+            causes[0].message.starts_with(
+                "the cdi-rs.dev/first-consumer annotation of DataVolume vms/disk is not a pod \
+                 scheduling template ("
+            ),
+            "{causes:?}"
+        );
+        assert!(causes[1].message.contains("\"kubevirt\""), "{causes:?}");
+        // Set to a bad value: refused; left as it was: admitted, so the object stays deletable.
+        assert_eq!(extensions(&bad, Some(&good)).len(), 2);
+        assert!(extensions(&bad, Some(&bad)).is_empty());
     }
 
     #[test]

@@ -301,11 +301,14 @@ pub fn validate(review: &Value, taken: Option<cdi_core::admission::Cause>) -> Va
             // An update that leaves the spec alone (finalizers, labels, annotations) always
             // goes through: a DataVolume made while no webhook ran must still be deletable.
             let unchanged = old.as_ref().is_some_and(|o| o.spec == dv.spec);
-            let causes = if dv.metadata.deletion_timestamp.is_some() || unchanged {
+            let mut causes = if dv.metadata.deletion_timestamp.is_some() || unchanged {
                 Vec::new()
             } else {
                 cdi_core::admission::data_volume(&dv, old.as_ref())
             };
+            if dv.metadata.deletion_timestamp.is_none() {
+                causes.extend(cdi_core::admission::extensions(&dv, old.as_ref()));
+            }
             refused_for(&causes)
         }
     };
