@@ -2394,6 +2394,63 @@ spec:
             .contains("storageclass.kubernetes.io/is-default-class"),
         "{d}"
     );
+
+    // ResourceQuotas: a worker pod over the CPU quota, a claim over the storage quota. Both
+    // say upstream's ErrExceededQuota, and `cdi doctor` names the quota.
+    kubectl(&s.dir, &["create", "namespace", "tight"], None);
+    let quotas = r#"
+apiVersion: v1
+kind: ResourceQuota
+metadata: {name: cpu, namespace: tight}
+spec: {hard: {requests.cpu: 50m}}
+---
+apiVersion: v1
+kind: ResourceQuota
+metadata: {name: storage, namespace: tight}
+spec: {hard: {requests.storage: 100Mi}}
+"#;
+    kubectl(&s.dir, &["apply", "-f", "-"], Some(quotas));
+    let in_tight = |name: &str, size: &str| {
+        data_volume(name, &url, size, "").replace(
+            &format!("name: {name}\n"),
+            &format!("name: {name}\n  namespace: tight\n"),
+        )
+    };
+    kubectl(
+        &s.dir,
+        &["apply", "-f", "-"],
+        Some(
+            &[
+                in_tight("over-cpu", "64Mi"),
+                in_tight("over-storage", "1Gi"),
+            ]
+            .join("---"),
+        ),
+    );
+    for (name, refused) in [
+        (
+            "over-cpu",
+            r#"pods "importer-over-cpu" is forbidden: exceeded quota: cpu, requested: requests.cpu=100m, used: requests.cpu=0, limited: requests.cpu=50m"#,
+        ),
+        (
+            "over-storage",
+            r#"persistentvolumeclaims "over-storage" is forbidden: exceeded quota: storage, requested: requests.storage=1Gi, used: requests.storage=64Mi, limited: requests.storage=100Mi"#,
+        ),
+    ] {
+        let d = wait_for(&format!("{name} explained"), 60, || {
+            Some(doctor(&s.dir, &[name, "-n", "tight"])).filter(|d| d["cause"] == "Quota")
+        });
+        assert!(
+            d["explanation"].as_str().unwrap().contains(refused),
+            "{refused}: {d}"
+        );
+        let events = kubectl(
+            &s.dir,
+            &["get", "events", "-n", "tight", "-o", "json"],
+            None,
+        );
+        assert!(events.contains("ErrExceededQuota"), "{events}");
+    }
     assert!(s.controller.alive(), "the controller died");
 }
 

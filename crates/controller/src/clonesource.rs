@@ -117,7 +117,7 @@ async fn start_source_pod(
         Err(kube::Error::Api(e)) => {
             let message = format!("Error starting pod '{}': {}", spec.name_any(), e.message);
             ctx.events
-                .record(claim, true, import::ERR_CREATING_POD, &message)
+                .record(claim, true, import::refusal_reason(&e.message), &message)
                 .await;
             return Err(kube::Error::Api(e).into());
         }

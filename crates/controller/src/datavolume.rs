@@ -161,10 +161,21 @@ async fn execute(
     let claims: Api<PersistentVolumeClaim> = Api::namespaced(ctx.client.clone(), &ns);
     match &plan.claim {
         ClaimStep::Keep => {}
-        ClaimStep::Create(claim) => {
-            crate::create(&claims, claim.as_ref()).await?;
-            tracing::info!("created claim");
-        }
+        ClaimStep::Create(claim) => match crate::create(&claims, claim.as_ref()).await {
+            Err(kube::Error::Api(e))
+                if cdi_core::import::refusal_reason(&e.message)
+                    == cdi_core::import::ERR_EXCEEDED_QUOTA =>
+            {
+                // As upstream: said on the DataVolume, which stays Pending; retried with
+                // back-off until the quota allows it.
+                ctx.events
+                    .record(dv, true, cdi_core::import::ERR_EXCEEDED_QUOTA, &e.message)
+                    .await;
+                return Err(kube::Error::Api(e).into());
+            }
+            Err(e) => return Err(e.into()),
+            Ok(()) => tracing::info!("created claim"),
+        },
         ClaimStep::Adopt(owners) => {
             // The list replaces the claim's: from the cached claim, so only onto that version
             // (a newer one says 409, and the pass is retried with it).

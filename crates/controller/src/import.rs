@@ -85,11 +85,9 @@ pub async fn reconcile(
             Err(kube::Error::Api(e)) if e.code == 409 => {}
             Err(kube::Error::Api(e)) => {
                 // Refused: said on the claim, whence it reaches the DataVolume.
-                let (anns, message) = import::refused_pod(&claim, &pod_name, &e.message);
+                let (anns, reason, message) = import::refused_pod(&claim, &pod_name, &e.message);
                 crate::patch_claim(&claims, &claim, &anns, &BTreeMap::new()).await?;
-                ctx.events
-                    .record(&claim, true, import::ERR_CREATING_POD, &message)
-                    .await;
+                ctx.events.record(&claim, true, reason, &message).await;
                 return Err(kube::Error::Api(e).into());
             }
             Err(e) => return Err(e.into()),

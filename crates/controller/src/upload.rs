@@ -251,12 +251,10 @@ async fn start_pod(
         }
         Err(kube::Error::Api(e)) if e.code == 409 => pods.get(&pod_name).await?,
         Err(kube::Error::Api(e)) => {
-            let (anns, message) = import::refused_pod(claim, &pod_name, &e.message);
+            let (anns, reason, message) = import::refused_pod(claim, &pod_name, &e.message);
             let claims: Api<PersistentVolumeClaim> = Api::namespaced(ctx.client.clone(), &ns);
             crate::patch_claim(&claims, claim, &anns, &BTreeMap::new()).await?;
-            ctx.events
-                .record(claim, true, import::ERR_CREATING_POD, &message)
-                .await;
+            ctx.events.record(claim, true, reason, &message).await;
             return Err(kube::Error::Api(e).into());
         }
         Err(e) => return Err(e.into()),

@@ -586,16 +586,23 @@ fn find(s: &Scene<'_>, ns: &str, name: &str, phase: &str) -> Option<Finding> {
         run_message.to_string(),
         clause(&claim_running(ann::RUNNING_CONDITION_MESSAGE)).to_string(),
     ];
+    // A claim a quota refuses is said by an event on the DataVolume, as upstream does.
+    let claim_refused = claim
+        .is_none()
+        .then(|| last_warning(s, "DataVolume", name, crate::import::ERR_EXCEEDED_QUOTA))
+        .flatten()
+        .map(|m| m.to_string());
     if let Some(m) = refused
         .iter()
+        .chain(claim_refused.iter())
         .find(|m| m.contains("exceeded quota") || m.contains("failed quota"))
     {
         return finding(
             Cause::Quota,
-            "a ResourceQuota refuses the worker pod",
+            "a ResourceQuota refuses its claim or worker pod",
             format!(
-                "DataVolume {id} cannot start its worker pod: a ResourceQuota of namespace {ns} \
-                 refuses it ({m}). Raise the quota (kubectl describe resourcequota -n {ns}), or \
+                "DataVolume {id} cannot start its work: a ResourceQuota of namespace {ns} \
+                 refuses its claim or worker pod ({m}). Raise the quota (kubectl describe resourcequota -n {ns}), or \
                  lower what CDI's worker pods ask for with CDIConfig \
                  spec.podResourceRequirements; CDI tries again on its own."
             ),
@@ -604,6 +611,7 @@ fn find(s: &Scene<'_>, ns: &str, name: &str, phase: &str) -> Option<Finding> {
 
     let refused_reason = run_reason == crate::import::ERR_CREATING_POD
         || claim_running(ann::RUNNING_CONDITION_REASON) == crate::import::ERR_CREATING_POD;
+    // (A quota's refusal, ErrExceededQuota, was said above.)
     if refused_reason {
         let m = refused
             .iter()
@@ -1278,6 +1286,25 @@ mod tests {
         assert_eq!(d.cause, Cause::Quota);
         assert!(d.explanation.contains("limited: requests.cpu=100m"));
         assert!(d.explanation.contains("podResourceRequirements"));
+    }
+
+    #[test]
+    fn a_claim_a_quota_refuses_is_read_from_the_data_volumes_event() {
+        let mut w = World::new(dv(json!({}), status("Pending", ("False", "", ""))));
+        w.events = vec![of(json!({
+            "metadata": {"name": "e1", "namespace": "vms"},
+            "involvedObject": {"kind": "DataVolume", "name": "disk"},
+            "reason": "ErrExceededQuota", "type": "Warning",
+            "message": "persistentvolumeclaims \"disk\" is forbidden: exceeded quota: storage, \
+                        requested: requests.storage=1Gi, used: requests.storage=0, limited: \
+                        requests.storage=100Mi",
+        }))];
+        let d = w.diagnose();
+        assert_eq!(d.cause, Cause::Quota);
+        assert!(
+            d.explanation.contains("limited: requests.storage=100Mi"),
+            "{d:?}"
+        );
     }
 
     #[test]

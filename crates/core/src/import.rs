@@ -285,36 +285,59 @@ pub fn scratch_for(
 
 /// The reason on the claim when the API server refused its importer pod.
 pub const ERR_CREATING_POD: &str = "ErrCreatingPod";
+/// Upstream's reason when a ResourceQuota refused it.
+pub const ERR_EXCEEDED_QUOTA: &str = "ErrExceededQuota";
 
-/// The claim's Running condition when its importer pod was refused (a bad CDIConfig resource
-/// setting, the CDI resource's placement), whence it reaches the DataVolume; and the message.
+/// The reason for the API server's refusal `why` of a worker pod: upstream's `ErrExceededQuota`
+/// for a quota's (`exceeded quota:`), `ErrCreatingPod` otherwise.
+pub fn refusal_reason(why: &str) -> &'static str {
+    if why.contains("exceeded quota:") {
+        ERR_EXCEEDED_QUOTA
+    } else {
+        ERR_CREATING_POD
+    }
+}
+
+/// The claim's Running condition when its worker pod was refused (a bad CDIConfig resource
+/// setting, the CDI resource's placement, a ResourceQuota), whence it reaches the DataVolume;
+/// the reason and the message.
 pub fn refused_pod(
     claim: &PersistentVolumeClaim,
     pod_name: &str,
     why: &str,
-) -> (BTreeMap<String, String>, String) {
+) -> (BTreeMap<String, String>, &'static str, String) {
     let ns = claim.metadata.namespace.as_deref().unwrap_or("");
     let name = claim.metadata.name.as_deref().unwrap_or("");
-    let message = format!(
-        "the importer pod {pod_name} for claim {ns}/{name} was refused: {why}; check CDIConfig \
-         spec.podResourceRequirements and the CDI resource's spec.workload"
-    );
+    let reason = refusal_reason(why);
+    let fix = if reason == ERR_EXCEEDED_QUOTA {
+        format!(
+            "raise the ResourceQuota of namespace {ns} or lower CDIConfig \
+             spec.podResourceRequirements"
+        )
+    } else {
+        "check CDIConfig spec.podResourceRequirements and the CDI resource's spec.workload".into()
+    };
+    let message =
+        format!("the worker pod {pod_name} for claim {ns}/{name} was refused: {why}; {fix}");
     let anns = [
         (ann::RUNNING_CONDITION, "false"),
         (ann::RUNNING_CONDITION_MESSAGE, message.as_str()),
-        (ann::RUNNING_CONDITION_REASON, ERR_CREATING_POD),
+        (ann::RUNNING_CONDITION_REASON, reason),
     ]
     .into_iter()
     .map(|(k, v)| (k.to_string(), v.to_string()))
     .collect();
-    (anns, message)
+    (anns, reason, message)
 }
 
 /// Once the importer pod exists, an earlier refusal is over: its Running condition goes (the
 /// pod's own state speaks from now on). Empty when there was none.
 pub fn refusal_over(claim: &PersistentVolumeClaim) -> BTreeMap<String, Option<String>> {
     let anns = annotations(claim);
-    if get(&anns, ann::RUNNING_CONDITION_REASON) != Some(ERR_CREATING_POD) {
+    if !matches!(
+        get(&anns, ann::RUNNING_CONDITION_REASON),
+        Some(ERR_CREATING_POD | ERR_EXCEEDED_QUOTA)
+    ) {
         return BTreeMap::new();
     }
     [
@@ -1100,17 +1123,29 @@ mod tests {
     #[test]
     fn a_refused_pod_is_said_on_the_claim_until_a_pod_exists() {
         let c = claim(json!({}), "Bound");
-        let (anns, message) = refused_pod(&c, "importer-disk", "forbidden: exceeded quota");
+        let (anns, reason, message) =
+            refused_pod(&c, "importer-disk", "spec.containers[0]: Invalid value");
         assert_eq!(
             message,
-            "the importer pod importer-disk for claim vms/disk was refused: forbidden: exceeded \
-             quota; check CDIConfig spec.podResourceRequirements and the CDI resource's \
-             spec.workload"
+            "the worker pod importer-disk for claim vms/disk was refused: \
+             spec.containers[0]: Invalid value; check CDIConfig spec.podResourceRequirements and \
+             the CDI resource's spec.workload"
         );
+        assert_eq!(reason, ERR_CREATING_POD);
         assert_eq!(
             anns.get(ann::RUNNING_CONDITION_REASON).unwrap(),
             ERR_CREATING_POD
         );
+        let (quota, reason, message) = refused_pod(
+            &c,
+            "importer-disk",
+            "pods \"importer-disk\" is forbidden: exceeded quota: small, requested: pods=1, \
+             used: pods=1, limited: pods=1",
+        );
+        assert_eq!(reason, ERR_EXCEEDED_QUOTA);
+        assert!(message.ends_with("raise the ResourceQuota of namespace vms or lower CDIConfig spec.podResourceRequirements"), "{message}");
+        let refused = claim(serde_json::to_value(&quota).unwrap(), "Bound");
+        assert_eq!(refusal_over(&refused).len(), 3);
         assert!(refusal_over(&c).is_empty());
         let refused = claim(serde_json::to_value(&anns).unwrap(), "Bound");
         let over = refusal_over(&refused);

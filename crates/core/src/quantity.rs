@@ -91,6 +91,18 @@ impl Quantity {
     pub fn is_zero(&self) -> bool {
         self.nanos == 0
     }
+
+    /// The sum, in `self`'s format (`other`'s when `self` is zero), as apimachinery's `Add`.
+    pub fn plus(&self, other: &Quantity) -> Quantity {
+        Quantity {
+            nanos: self.nanos.saturating_add(other.nanos),
+            format: if self.is_zero() {
+                other.format
+            } else {
+                self.format
+            },
+        }
+    }
 }
 
 impl PartialOrd for Quantity {

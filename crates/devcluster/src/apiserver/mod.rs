@@ -11,6 +11,7 @@ pub mod openapi;
 pub mod patch;
 pub mod pki;
 pub mod protobuf;
+pub mod quota;
 pub mod rbac;
 pub mod registry;
 pub mod schema;

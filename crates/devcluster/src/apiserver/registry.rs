@@ -206,6 +206,16 @@ const BUILTINS: &[Builtin] = &[
     (
         "",
         "v1",
+        "ResourceQuota",
+        "resourcequotas",
+        true,
+        &["quota"],
+        &[],
+        &["status"],
+    ),
+    (
+        "",
+        "v1",
         "PersistentVolumeClaim",
         "persistentvolumeclaims",
         true,

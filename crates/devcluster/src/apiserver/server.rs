@@ -2270,6 +2270,9 @@ fn create(
     if def.group.is_empty() && def.plural == "pods" {
         admit_service_account(store, ns, &mut obj)?;
     }
+    if def.group.is_empty() {
+        super::quota::admit(store, &def.plural, ns, &obj)?;
+    }
     if def.group.is_empty() && def.plural == "services" && !dry_run {
         allocate_cluster_ip(store, &mut obj)?;
     }
