@@ -1,8 +1,9 @@
 //! `/metrics`, `/healthz` and `/readyz` of the controller.
 
+use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 
 use axum::Router;
 use axum::http::StatusCode;
@@ -36,8 +37,37 @@ struct Cron {
     pending: String,
 }
 
+/// Labels of a StorageProfile's info gauge (upstream's).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct Profile {
+    storageclass: String,
+    provisioner: String,
+    complete: String,
+    default: String,
+    virtdefault: String,
+    rwx: String,
+    smartclone: String,
+    degraded: String,
+}
+
+impl From<&cdi_core::storageprofile::Info> for Profile {
+    fn from(i: &cdi_core::storageprofile::Info) -> Self {
+        Profile {
+            storageclass: i.storage_class.clone(),
+            provisioner: i.provisioner.clone(),
+            complete: i.complete.to_string(),
+            default: i.default.to_string(),
+            virtdefault: i.virt_default.to_string(),
+            rwx: i.rwx.to_string(),
+            smartclone: i.smart_clone.to_string(),
+            degraded: i.degraded.to_string(),
+        }
+    }
+}
+
 /// The controller's metrics (prometheus-client): upstream's `kubevirt_cdi_datavolume_pending`,
-/// and cdi-rs's own leader gauge, reconcile counts and durations per controller.
+/// `kubevirt_cdi_dataimportcron_outdated` and `kubevirt_cdi_storageprofile_info`, and cdi-rs's
+/// own leader gauge, reconcile counts and durations per controller.
 #[derive(Debug)]
 pub struct Metrics {
     registry: Registry,
@@ -45,6 +75,9 @@ pub struct Metrics {
     leader: Gauge,
     datavolume_pending: Gauge,
     cron_outdated: Family<Cron, Gauge>,
+    profiles: Family<Profile, Gauge>,
+    /// Each class's current series, so a change of labels replaces it.
+    profile_series: Mutex<HashMap<String, Profile>>,
     reconciles: Family<Outcome, Counter>,
     durations: Family<Controller, Histogram, fn() -> Histogram>,
 }
@@ -55,6 +88,7 @@ impl Default for Metrics {
         let leader = Gauge::default();
         let datavolume_pending = Gauge::default();
         let cron_outdated = Family::<Cron, Gauge>::default();
+        let profiles = Family::<Profile, Gauge>::default();
         let reconciles = Family::<Outcome, Counter>::default();
         // From 1 ms to about 33 s.
         let durations =
@@ -70,6 +104,16 @@ impl Default for Metrics {
             "kubevirt_cdi_dataimportcron_outdated",
             "DataImportCron has an outdated import",
             cron_outdated.clone(),
+        );
+        registry.register(
+            "kubevirt_cdi_storageprofile_info",
+            "`StorageProfiles` info labels: `storageclass`, `provisioner`, `complete` indicates \
+             if all storage profiles recommended PVC settings are complete, `default` indicates \
+             if it's the Kubernetes default storage class, `virtdefault` indicates if it's the \
+             default virtualization storage class, `rwx` indicates if the storage class supports \
+             `ReadWriteMany`, `smartclone` indicates if it supports snapshot or CSI based clone, \
+             `degraded` indicates it is not optimal for virtualization",
+            profiles.clone(),
         );
         registry.register(
             "cdi_rs_controller_leader",
@@ -92,6 +136,8 @@ impl Default for Metrics {
             leader,
             datavolume_pending,
             cron_outdated,
+            profiles,
+            profile_series: Mutex::default(),
             reconciles,
             durations,
         }
@@ -133,6 +179,41 @@ impl Metrics {
                 pending: pending.into(),
             });
         }
+    }
+
+    /// A StorageProfile's info gauge: one series per class, replaced when its labels change.
+    pub fn set_storage_profile(&self, info: &cdi_core::storageprofile::Info) {
+        let labels = Profile::from(info);
+        let mut series = self
+            .profile_series
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        if let Some(old) = series.insert(info.storage_class.clone(), labels.clone())
+            && old != labels
+        {
+            self.profiles.remove(&old);
+        }
+        self.profiles.get_or_create(&labels).set(1);
+    }
+
+    /// The class is gone: so is its series.
+    pub fn remove_storage_profile(&self, class: &str) {
+        let mut series = self
+            .profile_series
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        if let Some(old) = series.remove(class) {
+            self.profiles.remove(&old);
+        }
+    }
+
+    /// The classes that have a series.
+    pub fn storage_profile_classes(&self) -> Vec<String> {
+        let series = self
+            .profile_series
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        series.keys().cloned().collect()
     }
 
     /// Count one reconcile pass of `controller` and how long it took.

@@ -186,6 +186,16 @@ pub async fn reconcile(ctx: &Context) -> Result<(), kube::Error> {
                         .patch_status(&name, &PatchParams::default(), &Patch::Merge(&status_patch))
                         .await?;
                 }
+                let snapshot_drivers: Vec<String> =
+                    snaps.iter().map(|s| s.driver.clone()).collect();
+                if let Some(info) = cdi_core::storageprofile::info(
+                    &status,
+                    class,
+                    &ctx.caches.csi_drivers(),
+                    &snapshot_drivers,
+                ) {
+                    ctx.metrics.set_storage_profile(&info);
+                }
             }
             Err(message) => {
                 tracing::warn!(profile = %name, "{message}");
@@ -193,6 +203,11 @@ pub async fn reconcile(ctx: &Context) -> Result<(), kube::Error> {
                     .record(&profile, true, "ErrStorageProfile", &message)
                     .await;
             }
+        }
+    }
+    for class in ctx.metrics.storage_profile_classes() {
+        if !classes.iter().any(|c| c.name_any() == class) {
+            ctx.metrics.remove_storage_profile(&class);
         }
     }
     for profile in &profiles {

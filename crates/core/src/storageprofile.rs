@@ -3,10 +3,11 @@
 
 use std::collections::BTreeMap;
 
+use cdi_api::ann;
 use cdi_api::enums::{
     AccessMode, CloneStrategy, ConditionStatus, DataImportCronSourceFormat, StorageProfileReason,
 };
-use cdi_api::storageprofile::{ClaimPropertySet, StorageProfileSpec};
+use cdi_api::storageprofile::{ClaimPropertySet, StorageProfileSpec, StorageProfileStatus};
 use k8s_openapi::api::storage::v1::StorageClass;
 
 use crate::capabilities::{self, Capability, NO_PROVISIONER};
@@ -233,6 +234,73 @@ pub fn resolve(
         snapshot_class,
         recognized,
         default_annotations,
+    })
+}
+
+/// The labels of upstream's `kubevirt_cdi_storageprofile_info` gauge for one profile.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Info {
+    pub storage_class: String,
+    pub provisioner: String,
+    /// Every claimPropertySet has access modes and a volume mode (an unsupported provisioner
+    /// counts as complete: nothing is missing that could be filled).
+    pub complete: bool,
+    /// The Kubernetes default class.
+    pub default: bool,
+    /// The default class for virtualization.
+    pub virt_default: bool,
+    /// A claimPropertySet offers ReadWriteMany.
+    pub rwx: bool,
+    /// Clones need no copy through pods: a CSI clone of a driver with a CSIDriver object, or a
+    /// snapshot with a VolumeSnapshotClass of the driver.
+    pub smart_clone: bool,
+    /// Not what virtualization wants: no ReadWriteMany (live migration) or no smart clone.
+    pub degraded: bool,
+}
+
+/// Upstream's `computeMetrics`: the profile's labels from its status, its class, the CSIDriver
+/// objects' names and the drivers of the VolumeSnapshotClasses. `None` until the status names
+/// the class and provisioner.
+pub fn info(
+    status: &StorageProfileStatus,
+    class: &StorageClass,
+    csi_drivers: &[String],
+    snapshot_drivers: &[String],
+) -> Option<Info> {
+    let storage_class = status.storage_class.clone()?;
+    let provisioner = status.provisioner.clone()?;
+    let sets = status.claim_property_sets.as_deref().unwrap_or(&[]);
+    // A set without a volume mode does not parse, so only the access modes can be missing.
+    let incomplete = sets.is_empty() || sets.iter().any(|s| s.access_modes.is_empty());
+    let complete = crate::capabilities::UNSUPPORTED_PROVISIONERS.contains(&provisioner.as_str())
+        || !incomplete;
+    let annotated = |key: &str| {
+        class
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(key))
+            .is_some_and(|v| v == "true")
+    };
+    let rwx = sets
+        .iter()
+        .any(|s| s.access_modes.contains(&AccessMode::ReadWriteMany));
+    let smart_clone = match status.clone_strategy {
+        Some(CloneStrategy::Copy) => false,
+        Some(CloneStrategy::CsiClone) => csi_drivers.contains(&provisioner),
+        Some(CloneStrategy::Snapshot) | None => snapshot_drivers.contains(&provisioner),
+    };
+    Some(Info {
+        storage_class,
+        provisioner,
+        complete,
+        default: annotated(ann::DEFAULT_STORAGE_CLASS),
+        virt_default: annotated(ann::DEFAULT_VIRT_STORAGE_CLASS),
+        rwx,
+        smart_clone,
+        // Upstream spares single-node OpenShift the ReadWriteMany part; cdi-rs knows no such
+        // topology.
+        degraded: !rwx || !smart_clone,
     })
 }
 
@@ -531,5 +599,48 @@ mod tests {
             p.recognized.2,
             "Storage class parameters are not recognized"
         );
+    }
+
+    #[test]
+    fn info_labels_follow_upstreams_metric() {
+        let sc = class(
+            "fast",
+            "csi.example.com",
+            &[],
+            &[("storageclass.kubernetes.io/is-default-class", "true")],
+        );
+        let set = |modes: Vec<AccessMode>| ClaimPropertySet {
+            access_modes: modes,
+            volume_mode: VolumeMode::Block,
+        };
+        let mut status = StorageProfileStatus {
+            storage_class: Some("fast".into()),
+            provisioner: Some("csi.example.com".into()),
+            clone_strategy: Some(CloneStrategy::CsiClone),
+            claim_property_sets: Some(vec![set(vec![AccessMode::ReadWriteMany])]),
+            ..Default::default()
+        };
+        let drivers = ["csi.example.com".to_string()];
+        let i = info(&status, &sc, &drivers, &[]).unwrap();
+        assert!(i.complete && i.default && !i.virt_default && i.rwx && i.smart_clone);
+        assert!(!i.degraded);
+        // A CSI clone without a CSIDriver object is no smart clone; a snapshot needs a class
+        // of the driver; a copy never is one.
+        assert!(!info(&status, &sc, &[], &[]).unwrap().smart_clone);
+        status.clone_strategy = None;
+        assert!(info(&status, &sc, &[], &drivers).unwrap().smart_clone);
+        status.clone_strategy = Some(CloneStrategy::Copy);
+        let i = info(&status, &sc, &drivers, &drivers).unwrap();
+        assert!(!i.smart_clone && i.degraded);
+        // No sets, or a set without access modes: incomplete, unless the provisioner is one
+        // CDI cannot use at all.
+        status.claim_property_sets = Some(vec![set(vec![])]);
+        assert!(!info(&status, &sc, &[], &[]).unwrap().complete);
+        status.claim_property_sets = None;
+        status.provisioner = Some("kubernetes.io/no-provisioner".into());
+        assert!(info(&status, &sc, &[], &[]).unwrap().complete);
+        // Not resolved yet: no series.
+        status.provisioner = None;
+        assert!(info(&status, &sc, &[], &[]).is_none());
     }
 }
