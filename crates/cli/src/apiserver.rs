@@ -151,6 +151,12 @@ pub fn run(args: &ApiServerArgs) -> anyhow::Result<()> {
                 args.service_port,
                 &ca,
             ),
+            cdi_upload::webhook::pvc_mutating_configuration(
+                ns,
+                &args.service,
+                args.service_port,
+                &ca,
+            ),
         ];
         let register = register_webhook(
             client.clone(),
@@ -178,7 +184,7 @@ pub fn run(args: &ApiServerArgs) -> anyhow::Result<()> {
 /// pod only once it is ready.
 async fn register_webhook(
     client: kube::Client,
-    webhooks: [serde_json::Value; 4],
+    webhooks: [serde_json::Value; 5],
     through: String,
     ca_pem: String,
 ) {

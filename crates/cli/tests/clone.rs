@@ -795,6 +795,42 @@ async fn a_clone_from_another_namespace_needs_the_right_to_read_it() {
     );
     assert!(!ok, "{out}");
     assert!(err.contains("Cannot update DataVolume Spec"), "{err}");
+    // A claim labelled cdi.kubevirt.io/applyStorageProfile is rendered from its profile: its
+    // size grows by the filesystem overhead as spec.storage's does, and one that leaves out
+    // what the profile does not know is refused, saying so.
+    wait_for("the PVC rendering webhook to be registered", 60, || {
+        get_json(&dir, "", "mutatingwebhookconfiguration/cdi-api-pvc-mutate")
+    });
+    let rendered = |name: &str, modes: &str| {
+        format!(
+            "apiVersion: v1\nkind: PersistentVolumeClaim\nmetadata: {{name: {name}, namespace: golden, labels: {{cdi.kubevirt.io/applyStorageProfile: \"true\"}}}}\nspec: {{storageClassName: local-path,{modes} resources: {{requests: {{storage: 1Gi}}}}}}\n"
+        )
+    };
+    kubectl(
+        &dir,
+        &["apply", "-f", "-"],
+        Some(&rendered("rendered", " accessModes: [ReadWriteOnce],")),
+    );
+    let claim = get_json(&dir, "golden", "pvc/rendered").unwrap();
+    assert_eq!(
+        claim["spec"]["resources"]["requests"]["storage"],
+        "1138166334"
+    );
+    kubectl(&dir, &["delete", "-n", "golden", "pvc/rendered"], None);
+    let (ok, out, err) = kubectl_as(
+        &admin,
+        &["apply", "-f", "-"],
+        Some(&rendered("unrendered", "")),
+    );
+    assert!(!ok, "{out}");
+    assert!(
+        err.contains(
+            "admission webhook \"pvc-mutate.cdi.kubevirt.io\" denied the request: StorageProfile \
+             local-path has no claimPropertySets: set spec.accessModes in PersistentVolumeClaim \
+             golden/unrendered"
+        ),
+        "{err}"
+    );
     // cdi-rs's own annotations: a first-consumer template that is none is refused when set,
     // with the fix.
     let (ok, out, err) = kubectl_as(

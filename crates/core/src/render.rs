@@ -39,55 +39,58 @@ pub struct RenderContext<'a> {
 /// Why a DataVolume's claim cannot be rendered. Every message names the object and the fix.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum RenderError {
-    #[error("DataVolume {dv}: set exactly one of spec.pvc or spec.storage")]
+    #[error("{dv}: set exactly one of spec.pvc or spec.storage")]
     NoClaimSpec { dv: String },
-    #[error("DataVolume {dv}: spec.pvc and spec.storage are mutually exclusive; keep one")]
+    #[error("{dv}: spec.pvc and spec.storage are mutually exclusive; keep one")]
     BothClaimSpecs { dv: String },
-    #[error("DataVolume {dv}: spec.source needs exactly one source kind, found {found}")]
+    #[error("{dv}: spec.source needs exactly one source kind, found {found}")]
     SourceKinds { dv: String, found: String },
-    #[error(
-        "DataVolume {dv}: {api}.resources.requests.storage is missing; set the disk size, such as 10Gi"
-    )]
+    #[error("{dv}: {api}.resources.requests.storage is missing; set the disk size, such as 10Gi")]
     MissingSize { dv: String, api: &'static str },
-    #[error("DataVolume {dv}: requested storage {size} is smaller than 1Mi; ask for at least 1Mi")]
+    #[error("{dv}: requested storage {size} is smaller than 1Mi; ask for at least 1Mi")]
     TooSmall { dv: String, size: String },
-    #[error("DataVolume {dv}: requested storage: {source}")]
+    #[error("{dv}: requested storage: {source}")]
     BadSize { dv: String, source: QuantityError },
     #[error(
-        "DataVolume {dv}: requested storage {size} with the filesystem overhead {overhead} needs a claim larger than 2^63-1 bytes; ask for less"
+        "{dv}: requested storage {size} with the filesystem overhead {overhead} needs a claim larger than 2^63-1 bytes; ask for less"
     )]
     Unrepresentable {
         dv: String,
         size: String,
         overhead: String,
     },
-    #[error(
-        "DataVolume {dv}: contentType archive needs a Filesystem volume; remove volumeMode: Block"
-    )]
+    #[error("{dv}: contentType archive needs a Filesystem volume; remove volumeMode: Block")]
     ArchiveOnBlock { dv: String },
     #[error(
-        "DataVolume {dv}: no StorageClass to choose access modes from; set spec.storage.accessModes and spec.storage.storageClassName, or mark a class as default"
+        "{dv}: no StorageClass to choose access modes from; set {api}.accessModes and {api}.storageClassName, or mark a class as default"
     )]
-    NoStorageClass { dv: String },
+    NoStorageClass { dv: String, api: &'static str },
     #[error(
-        "StorageProfile {profile} has no claimPropertySets: set spec.storage.accessModes in DataVolume {dv} or fill the profile's spec.claimPropertySets"
+        "StorageProfile {profile} has no claimPropertySets: set {api}.accessModes in {dv} or fill the profile's spec.claimPropertySets"
     )]
-    EmptyProfile { dv: String, profile: String },
+    EmptyProfile {
+        dv: String,
+        api: &'static str,
+        profile: String,
+    },
     #[error(
-        "StorageProfile {profile} has no claimPropertySet for volumeMode {mode}: set spec.storage.accessModes in DataVolume {dv} or add a set for {mode} to the profile"
+        "StorageProfile {profile} has no claimPropertySet for volumeMode {mode}: set {api}.accessModes in {dv} or add a set for {mode} to the profile"
     )]
     NoMatchingAccessMode {
         dv: String,
+        api: &'static str,
         profile: String,
         mode: String,
     },
     #[error(
-        "StorageProfile {profile} does not exist yet: it is created for StorageClass {profile}; retry, or set spec.storage.accessModes and volumeMode"
+        "StorageProfile {profile} does not exist yet: it is created for StorageClass {profile}; retry, or set {api}.accessModes and volumeMode"
     )]
-    MissingProfile { dv: String, profile: String },
-    #[error(
-        "DataVolume {dv}: annotation {key}={value:?} is not a boolean; use \"true\" or \"false\""
-    )]
+    MissingProfile {
+        dv: String,
+        api: &'static str,
+        profile: String,
+    },
+    #[error("{dv}: annotation {key}={value:?} is not a boolean; use \"true\" or \"false\"")]
     BadUsePopulator {
         dv: String,
         key: &'static str,
@@ -180,6 +183,7 @@ fn gate_enabled(config: Option<&CDIConfig>, name: &str) -> bool {
 /// Fill `spec.storage`'s missing class, access modes and volume mode (upstream's order).
 fn complete_storage(
     dv: &str,
+    api: &'static str,
     storage: &StorageSpec,
     content: ContentType,
     ctx: &RenderContext<'_>,
@@ -210,7 +214,7 @@ fn complete_storage(
     };
     let Some(class) = class else {
         if spec.access_modes.is_none() {
-            return Err(RenderError::NoStorageClass { dv: dv.into() });
+            return Err(RenderError::NoStorageClass { dv: dv.into(), api });
         }
         return Ok(spec);
     };
@@ -225,6 +229,7 @@ fn complete_storage(
         .find(|p| p.metadata.name.as_deref() == Some(class_name.as_str()))
         .ok_or_else(|| RenderError::MissingProfile {
             dv: dv.into(),
+            api,
             profile: class_name.clone(),
         })?;
     let sets = profile
@@ -246,6 +251,7 @@ fn complete_storage(
                 .filter(|s| !s.access_modes.is_empty())
                 .ok_or_else(|| RenderError::EmptyProfile {
                     dv: dv.into(),
+                    api,
                     profile: class_name.clone(),
                 })?;
             spec.access_modes = Some(modes(first));
@@ -259,11 +265,13 @@ fn complete_storage(
                     if sets.is_empty() {
                         RenderError::EmptyProfile {
                             dv: dv.into(),
+                            api,
                             profile: class_name.clone(),
                         }
                     } else {
                         RenderError::NoMatchingAccessMode {
                             dv: dv.into(),
+                            api,
                             profile: class_name.clone(),
                             mode: mode.clone(),
                         }
@@ -284,6 +292,92 @@ fn complete_storage(
         (Some(_), Some(_)) => {}
     }
     Ok(spec)
+}
+
+/// Upstream's rendering of a claim labelled `cdi.kubevirt.io/applyStorageProfile: "true"` (its
+/// `/pvc-mutate` webhook, `RenderPvc`): what a DataVolume's `spec.storage` gets, for a claim of
+/// one's own. The class (the default when none is named), the access modes and volume mode from
+/// the StorageProfile when the claim leaves them out (`volumeMode: FromStorageProfile` counts as
+/// left out; `cdi.kubevirt.io/storage.contentType: archive` asks for a Filesystem volume), and
+/// the size inflated by the filesystem overhead and raised to the profile's minimum. A restore
+/// from a VolumeSnapshot keeps its size (no more than the snapshot holds); a clone through a
+/// VolumeCloneSource keeps its size, or gets `ctx.clone_size`, its source's, when it asks for
+/// none. The rest of the claim's spec is kept.
+pub fn render_pvc(
+    claim: &PersistentVolumeClaim,
+    ctx: &RenderContext<'_>,
+) -> Result<PersistentVolumeClaimSpec, RenderError> {
+    let id = format!(
+        "PersistentVolumeClaim {}/{}",
+        claim.metadata.namespace.as_deref().unwrap_or(""),
+        claim.metadata.name.as_deref().unwrap_or("")
+    );
+    let original = claim.spec.clone().unwrap_or_default();
+    let storage = StorageSpec {
+        access_modes: original.access_modes.clone(),
+        selector: original.selector.clone(),
+        resources: original.resources.clone(),
+        volume_name: original.volume_name.clone(),
+        storage_class_name: original.storage_class_name.clone(),
+        volume_mode: original.volume_mode.clone(),
+        data_source: original.data_source.clone(),
+        data_source_ref: original.data_source_ref.clone(),
+    };
+    let content = match annotation(&claim.metadata, ann::CONTENT_TYPE) {
+        Some("archive") => ContentType::Archive,
+        _ => ContentType::KubeVirt,
+    };
+    let mut spec = complete_storage(&id, "spec", &storage, content, ctx)?;
+    let is_kind = |group: Option<&str>, kind: &str, want_group: &str, want_kind: &str| {
+        group == Some(want_group) && kind == want_kind
+    };
+    let snapshot = original.data_source_ref.as_ref().is_some_and(|r| {
+        is_kind(
+            r.api_group.as_deref(),
+            &r.kind,
+            "snapshot.storage.k8s.io",
+            "VolumeSnapshot",
+        )
+    }) || original.data_source.as_ref().is_some_and(|r| {
+        is_kind(
+            r.api_group.as_deref(),
+            &r.kind,
+            "snapshot.storage.k8s.io",
+            "VolumeSnapshot",
+        )
+    });
+    let clone = original.data_source_ref.as_ref().is_some_and(|r| {
+        is_kind(
+            r.api_group.as_deref(),
+            &r.kind,
+            cdi_api::GROUP,
+            "VolumeCloneSource",
+        )
+    });
+    let asked = spec
+        .resources
+        .as_ref()
+        .and_then(|r| r.requests.as_ref())
+        .and_then(|r| r.get("storage"))
+        .is_some_and(|q| Quantity::try_from(q).is_ok_and(|q| !q.is_zero()));
+    if clone {
+        if !asked && let Some(bytes) = ctx.clone_size {
+            spec.resources
+                .get_or_insert_with(VolumeResourceRequirements::default)
+                .requests
+                .get_or_insert_with(BTreeMap::new)
+                .insert("storage".into(), Quantity::from_bytes_binary(bytes).into());
+        }
+    } else if !snapshot {
+        size_storage(&id, "spec", &mut spec, false, ctx)?;
+    }
+    Ok(PersistentVolumeClaimSpec {
+        access_modes: spec.access_modes,
+        resources: spec.resources,
+        storage_class_name: spec.storage_class_name,
+        volume_mode: spec.volume_mode,
+        ..original
+    })
 }
 
 /// `spec.pvc` is taken as written, but its size must be there and at least 1 MiB, as upstream's
@@ -313,6 +407,7 @@ fn check_pvc_size(dv: &str, spec: &PersistentVolumeClaimSpec) -> Result<(), Rend
 /// Inflate `spec.storage`'s size for a Filesystem volume and raise it to the profile's minimum.
 fn size_storage(
     dv: &str,
+    api: &'static str,
     spec: &mut PersistentVolumeClaimSpec,
     is_clone: bool,
     ctx: &RenderContext<'_>,
@@ -337,10 +432,7 @@ fn size_storage(
             return Ok(());
         }
         (None, _) => {
-            return Err(RenderError::MissingSize {
-                dv: dv.into(),
-                api: "spec.storage",
-            });
+            return Err(RenderError::MissingSize { dv: dv.into(), api });
         }
     };
     let quantity = Quantity::try_from(requested).map_err(|source| RenderError::BadSize {
@@ -490,8 +582,8 @@ pub fn render_claim(
 ) -> Result<RenderedClaim, RenderError> {
     let dv_name = dv.metadata.name.clone().unwrap_or_default();
     let id = match &dv.metadata.namespace {
-        Some(ns) => format!("{ns}/{dv_name}"),
-        None => dv_name.clone(),
+        Some(ns) => format!("DataVolume {ns}/{dv_name}"),
+        None => format!("DataVolume {dv_name}"),
     };
     let source = dv.spec.source.clone().unwrap_or_default();
     let kinds = source.kinds();
@@ -523,8 +615,8 @@ pub fn render_claim(
             spec
         }
         (None, Some(storage)) => {
-            let mut spec = complete_storage(&id, storage, content, ctx)?;
-            size_storage(&id, &mut spec, is_clone, ctx)?;
+            let mut spec = complete_storage(&id, "spec.storage", storage, content, ctx)?;
+            size_storage(&id, "spec.storage", &mut spec, is_clone, ctx)?;
             spec
         }
     };
@@ -697,7 +789,7 @@ fn pvc_size_warning(
     let plan = size::plan(ClaimApi::Pvc, mode, bytes, overhead)?;
     (plan.disk_image < bytes).then(|| {
         format!(
-            "DataVolume {dv}: spec.pvc requests {} ({bytes} bytes) but the disk image will be {} bytes after the {overhead} filesystem overhead; use spec.storage to get a disk of the requested size",
+            "{dv}: spec.pvc requests {} ({bytes} bytes) but the disk image will be {} bytes after the {overhead} filesystem overhead; use spec.storage to get a disk of the requested size",
             requested.0, plan.disk_image
         )
     })

@@ -566,3 +566,98 @@ fn errors_name_the_object_and_the_fix() {
         "{err}"
     );
 }
+
+fn claim(yaml: &str) -> PersistentVolumeClaim {
+    let mut c: PersistentVolumeClaim = serde_saphyr::from_str(yaml).unwrap();
+    c.metadata.namespace = Some("vms".into());
+    c
+}
+
+#[test]
+fn a_claim_asking_for_its_storage_profile_gets_it() {
+    let classes = [class(
+        "fast",
+        "csi.example.com",
+        &[("storageclass.kubernetes.io/is-default-class", "true")],
+    )];
+    let profiles = [profile(
+        "fast",
+        vec![set(AccessMode::ReadWriteMany, VolumeMode::Block)],
+        &[],
+    )];
+    let cfg = config(&[], "0.06", &[]);
+    let ctx = RenderContext {
+        storage_classes: &classes,
+        storage_profiles: &profiles,
+        config: Some(&cfg),
+        csi_drivers: &[],
+        clone_size: None,
+    };
+    // No class, modes or volume mode: the default class's profile fills them; a Block volume
+    // needs no overhead.
+    let c = claim(
+        "metadata: {name: disk, labels: {cdi.kubevirt.io/applyStorageProfile: 'true'}}
+spec: {resources: {requests: {storage: 1Gi}}, volumeMode: FromStorageProfile, volumeAttributesClassName: gold}",
+    );
+    let spec = cdi_core::render::render_pvc(&c, &ctx).unwrap();
+    assert_eq!(spec.storage_class_name.as_deref(), Some("fast"));
+    assert_eq!(spec.access_modes, Some(vec!["ReadWriteMany".to_string()]));
+    assert_eq!(spec.volume_mode.as_deref(), Some("Block"));
+    assert_eq!(
+        spec.volume_attributes_class_name.as_deref(),
+        Some("gold"),
+        "the rest is kept"
+    );
+    // Filesystem: the request grows by the overhead, as spec.storage's does.
+    let c = claim(
+        "metadata: {name: disk}
+spec: {resources: {requests: {storage: 1Gi}}, volumeMode: Filesystem, accessModes: [ReadWriteOnce]}",
+    );
+    let spec = cdi_core::render::render_pvc(&c, &ctx).unwrap();
+    assert_eq!(
+        spec.resources.unwrap().requests.unwrap()["storage"].0,
+        "1138166334"
+    );
+    // A snapshot restore keeps its size; a clone asking for none gets its source's.
+    let c = claim(
+        "metadata: {name: disk}
+spec: {resources: {requests: {storage: 1Gi}}, dataSourceRef: {apiGroup: snapshot.storage.k8s.io, kind: VolumeSnapshot, name: s}}",
+    );
+    let spec = cdi_core::render::render_pvc(&c, &ctx).unwrap();
+    assert_eq!(
+        spec.resources.unwrap().requests.unwrap()["storage"].0,
+        "1Gi"
+    );
+    let c = claim(
+        "metadata: {name: disk}
+spec: {dataSourceRef: {apiGroup: cdi.kubevirt.io, kind: VolumeCloneSource, name: golden}}",
+    );
+    let sized = RenderContext {
+        clone_size: Some(2 << 30),
+        ..ctx
+    };
+    let spec = cdi_core::render::render_pvc(&c, &sized).unwrap();
+    assert_eq!(
+        spec.resources.unwrap().requests.unwrap()["storage"].0,
+        "2Gi"
+    );
+    // Errors name the claim and its own fields.
+    let c = claim("metadata: {name: disk}\nspec: {volumeMode: Block}");
+    let err = cdi_core::render::render_pvc(&c, &ctx).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "PersistentVolumeClaim vms/disk: spec.resources.requests.storage is missing; set the disk size, such as 10Gi"
+    );
+    let empty = [profile("fast", vec![], &[])];
+    let bare = RenderContext {
+        storage_profiles: &empty,
+        ..ctx
+    };
+    let c = claim("metadata: {name: disk}\nspec: {resources: {requests: {storage: 1Gi}}}");
+    assert_eq!(
+        cdi_core::render::render_pvc(&c, &bare)
+            .unwrap_err()
+            .to_string(),
+        "StorageProfile fast has no claimPropertySets: set spec.accessModes in PersistentVolumeClaim vms/disk or fill the profile's spec.claimPropertySets"
+    );
+}

@@ -220,6 +220,9 @@ impl Api {
                     .validation(req, Judged::Other(crate::webhook::validate_cron))
                     .await;
             }
+            p if p == crate::webhook::PVC_MUTATE_PATH && req.method() == Method::POST => {
+                return self.validation(req, Judged::Claim).await;
+            }
             p if p == crate::webhook::POPULATOR_VALIDATE_PATH && req.method() == Method::POST => {
                 return self
                     .validation(req, Judged::Other(crate::webhook::validate_populator))
@@ -313,6 +316,8 @@ async fn admission_review(req: Request<Incoming>) -> Result<serde_json::Value, R
 /// on the object alone.
 enum Judged {
     DataVolume,
+    /// A claim rendered from its StorageProfile (mutating).
+    Claim,
     Other(fn(&serde_json::Value) -> serde_json::Value),
 }
 
@@ -325,6 +330,7 @@ impl Api {
         };
         let answer = match judge {
             Judged::DataVolume => self.webhook.validate(&review).await,
+            Judged::Claim => self.webhook.render_pvc(&review).await,
             Judged::Other(judge) => judge(&review),
         };
         if answer["response"]["allowed"] == json!(false) {

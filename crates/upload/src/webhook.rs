@@ -31,6 +31,10 @@ pub const POPULATOR_VALIDATE_PATH: &str = "/populator-validate";
 pub const POPULATOR_VALIDATE_CONFIGURATION: &str = "cdi-api-populator-validate";
 pub const POPULATOR_VALIDATE_WEBHOOK: &str = "populator-validate.cdi.kubevirt.io";
 /// The annotation holding the short clone token.
+pub const PVC_MUTATE_PATH: &str = "/pvc-mutate";
+pub const PVC_MUTATE_CONFIGURATION: &str = "cdi-api-pvc-mutate";
+pub const PVC_MUTATE_WEBHOOK: &str = "pvc-mutate.cdi.kubevirt.io";
+
 pub const CLONE_TOKEN: &str = "cdi.kubevirt.io/storage.clone.token";
 /// Annotations under which upstream admits a clone without a token when it cannot be authorized
 /// (the claim is already there, or a static volume is looked for).
@@ -187,6 +191,30 @@ pub fn populator_validating_configuration(
     );
     webhook["rules"][0]["resources"] = json!(["volumeimportsources", "volumeuploadsources"]);
     validating(POPULATOR_VALIDATE_CONFIGURATION, webhook)
+}
+
+/// The MutatingWebhookConfiguration that sends the creation of claims labelled
+/// `cdi.kubevirt.io/applyStorageProfile: "true"` to [`PVC_MUTATE_PATH`] (upstream's), where
+/// they are rendered from their StorageProfile.
+pub fn pvc_mutating_configuration(
+    namespace: &str,
+    service: &str,
+    port: u16,
+    ca_bundle: &str,
+) -> Value {
+    let at = (namespace, service, port);
+    let mut webhook = entry(PVC_MUTATE_WEBHOOK, PVC_MUTATE_PATH, at, ca_bundle);
+    webhook["rules"] = json!([{"operations": ["CREATE"], "apiGroups": [""],
+        "apiVersions": ["v1"], "resources": ["persistentvolumeclaims"], "scope": "*"}]);
+    webhook["objectSelector"] =
+        json!({"matchLabels": {cdi_api::label::APPLY_STORAGE_PROFILE: "true"}});
+    webhook["reinvocationPolicy"] = json!("Never");
+    webhook["timeoutSeconds"] = json!(10);
+    json!({
+        "apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingWebhookConfiguration",
+        "metadata": {"name": PVC_MUTATE_CONFIGURATION, "labels": {"cdi.kubevirt.io": "cdi-api"}},
+        "webhooks": [webhook]
+    })
 }
 
 /// A ValidatingWebhookConfiguration `name` of one webhook.
@@ -525,6 +553,153 @@ impl Webhook {
             taken = cdi_core::admission::claim_taken(&judged, claim.as_ref(), config.as_ref());
         }
         validate(review, taken)
+    }
+
+    /// Answer a mutating AdmissionReview of a claim labelled
+    /// `cdi.kubevirt.io/applyStorageProfile: "true"`: its spec rendered from the StorageProfile
+    /// (`cdi_core::render::render_pvc`), or a refusal naming the claim and the fix.
+    pub async fn render_pvc(&self, review: &Value) -> Value {
+        use k8s_openapi::api::storage::v1::StorageClass;
+        let request = &review["request"];
+        let uid = &request["uid"];
+        if request["operation"] != "CREATE" {
+            return answer(uid, allowed());
+        }
+        let mut claim: PersistentVolumeClaim =
+            match serde_json::from_value(request["object"].clone()) {
+                Ok(c) => c,
+                Err(e) => {
+                    let why = format!("the object is not a PersistentVolumeClaim: {e}");
+                    return answer(uid, refused(400, &why, None));
+                }
+            };
+        let labelled = claim
+            .metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get(cdi_api::label::APPLY_STORAGE_PROFILE))
+            .is_some_and(|v| v == "true");
+        if !labelled {
+            // The configuration's object selector sends no others.
+            return answer(uid, allowed());
+        }
+        if claim.metadata.namespace.is_none() {
+            claim.metadata.namespace = request["namespace"].as_str().map(String::from);
+        }
+        let ns = claim.metadata.namespace.clone().unwrap_or_default();
+        let list = kube::api::ListParams::default();
+        let read = async {
+            let classes = kube::Api::<StorageClass>::all(self.client.clone())
+                .list(&list)
+                .await?
+                .items;
+            let profiles =
+                kube::Api::<cdi_api::storageprofile::StorageProfile>::all(self.client.clone())
+                    .list(&list)
+                    .await?
+                    .items;
+            let config = kube::Api::<cdi_api::config::CDIConfig>::all(self.client.clone())
+                .get_opt(cdi_api::name::CDI_CONFIG)
+                .await?;
+            let clone_size = self.clone_source_size(&claim, &ns).await?;
+            Ok::<_, kube::Error>((classes, profiles, config, clone_size))
+        };
+        let (classes, profiles, config, clone_size) = match read.await {
+            Ok(r) => r,
+            Err(e) => {
+                let why = format!("rendering PersistentVolumeClaim {ns}: {e}");
+                return answer(uid, refused(500, &why, None));
+            }
+        };
+        let ctx = cdi_core::render::RenderContext {
+            storage_classes: &classes,
+            storage_profiles: &profiles,
+            config: config.as_ref(),
+            csi_drivers: &[],
+            clone_size,
+        };
+        match cdi_core::render::render_pvc(&claim, &ctx) {
+            Ok(spec) => {
+                use base64::Engine;
+                let patch = json!([{"op": "add", "path": "/spec", "value": spec}]);
+                answer(
+                    uid,
+                    json!({"allowed": true, "patchType": "JSONPatch",
+                        "patch": base64::engine::general_purpose::STANDARD.encode(patch.to_string())}),
+                )
+            }
+            Err(e) => answer(uid, refused(422, &e.to_string(), None)),
+        }
+    }
+
+    /// The size of a VolumeCloneSource's source, for a claim cloning through one that asks for
+    /// no size: the source claim's request, or the snapshot's `restoreSize`.
+    async fn clone_source_size(
+        &self,
+        claim: &PersistentVolumeClaim,
+        ns: &str,
+    ) -> Result<Option<i64>, kube::Error> {
+        let Some(r) = claim
+            .spec
+            .as_ref()
+            .and_then(|s| s.data_source_ref.as_ref())
+            .filter(|r| {
+                r.kind == "VolumeCloneSource" && r.api_group.as_deref() == Some(cdi_api::GROUP)
+            })
+        else {
+            return Ok(None);
+        };
+        let at = claim
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(cdi_api::ann::DATA_SOURCE_NAMESPACE))
+            .map_or(ns, String::as_str);
+        let sources: kube::Api<cdi_api::populators::VolumeCloneSource> =
+            kube::Api::namespaced(self.client.clone(), at);
+        let Some(source) = sources.get_opt(&r.name).await? else {
+            return Ok(None);
+        };
+        let quantity = |q: Option<&k8s_openapi::apimachinery::pkg::api::resource::Quantity>| {
+            q.and_then(|q| cdi_core::Quantity::try_from(q).ok())
+                .map(|q| q.value())
+        };
+        let source = source.spec.source;
+        match source.kind.as_str() {
+            "PersistentVolumeClaim" => {
+                let claims: kube::Api<PersistentVolumeClaim> =
+                    kube::Api::namespaced(self.client.clone(), at);
+                Ok(claims.get_opt(&source.name).await?.and_then(|c| {
+                    quantity(
+                        c.spec
+                            .as_ref()?
+                            .resources
+                            .as_ref()?
+                            .requests
+                            .as_ref()?
+                            .get("storage"),
+                    )
+                }))
+            }
+            "VolumeSnapshot" => {
+                let resource = kube::discovery::ApiResource {
+                    group: "snapshot.storage.k8s.io".into(),
+                    version: "v1".into(),
+                    api_version: "snapshot.storage.k8s.io/v1".into(),
+                    kind: "VolumeSnapshot".into(),
+                    plural: "volumesnapshots".into(),
+                };
+                let snapshots: kube::Api<kube::api::DynamicObject> =
+                    kube::Api::namespaced_with(self.client.clone(), at, &resource);
+                Ok(snapshots.get_opt(&source.name).await?.and_then(|s| {
+                    let size = s.data["status"]["restoreSize"].as_str()?.to_string();
+                    quantity(Some(
+                        &k8s_openapi::apimachinery::pkg::api::resource::Quantity(size),
+                    ))
+                }))
+            }
+            _ => Ok(None),
+        }
     }
 
     /// Whether the requester (`userInfo` of the review) may clone `source`.

@@ -1149,9 +1149,7 @@ async fn collection(
                 return Ok(json_response(StatusCode::CREATED, &review));
             }
             let mut obj = obj;
-            let mut warnings = admit(def, &mut obj, &call.validation, Write::Create, None)?;
-            let name = obj["metadata"]["name"].as_str().unwrap_or("").to_string();
-            warnings.extend(webhooks(call, def, &ns, &name, None, &mut obj, Write::Create).await?);
+            let warnings = admit_create(call, def, &ns, &mut obj, None).await?;
             if call.protect_storage {
                 protect(def, &mut obj);
             }
@@ -1383,8 +1381,7 @@ async fn patch(call: &Call, at: &Named, how: Write, req: Request) -> ApiResult<R
             // Server-side apply creates what does not exist.
             let mut obj = parse_object(&body)?;
             obj["metadata"]["name"] = json!(name);
-            warnings = admit(def, &mut obj, &call.validation, Write::Create, None)?;
-            warnings.extend(webhooks(call, def, ns, name, None, &mut obj, Write::Create).await?);
+            warnings = admit_create(call, def, ns, &mut obj, None).await?;
             if call.protect_storage {
                 protect(def, &mut obj);
             }
@@ -1951,6 +1948,38 @@ async fn webhooks(
     Ok(warnings)
 }
 
+/// A create's admission in kube-apiserver's order: decoding and defaults, the mutating
+/// webhooks, validation, the validating webhooks. (A mutating webhook may thus fill what
+/// validation requires, as CDI's claim rendering does.)
+async fn admit_create(
+    call: &Call,
+    def: &ResourceDef,
+    ns: &str,
+    obj: &mut Value,
+    url_name: Option<&str>,
+) -> ApiResult<Vec<String>> {
+    let store = &call.store;
+    if !super::admission::any(store, def) {
+        return admit(def, obj, &call.validation, Write::Create, url_name);
+    }
+    prepare(def, obj, Write::Create)?;
+    let name = obj["metadata"]["name"].as_str().unwrap_or("").to_string();
+    let attempt = super::admission::Attempt {
+        operation: "CREATE",
+        def,
+        subresource: "",
+        namespace: ns,
+        name: &name,
+        old: None,
+        user: &call.user,
+        dry_run: call.dry_run,
+    };
+    let mut warnings = super::admission::mutate(store, &attempt, obj).await?;
+    warnings.extend(admit(def, obj, &call.validation, Write::Create, url_name)?);
+    warnings.extend(super::admission::validate(store, &attempt, Some(obj)).await?);
+    Ok(warnings)
+}
+
 /// What a write is, for admission.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Write {
@@ -1969,18 +1998,10 @@ fn qualified_kind(def: &ResourceDef) -> String {
     }
 }
 
-/// Admit an object before it is stored, as kube-apiserver's strategies do: a Secret's
-/// `stringData` is folded in, a created object's `generateName` becomes its name, and the object
-/// is validated (names, metadata, the kind's rules, a custom resource's schema) with every failure
-/// in one 422. Unknown fields of custom resources are pruned, refused under
-/// `fieldValidation=Strict`, and reported as warnings otherwise.
-fn admit(
-    def: &ResourceDef,
-    obj: &mut Value,
-    field_validation: &str,
-    write: Write,
-    url_name: Option<&str>,
-) -> ApiResult<Vec<String>> {
+/// Decode and default an object as kube-apiserver does before admission: a Secret's
+/// `stringData` is folded in, defaults are set, a created object's `generateName` becomes its
+/// name.
+fn prepare(def: &ResourceDef, obj: &mut Value, write: Write) -> ApiResult<()> {
     super::decode::decode(def, obj)?;
     if def.group.is_empty() && def.plural == "secrets" {
         fold_string_data(obj);
@@ -2009,6 +2030,31 @@ fn admit(
     if write == Write::Create {
         generate_name(obj);
     }
+    Ok(())
+}
+
+/// Admit an object before it is stored: [`prepare`], then [`check`].
+fn admit(
+    def: &ResourceDef,
+    obj: &mut Value,
+    field_validation: &str,
+    write: Write,
+    url_name: Option<&str>,
+) -> ApiResult<Vec<String>> {
+    prepare(def, obj, write)?;
+    check(def, obj, field_validation, write, url_name)
+}
+
+/// Validate an object as kube-apiserver's strategies do (names, metadata, the kind's rules, a
+/// custom resource's schema), every failure in one 422. Unknown fields of custom resources are
+/// pruned, refused under `fieldValidation=Strict`, and reported as warnings otherwise.
+fn check(
+    def: &ResourceDef,
+    obj: &mut Value,
+    field_validation: &str,
+    write: Write,
+    url_name: Option<&str>,
+) -> ApiResult<Vec<String>> {
     let mut causes: Vec<(String, String)> = if write == Write::Status {
         Vec::new()
     } else {
