@@ -795,6 +795,21 @@ async fn a_clone_from_another_namespace_needs_the_right_to_read_it() {
     );
     assert!(!ok, "{out}");
     assert!(err.contains("Cannot update DataVolume Spec"), "{err}");
+    // An externally populated DataVolume names every part of its reference that is missing.
+    let (ok, out, err) = kubectl_as(
+        &admin,
+        &["apply", "-f", "-"],
+        Some(
+            "apiVersion: cdi.kubevirt.io/v1beta1\nkind: DataVolume\nmetadata: {name: external, namespace: golden}\nspec: {storage: {resources: {requests: {storage: 1Gi}}, dataSourceRef: {kind: Blob, name: b}}}\n",
+        ),
+    );
+    assert!(!ok, "{out}");
+    assert!(
+        err.contains(
+            "Required value: DataSourceRef apiGroup when kind is not 'PersistentVolumeClaim'"
+        ),
+        "{err}"
+    );
     // A claim labelled cdi.kubevirt.io/applyStorageProfile is rendered from its profile: its
     // size grows by the filesystem overhead as spec.storage's does, and one that leaves out
     // what the profile does not know is refused, saying so.

@@ -136,6 +136,80 @@ pub fn claim_taken(
     })
 }
 
+/// Upstream's `validateExternalPopulation`: every cause of a DataVolume filled by a populator
+/// of its own choosing. Field paths as upstream prints them (`name[]`: Go's path of an empty
+/// child). One difference: upstream refuses any DataVolume that sets both `dataSource` and
+/// `dataSourceRef` (its comparison of the two types never holds); cdi-rs only when they differ.
+fn external_population(
+    with_source: bool,
+    data_source: Option<&k8s_openapi::api::core::v1::TypedLocalObjectReference>,
+    data_source_ref: Option<&k8s_openapi::api::core::v1::TypedObjectReference>,
+    at: &dyn Fn(&str) -> String,
+) -> Vec<Cause> {
+    let mut causes = Vec::new();
+    if with_source {
+        causes.push(cause(
+            "External population is incompatible with Source and SourceRef",
+            &at("source"),
+        ));
+    }
+    if let (Some(a), Some(b)) = (data_source, data_source_ref) {
+        let same = a.name == b.name
+            && a.kind == b.kind
+            && a.api_group.as_deref().unwrap_or("") == b.api_group.as_deref().unwrap_or("")
+            && b.namespace.as_deref().unwrap_or("").is_empty();
+        if !same {
+            causes.push(cause("DataSourceRef and DataSource must match", ""));
+        }
+    }
+    let reference = |what: &str, name: &str, kind: &str, group: Option<&str>| {
+        let mut causes = Vec::new();
+        let root = at(&format!("{}{}", what[..1].to_lowercase(), &what[1..]));
+        if name.is_empty() {
+            causes.push(cause(
+                format!("Required value: {what} name"),
+                &format!("{root}.name[]"),
+            ));
+        }
+        if kind.is_empty() {
+            causes.push(cause(
+                format!("Required value: {what} kind"),
+                &format!("{root}.kind"),
+            ));
+        }
+        if group.unwrap_or("").is_empty() && kind != "PersistentVolumeClaim" {
+            causes.push(cause(
+                format!("Required value: {what} apiGroup when kind is not 'PersistentVolumeClaim'"),
+                &format!("{root}.apiGroup[]"),
+            ));
+        }
+        causes
+    };
+    if let Some(d) = data_source {
+        causes.extend(reference(
+            "DataSource",
+            &d.name,
+            &d.kind,
+            d.api_group.as_deref(),
+        ));
+    }
+    if let Some(d) = data_source_ref {
+        if d.namespace.as_deref().is_some_and(|n| !n.is_empty()) {
+            causes.push(cause(
+                "Invalid value: DataSourceRef namespace not supported",
+                &at("dataSourceRef.namespace[]"),
+            ));
+        }
+        causes.extend(reference(
+            "DataSourceRef",
+            &d.name,
+            &d.kind,
+            d.api_group.as_deref(),
+        ));
+    }
+    causes
+}
+
 /// Upstream's `validateDataVolumeSpec`: field paths and messages under `root` (`spec` for a
 /// DataVolume, `Template` for a DataImportCron's template).
 fn spec(dv: &DataVolume, root: &str) -> Vec<Cause> {
@@ -186,22 +260,18 @@ fn spec(dv: &DataVolume, root: &str) -> Vec<Cause> {
             }
         }
     }
-    let populated_externally = spec
-        .pvc
-        .as_ref()
-        .is_some_and(|p| p.data_source.is_some() || p.data_source_ref.is_some())
-        || spec
-            .storage
-            .as_ref()
-            .is_some_and(|s| s.data_source.is_some() || s.data_source_ref.is_some());
-    if populated_externally {
-        if source.is_some() || spec.source_ref.is_some() {
-            return vec![cause(
-                "External population is incompatible with Source and SourceRef",
-                &at("source"),
-            )];
-        }
-        return Vec::new();
+    let (data_source, data_source_ref) = match (&spec.pvc, &spec.storage) {
+        (Some(p), _) => (p.data_source.as_ref(), p.data_source_ref.as_ref()),
+        (None, Some(s)) => (s.data_source.as_ref(), s.data_source_ref.as_ref()),
+        (None, None) => (None, None),
+    };
+    if data_source.is_some() || data_source_ref.is_some() {
+        return external_population(
+            source.is_some() || spec.source_ref.is_some(),
+            data_source,
+            data_source_ref,
+            &at,
+        );
     }
     if source.is_some() == spec.source_ref.is_some() {
         return vec![cause(
@@ -505,6 +575,61 @@ mod tests {
             .into_iter()
             .map(|c| (c.message, c.field))
             .collect()
+    }
+
+    #[test]
+    fn externally_populated_data_volumes_name_each_missing_part() {
+        let with = |refs: serde_json::Value| {
+            let mut storage = json!({"resources": {"requests": {"storage": "1Gi"}}});
+            for (k, v) in refs.as_object().unwrap() {
+                storage[k] = v.clone();
+            }
+            said(json!({"storage": storage}))
+        };
+        let pair = |m: &str, f: &str| (m.to_string(), f.to_string());
+        assert!(
+            with(
+                json!({"dataSourceRef": {"apiGroup": "example.com", "kind": "Blob", "name": "b"}})
+            )
+            .is_empty()
+        );
+        // The same reference written both ways is fine; different ones are not.
+        assert!(
+            with(json!({
+            "dataSource": {"apiGroup": "example.com", "kind": "Blob", "name": "b"},
+            "dataSourceRef": {"apiGroup": "example.com", "kind": "Blob", "name": "b"}}))
+            .is_empty()
+        );
+        assert_eq!(
+            with(json!({
+                "dataSource": {"kind": "PersistentVolumeClaim", "name": "a"},
+                "dataSourceRef": {"kind": "PersistentVolumeClaim", "name": "b"}})),
+            [pair("DataSourceRef and DataSource must match", "")]
+        );
+        assert_eq!(
+            with(json!({"dataSource": {"kind": "", "name": ""}})),
+            [
+                pair("Required value: DataSource name", "spec.dataSource.name[]"),
+                pair("Required value: DataSource kind", "spec.dataSource.kind"),
+                pair(
+                    "Required value: DataSource apiGroup when kind is not 'PersistentVolumeClaim'",
+                    "spec.dataSource.apiGroup[]"
+                ),
+            ]
+        );
+        assert_eq!(
+            with(json!({"dataSourceRef": {"kind": "Blob", "name": "b", "namespace": "other"}})),
+            [
+                pair(
+                    "Invalid value: DataSourceRef namespace not supported",
+                    "spec.dataSourceRef.namespace[]"
+                ),
+                pair(
+                    "Required value: DataSourceRef apiGroup when kind is not 'PersistentVolumeClaim'",
+                    "spec.dataSourceRef.apiGroup[]"
+                ),
+            ]
+        );
     }
 
     #[test]
