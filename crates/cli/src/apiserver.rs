@@ -157,6 +157,12 @@ pub fn run(args: &ApiServerArgs) -> anyhow::Result<()> {
                 args.service_port,
                 &ca,
             ),
+            cdi_upload::webhook::cdi_validating_configuration(
+                ns,
+                &args.service,
+                args.service_port,
+                &ca,
+            ),
         ];
         let register = register_webhook(
             client.clone(),
@@ -184,7 +190,7 @@ pub fn run(args: &ApiServerArgs) -> anyhow::Result<()> {
 /// pod only once it is ready.
 async fn register_webhook(
     client: kube::Client,
-    webhooks: [serde_json::Value; 5],
+    webhooks: [serde_json::Value; 6],
     through: String,
     ca_pem: String,
 ) {

@@ -220,6 +220,9 @@ impl Api {
                     .validation(req, Judged::Other(crate::webhook::validate_cron))
                     .await;
             }
+            p if p == crate::webhook::CDI_VALIDATE_PATH && req.method() == Method::POST => {
+                return self.validation(req, Judged::Cdi).await;
+            }
             p if p == crate::webhook::PVC_MUTATE_PATH && req.method() == Method::POST => {
                 return self.validation(req, Judged::Claim).await;
             }
@@ -318,6 +321,8 @@ enum Judged {
     DataVolume,
     /// A claim rendered from its StorageProfile (mutating).
     Claim,
+    /// The CDI resource's deletion.
+    Cdi,
     Other(fn(&serde_json::Value) -> serde_json::Value),
 }
 
@@ -331,6 +336,7 @@ impl Api {
         let answer = match judge {
             Judged::DataVolume => self.webhook.validate(&review).await,
             Judged::Claim => self.webhook.render_pvc(&review).await,
+            Judged::Cdi => self.webhook.validate_cdi(&review).await,
             Judged::Other(judge) => judge(&review),
         };
         if answer["response"]["allowed"] == json!(false) {

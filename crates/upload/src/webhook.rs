@@ -35,6 +35,10 @@ pub const PVC_MUTATE_PATH: &str = "/pvc-mutate";
 pub const PVC_MUTATE_CONFIGURATION: &str = "cdi-api-pvc-mutate";
 pub const PVC_MUTATE_WEBHOOK: &str = "pvc-mutate.cdi.kubevirt.io";
 
+pub const CDI_VALIDATE_PATH: &str = "/cdi-validate";
+pub const CDI_VALIDATE_CONFIGURATION: &str = "cdi-api-validate";
+pub const CDI_VALIDATE_WEBHOOK: &str = "cdi-validate.cdi.kubevirt.io";
+
 pub const CLONE_TOKEN: &str = "cdi.kubevirt.io/storage.clone.token";
 /// Annotations under which upstream admits a clone without a token when it cannot be authorized
 /// (the claim is already there, or a static volume is looked for).
@@ -215,6 +219,22 @@ pub fn pvc_mutating_configuration(
         "metadata": {"name": PVC_MUTATE_CONFIGURATION, "labels": {"cdi.kubevirt.io": "cdi-api"}},
         "webhooks": [webhook]
     })
+}
+
+/// The ValidatingWebhookConfiguration that sends the deletion of the CDI resource to
+/// [`CDI_VALIDATE_PATH`] (upstream's; failing open, as upstream's does).
+pub fn cdi_validating_configuration(
+    namespace: &str,
+    service: &str,
+    port: u16,
+    ca_bundle: &str,
+) -> Value {
+    let at = (namespace, service, port);
+    let mut webhook = entry(CDI_VALIDATE_WEBHOOK, CDI_VALIDATE_PATH, at, ca_bundle);
+    webhook["rules"] = json!([{"operations": ["DELETE"], "apiGroups": ["cdi.kubevirt.io"],
+        "apiVersions": ["v1beta1"], "resources": ["cdis"], "scope": "*"}]);
+    webhook["failurePolicy"] = json!("Ignore");
+    validating(CDI_VALIDATE_CONFIGURATION, webhook)
 }
 
 /// A ValidatingWebhookConfiguration `name` of one webhook.
@@ -553,6 +573,67 @@ impl Webhook {
             taken = cdi_core::admission::claim_taken(&judged, claim.as_ref(), config.as_ref());
         }
         validate(review, taken)
+    }
+
+    /// Answer a validating AdmissionReview of the CDI resource's deletion (upstream's): refused
+    /// while its `uninstallStrategy` is `BlockUninstallIfWorkloadsExist` and DataVolumes other
+    /// than DataImportCrons' exist, unless CDI was never deployed (no phase) or failed.
+    pub async fn validate_cdi(&self, review: &Value) -> Value {
+        use cdi_api::config::CDI;
+        use cdi_api::enums::UninstallStrategy;
+        let request = &review["request"];
+        let uid = &request["uid"];
+        if request["operation"] != "DELETE" {
+            return answer(uid, allowed());
+        }
+        let cdi: CDI = match serde_json::from_value(request["oldObject"].clone()) {
+            Ok(c) => c,
+            Err(_) => {
+                let name = request["name"].as_str().unwrap_or("");
+                match kube::Api::<CDI>::all(self.client.clone()).get(name).await {
+                    Ok(c) => c,
+                    Err(e) => {
+                        let why = format!("reading CDI {name}: {e}");
+                        return answer(uid, refused(400, &why, None));
+                    }
+                }
+            }
+        };
+        let phase = cdi
+            .status
+            .as_ref()
+            .and_then(|s| s.phase.as_ref())
+            .map(|p| p.as_str().to_string())
+            .unwrap_or_default();
+        if phase.is_empty() || phase == "Error" {
+            return answer(uid, allowed());
+        }
+        if cdi.spec.uninstall_strategy != Some(UninstallStrategy::BlockUninstallIfWorkloadsExist) {
+            return answer(uid, allowed());
+        }
+        // Upstream asks for two at most, and says how many it saw.
+        let list = kube::api::ListParams::default()
+            .labels(&format!("!{}", cdi_api::label::DATA_IMPORT_CRON))
+            .limit(2);
+        match kube::Api::<DataVolume>::all(self.client.clone())
+            .list(&list)
+            .await
+        {
+            Ok(l) if l.items.is_empty() => answer(uid, allowed()),
+            Ok(l) => {
+                let why = format!(
+                    "rejecting the uninstall request, since there are still {} DataVolumes \
+                     present. Either delete all DataVolumes or change the uninstall strategy \
+                     before uninstalling CDI",
+                    l.items.len()
+                );
+                answer(uid, refused(400, &why, None))
+            }
+            Err(e) => answer(
+                uid,
+                refused(400, &format!("listing DataVolumes: {e}"), None),
+            ),
+        }
     }
 
     /// Answer a mutating AdmissionReview of a claim labelled
