@@ -131,39 +131,8 @@ pub fn run(args: &ApiServerArgs) -> anyhow::Result<()> {
             .with_context(|| format!("listening on {}", config.listen))?;
         // The DataVolume webhook fails closed: registered only once the Service reaches this
         // server (before, every DataVolume write would be refused).
-        let webhooks = [
-            cdi_upload::webhook::configuration(ns, &args.service, args.service_port, &ca),
-            cdi_upload::webhook::validating_configuration(
-                ns,
-                &args.service,
-                args.service_port,
-                &ca,
-            ),
-            cdi_upload::webhook::cron_validating_configuration(
-                ns,
-                &args.service,
-                args.service_port,
-                &ca,
-            ),
-            cdi_upload::webhook::populator_validating_configuration(
-                ns,
-                &args.service,
-                args.service_port,
-                &ca,
-            ),
-            cdi_upload::webhook::pvc_mutating_configuration(
-                ns,
-                &args.service,
-                args.service_port,
-                &ca,
-            ),
-            cdi_upload::webhook::cdi_validating_configuration(
-                ns,
-                &args.service,
-                args.service_port,
-                &ca,
-            ),
-        ];
+        let webhooks =
+            cdi_upload::webhook::configurations(ns, &args.service, args.service_port, &ca);
         let register = register_webhook(
             client.clone(),
             webhooks,
@@ -190,7 +159,7 @@ pub fn run(args: &ApiServerArgs) -> anyhow::Result<()> {
 /// pod only once it is ready.
 async fn register_webhook(
     client: kube::Client,
-    webhooks: [serde_json::Value; 6],
+    webhooks: Vec<serde_json::Value>,
     through: String,
     ca_pem: String,
 ) {

@@ -63,13 +63,7 @@ where
 }
 
 async fn doctor(args: &DoctorArgs) -> anyhow::Result<()> {
-    let client = kube::Client::try_default()
-        .await
-        .context("connecting to the cluster (set KUBECONFIG)")?;
-    let ns = args
-        .namespace
-        .clone()
-        .unwrap_or_else(|| client.default_namespace().to_string());
+    let (client, ns) = crate::client_in(args.namespace.as_deref()).await?;
     // DataVolumes are read one by one from untyped objects: one whose status does not parse
     // is reported, not a reason to answer nothing.
     let resource = ApiResource::erase::<DataVolume>(&());

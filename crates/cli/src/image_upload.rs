@@ -183,13 +183,7 @@ async fn upload(args: &ImageUploadArgs, plan: &Plan) -> anyhow::Result<()> {
         .with_context(|| format!("open {}", plan.image.display()))?;
     let length = file.metadata()?.len();
     drop(file);
-    let client = kube::Client::try_default()
-        .await
-        .context("connecting to the cluster (set KUBECONFIG)")?;
-    let ns = args
-        .namespace
-        .clone()
-        .unwrap_or_else(|| client.default_namespace().to_string());
+    let (client, ns) = crate::client_in(args.namespace.as_deref()).await?;
     let c = Ctx {
         client,
         ns,

@@ -105,6 +105,16 @@ fn main() -> ExitCode {
     }
 }
 
+/// A client of the kubeconfig's cluster, and the namespace to work in: `namespace`, else the
+/// kubeconfig context's.
+async fn client_in(namespace: Option<&str>) -> anyhow::Result<(kube::Client, String)> {
+    let client = kube::Client::try_default()
+        .await
+        .context("connecting to the cluster (set KUBECONFIG)")?;
+    let ns = namespace.map_or_else(|| client.default_namespace().to_string(), String::from);
+    Ok((client, ns))
+}
+
 /// Logging for a pod's program: to stderr (the pod's log), debug detail from `-v=3` on.
 fn pod_logging(verbosity: u32) {
     let _ = tracing_subscriber::fmt()

@@ -763,14 +763,10 @@ async fn a_clone_from_another_namespace_needs_the_right_to_read_it() {
         )
     });
     let admin = dir.join("kubeconfig");
-    let (ok, out, err) = kubectl_as(
+    let err = refused_apply(
         &admin,
-        &["apply", "-f", "-"],
-        Some(
-            "apiVersion: cdi.kubevirt.io/v1beta1\nkind: DataVolume\nmetadata: {name: no-claim, namespace: golden}\nspec: {source: {http: {url: \"ftp://images/disk.img\"}}}\n",
-        ),
+        "apiVersion: cdi.kubevirt.io/v1beta1\nkind: DataVolume\nmetadata: {name: no-claim, namespace: golden}\nspec: {source: {http: {url: \"ftp://images/disk.img\"}}}\n",
     );
-    assert!(!ok, "{out}");
     assert!(
         err.contains(
             "admission webhook \"datavolume-validate.cdi.kubevirt.io\" denied the request:  \
@@ -843,14 +839,10 @@ async fn a_clone_from_another_namespace_needs_the_right_to_read_it() {
     );
     kubectl(&dir, &["delete", "cdi", "cdi"], None);
     // An externally populated DataVolume names every part of its reference that is missing.
-    let (ok, out, err) = kubectl_as(
+    let err = refused_apply(
         &admin,
-        &["apply", "-f", "-"],
-        Some(
-            "apiVersion: cdi.kubevirt.io/v1beta1\nkind: DataVolume\nmetadata: {name: external, namespace: golden}\nspec: {storage: {resources: {requests: {storage: 1Gi}}, dataSourceRef: {kind: Blob, name: b}}}\n",
-        ),
+        "apiVersion: cdi.kubevirt.io/v1beta1\nkind: DataVolume\nmetadata: {name: external, namespace: golden}\nspec: {storage: {resources: {requests: {storage: 1Gi}}, dataSourceRef: {kind: Blob, name: b}}}\n",
     );
-    assert!(!ok, "{out}");
     assert!(
         err.contains(
             "Required value: DataSourceRef apiGroup when kind is not 'PersistentVolumeClaim'"
@@ -879,12 +871,7 @@ async fn a_clone_from_another_namespace_needs_the_right_to_read_it() {
         "1138166334"
     );
     kubectl(&dir, &["delete", "-n", "golden", "pvc/rendered"], None);
-    let (ok, out, err) = kubectl_as(
-        &admin,
-        &["apply", "-f", "-"],
-        Some(&rendered("unrendered", "")),
-    );
-    assert!(!ok, "{out}");
+    let err = refused_apply(&admin, &rendered("unrendered", ""));
     assert!(
         err.contains(
             "admission webhook \"pvc-mutate.cdi.kubevirt.io\" denied the request: StorageProfile \
@@ -921,14 +908,10 @@ async fn a_clone_from_another_namespace_needs_the_right_to_read_it() {
             "validatingwebhookconfiguration/cdi-api-dataimportcron-validate",
         )
     });
-    let (ok, out, err) = kubectl_as(
+    let err = refused_apply(
         &admin,
-        &["apply", "-f", "-"],
-        Some(
-            "apiVersion: cdi.kubevirt.io/v1beta1\nkind: DataImportCron\nmetadata: {name: fedora, namespace: golden}\nspec:\n  schedule: \"every day\"\n  managedDataSource: fedora\n  template: {spec: {source: {registry: {url: \"docker://quay.io/containerdisks/fedora:41\"}}, storage: {resources: {requests: {storage: 5Gi}}}}}\n",
-        ),
+        "apiVersion: cdi.kubevirt.io/v1beta1\nkind: DataImportCron\nmetadata: {name: fedora, namespace: golden}\nspec:\n  schedule: \"every day\"\n  managedDataSource: fedora\n  template: {spec: {source: {registry: {url: \"docker://quay.io/containerdisks/fedora:41\"}}, storage: {resources: {requests: {storage: 5Gi}}}}}\n",
     );
-    assert!(!ok, "{out}");
     assert!(
         err.contains(
             "admission webhook \"dataimportcron-validate.cdi.kubevirt.io\" denied the request:  \
@@ -943,14 +926,10 @@ async fn a_clone_from_another_namespace_needs_the_right_to_read_it() {
             "validatingwebhookconfiguration/cdi-api-populator-validate",
         )
     });
-    let (ok, out, err) = kubectl_as(
+    let err = refused_apply(
         &admin,
-        &["apply", "-f", "-"],
-        Some(
-            "apiVersion: cdi.kubevirt.io/v1beta1\nkind: VolumeImportSource\nmetadata: {name: nothing, namespace: golden}\nspec: {contentType: kubevirt}\n",
-        ),
+        "apiVersion: cdi.kubevirt.io/v1beta1\nkind: VolumeImportSource\nmetadata: {name: nothing, namespace: golden}\nspec: {contentType: kubevirt}\n",
     );
-    assert!(!ok, "{out}");
     assert!(err.contains("Missing VolumeImport source"), "{err}");
     // A claim of the name that is not the DataVolume's to take.
     kubectl(
@@ -960,12 +939,10 @@ async fn a_clone_from_another_namespace_needs_the_right_to_read_it() {
             "apiVersion: v1\nkind: PersistentVolumeClaim\nmetadata: {name: taken, namespace: golden}\nspec: {accessModes: [ReadWriteOnce], resources: {requests: {storage: 1Gi}}}\n",
         ),
     );
-    let (ok, out, err) = kubectl_as(
+    let err = refused_apply(
         &admin,
-        &["apply", "-f", "-"],
-        Some(&blank_volume("taken", "golden", "Filesystem", "64Mi")),
+        &blank_volume("taken", "golden", "Filesystem", "64Mi"),
     );
-    assert!(!ok, "{out}");
     assert!(
         err.contains("Destination PVC golden/taken already exists"),
         "{err}"
@@ -1755,4 +1732,12 @@ async fn block_and_larger_targets_clone_by_snapshot_and_csi_clone() {
             "{larger} has {capacity}"
         );
     }
+}
+
+/// `kubectl apply` of `manifest` as the kubeconfig at `config`, which must be refused: what
+/// kubectl said.
+fn refused_apply(config: &std::path::Path, manifest: &str) -> String {
+    let (ok, out, err) = kubectl_as(config, &["apply", "-f", "-"], Some(manifest));
+    assert!(!ok, "{out}");
+    err
 }

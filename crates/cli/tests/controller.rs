@@ -325,15 +325,7 @@ async fn without_the_gate_the_importer_binds_the_claim_wherever_it_lands() {
     assert_eq!(pod["status"]["phase"], "Succeeded");
 
     // The VM then needs another node: `cdi doctor` says the gate put the disk where it is.
-    let elsewhere = if node == "node-1" { "node-3" } else { "node-1" };
-    kubectl(
-        &s.dir,
-        &["apply", "-f", "-"],
-        Some(&pinned("vm-elsewhere", "early", elsewhere)),
-    );
-    let d = wait_for("the doctor to see the VM blocked", 60, || {
-        Some(doctor(&s.dir, &["early"])).filter(|d| d["cause"] == "GateOff")
-    });
+    let d = blocked_elsewhere(&s.dir, "early", node, "GateOff");
     let explanation = d["explanation"].as_str().unwrap();
     assert!(
         explanation.contains(&format!("bound to a volume on {node}"))
@@ -342,6 +334,20 @@ async fn without_the_gate_the_importer_binds_the_claim_wherever_it_lands() {
         "{d}"
     );
     drop(s.controller);
+}
+
+/// Pod `vm-elsewhere`, using `claim` (whose volume is on `node`), pinned to another node:
+/// `cdi doctor`'s answer once it names `cause`.
+fn blocked_elsewhere(dir: &Path, claim: &str, node: &str, cause: &str) -> Value {
+    let elsewhere = if node == "node-1" { "node-3" } else { "node-1" };
+    kubectl(
+        dir,
+        &["apply", "-f", "-"],
+        Some(&pinned("vm-elsewhere", claim, elsewhere)),
+    );
+    wait_for("the doctor to see the VM blocked", 60, || {
+        Some(doctor(dir, &[claim])).filter(|d| d["cause"] == cause)
+    })
 }
 
 /// A pod using `claim` that must run on `node`.
@@ -580,15 +586,7 @@ spec:
 
     // A VM needing another node: the immediate binding chose this one, and `cdi doctor` says so.
     let node = anns["volume.kubernetes.io/selected-node"].as_str().unwrap();
-    let elsewhere = if node == "node-1" { "node-3" } else { "node-1" };
-    kubectl(
-        &s.dir,
-        &["apply", "-f", "-"],
-        Some(&pinned("vm-elsewhere", "raw-block", elsewhere)),
-    );
-    let d = wait_for("the doctor to see the VM blocked", 60, || {
-        Some(doctor(&s.dir, &["raw-block"])).filter(|d| d["cause"] == "ImmediateBind")
-    });
+    let d = blocked_elsewhere(&s.dir, "raw-block", node, "ImmediateBind");
     assert_eq!(
         d["summary"],
         format!(

@@ -313,12 +313,17 @@ fn profile_series(samples: &[(String, String)], class: &str) -> Option<String> {
         .cloned()
 }
 
-/// The scraped samples, held for 20 minutes, as promtool's input.
-fn held(samples: &[(String, String)]) -> Vec<(String, String)> {
-    samples
+/// The scraped samples, held for 20 minutes, as one promtool case judged at 6 minutes.
+fn held(samples: &[(String, String)], alerts: &[(&str, Vec<Value>)]) -> Value {
+    let series: Vec<(String, String)> = samples
         .iter()
         .map(|(s, v)| (s.clone(), format!("{v}x20")))
-        .collect()
+        .collect();
+    let refs: Vec<(&str, &str)> = series
+        .iter()
+        .map(|(s, v)| (s.as_str(), v.as_str()))
+        .collect();
+    case(&refs, "6m", alerts)
 }
 
 fn incomplete(class: &str, provisioner: &str) -> Value {
@@ -374,12 +379,8 @@ fn the_controllers_metrics_fire_the_alerts_the_cluster_deserves() {
     // So Prometheus would say: three incomplete profiles, a degraded default; nothing pends.
     test_rules(
         tmp.path(),
-        vec![case(
-            &held(&samples)
-                .iter()
-                .map(|(s, v)| (s.as_str(), v.as_str()))
-                .collect::<Vec<_>>(),
-            "6m",
+        vec![held(
+            &samples,
             &[
                 (
                     "CDIStorageProfilesIncomplete",
@@ -443,12 +444,8 @@ fn the_controllers_metrics_fire_the_alerts_the_cluster_deserves() {
     assert_eq!(series, 3, "{samples:?}");
     test_rules(
         tmp.path(),
-        vec![case(
-            &held(&samples)
-                .iter()
-                .map(|(s, v)| (s.as_str(), v.as_str()))
-                .collect::<Vec<_>>(),
-            "6m",
+        vec![held(
+            &samples,
             &[
                 (
                     "CDIStorageProfilesIncomplete",
@@ -506,12 +503,8 @@ spec:
     });
     test_rules(
         tmp.path(),
-        vec![case(
-            &held(&samples)
-                .iter()
-                .map(|(s, v)| (s.as_str(), v.as_str()))
-                .collect::<Vec<_>>(),
-            "6m",
+        vec![held(
+            &samples,
             &[(
                 "CDINoDefaultStorageClass",
                 vec![firing("CDINoDefaultStorageClass", json!({}), "")],

@@ -133,6 +133,9 @@ pub async fn reconcile(ctx: &Context) -> Result<(), kube::Error> {
         .await?
         .items;
     let snaps = snapshot_classes(ctx).await;
+    // For the info metric: which drivers clone smartly.
+    let csi_drivers = ctx.caches.csi_drivers();
+    let snapshot_drivers: Vec<String> = snaps.iter().map(|s| s.driver.clone()).collect();
     for class in &classes {
         let name = class.name_any();
         let mut profile = profiles.iter().find(|p| p.name_any() == name).cloned();
@@ -186,14 +189,9 @@ pub async fn reconcile(ctx: &Context) -> Result<(), kube::Error> {
                         .patch_status(&name, &PatchParams::default(), &Patch::Merge(&status_patch))
                         .await?;
                 }
-                let snapshot_drivers: Vec<String> =
-                    snaps.iter().map(|s| s.driver.clone()).collect();
-                if let Some(info) = cdi_core::storageprofile::info(
-                    &status,
-                    class,
-                    &ctx.caches.csi_drivers(),
-                    &snapshot_drivers,
-                ) {
+                if let Some(info) =
+                    cdi_core::storageprofile::info(&status, class, &csi_drivers, &snapshot_drivers)
+                {
                     ctx.metrics.set_storage_profile(&info);
                 }
             }

@@ -135,17 +135,6 @@ fn claim_phase(c: &PersistentVolumeClaim) -> &str {
         .unwrap_or("Pending")
 }
 
-/// Whether `pod` names claim `claim` among its volumes.
-fn mounts(pod: &Pod, claim: &str) -> bool {
-    pod.spec
-        .as_ref()
-        .and_then(|s| s.volumes.as_ref())
-        .into_iter()
-        .flatten()
-        .filter_map(|v| v.persistent_volume_claim.as_ref())
-        .any(|v| v.claim_name == claim)
-}
-
 /// CDI's own pods (importer, upload, cloner, the first-consumer pod).
 fn is_cdis(pod: &Pod) -> bool {
     pod.metadata
@@ -169,22 +158,12 @@ fn finished(pod: &Pod) -> bool {
     ) || pod.metadata.deletion_timestamp.is_some()
 }
 
-/// The scheduler's reason when `pod` is unschedulable.
+/// The scheduler's reason when `pod` is unschedulable (and not on its way out).
 fn unschedulable(pod: &Pod) -> Option<&str> {
-    if finished(pod) {
+    if pod.metadata.deletion_timestamp.is_some() {
         return None;
     }
-    pod.status
-        .as_ref()?
-        .conditions
-        .as_ref()?
-        .iter()
-        .find(|c| {
-            c.type_ == "PodScheduled"
-                && c.status == "False"
-                && c.reason.as_deref() == Some("Unschedulable")
-        })
-        .map(|c| clause(c.message.as_deref().unwrap_or("no node fits")))
+    crate::first_consumer::unschedulable(pod).map(clause)
 }
 
 /// The restarts of `pod`'s containers, and the last error one of them ended with.
@@ -654,7 +633,7 @@ fn find(s: &Scene<'_>, ns: &str, name: &str, phase: &str) -> Option<Finding> {
             [claim, prime]
                 .into_iter()
                 .flatten()
-                .any(|c| mounts(p, name_of(&c.metadata)))
+                .any(|c| crate::placement::mounts(p, name_of(&c.metadata)))
         })
         .collect();
     for pod in &workers {
@@ -772,7 +751,7 @@ fn consumer_blocked(
     let (pod, why) = s
         .pods
         .iter()
-        .filter(|p| !is_cdis(p) && mounts(p, cname))
+        .filter(|p| !is_cdis(p) && crate::placement::mounts(p, cname))
         .find_map(|p| unschedulable(p).map(|why| (p, why)))?;
     let pod_name = name_of(&pod.metadata);
     let node = node_of(claim, s.volumes).unwrap_or_else(|| "its node".into());
@@ -951,7 +930,7 @@ fn waiting_for_consumer(
             [Some(claim), prime]
                 .into_iter()
                 .flatten()
-                .any(|c| mounts(p, name_of(&c.metadata)))
+                .any(|c| crate::placement::mounts(p, name_of(&c.metadata)))
         })
         .collect();
     if let Some((pod, why)) = consumers

@@ -177,7 +177,8 @@ pub fn to_record(claim: &PersistentVolumeClaim, config: Option<&CDIConfig>) -> O
         .cloned()
 }
 
-fn mounts(pod: &Pod, claim: &str) -> bool {
+/// Whether `pod` names claim `claim` among its volumes.
+pub(crate) fn mounts(pod: &Pod, claim: &str) -> bool {
     pod.spec
         .as_ref()
         .and_then(|s| s.volumes.as_ref())

@@ -138,10 +138,26 @@ pub fn insufficient(user: &str, namespace: &str) -> String {
     format!("User {user} has insufficient permissions in clone source namespace {namespace}")
 }
 
+/// Every webhook configuration `cdi apiserver` registers, reaching it through Service
+/// `service` in `namespace` on `port`, trusted by `ca_bundle` (PEM).
+pub fn configurations(namespace: &str, service: &str, port: u16, ca_bundle: &str) -> Vec<Value> {
+    [
+        configuration,
+        validating_configuration,
+        cron_validating_configuration,
+        populator_validating_configuration,
+        pvc_mutating_configuration,
+        cdi_validating_configuration,
+    ]
+    .iter()
+    .map(|make| make(namespace, service, port, ca_bundle))
+    .collect()
+}
+
 /// The MutatingWebhookConfiguration that sends DataVolume creates and updates here (upstream's
 /// operator makes the same one): through Service `service` in `namespace`, trusted by
 /// `ca_bundle` (PEM), failing closed.
-pub fn configuration(namespace: &str, service: &str, port: u16, ca_bundle: &str) -> Value {
+fn configuration(namespace: &str, service: &str, port: u16, ca_bundle: &str) -> Value {
     let mut webhook = entry(WEBHOOK, PATH, (namespace, service, port), ca_bundle);
     webhook["reinvocationPolicy"] = json!("Never");
     json!({
@@ -153,12 +169,7 @@ pub fn configuration(namespace: &str, service: &str, port: u16, ca_bundle: &str)
 
 /// The ValidatingWebhookConfiguration that sends DataVolume creates and updates to
 /// [`VALIDATE_PATH`] (upstream's), as [`configuration`] does the mutating one.
-pub fn validating_configuration(
-    namespace: &str,
-    service: &str,
-    port: u16,
-    ca_bundle: &str,
-) -> Value {
+fn validating_configuration(namespace: &str, service: &str, port: u16, ca_bundle: &str) -> Value {
     let at = (namespace, service, port);
     let webhook = entry(VALIDATE_WEBHOOK, VALIDATE_PATH, at, ca_bundle);
     validating(VALIDATE_CONFIGURATION, webhook)
@@ -166,7 +177,7 @@ pub fn validating_configuration(
 
 /// The ValidatingWebhookConfiguration for DataImportCrons (upstream's), to
 /// [`CRON_VALIDATE_PATH`].
-pub fn cron_validating_configuration(
+fn cron_validating_configuration(
     namespace: &str,
     service: &str,
     port: u16,
@@ -180,7 +191,7 @@ pub fn cron_validating_configuration(
 
 /// The ValidatingWebhookConfiguration for VolumeImportSources and VolumeUploadSources
 /// (upstream's), to [`POPULATOR_VALIDATE_PATH`].
-pub fn populator_validating_configuration(
+fn populator_validating_configuration(
     namespace: &str,
     service: &str,
     port: u16,
@@ -200,12 +211,7 @@ pub fn populator_validating_configuration(
 /// The MutatingWebhookConfiguration that sends the creation of claims labelled
 /// `cdi.kubevirt.io/applyStorageProfile: "true"` to [`PVC_MUTATE_PATH`] (upstream's), where
 /// they are rendered from their StorageProfile.
-pub fn pvc_mutating_configuration(
-    namespace: &str,
-    service: &str,
-    port: u16,
-    ca_bundle: &str,
-) -> Value {
+fn pvc_mutating_configuration(namespace: &str, service: &str, port: u16, ca_bundle: &str) -> Value {
     let at = (namespace, service, port);
     let mut webhook = entry(PVC_MUTATE_WEBHOOK, PVC_MUTATE_PATH, at, ca_bundle);
     webhook["rules"] = json!([{"operations": ["CREATE"], "apiGroups": [""],
@@ -223,7 +229,7 @@ pub fn pvc_mutating_configuration(
 
 /// The ValidatingWebhookConfiguration that sends the deletion of the CDI resource to
 /// [`CDI_VALIDATE_PATH`] (upstream's; failing open, as upstream's does).
-pub fn cdi_validating_configuration(
+fn cdi_validating_configuration(
     namespace: &str,
     service: &str,
     port: u16,
