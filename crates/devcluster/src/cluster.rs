@@ -29,6 +29,8 @@ pub struct Config {
     pub every: Duration,
     /// What the kubelets run.
     pub kubelet: KubeletConfig,
+    /// Where the API server appends its authorization decisions, if anywhere.
+    pub audit_log: Option<PathBuf>,
 }
 
 impl Config {
@@ -39,6 +41,7 @@ impl Config {
             nodes: default_nodes(),
             every: Duration::from_millis(200),
             kubelet: KubeletConfig::default(),
+            audit_log: None,
         }
     }
 
@@ -373,6 +376,12 @@ pub async fn start(config: &Config) -> anyhow::Result<Running> {
         .protecting_storage()
         .with_token_file(config.token_file())
         .with_pod_logs(std::sync::Arc::new(dirs.clone()));
+    let server = match &config.audit_log {
+        Some(path) => server
+            .with_audit_log(path)
+            .with_context(|| format!("opening the audit log {}", path.display()))?,
+        None => server,
+    };
     let (bound, server_task) = server
         .serve(config.addr)
         .await

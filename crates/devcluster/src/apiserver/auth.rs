@@ -270,6 +270,59 @@ pub fn bearer(headers: &axum::http::HeaderMap) -> Option<&str> {
         .filter(|t| !t.is_empty())
 }
 
+/// One authorization decision as a line of kube-apiserver's audit log (audit.k8s.io/v1 Event,
+/// Metadata level): the user, the verb, the object reference of a resource request, the URI,
+/// and the decision annotation kube's authorizer leaves.
+pub fn audit_event(
+    user: &UserInfo,
+    a: &Attributes,
+    uri: &axum::http::Uri,
+    allowed: bool,
+) -> serde_json::Value {
+    let mut event = serde_json::json!({
+        "kind": "Event", "apiVersion": "audit.k8s.io/v1", "level": "Metadata",
+        "stage": "ResponseComplete",
+        "requestURI": uri.to_string(),
+        "verb": a.verb,
+        "user": {"username": user.name, "uid": user.uid, "groups": user.groups},
+        "annotations": {"authorization.k8s.io/decision": if allowed { "allow" } else { "forbid" }},
+    });
+    if a.resource_request {
+        event["objectRef"] = serde_json::json!({
+            "resource": a.resource, "namespace": a.namespace, "name": a.name,
+            "apiGroup": a.api_group, "subresource": a.subresource,
+        });
+    }
+    event
+}
+
+/// Who asked what, read back from a line [`audit_event`] wrote.
+pub fn from_audit_event(event: &serde_json::Value) -> Option<(UserInfo, Attributes)> {
+    let text = |v: &serde_json::Value| v.as_str().unwrap_or("").to_string();
+    let user = UserInfo {
+        name: event["user"]["username"].as_str()?.to_string(),
+        uid: text(&event["user"]["uid"]),
+        groups: event["user"]["groups"]
+            .as_array()?
+            .iter()
+            .filter_map(|g| g.as_str().map(String::from))
+            .collect(),
+    };
+    let object = &event["objectRef"];
+    let uri = text(&event["requestURI"]);
+    let a = Attributes {
+        verb: event["verb"].as_str()?.to_string(),
+        resource_request: object.is_object(),
+        namespace: text(&object["namespace"]),
+        api_group: text(&object["apiGroup"]),
+        resource: text(&object["resource"]),
+        subresource: text(&object["subresource"]),
+        name: text(&object["name"]),
+        path: uri.split('?').next().unwrap_or("").to_string(),
+    };
+    Some((user, a))
+}
+
 /// What a request asks, read off its method, path and query as kube's RequestInfoFactory does:
 /// `/api/v1/namespaces/a/pods/x/log` is a `get` of `pods/log` named `x` in `a`; a GET without a
 /// name is a `list` (or `watch`), naming the object its `metadata.name=` field selector pins;

@@ -584,6 +584,23 @@ pub fn bootstrap_cluster_roles() -> Vec<ClusterRole> {
     policy.cluster_roles
 }
 
+/// The namespaced Roles kube-apiserver creates at start: who may read, in kube-system, how it
+/// authenticates the requests it forwards to aggregated API servers.
+pub fn bootstrap_roles() -> Vec<Role> {
+    vec![
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "extension-apiserver-authentication-reader",
+                "namespace": "kube-system",
+                "labels": {"kubernetes.io/bootstrapping": "rbac-defaults"},
+                "annotations": {"rbac.authorization.kubernetes.io/autoupdate": "true"}},
+            "rules": [{"apiGroups": [""], "resources": ["configmaps"],
+                "resourceNames": ["extension-apiserver-authentication"],
+                "verbs": ["get", "list", "watch"]}],
+        }))
+        .expect("a bootstrap Role"),
+    ]
+}
+
 /// The bindings kube-apiserver creates at start: `system:masters` to `cluster-admin`, every
 /// authenticated user to discovery, the self reviews and health, and everyone (authenticated or
 /// not) to health and version.

@@ -42,6 +42,9 @@ pub struct ApiServer {
     front_proxy: Arc<super::aggregation::FrontProxy>,
     /// The RBAC policy as of a version of the RBAC group: read again only once it changed.
     policy: Arc<std::sync::Mutex<Option<CachedPolicy>>>,
+    /// Where every authorization decision is appended, when asked for (kube-apiserver's
+    /// `--audit-log-path`, at its Metadata level).
+    audit: Option<Arc<std::sync::Mutex<std::fs::File>>>,
 }
 
 /// The RBAC policy and the RBAC group's version it was read at.
@@ -316,7 +319,19 @@ impl ApiServer {
             pod_logs: None,
             front_proxy: Arc::new(front_proxy),
             policy: Default::default(),
+            audit: None,
         }
+    }
+
+    /// Append every authorization decision to `file` as a JSON line in audit.k8s.io/v1's Event
+    /// shape (who, the verb, the object reference or path, and kube's decision annotation).
+    pub fn with_audit_log(mut self, file: &std::path::Path) -> std::io::Result<ApiServer> {
+        let f = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(file)?;
+        self.audit = Some(Arc::new(std::sync::Mutex::new(f)));
+        Ok(self)
     }
 
     /// Claims and volumes created from now on carry `kubernetes.io/pvc-protection` and
@@ -611,10 +626,22 @@ impl ApiServer {
             q.flag("watch"),
             q.get("fieldSelector").map(String::as_str),
         );
-        if !self.allows(&user, &attributes) {
+        if !self.decide(&user, &attributes, req.uri()) {
             return Err(ApiError::forbidden_request(&user, &attributes));
         }
         Ok(user)
+    }
+
+    /// The authorizer's decision, written to the audit log when there is one.
+    fn decide(&self, user: &UserInfo, a: &Attributes, uri: &axum::http::Uri) -> bool {
+        let allowed = self.allows(user, a);
+        if let Some(audit) = &self.audit {
+            let line = super::auth::audit_event(user, a, uri, allowed);
+            let mut f = audit.lock().unwrap_or_else(|e| e.into_inner());
+            // A lost line is not worth failing the request over.
+            let _ = std::io::Write::write_all(&mut *f, format!("{line}\n").as_bytes());
+        }
+        allowed
     }
 
     /// The authorizer: `system:masters` may do anything, everyone else what RBAC grants.
@@ -1032,6 +1059,9 @@ struct Call {
     force: bool,
     writer: Option<Owner>,
     validation: String,
+    /// For a server-side apply: whether the user may also create what it names, which kube asks
+    /// when the object does not exist yet (`create` besides `patch`).
+    may_create: bool,
 }
 
 impl Call {
@@ -1039,7 +1069,24 @@ impl Call {
         let q = query(req);
         let manager = q.get("fieldManager").cloned().filter(|m| !m.is_empty());
         let force = q.flag("force");
+        let applying = req.method() == Method::PATCH
+            && req
+                .headers()
+                .get(header::CONTENT_TYPE)
+                .and_then(|v| v.to_str().ok())
+                .is_some_and(|t| t.starts_with("application/apply-patch"));
+        let may_create = applying && {
+            let mut a = super::auth::request_attributes(
+                req.method().as_str(),
+                req.uri().path(),
+                false,
+                None,
+            );
+            a.verb = "create".into();
+            server.decide(&user, &a, req.uri())
+        };
         Call {
+            may_create,
             store: server.store.clone(),
             user,
             pod_logs: server.pod_logs.clone(),
@@ -1319,6 +1366,7 @@ async fn patch(call: &Call, at: &Named, how: Write, req: Request) -> ApiResult<R
     let Named { res, ns, name } = at;
     let (def, store) = (&res.def, &call.store);
     let status = how == Write::Status;
+    let req_path = req.uri().path().to_string();
     let ct = req
         .headers()
         .get(header::CONTENT_TYPE)
@@ -1378,7 +1426,12 @@ async fn patch(call: &Call, at: &Named, how: Write, req: Request) -> ApiResult<R
     });
     let updated = match result {
         Err(e) if e.code == 404 && kind == PatchKind::Apply && !status => {
-            // Server-side apply creates what does not exist.
+            // Server-side apply creates what does not exist, for whoever may create it.
+            if !call.may_create {
+                let mut a = super::auth::request_attributes("PATCH", &req_path, false, None);
+                a.verb = "create".into();
+                return Err(ApiError::forbidden_request(&call.user, &a));
+            }
             let mut obj = parse_object(&body)?;
             obj["metadata"]["name"] = json!(name);
             warnings = admit_create(call, def, ns, &mut obj, None).await?;

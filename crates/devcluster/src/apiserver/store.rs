@@ -490,9 +490,16 @@ impl Store {
                     serde_json::to_value(b),
                 )
             });
-        for (plural, kind, obj) in roles.chain(bindings) {
+        let namespaced = super::rbac::bootstrap_roles()
+            .into_iter()
+            .map(|r| ("roles", "Role", serde_json::to_value(r)));
+        for (plural, kind, obj) in roles.chain(bindings).chain(namespaced) {
             let mut obj = obj.expect("RBAC objects serialize");
             let name = obj["metadata"]["name"].as_str().unwrap_or("").to_string();
+            let ns = obj["metadata"]["namespace"]
+                .as_str()
+                .unwrap_or("")
+                .to_string();
             obj["apiVersion"] = json!(format!("{rbac}/v1"));
             obj["kind"] = json!(kind);
             obj["metadata"]["uid"] = json!(new_uid());
@@ -500,7 +507,7 @@ impl Store {
             obj["metadata"]["resourceVersion"] = json!("1");
             inner
                 .objects
-                .insert((rbac.into(), plural.into(), String::new(), name), obj);
+                .insert((rbac.into(), plural.into(), ns, name), obj);
         }
         Store {
             inner: Mutex::new(inner),
