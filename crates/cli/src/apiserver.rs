@@ -19,6 +19,9 @@ use kube::api::{DynamicObject, Patch, PatchParams};
 
 #[derive(clap::Args)]
 pub struct ApiServerArgs {
+    /// Log verbosity as upstream's components take it (`-v=1`); 3 and above log debug detail.
+    #[arg(short = 'v', value_name = "LEVEL", default_value_t = 1)]
+    verbosity: u32,
     /// Where the API is served (HTTPS).
     #[arg(long, default_value = "0.0.0.0:8443")]
     listen: SocketAddr,
@@ -61,7 +64,7 @@ fn secret_text(secret: &Secret, key: &str) -> anyhow::Result<Vec<u8>> {
 }
 
 pub fn run(args: &ApiServerArgs) -> anyhow::Result<()> {
-    crate::pod_logging(1);
+    crate::pod_logging(args.verbosity);
     let pod = cdi_core::devpod::DevPod::from_env(|k| std::env::var(k).ok())
         .map_err(anyhow::Error::msg)?;
     let runtime = tokio::runtime::Runtime::new().context("starting the runtime")?;

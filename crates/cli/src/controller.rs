@@ -36,8 +36,8 @@ pub struct ControllerArgs {
     /// Worker pods' imagePullPolicy.
     #[arg(long, env = "PULL_POLICY", default_value = "IfNotPresent")]
     pull_policy: String,
-    /// Worker pods' log verbosity (`-v=N`).
-    #[arg(long, default_value_t = 1)]
+    /// Log verbosity (`-v=N`, upstream's flag), which worker pods are given too.
+    #[arg(short = 'v', long, default_value_t = 1)]
     verbosity: u32,
     /// Namespace of the leader election Lease (the controller's own).
     #[arg(long, env = "POD_NAMESPACE", default_value = "kube-system")]

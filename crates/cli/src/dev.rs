@@ -47,6 +47,11 @@ pub enum DevCommand {
         /// `cdi image-upload` works with no other setup.
         #[arg(long)]
         cdi: bool,
+        /// Append every authorization decision of the API server to `logs/audit.log` (one
+        /// audit.k8s.io/v1 Event per line, as kube-apiserver's `--audit-log-path` writes them):
+        /// what each component and user was allowed and refused.
+        #[arg(long)]
+        audit_log: bool,
     },
     /// Print a kubeconfig for the development cluster: the admin's, or with `--user` one for a
     /// user who may do only what RBAC grants NAME and its groups (a token the running cluster
@@ -105,6 +110,7 @@ pub(crate) fn image_map(extra: &[(String, Vec<String>)]) -> anyhow::Result<Image
         .with("cdi-controller", vec![exe.clone(), "controller".into()])
         .with("cdi-uploadproxy", vec![exe.clone(), "upload-proxy".into()])
         .with("cdi-apiserver", vec![exe.clone(), "apiserver".into()])
+        .with("cdi-operator", vec![exe.clone(), "operator".into()])
         .with("virt-launcher", vec![exe, "dev".into(), "launcher".into()]);
     for (name, argv) in extra {
         map = map.with(name, argv.clone());
@@ -130,12 +136,14 @@ pub fn run(command: &DevCommand) -> anyhow::Result<()> {
             images,
             nodes,
             cdi,
+            audit_log,
         } => up_here(
             dir,
             *addr,
             image_map(images)?,
             read_nodes(nodes.as_deref())?,
             *cdi,
+            *audit_log,
         ),
         DevCommand::Up {
             dir,
@@ -144,6 +152,7 @@ pub fn run(command: &DevCommand) -> anyhow::Result<()> {
             images,
             nodes,
             cdi,
+            audit_log,
         } => {
             // Checked here, so a bad file is reported in this terminal.
             read_nodes(nodes.as_deref())?;
@@ -151,7 +160,7 @@ pub fn run(command: &DevCommand) -> anyhow::Result<()> {
                 Some(n) => Some(std::path::absolute(n).context("finding the nodes file")?),
                 None => None,
             };
-            up_in_background(dir, *addr, images, nodes.as_deref(), *cdi)
+            up_in_background(dir, *addr, images, nodes.as_deref(), *cdi, *audit_log)
         }
         DevCommand::Down { dir } => down(dir),
         DevCommand::Kubeconfig { dir, user, groups } => {
@@ -253,6 +262,7 @@ fn up_here(
     images: ImageMap,
     nodes: Vec<NodeConfig>,
     cdi: bool,
+    audit_log: bool,
 ) -> anyhow::Result<()> {
     use tracing_subscriber::filter::Targets;
     use tracing_subscriber::prelude::*;
@@ -283,6 +293,7 @@ fn up_here(
         let mut config = cluster::Config::new(dir.to_path_buf(), addr);
         config.kubelet.images = images;
         config.nodes = nodes;
+        config.audit_log = audit_log.then(|| logs.join("audit.log"));
         let mut running = cluster::start(&config).await?;
         if cdi {
             install_cdi(&running.client)
@@ -312,144 +323,50 @@ fn up_here(
     })
 }
 
-/// The objects that run CDI in the cluster (upstream's names): namespace `cdi`, its
-/// ServiceAccount bound to cluster-admin, the controller's Deployment, the token API
-/// (`cdi-apiserver` behind Service `cdi-api`) and the upload proxy (`cdi-uploadproxy`, its Service
-/// on port 443 of a cluster IP this machine reaches, which CDIConfig names as the upload proxy
-/// URL).
+/// Install CDI as a cluster admin would: the operator's manifests (what `cdi install --print`
+/// prints), then the example CDI resource, waiting until the operator reports it Deployed; then
+/// CDI's `spec.config` names the upload proxy's Service address (a cluster IP this machine
+/// reaches) as where uploads go.
 pub(crate) async fn install_cdi(client: &kube::Client) -> anyhow::Result<()> {
-    use k8s_openapi::api::apps::v1::Deployment;
-    use k8s_openapi::api::core::v1::{Namespace, Service, ServiceAccount};
-    use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
+    use k8s_openapi::api::core::v1::Service;
     use kube::Api;
-    use kube::api::PostParams;
-    use serde_json::json;
-    let pp = PostParams::default();
-    let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": "cdi"}}))?;
-    Api::<Namespace>::all(client.clone())
-        .create(&pp, &ns)
+    use kube::api::{Patch, PatchParams};
+    let release = cdi_core::install::Release::tagged(
+        crate::install::REGISTRY,
+        env!("CARGO_PKG_VERSION"),
+        "cdi",
+    );
+    let operator = crate::install::operator_manifests(&release);
+    let cdi = cdi_core::install::example_cdi();
+    let name = crate::install::apply_all(client, &operator, &cdi).await?;
+    crate::install::wait_deployed(client, &name, std::time::Duration::from_secs(120)).await?;
+    let proxy = Api::<Service>::namespaced(client.clone(), "cdi")
+        .get(cdi_core::install::UPLOAD_PROXY)
         .await?;
-    let sa: ServiceAccount = serde_json::from_value(json!({"metadata": {"name": "cdi-sa"}}))?;
-    Api::<ServiceAccount>::namespaced(client.clone(), "cdi")
-        .create(&pp, &sa)
+    let ip = proxy.spec.and_then(|s| s.cluster_ip).unwrap_or_default();
+    Api::<cdi_api::config::CDI>::all(client.clone())
+        .patch(
+            &name,
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({"spec": {"config": {
+                "uploadProxyURLOverride": format!("https://{ip}")}}})),
+        )
         .await?;
-    let binding: ClusterRoleBinding = serde_json::from_value(json!({
-        "metadata": {"name": "cdi-sa"},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
-            "name": "cluster-admin"},
-        "subjects": [{"kind": "ServiceAccount", "name": "cdi-sa", "namespace": "cdi"}]}))?;
-    Api::<ClusterRoleBinding>::all(client.clone())
-        .create(&pp, &binding)
-        .await?;
-    // What admin, edit and view grant on CDI's kinds (upload tokens among them).
-    for object in cdi_core::rbac::user_roles() {
-        if object["kind"] == "ClusterRole" {
-            let role: ClusterRole = serde_json::from_value(object)?;
-            Api::<ClusterRole>::all(client.clone())
-                .create(&pp, &role)
-                .await?;
-        } else {
-            let binding: ClusterRoleBinding = serde_json::from_value(object)?;
-            Api::<ClusterRoleBinding>::all(client.clone())
-                .create(&pp, &binding)
-                .await?;
-        }
-    }
-    // The Services first: the controller puts the proxy's cluster IP in its certificate.
-    let services = Api::<Service>::namespaced(client.clone(), "cdi");
-    let mut proxy_ip = String::new();
-    for (name, component) in [
-        ("cdi-uploadproxy", "cdi-uploadproxy"),
-        ("cdi-api", "cdi-apiserver"),
-    ] {
-        let svc: Service = serde_json::from_value(json!({
-            "metadata": {"name": name, "labels": {"cdi.kubevirt.io": component}},
-            "spec": {"selector": {"cdi.kubevirt.io": component},
-                "ports": [{"port": 443, "targetPort": 8443, "protocol": "TCP"}]}}))?;
-        let made = services.create(&pp, &svc).await?;
-        if name == "cdi-uploadproxy" {
-            proxy_ip = made.spec.and_then(|s| s.cluster_ip).unwrap_or_default();
-        }
-    }
-    // CDIConfig, made before the controller would make it, names where uploads go.
-    crate::controller::install_crds(client).await?;
-    let config: cdi_api::config::CDIConfig = serde_json::from_value(json!({
-        "apiVersion": "cdi.kubevirt.io/v1beta1", "kind": "CDIConfig",
-        "metadata": {"name": cdi_api::name::CDI_CONFIG},
-        "spec": {"uploadProxyURLOverride": format!("https://{proxy_ip}")}}))?;
-    Api::<cdi_api::config::CDIConfig>::all(client.clone())
-        .create(&pp, &config)
-        .await?;
-    let deployment = |name: &str, component: &str, image: &str, extra: serde_json::Value| {
-        let labels = json!({"app": "containerized-data-importer", "cdi.kubevirt.io": component});
-        let mut container = json!({"name": name, "image": image,
-            "env": [{"name": "POD_NAMESPACE",
-                "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}}]});
-        let mut volumes = json!([]);
-        if let serde_json::Value::Object(more) = extra {
-            for (k, v) in more {
-                match k.as_str() {
-                    "volumes" => volumes = v,
-                    "env" => {
-                        if let (Some(env), Some(add)) =
-                            (container["env"].as_array_mut(), v.as_array())
-                        {
-                            env.extend(add.iter().cloned());
-                        }
-                    }
-                    _ => container[k] = v,
-                }
-            }
-        }
-        serde_json::from_value::<Deployment>(json!({
-            "metadata": {"name": name, "labels": labels},
-            "spec": {"replicas": 1, "selector": {"matchLabels": labels},
-                "template": {"metadata": {"labels": labels}, "spec": {
-                    "serviceAccountName": "cdi-sa",
-                    "containers": [container], "volumes": volumes}}}}))
+    // The controller copies it into CDIConfig; clients read it there.
+    let url = format!("https://{ip}");
+    let copied = move |c: Option<&cdi_api::config::CDIConfig>| {
+        c.and_then(|c| c.status.as_ref()?.upload_proxy_url.as_deref()) == Some(url.as_str())
     };
-    let healthz = |scheme: &str, path: &str, port: serde_json::Value| json!({"httpGet": {"path": path, "port": port, "scheme": scheme}, "periodSeconds": 1});
-    let secret_volume = |name: &str| json!({"name": name, "secret": {"secretName": name}});
-    let mount = |name: &str, at: &str| json!({"name": name, "mountPath": at, "readOnly": true});
-    let deployments = [
-        deployment(
-            "cdi-deployment",
-            "cdi-deployment",
-            "quay.io/kubevirt/cdi-controller:v1.60.1",
-            json!({"args": ["--install-crds"],
-                "ports": [{"name": "metrics", "containerPort": 8080}],
-                "readinessProbe": healthz("HTTP", "/readyz", json!("metrics"))}),
-        )?,
-        deployment(
-            "cdi-apiserver",
-            "cdi-apiserver",
-            "quay.io/kubevirt/cdi-apiserver:v1.60.1",
-            json!({"readinessProbe": healthz("HTTPS", "/readyz", json!(8443))}),
-        )?,
-        deployment(
-            "cdi-uploadproxy",
-            "cdi-uploadproxy",
-            "quay.io/kubevirt/cdi-uploadproxy:v1.60.1",
-            json!({
-                "env": [{"name": "APISERVER_PUBLIC_KEY", "valueFrom": {"secretKeyRef":
-                    {"name": "cdi-api-signing-key", "key": "id_rsa.pub"}}}],
-                "readinessProbe": healthz("HTTPS", "/healthz", json!(8443)),
-                "volumeMounts": [
-                    mount("cdi-uploadproxy-server-cert", "/var/run/certs/cdi-uploadproxy-server-cert"),
-                    mount("cdi-uploadserver-client-cert", "/var/run/certs/cdi-uploadserver-client-cert"),
-                    mount("cdi-uploadserver-signer-bundle", "/var/run/ca-bundle/cdi-uploadserver-signer-bundle")],
-                "volumes": [
-                    secret_volume("cdi-uploadproxy-server-cert"),
-                    secret_volume("cdi-uploadserver-client-cert"),
-                    {"name": "cdi-uploadserver-signer-bundle",
-                        "configMap": {"name": "cdi-uploadserver-signer-bundle"}}]}),
-        )?,
-    ];
-    for d in deployments {
-        Api::<Deployment>::namespaced(client.clone(), "cdi")
-            .create(&pp, &d)
-            .await?;
-    }
+    tokio::time::timeout(
+        std::time::Duration::from_secs(60),
+        kube::runtime::wait::await_condition(
+            Api::<cdi_api::config::CDIConfig>::all(client.clone()),
+            cdi_api::name::CDI_CONFIG,
+            copied,
+        ),
+    )
+    .await
+    .context("CDIConfig did not take the upload proxy's address from the CDI resource")??;
     Ok(())
 }
 
@@ -516,6 +433,7 @@ fn up_in_background(
     images: &[(String, Vec<String>)],
     nodes: Option<&Path>,
     cdi: bool,
+    audit_log: bool,
 ) -> anyhow::Result<()> {
     use std::os::unix::process::CommandExt;
 
@@ -547,6 +465,9 @@ fn up_in_background(
     if cdi {
         command.arg("--cdi");
     }
+    if audit_log {
+        command.arg("--audit-log");
+    }
     let mut child = command
         .stdin(std::process::Stdio::null())
         .stdout(log.try_clone()?)
@@ -555,7 +476,10 @@ fn up_in_background(
         .process_group(0)
         .spawn()
         .context("starting the cluster process")?;
-    for _ in 0..200 {
+    // Installing CDI waits for its operator to deploy it.
+    let up_within = Duration::from_secs(if cdi { 180 } else { 10 });
+    let started = std::time::Instant::now();
+    while started.elapsed() < up_within {
         if let Some(status) = child.try_wait()? {
             let text = std::fs::read_to_string(&log_path).unwrap_or_default();
             bail!(
@@ -578,7 +502,8 @@ fn up_in_background(
     }
     let _ = child.kill();
     bail!(
-        "the cluster did not come up within 10 s; see {}",
+        "the cluster did not come up within {} s; see {}",
+        up_within.as_secs(),
         log_path.display()
     )
 }

@@ -12,6 +12,7 @@ mod doctor;
 mod image_upload;
 mod import;
 mod importer;
+mod install;
 mod launcher;
 mod size;
 mod upload_proxy;
@@ -74,6 +75,12 @@ enum Command {
     /// The seed's WaitForFirstConsumer story on an embedded three-node cluster: a VM whose disk
     /// is imported on the node the VM must run on; prints the timeline, exits 0 when it worked.
     Demo(demo::DemoArgs),
+    /// Install CDI on the cluster of the current kubeconfig as a cluster admin would: the
+    /// operator's manifests, then a CDI resource, waiting until it is Deployed; or print them.
+    Install(install::InstallArgs),
+    /// The operator: keeps the installation a CDI resource asks for (components, RBAC, CRDs)
+    /// and reports it in the resource's status. Its release comes from its environment.
+    Operator(install::OperatorArgs),
     /// The CDI controllers (CDIConfig, StorageProfile, DataVolume import, importer pods) against
     /// the cluster of the current kubeconfig, leader-elected.
     Controller(controller::ControllerArgs),
@@ -92,6 +99,8 @@ fn main() -> ExitCode {
         Command::Dev(command) => dev::run(&command),
         Command::Doctor(args) => doctor::run(&args),
         Command::Controller(args) => controller::run(&args),
+        Command::Install(args) => install::run(&args),
+        Command::Operator(args) => install::operator(&args),
         Command::UploadProxy(args) => upload_proxy::run(&args),
         Command::Apiserver(args) => apiserver::run(&args),
         Command::Demo(args) => demo::run(&args),

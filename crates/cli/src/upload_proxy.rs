@@ -12,6 +12,9 @@ use cdi_upload::token::{API_ISSUER, Validator};
 
 #[derive(clap::Args)]
 pub struct UploadProxyArgs {
+    /// Log verbosity as upstream's components take it (`-v=1`); 3 and above log debug detail.
+    #[arg(short = 'v', value_name = "LEVEL", default_value_t = 1)]
+    verbosity: u32,
     /// Where uploads are taken (HTTPS).
     #[arg(long, default_value = "0.0.0.0:8443")]
     listen: SocketAddr,
@@ -57,7 +60,7 @@ fn read(root: Option<&Path>, path: &Path) -> anyhow::Result<Vec<u8>> {
 }
 
 pub fn run(args: &UploadProxyArgs) -> anyhow::Result<()> {
-    crate::pod_logging(1);
+    crate::pod_logging(args.verbosity);
     let pod = DevPod::from_env(|k| std::env::var(k).ok()).map_err(anyhow::Error::msg)?;
     let root = pod.root.as_deref();
     let key = match (&args.apiserver_public_key, &args.apiserver_public_key_file) {

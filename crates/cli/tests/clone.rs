@@ -733,6 +733,8 @@ async fn a_clone_from_another_namespace_needs_the_right_to_read_it() {
         );
         assert!(out.contains("successfully rolled out"), "{out}");
     }
+    // The example CDI resource honours WaitForFirstConsumer; these volumes have no consumer.
+    devcluster::set_feature_gates(&dir, "[]");
     wait_for("the DataVolume webhook to be registered", 60, || {
         get_json(
             &dir,

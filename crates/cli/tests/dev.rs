@@ -252,8 +252,10 @@ async fn up_with_cdi_imports_a_data_volume_with_nothing_else_started() {
         "apiVersion: cdi.kubevirt.io/v1beta1\nkind: DataVolume\nmetadata: {{name: disk}}\nspec:\n  source: {{http: {{url: \"{}\"}}}}\n  storage: {{accessModes: [ReadWriteOnce], resources: {{requests: {{storage: 64Mi}}}}}}\n",
         server.url("/disk.qcow2")
     );
-    // The CRDs are the controller's to install: applied once they are there.
-    devcluster::wait_for("the controller to install the CRDs", 60, || {
+    // The example CDI resource honours WaitForFirstConsumer; this import has no consumer.
+    devcluster::set_feature_gates(&dir, "[]");
+    // The CRDs are the operator's to install: applied once they are there.
+    devcluster::wait_for("the operator to install the CRDs", 60, || {
         let out = std::process::Command::new("kubectl")
             .args(["get", "crd", "datavolumes.cdi.kubevirt.io"])
             .env("KUBECONFIG", dir.join("kubeconfig"))
@@ -280,6 +282,8 @@ async fn up_with_cdi_imports_a_data_volume_with_nothing_else_started() {
             "pods",
             "-n",
             "cdi",
+            "-l",
+            "cdi.kubevirt.io=cdi-deployment",
             "-o",
             "jsonpath={.items[0].spec.serviceAccountName}",
         ],

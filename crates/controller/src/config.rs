@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use cdi_api::config::{CDIConfig, CDIConfigSpec};
+use cdi_api::config::{CDI, CDIConfig, CDIConfigSpec};
 use futures::StreamExt;
 use k8s_openapi::api::storage::v1::StorageClass;
 use kube::Api;
@@ -30,7 +30,22 @@ pub async fn ensure(ctx: &Context) -> Result<(), kube::Error> {
 pub async fn reconcile(ctx: &Context) -> Result<bool, kube::Error> {
     ensure(ctx).await?;
     let api: Api<CDIConfig> = Api::all(ctx.client.clone());
-    let config = api.get(cdi_api::name::CDI_CONFIG).await?;
+    let mut config = api.get(cdi_api::name::CDI_CONFIG).await?;
+    if let Some(spec) = authoritative(ctx).await?
+        && spec != config.spec
+    {
+        let json = |s: &CDIConfigSpec| serde_json::to_value(s).unwrap_or_default();
+        let patch =
+            serde_json::json!({"spec": crate::merge_patch(&json(&config.spec), &json(&spec))});
+        config = api
+            .patch(
+                cdi_api::name::CDI_CONFIG,
+                &PatchParams::default(),
+                &Patch::Merge(&patch),
+            )
+            .await?;
+        tracing::info!("CDIConfig spec set from the CDI resource's spec.config");
+    }
     let classes = Api::<StorageClass>::all(ctx.client.clone())
         .list(&ListParams::default())
         .await?
@@ -63,6 +78,25 @@ pub async fn reconcile(ctx: &Context) -> Result<bool, kube::Error> {
     Ok(true)
 }
 
+/// The CDIConfig spec the installation's CDI resource holds, when it is the authority on it
+/// (upstream's `configAuthority` annotation, which the operator sets): edits to CDIConfig itself
+/// are then undone, as upstream does.
+async fn authoritative(ctx: &Context) -> Result<Option<CDIConfigSpec>, kube::Error> {
+    let cdis = Api::<CDI>::all(ctx.client.clone())
+        .list(&ListParams::default())
+        .await?
+        .items;
+    Ok(cdi_core::install::active(&cdis)
+        .filter(|c| c.metadata.deletion_timestamp.is_none())
+        .filter(|c| {
+            c.metadata
+                .annotations
+                .as_ref()
+                .is_some_and(|a| a.contains_key(cdi_core::install::CONFIG_AUTHORITY))
+        })
+        .map(|c| c.spec.config.clone().unwrap_or_default()))
+}
+
 /// Reconcile on every change of the config or of a StorageClass, and every `resync`.
 pub async fn run(ctx: Context) -> anyhow::Result<()> {
     let configs = watcher(
@@ -79,7 +113,14 @@ pub async fn run(ctx: Context) -> anyhow::Result<()> {
     .touched_objects()
     .map(|_| ())
     .boxed();
-    let mut changes = futures::stream::select(configs, classes);
+    let cdis = watcher(
+        Api::<CDI>::all(ctx.client.clone()),
+        watcher::Config::default(),
+    )
+    .touched_objects()
+    .map(|_| ())
+    .boxed();
+    let mut changes = futures::stream::select_all([configs, classes, cdis]);
     let mut tick = tokio::time::interval(ctx.options.resync.max(Duration::from_secs(1)) * 5);
     loop {
         match crate::guarded(&ctx.metrics, "config", cdi_api::name::CDI_CONFIG, async {

@@ -28,6 +28,7 @@ pub mod datasource;
 pub mod datavolume;
 pub mod events;
 pub mod import;
+pub mod operator;
 pub mod placement;
 pub mod populator;
 pub mod progress;

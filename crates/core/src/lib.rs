@@ -19,6 +19,7 @@ pub mod dvstatus;
 pub mod first_consumer;
 pub mod hostclone;
 pub mod import;
+pub mod install;
 pub mod monitoring;
 pub mod naming;
 pub mod placement;

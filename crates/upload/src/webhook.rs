@@ -836,6 +836,28 @@ pub async fn may_clone(
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn the_operator_removes_exactly_the_configurations_registered_here() {
+        let mut mutating = Vec::new();
+        let mut validating = Vec::new();
+        for c in configurations("cdi", "cdi-api", 443, "") {
+            let name = c["metadata"]["name"].as_str().unwrap().to_string();
+            match c["kind"].as_str() {
+                Some("MutatingWebhookConfiguration") => mutating.push(name),
+                _ => validating.push(name),
+            }
+        }
+        mutating.sort();
+        validating.sort();
+        let sorted = |l: &[&str]| {
+            let mut v: Vec<String> = l.iter().map(|s| s.to_string()).collect();
+            v.sort();
+            v
+        };
+        assert_eq!(mutating, sorted(cdi_core::install::MUTATING_WEBHOOKS));
+        assert_eq!(validating, sorted(cdi_core::install::VALIDATING_WEBHOOKS));
+    }
     use super::*;
 
     fn dv(yaml: &str) -> DataVolume {

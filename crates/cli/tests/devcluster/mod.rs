@@ -186,19 +186,32 @@ pub fn volume_file(dir: &Path, ns: &str, claim: &str) -> PathBuf {
 /// Set the CDIConfig's feature gates (a JSON list).
 #[allow(dead_code)]
 pub fn set_feature_gates(dir: &Path, gates: &str) {
+    // Where an operator installed CDI, its CDI resource is the authority on CDIConfig (edits
+    // there are undone), so the gates go into its spec.config, as an admin would set them.
+    let installed = kubectl(dir, &["get", "cdi", "-o", "name"], None);
+    let (target, patch) = match installed.lines().next() {
+        Some(cdi) => (
+            cdi.to_string(),
+            format!(r#"{{"spec":{{"config":{{"featureGates":{gates}}}}}}}"#),
+        ),
+        None => (
+            "cdiconfig/config".to_string(),
+            format!(r#"{{"spec":{{"featureGates":{gates}}}}}"#),
+        ),
+    };
     kubectl(
         dir,
-        &[
-            "patch",
-            "cdiconfig",
-            "config",
-            "--type",
-            "merge",
-            "-p",
-            &format!(r#"{{"spec":{{"featureGates":{gates}}}}}"#),
-        ],
+        &["patch", &target, "--type", "merge", "-p", &patch],
         None,
     );
+    // Applied once CDIConfig holds them.
+    let want: serde_json::Value = serde_json::from_str(gates).unwrap();
+    wait_for("CDIConfig to hold the feature gates", 60, || {
+        let out = kubectl(dir, &["get", "cdiconfig", "config", "-o", "json"], None);
+        let config: serde_json::Value = serde_json::from_str(&out).ok()?;
+        let held = &config["spec"]["featureGates"];
+        (held == &want || (held.is_null() && want == serde_json::json!([]))).then_some(())
+    });
 }
 
 /// Poll `check` every 100 ms for up to `secs` seconds.

@@ -1,0 +1,592 @@
+//! CDI installed as a cluster admin installs it: `deploy/` (what `cdi install` prints) and the
+//! example CDI resource, the operator bringing every component up under its own ServiceAccount
+//! with least-privilege RBAC; then an upgrade and an uninstall.
+
+mod devcluster;
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use cdi_devcluster::apiserver::auth::from_audit_event;
+use cdi_devcluster::apiserver::rbac::{Attributes, Policy, UserInfo};
+use devcluster::{Down, cdi, get_json, kubectl, wait_for};
+use serde_json::Value;
+
+fn repo() -> std::path::PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// `deploy/` is what `cdi install --out-dir` writes: the checked-in manifests cannot drift from
+/// the code, and `--print` prints the same stream.
+#[test]
+fn deploy_holds_what_cdi_install_renders() {
+    let tmp = tempfile::tempdir().unwrap();
+    let install = |args: &[&str]| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_cdi"))
+            .arg("install")
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    };
+    install(&["--out-dir", tmp.path().to_str().unwrap()]);
+    let mut printed = String::new();
+    for name in ["cdi-operator.yaml", "cdi-cr.yaml"] {
+        let made = std::fs::read_to_string(tmp.path().join(name)).unwrap();
+        let kept = std::fs::read_to_string(repo().join("deploy").join(name)).unwrap_or_default();
+        assert!(
+            made == kept,
+            "deploy/{name} differs from what the code renders: run `cargo run -p cdi -- install --out-dir deploy`"
+        );
+        printed.push_str(&made);
+    }
+    let out = install(&["--print"]);
+    assert_eq!(out, printed);
+    // Every component's Deployment is the operator's to make: the manifests hold its own only.
+    assert_eq!(out.matches("kind: Deployment").count(), 1, "{out}");
+}
+
+/// Component roles the scenario below does not reach, and why; every other rule must be shown
+/// needed by a request the components made.
+const NOT_REACHED: &[(&str, &str)] = &[
+    (
+        "finalizers update",
+        "only where OwnerReferencesPermissionEnforcement is on (OpenShift): owner references that block their owner's deletion need it; the dev cluster does not enforce it",
+    ),
+    (
+        "ClusterRole cdi: [authorization.k8s.io] subjectaccessreviews create",
+        "the controller asks it only for a DataImportCron cloning a PVC (registry crons are tested without the operator)",
+    ),
+];
+
+/// The requests each ServiceAccount made, from the API server's audit log.
+fn audited(dir: &Path) -> Vec<(UserInfo, Attributes, bool)> {
+    let text = std::fs::read_to_string(dir.join("logs/audit.log")).unwrap();
+    text.lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter_map(|e| {
+            let allowed = e["annotations"]["authorization.k8s.io/decision"] == "allow";
+            let (user, a) = from_audit_event(&e)?;
+            user.name
+                .starts_with("system:serviceaccount:cdi:")
+                .then_some((user, a, allowed))
+        })
+        .collect()
+}
+
+fn items<T: k8s_openapi::serde::de::DeserializeOwned>(dir: &Path, kind: &str) -> Vec<T> {
+    let out = kubectl(dir, &["get", kind, "-A", "-o", "json"], None);
+    let list: Value = serde_json::from_str(&out).unwrap();
+    serde_json::from_value(list["items"].clone()).unwrap()
+}
+
+fn policy(dir: &Path) -> Policy {
+    Policy {
+        roles: items(dir, "roles"),
+        cluster_roles: items(dir, "clusterroles"),
+        role_bindings: items(dir, "rolebindings"),
+        cluster_role_bindings: items(dir, "clusterrolebindings"),
+    }
+}
+
+/// For every rule of the components' roles: the requests the rule alone allowed (none means the
+/// rule could go). Found by taking the rule away and asking kube's authorizer again.
+fn needed_by(
+    policy: &Policy,
+    requests: &[(UserInfo, Attributes, bool)],
+) -> BTreeMap<String, usize> {
+    let mut found = BTreeMap::new();
+    let component = |labels: &Option<BTreeMap<String, String>>| {
+        labels
+            .as_ref()
+            .and_then(|l| l.get("app.kubernetes.io/managed-by"))
+            .is_some_and(|m| m == "cdi-operator")
+    };
+    let allowed: Vec<&(UserInfo, Attributes, bool)> = requests.iter().filter(|r| r.2).collect();
+    let count = |without: &Policy| {
+        allowed
+            .iter()
+            .filter(|(u, a, _)| without.authorize(u, a).is_none())
+            .count()
+    };
+    for (i, role) in policy.cluster_roles.iter().enumerate() {
+        if !component(&role.metadata.labels) || role.aggregation_rule.is_some() {
+            continue;
+        }
+        let name = role.metadata.name.clone().unwrap_or_default();
+        if name.starts_with("cdi.kubevirt.io:") {
+            continue;
+        }
+        for r in 0..role.rules.as_ref().map_or(0, Vec::len) {
+            let mut without = policy.clone();
+            let rule = without.cluster_roles[i].rules.as_mut().unwrap().remove(r);
+            found.insert(
+                format!("ClusterRole {name}: {}", describe(&rule)),
+                count(&without),
+            );
+        }
+    }
+    for (i, role) in policy.roles.iter().enumerate() {
+        if !component(&role.metadata.labels) {
+            continue;
+        }
+        let name = role.metadata.name.clone().unwrap_or_default();
+        for r in 0..role.rules.as_ref().map_or(0, Vec::len) {
+            let mut without = policy.clone();
+            let rule = without.roles[i].rules.as_mut().unwrap().remove(r);
+            found.insert(format!("Role {name}: {}", describe(&rule)), count(&without));
+        }
+    }
+    found
+}
+
+fn describe(rule: &k8s_openapi::api::rbac::v1::PolicyRule) -> String {
+    let list = |v: &Option<Vec<String>>| v.as_ref().map(|v| v.join(",")).unwrap_or_default();
+    format!(
+        "[{}] {} {}{}",
+        list(&rule.api_groups),
+        list(&rule.resources),
+        rule.verbs.join(","),
+        rule.resource_names
+            .as_ref()
+            .map(|n| format!(" ({})", n.join(",")))
+            .unwrap_or_default()
+    )
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_operator_installs_least_privilege_components_upgrades_and_uninstalls() {
+    use cdi_testkit::images::{convert, pattern};
+    use cdi_testkit::{Behaviour, FileServer};
+    let tmp = tempfile::tempdir().unwrap();
+    std::fs::write(tmp.path().join("src.raw"), pattern(4 << 20)).unwrap();
+    let qcow2 = tmp.path().join("src.qcow2");
+    convert(&tmp.path().join("src.raw"), "qcow2", &[], &qcow2);
+    let server = FileServer::start(None).await;
+    server.add(
+        "/disk.qcow2",
+        std::fs::read(&qcow2).unwrap(),
+        Behaviour::default(),
+    );
+
+    // `cdi dev up --cdi` applies deploy/'s manifests and the example CDI resource and returns
+    // once the operator reports it Deployed.
+    let dir = tmp.path().join("cluster");
+    let (ok, out, err) = cdi(
+        &["dev", "up", "--addr", "127.0.0.1:0", "--cdi", "--audit-log"],
+        &dir,
+    );
+    assert!(ok, "{out}{err}");
+    let _down = Down(&dir);
+    let cr = get_json(&dir, "", "cdi/cdi").unwrap();
+    assert_eq!(cr["status"]["phase"], "Deployed", "{cr}");
+    let condition = |cr: &Value, t: &str| {
+        cr["status"]["conditions"].as_array().and_then(|c| {
+            c.iter()
+                .find(|c| c["type"] == t)
+                .map(|c| c["status"].clone())
+        })
+    };
+    assert_eq!(condition(&cr, "Available"), Some("True".into()), "{cr}");
+    assert_eq!(condition(&cr, "Progressing"), Some("False".into()), "{cr}");
+    assert_eq!(condition(&cr, "Degraded"), Some("False".into()), "{cr}");
+    assert_eq!(cr["status"]["observedVersion"], env!("CARGO_PKG_VERSION"));
+    // Each component runs under its own account.
+    for (component, account) in [
+        ("cdi-deployment", "cdi-sa"),
+        ("cdi-apiserver", "cdi-apiserver"),
+        ("cdi-uploadproxy", "cdi-uploadproxy"),
+    ] {
+        let used = kubectl(
+            &dir,
+            &[
+                "get",
+                "deployment",
+                component,
+                "-n",
+                "cdi",
+                "-o",
+                "jsonpath={.spec.template.spec.serviceAccountName}",
+            ],
+            None,
+        );
+        assert_eq!(used, account);
+    }
+    // The operator's metric says the install is ready.
+    let ip = kubectl(
+        &dir,
+        &[
+            "get",
+            "pods",
+            "-n",
+            "cdi",
+            "-l",
+            "name=cdi-operator",
+            "-o",
+            "jsonpath={.items[0].status.podIP}",
+        ],
+        None,
+    );
+    let page = reqwest::get(format!("http://{ip}:8080/metrics"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        page.lines().any(|l| l == "kubevirt_cdi_cr_ready 1"),
+        "{page}"
+    );
+
+    // Imports, uploads and clones through that install: on local-path (worker pods fill the
+    // claim) and on the CSI class (populators, a snapshot clone). The example resource honours
+    // WaitForFirstConsumer; these volumes have no consumer.
+    devcluster::set_feature_gates(&dir, "[]");
+    let dv = |name: &str, ns: &str, class: &str, source: &str| {
+        format!(
+            "apiVersion: cdi.kubevirt.io/v1beta1\nkind: DataVolume\nmetadata: {{name: {name}, namespace: {ns}}}\nspec:\n  {source}\n  storage: {{storageClassName: {class}, accessModes: [ReadWriteOnce], resources: {{requests: {{storage: 64Mi}}}}}}\n"
+        )
+    };
+    let http = format!(
+        "source: {{http: {{url: \"{}\"}}}}",
+        server.url("/disk.qcow2")
+    );
+    let upload = |name: &str, class: &str| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_cdi"))
+            .args([
+                "image-upload",
+                "dv",
+                name,
+                "--size",
+                "64Mi",
+                "--storage-class",
+                class,
+                "--image-path",
+                qcow2.to_str().unwrap(),
+                "--access-mode",
+                "ReadWriteOnce",
+                "--wait-secs",
+                "60",
+            ])
+            .env("KUBECONFIG", dir.join("kubeconfig"))
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    let succeeded = |ns: &str, name: &str| {
+        wait_for(&format!("{ns}/{name} to succeed"), 120, || {
+            get_json(&dir, ns, &format!("dv/{name}"))
+                .filter(|d| d["status"]["phase"] == "Succeeded")
+        })
+    };
+    kubectl(&dir, &["create", "namespace", "vms"], None);
+    for class in ["local-path", "csi"] {
+        kubectl(
+            &dir,
+            &["apply", "-f", "-"],
+            Some(&dv(&format!("imported-{class}"), "default", class, &http)),
+        );
+        upload(&format!("uploaded-{class}"), class);
+        succeeded("default", &format!("imported-{class}"));
+        succeeded("default", &format!("uploaded-{class}"));
+        let source = format!("source: {{pvc: {{namespace: default, name: imported-{class}}}}}");
+        kubectl(
+            &dir,
+            &["apply", "-f", "-"],
+            Some(&dv(&format!("cloned-{class}"), "vms", class, &source)),
+        );
+        succeeded("vms", &format!("cloned-{class}"));
+    }
+    // A DataVolume from a VolumeSnapshot.
+    kubectl(
+        &dir,
+        &["apply", "-f", "-"],
+        Some(
+            "apiVersion: snapshot.storage.k8s.io/v1\nkind: VolumeSnapshot\nmetadata: {name: snap}\nspec: {volumeSnapshotClassName: csi-snapclass, source: {persistentVolumeClaimName: imported-csi}}\n",
+        ),
+    );
+    kubectl(
+        &dir,
+        &["apply", "-f", "-"],
+        Some(&dv(
+            "from-snapshot",
+            "default",
+            "csi",
+            "source: {snapshot: {namespace: default, name: snap}}",
+        )),
+    );
+    succeeded("default", "from-snapshot");
+    // A claim cloned from that snapshot through a VolumeCloneSource, asking no size: rendered
+    // with the snapshot's.
+    kubectl(
+        &dir,
+        &["apply", "-f", "-"],
+        Some(
+            "apiVersion: cdi.kubevirt.io/v1beta1\nkind: VolumeCloneSource\nmetadata: {name: snap-source}\nspec: {source: {kind: VolumeSnapshot, name: snap}}\n---\napiVersion: v1\nkind: PersistentVolumeClaim\nmetadata: {name: restored, labels: {cdi.kubevirt.io/applyStorageProfile: \"true\"}}\nspec:\n  storageClassName: csi\n  accessModes: [ReadWriteOnce]\n  dataSourceRef: {apiGroup: cdi.kubevirt.io, kind: VolumeCloneSource, name: snap-source}\n",
+        ),
+    );
+    let restored = get_json(&dir, "default", "pvc/restored").unwrap();
+    assert!(
+        restored["spec"]["resources"]["requests"]["storage"].is_string(),
+        "{restored}"
+    );
+    kubectl(&dir, &["delete", "pvc", "restored", "--wait=false"], None);
+    // A DataVolume from a DataSource, and a claim rendered from its StorageProfile.
+    kubectl(
+        &dir,
+        &["apply", "-f", "-"],
+        Some(
+            "apiVersion: cdi.kubevirt.io/v1beta1\nkind: DataSource\nmetadata: {name: golden}\nspec: {source: {pvc: {namespace: default, name: imported-local-path}}}\n",
+        ),
+    );
+    kubectl(
+        &dir,
+        &["apply", "-f", "-"],
+        Some(&dv(
+            "from-source",
+            "default",
+            "local-path",
+            "sourceRef: {kind: DataSource, name: golden}",
+        )),
+    );
+    succeeded("default", "from-source");
+    kubectl(
+        &dir,
+        &["apply", "-f", "-"],
+        Some(
+            "apiVersion: v1\nkind: PersistentVolumeClaim\nmetadata: {name: rendered, labels: {cdi.kubevirt.io/applyStorageProfile: \"true\"}}\nspec: {storageClassName: local-path, accessModes: [ReadWriteOnce], resources: {requests: {storage: 64Mi}}}\n",
+        ),
+    );
+    let rendered = get_json(&dir, "default", "pvc/rendered").unwrap();
+    assert_eq!(rendered["spec"]["volumeMode"], "Filesystem", "{rendered}");
+    assert_ne!(
+        rendered["spec"]["resources"]["requests"]["storage"], "64Mi",
+        "{rendered}"
+    );
+    // Honouring WaitForFirstConsumer, the importer goes where the consumer's node is.
+    devcluster::set_feature_gates(&dir, r#"["HonorWaitForFirstConsumer"]"#);
+    kubectl(
+        &dir,
+        &["apply", "-f", "-"],
+        Some(&dv("consumed", "default", "local-path", &http)),
+    );
+    kubectl(
+        &dir,
+        &["apply", "-f", "-"],
+        Some(
+            "apiVersion: v1\nkind: Pod\nmetadata: {name: consumer}\nspec:\n  containers: [{name: c, image: busybox, command: [/bin/sh, -c, sleep 600]}]\n  volumes: [{name: d, persistentVolumeClaim: {claimName: consumed}}]\n",
+        ),
+    );
+    succeeded("default", "consumed");
+
+    // Uninstall is refused while DataVolumes exist under BlockUninstallIfWorkloadsExist.
+    kubectl(
+        &dir,
+        &[
+            "patch",
+            "cdi",
+            "cdi",
+            "--type",
+            "merge",
+            "-p",
+            r#"{"spec":{"uninstallStrategy":"BlockUninstallIfWorkloadsExist"}}"#,
+        ],
+        None,
+    );
+    let (ok, _, err) =
+        devcluster::kubectl_as(&dir.join("kubeconfig"), &["delete", "cdi", "cdi"], None);
+    assert!(
+        !ok && err.contains("rejecting the uninstall request, since there are still"),
+        "{err}"
+    );
+    // Least privilege, proven by trying: every rule of every component role, taken away, refuses
+    // a request the components made (replayed through kube's authorizer); and nothing they asked
+    // was refused.
+    let requests = audited(&dir);
+    let refused: Vec<String> = requests
+        .iter()
+        .filter(|r| !r.2)
+        .map(|(u, a, _)| format!("{} {} {:?}", u.name, a.verb, a))
+        .collect();
+    assert!(
+        refused.is_empty(),
+        "components were refused:\n{}",
+        refused.join("\n")
+    );
+    let needed = needed_by(&policy(&dir), &requests);
+    assert!(needed.len() > 20, "{needed:?}");
+    let unneeded: Vec<&String> = needed
+        .iter()
+        .filter(|(rule, n)| **n == 0 && !NOT_REACHED.iter().any(|(r, _)| rule.contains(r)))
+        .map(|(rule, _)| rule)
+        .collect();
+    assert!(
+        unneeded.is_empty(),
+        "rules no request needed (of {}):\n{}",
+        needed.len(),
+        unneeded
+            .iter()
+            .map(|r| r.as_str())
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+
+    // An upgrade: a new release in the operator's environment rolls every component to it.
+    let next = "0.0.1-next";
+    let image = |c: &str| format!("cdi-rs/cdi-{c}:{next}");
+    let env = kubectl(
+        &dir,
+        &[
+            "get",
+            "deployment",
+            "cdi-operator",
+            "-n",
+            "cdi",
+            "-o",
+            "jsonpath={.spec.template.spec.containers[0].env[*].name}",
+        ],
+        None,
+    );
+    let mut ops = Vec::new();
+    for (i, name) in env.split_whitespace().enumerate() {
+        let value = match name {
+            "OPERATOR_VERSION" => next.to_string(),
+            "CONTROLLER_IMAGE" => image("controller"),
+            "IMPORTER_IMAGE" => image("importer"),
+            "CLONER_IMAGE" => image("cloner"),
+            "APISERVER_IMAGE" => image("apiserver"),
+            "UPLOAD_SERVER_IMAGE" => image("uploadserver"),
+            "UPLOAD_PROXY_IMAGE" => image("uploadproxy"),
+            _ => continue,
+        };
+        ops.push(serde_json::json!({"op": "replace",
+            "path": format!("/spec/template/spec/containers/0/env/{i}/value"), "value": value}));
+    }
+    assert_eq!(ops.len(), 7, "{env}");
+    kubectl(
+        &dir,
+        &[
+            "patch",
+            "deployment",
+            "cdi-operator",
+            "-n",
+            "cdi",
+            "--type",
+            "json",
+            "-p",
+            &Value::Array(ops).to_string(),
+        ],
+        None,
+    );
+    let upgraded = wait_for("the upgrade to complete", 180, || {
+        get_json(&dir, "", "cdi/cdi").filter(|c| {
+            c["status"]["observedVersion"] == next && c["status"]["phase"] == "Deployed"
+        })
+    });
+    assert_eq!(upgraded["status"]["operatorVersion"], next, "{upgraded}");
+    for d in ["cdi-deployment", "cdi-apiserver", "cdi-uploadproxy"] {
+        let running = kubectl(
+            &dir,
+            &[
+                "get",
+                "deployment",
+                d,
+                "-n",
+                "cdi",
+                "-o",
+                "jsonpath={.spec.template.spec.containers[0].image}",
+            ],
+            None,
+        );
+        assert!(running.ends_with(&format!(":{next}")), "{d}: {running}");
+    }
+    // The rolled controller makes importers of the new release, which still import.
+    kubectl(
+        &dir,
+        &["apply", "-f", "-"],
+        Some(&dv("after-upgrade", "default", "local-path", &http)),
+    );
+    kubectl(
+        &dir,
+        &["apply", "-f", "-"],
+        Some(
+            "apiVersion: v1\nkind: Pod\nmetadata: {name: consumer-2}\nspec:\n  containers: [{name: c, image: busybox, command: [/bin/sh, -c, sleep 600]}]\n  volumes: [{name: d, persistentVolumeClaim: {claimName: after-upgrade}}]\n",
+        ),
+    );
+    succeeded("default", "after-upgrade");
+
+    // Uninstall, once they are gone.
+    kubectl(
+        &dir,
+        &["delete", "pod", "consumer", "consumer-2", "--wait=false"],
+        None,
+    );
+    kubectl(&dir, &["delete", "dv", "--all", "-A"], None);
+    kubectl(&dir, &["delete", "cdi", "cdi"], None);
+    wait_for("the CDI resource to go", 120, || {
+        get_json(&dir, "", "cdi/cdi").is_none().then_some(())
+    });
+    let left = |what: &str, ns: &[&str], keep: &[&str]| {
+        let mut args = vec!["get", what, "-o", "jsonpath={.items[*].metadata.name}"];
+        args.extend_from_slice(ns);
+        kubectl(&dir, &args, None)
+            .split_whitespace()
+            .filter(|n| !keep.iter().any(|k| n.starts_with(k)))
+            .map(String::from)
+            .collect::<Vec<_>>()
+    };
+    wait_for("nothing of CDI to be left", 120, || {
+        let leftovers = [
+            left(
+                "deployments,serviceaccounts,services,secrets,roles,rolebindings,leases",
+                &["-n", "cdi"],
+                &["cdi-operator", "default"],
+            ),
+            left("configmaps", &["-n", "cdi"], &["kube-root-ca.crt"]),
+            left("pods", &["-n", "cdi"], &["cdi-operator"]),
+            left(
+                "rolebindings",
+                &["-n", "kube-system"],
+                &["cdi-operator", "system:"],
+            ),
+            left(
+                "clusterroles,clusterrolebindings",
+                &["-l", "app.kubernetes.io/managed-by=cdi-operator"],
+                &[],
+            ),
+            left(
+                "customresourcedefinitions",
+                &[],
+                &["cdis.", "virtualmachine", "volumesnapshot"],
+            ),
+            left(
+                "mutatingwebhookconfigurations,validatingwebhookconfigurations,apiservices",
+                &[],
+                &["v1."],
+            ),
+            left(
+                "pods,services",
+                &[
+                    "-A",
+                    "-l",
+                    "cdi.kubevirt.io in (importer, cdi-upload-server, cdi-clone-source)",
+                ],
+                &[],
+            ),
+        ]
+        .concat();
+        leftovers.is_empty().then_some(()).or_else(|| {
+            eprintln!("left: {leftovers:?}");
+            None
+        })
+    });
+}

@@ -1,0 +1,385 @@
+//! `cdi operator`: keeps the installation a `CDI` resource asks for (cdi-core `install`): the
+//! CRDs, each component's account, RBAC, Service and Deployment, applied server-side and owned by
+//! the resource; its status from the Deployments; on deletion, the components stopped, their
+//! worker pods and what they registered removed, then the garbage collector takes the rest.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use axum::http::StatusCode;
+use axum::routing::get;
+use cdi_api::config::CDI;
+use cdi_core::install::{self, Release};
+use futures::StreamExt;
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::api::{
+    ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams,
+};
+use kube::runtime::controller::Action;
+use kube::runtime::{Controller, watcher};
+use kube::{Api, Client, ResourceExt};
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
+use serde_json::{Value, json};
+
+use crate::Error;
+
+/// The operator's field manager.
+const MANAGER: &str = "cdi-operator";
+
+/// `kubevirt_cdi_cr_ready` (upstream's): -1 until the resource was read, then 1 when it is
+/// Available, 0 when it is neither available nor progressing.
+#[derive(Debug)]
+pub struct Metrics {
+    registry: Registry,
+    cr_ready: Gauge,
+    reconciles: crate::serve::Metrics,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        let mut registry = Registry::default();
+        let cr_ready = Gauge::default();
+        cr_ready.set(-1);
+        registry.register(
+            "kubevirt_cdi_cr_ready",
+            "CDI install ready",
+            cr_ready.clone(),
+        );
+        Metrics {
+            registry,
+            cr_ready,
+            reconciles: crate::serve::Metrics::default(),
+        }
+    }
+}
+
+impl Metrics {
+    pub fn render(&self) -> String {
+        let mut page = String::new();
+        // Writing into a String cannot fail.
+        let _ = prometheus_client::encoding::text::encode(&mut page, &self.registry);
+        page
+    }
+}
+
+/// `/healthz`, `/readyz` and `/metrics` of the operator.
+pub fn router(metrics: Arc<Metrics>) -> Router {
+    Router::new()
+        .route("/healthz", get(|| async { "ok" }))
+        .route("/readyz", get(|| async { (StatusCode::OK, "ok") }))
+        .route(
+            "/metrics",
+            get(move || {
+                let m = metrics.clone();
+                async move {
+                    (
+                        [(
+                            axum::http::header::CONTENT_TYPE,
+                            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+                        )],
+                        m.render(),
+                    )
+                }
+            }),
+        )
+}
+
+/// Serve [`router`] on `listener` until it fails.
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    metrics: Arc<Metrics>,
+) -> std::io::Result<()> {
+    axum::serve(listener, router(metrics)).await
+}
+
+struct Ctx {
+    client: Client,
+    release: Release,
+    metrics: Arc<Metrics>,
+}
+
+/// The API resource of a manifest's kind (the kinds the operator writes).
+fn resource_of(o: &Value) -> Result<(ApiResource, bool), Error> {
+    let api_version = o["apiVersion"].as_str().unwrap_or("");
+    let kind = o["kind"].as_str().unwrap_or("");
+    let (plural, namespaced) = match kind {
+        "Namespace" => ("namespaces", false),
+        "ServiceAccount" => ("serviceaccounts", true),
+        "Service" => ("services", true),
+        "Secret" => ("secrets", true),
+        "ConfigMap" => ("configmaps", true),
+        "Deployment" => ("deployments", true),
+        "Role" => ("roles", true),
+        "RoleBinding" => ("rolebindings", true),
+        "Lease" => ("leases", true),
+        "ClusterRole" => ("clusterroles", false),
+        "ClusterRoleBinding" => ("clusterrolebindings", false),
+        "CustomResourceDefinition" => ("customresourcedefinitions", false),
+        "MutatingWebhookConfiguration" => ("mutatingwebhookconfigurations", false),
+        "ValidatingWebhookConfiguration" => ("validatingwebhookconfigurations", false),
+        "APIService" => ("apiservices", false),
+        other => return Err(Error::Other(format!("the operator does not write {other}"))),
+    };
+    let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
+    let gvk = GroupVersionKind::gvk(group, version, kind);
+    Ok((ApiResource::from_gvk_with_plural(&gvk, plural), namespaced))
+}
+
+fn api_for(client: &Client, o: &Value) -> Result<Api<DynamicObject>, Error> {
+    let (ar, namespaced) = resource_of(o)?;
+    Ok(if namespaced {
+        let ns = o["metadata"]["namespace"].as_str().unwrap_or("default");
+        Api::namespaced_with(client.clone(), ns, &ar)
+    } else {
+        Api::all_with(client.clone(), &ar)
+    })
+}
+
+/// Apply `o` server-side as the operator (taking fields over from whoever wrote them).
+pub async fn apply(client: &Client, o: &Value) -> Result<(), Error> {
+    let name = o["metadata"]["name"].as_str().unwrap_or("");
+    api_for(client, o)?
+        .patch(name, &PatchParams::apply(MANAGER).force(), &Patch::Apply(o))
+        .await
+        .map_err(|e| {
+            Error::Other(format!(
+                "applying {} {name}: {e}",
+                o["kind"].as_str().unwrap_or("")
+            ))
+        })?;
+    Ok(())
+}
+
+/// Delete what `o` names; already gone is fine.
+async fn remove(client: &Client, o: &Value, foreground: bool) -> Result<(), Error> {
+    let name = o["metadata"]["name"].as_str().unwrap_or("");
+    let dp = if foreground {
+        DeleteParams::foreground()
+    } else {
+        DeleteParams::default()
+    };
+    match api_for(client, o)?.delete(name, &dp).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// What the operator applies for `cdi`: the CRDs of the kinds (the CDI kind's own comes with the
+/// operator's manifests) and the components, all owned by the resource.
+fn desired(release: &Release, cdi: &CDI) -> Vec<Value> {
+    let crds = cdi_api::crd::crds()
+        .into_iter()
+        .filter(|c| c.spec.names.kind != "CDI")
+        .filter_map(|c| {
+            let mut v = serde_json::to_value(c).ok()?;
+            v["apiVersion"] = json!("apiextensions.k8s.io/v1");
+            v["kind"] = json!("CustomResourceDefinition");
+            Some(v)
+        });
+    let mut all: Vec<Value> = crds.collect();
+    all.extend(install::components(release, cdi));
+    install::owned(all, cdi)
+}
+
+async fn reconcile(cdi: Arc<CDI>, ctx: Arc<Ctx>) -> Result<Action, Error> {
+    let client = &ctx.client;
+    let api: Api<CDI> = Api::all(client.clone());
+    let name = cdi.name_any();
+    let now = Time(k8s_openapi::jiff::Timestamp::now());
+    if cdi.metadata.deletion_timestamp.is_some() {
+        if cdi.finalizers().iter().any(|f| f == install::FINALIZER) {
+            uninstall(&ctx, &cdi).await?;
+            let rest: Vec<&String> = cdi
+                .finalizers()
+                .iter()
+                .filter(|f| *f != install::FINALIZER)
+                .collect();
+            api.patch(
+                &name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"metadata": {"finalizers": rest,
+                    "resourceVersion": cdi.resource_version()}})),
+            )
+            .await?;
+            tracing::info!(cdi = %name, "uninstalled");
+        }
+        return Ok(Action::await_change());
+    }
+    let all = api.list(&ListParams::default()).await?.items;
+    if install::active(&all).is_some_and(|a| a.name_any() != name) {
+        let unwanted = install::unwanted(now);
+        if cdi.status.as_ref().and_then(|s| s.phase.as_ref()) != unwanted.phase.as_ref() {
+            write_status(&api, &cdi, &unwanted).await?;
+        }
+        return Ok(Action::await_change());
+    }
+    let holds = cdi.finalizers().iter().any(|f| f == install::FINALIZER);
+    let authority = cdi.annotations().contains_key(install::CONFIG_AUTHORITY);
+    if !holds || !authority {
+        let mut finalizers: Vec<String> = cdi.finalizers().to_vec();
+        if !holds {
+            finalizers.push(install::FINALIZER.into());
+        }
+        let mut patch = json!({"metadata": {"finalizers": finalizers,
+            "annotations": {install::CONFIG_AUTHORITY: ""},
+            "resourceVersion": cdi.resource_version()}});
+        // Becoming the authority on CDIConfig must not undo what an admin set there before
+        // (upstream's rule): a spec there moves into spec.config first.
+        if !authority && cdi.spec.config.is_none() {
+            let configs: Api<cdi_api::config::CDIConfig> = Api::all(client.clone());
+            if let Some(c) = configs.get_opt(cdi_api::name::CDI_CONFIG).await?
+                && c.spec != Default::default()
+            {
+                patch["spec"] = json!({"config": c.spec});
+            }
+        }
+        api.patch(&name, &PatchParams::default(), &Patch::Merge(patch))
+            .await?;
+        // The change wakes the next pass.
+        return Ok(Action::await_change());
+    }
+    for o in desired(&ctx.release, &cdi) {
+        apply(client, &o).await?;
+    }
+    let deployments: Vec<Deployment> =
+        Api::<Deployment>::namespaced(client.clone(), &ctx.release.namespace)
+            .list(&ListParams::default().labels(&format!(
+                "app.kubernetes.io/managed-by={}",
+                install::MANAGED_BY
+            )))
+            .await?
+            .items;
+    let status = install::status(&cdi, &ctx.release, &deployments, now);
+    if cdi.status.as_ref() != Some(&status) {
+        write_status(&api, &cdi, &status).await?;
+    }
+    if let Some(ready) = install::cr_ready(Some(&status)) {
+        ctx.metrics.cr_ready.set(ready);
+    }
+    Ok(Action::requeue(Duration::from_secs(60)))
+}
+
+/// The CDI kind has no status subresource (upstream's): status goes with the object.
+async fn write_status(
+    api: &Api<CDI>,
+    cdi: &CDI,
+    status: &cdi_api::config::CDIStatus,
+) -> Result<(), Error> {
+    let patch = crate::status_patch(cdi.status.as_ref(), status)?;
+    api.patch(
+        &cdi.name_any(),
+        &PatchParams::default(),
+        &Patch::Merge(&patch),
+    )
+    .await?;
+    Ok(())
+}
+
+/// Stop the components, clear their worker pods and Services in every namespace, and remove
+/// what they made outside the resource's ownership; the rest is owned by the resource.
+async fn uninstall(ctx: &Ctx, cdi: &CDI) -> Result<(), Error> {
+    let client = &ctx.client;
+    let ns = &ctx.release.namespace;
+    let deleting = cdi_api::config::CDIStatus {
+        phase: Some(cdi_api::enums::CdiPhase::Deleting),
+        ..cdi.status.clone().unwrap_or_default()
+    };
+    write_status(&Api::all(client.clone()), cdi, &deleting).await?;
+    for name in [
+        install::CONTROLLER,
+        install::APISERVER,
+        install::UPLOAD_PROXY,
+    ] {
+        let d = json!({"apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": name, "namespace": ns}});
+        remove(client, &d, true).await?;
+    }
+    let workers = ListParams::default().labels(install::WORKER_SELECTOR);
+    for pod in Api::<Pod>::all(client.clone()).list(&workers).await?.items {
+        let api: Api<Pod> = Api::namespaced(client.clone(), &pod.namespace().unwrap_or_default());
+        match api.delete(&pod.name_any(), &DeleteParams::default()).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(e)) if e.code == 404 => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    let services: Api<k8s_openapi::api::core::v1::Service> = Api::all(client.clone());
+    for svc in services.list(&workers).await?.items {
+        let api: Api<k8s_openapi::api::core::v1::Service> =
+            Api::namespaced(client.clone(), &svc.namespace().unwrap_or_default());
+        match api.delete(&svc.name_any(), &DeleteParams::default()).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(e)) if e.code == 404 => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    let mut leftovers = vec![json!({"apiVersion": "apiregistration.k8s.io/v1",
+        "kind": "APIService", "metadata": {"name": install::API_SERVICE}})];
+    for name in install::MUTATING_WEBHOOKS {
+        leftovers.push(json!({"apiVersion": "admissionregistration.k8s.io/v1",
+            "kind": "MutatingWebhookConfiguration", "metadata": {"name": name}}));
+    }
+    for name in install::VALIDATING_WEBHOOKS {
+        leftovers.push(json!({"apiVersion": "admissionregistration.k8s.io/v1",
+            "kind": "ValidatingWebhookConfiguration", "metadata": {"name": name}}));
+    }
+    for (kind, name) in install::LEFT_BY_COMPONENTS {
+        let api_version = if *kind == "Lease" {
+            "coordination.k8s.io/v1"
+        } else {
+            "v1"
+        };
+        leftovers.push(json!({"apiVersion": api_version, "kind": kind,
+            "metadata": {"name": name, "namespace": ns}}));
+    }
+    for o in leftovers {
+        remove(client, &o, false).await?;
+    }
+    Ok(())
+}
+
+fn error_policy(_: Arc<CDI>, e: &Error, _: Arc<Ctx>) -> Action {
+    tracing::warn!(error = %e, "reconciling the CDI resource; retrying");
+    Action::requeue(Duration::from_secs(2))
+}
+
+/// Reconcile every CDI resource on its changes and on its components' Deployments.
+pub async fn run(client: Client, release: Release, metrics: Arc<Metrics>) -> anyhow::Result<()> {
+    let ns = release.namespace.clone();
+    let ctx = Arc::new(Ctx {
+        client: client.clone(),
+        release,
+        metrics,
+    });
+    Controller::new(Api::<CDI>::all(client.clone()), watcher::Config::default())
+        .owns(
+            Api::<Deployment>::namespaced(client, &ns),
+            watcher::Config::default().labels(&format!(
+                "app.kubernetes.io/managed-by={}",
+                install::MANAGED_BY
+            )),
+        )
+        .run(
+            |o, c| {
+                let metrics = c.metrics.clone();
+                let object = o.name_any();
+                async move {
+                    crate::guarded(&metrics.reconciles, "operator", &object, reconcile(o, c)).await
+                }
+            },
+            error_policy,
+            ctx,
+        )
+        .for_each(|r| async move {
+            if let Err(e) = r {
+                tracing::debug!(error = %e, "operator");
+            }
+        })
+        .await;
+    Ok(())
+}
