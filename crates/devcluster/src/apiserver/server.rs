@@ -44,8 +44,11 @@ pub struct ApiServer {
     policy: Arc<std::sync::Mutex<Option<CachedPolicy>>>,
     /// Where every authorization decision is appended, when asked for (kube-apiserver's
     /// `--audit-log-path`, at its Metadata level).
-    audit: Option<Arc<std::sync::Mutex<std::fs::File>>>,
+    audit: Option<AuditLog>,
 }
+
+/// The audit log's file, shared by the requests that write to it.
+type AuditLog = Arc<std::sync::Mutex<std::fs::File>>;
 
 /// The RBAC policy and the RBAC group's version it was read at.
 type CachedPolicy = (u64, Arc<super::rbac::Policy>);
@@ -1062,6 +1065,7 @@ struct Call {
     /// For a server-side apply: whether the user may also create what it names, which kube asks
     /// when the object does not exist yet (`create` besides `patch`).
     may_create: bool,
+    audit: Option<AuditLog>,
 }
 
 impl Call {
@@ -1087,6 +1091,7 @@ impl Call {
         };
         Call {
             may_create,
+            audit: server.audit.clone(),
             store: server.store.clone(),
             user,
             pod_logs: server.pod_logs.clone(),
@@ -2739,11 +2744,13 @@ fn aggregate_cluster_roles(store: &Store) {
 /// authenticator, a SelfSubjectReview with the caller.
 fn answer_review(call: &Call, def: &ResourceDef, ns: &str, review: &Value) -> ApiResult<Value> {
     match def.kind.as_str() {
-        "SelfSubjectAccessReview" => access_review(&call.store, def, ns, review, Some(&call.user)),
+        "SelfSubjectAccessReview" => {
+            access_review(&call.store, def, ns, review, Some(&call.user), None)
+        }
         "SelfSubjectRulesReview" => Ok(rules_review(&call.store, &call.user, review)),
         "TokenReview" => Ok(token_review(call, review)),
         "SelfSubjectReview" => Ok(json!({"userInfo": super::auth::user_json(&call.user)})),
-        _ => access_review(&call.store, def, ns, review, None),
+        _ => access_review(&call.store, def, ns, review, None, call.audit.as_ref()),
     }
 }
 
@@ -2803,6 +2810,7 @@ fn access_review(
     ns: &str,
     review: &Value,
     caller: Option<&UserInfo>,
+    audit: Option<&AuditLog>,
 ) -> ApiResult<Value> {
     use super::validation::FieldError;
     let spec = &review["spec"];
@@ -2882,7 +2890,21 @@ fn access_review(
         },
         (None, None) => unreachable!("refused above"),
     };
-    Ok(match rbac_policy(store).authorize(&user, &attributes) {
+    let decided = rbac_policy(store).authorize(&user, &attributes);
+    if let Some(audit) = audit.filter(|_| caller.is_none()) {
+        // A decision made for another (a server delegating authorization) is logged as the
+        // reviewed user's, marked so: what that user's roles must allow.
+        let mut line = super::auth::audit_event(
+            &user,
+            &attributes,
+            &axum::http::Uri::from_static("/apis/authorization.k8s.io/v1/subjectaccessreviews"),
+            decided.is_some(),
+        );
+        line["annotations"]["cdi-rs.dev/subject-access-review"] = json!("true");
+        let mut f = audit.lock().unwrap_or_else(|e| e.into_inner());
+        let _ = std::io::Write::write_all(&mut *f, format!("{line}\n").as_bytes());
+    }
+    Ok(match decided {
         Some(reason) => json!({"allowed": true, "reason": reason}),
         None => json!({"allowed": false}),
     })

@@ -45,16 +45,19 @@ impl Default for KubeletConfig {
     }
 }
 
-/// The lowest free address of `cidr` (`a.b.c.d/n`), skipping the network and the node's own
-/// (the first host) addresses.
-pub fn allocate(cidr: &str, used: &BTreeSet<Ipv4Addr>) -> Option<Ipv4Addr> {
+/// The first free address of `cidr` (`a.b.c.d/n`) from the `start`th on (wrapping), skipping
+/// the network, the node's own (the first host) and the broadcast addresses. The kubelet starts
+/// at a random place: development clusters running side by side on one machine share
+/// 127.0.0.0/8, and two pods of theirs on one address and port would not both listen.
+pub fn allocate(cidr: &str, used: &BTreeSet<Ipv4Addr>, start: u32) -> Option<Ipv4Addr> {
     let (base, bits) = cidr.split_once('/')?;
     let base: Ipv4Addr = base.parse().ok()?;
     let bits: u32 = bits.parse().ok().filter(|b| *b <= 30)?;
     let size = 1u32 << (32 - bits);
     let net = u32::from(base) & !(size - 1);
-    (2..size - 1)
-        .map(|i| Ipv4Addr::from(net + i))
+    let hosts = size - 3;
+    (0..hosts)
+        .map(|i| Ipv4Addr::from(net + 2 + (start % hosts + i) % hosts))
         .find(|ip| !used.contains(ip))
 }
 
@@ -196,7 +199,9 @@ impl Kubelet {
                         continue;
                     };
                     let used: BTreeSet<Ipv4Addr> = self.workers.values().map(|w| w.ip).collect();
-                    let Some(ip) = allocate(cidr, &used) else {
+                    let start = u32::from_str_radix(&crate::apiserver::auth::random_hex(4), 16)
+                        .unwrap_or(0);
+                    let Some(ip) = allocate(cidr, &used, start) else {
                         tracing::warn!(node = %self.node, cidr, "no free pod address");
                         continue;
                     };
@@ -305,15 +310,24 @@ mod tests {
     #[test]
     fn addresses_from_the_node_cidr() {
         let mut used = BTreeSet::new();
-        let first = allocate("127.2.0.0/16", &used).unwrap();
+        let first = allocate("127.2.0.0/16", &used, 0).unwrap();
         assert_eq!(first, Ipv4Addr::new(127, 2, 0, 2));
         used.insert(first);
         assert_eq!(
-            allocate("127.2.0.0/16", &used),
+            allocate("127.2.0.0/16", &used, 0),
             Some(Ipv4Addr::new(127, 2, 0, 3))
         );
+        // From a random start, wrapping past the broadcast address to the first host.
+        assert_eq!(
+            allocate("127.9.0.0/29", &used, 4),
+            Some(Ipv4Addr::new(127, 9, 0, 6))
+        );
+        assert_eq!(
+            allocate("127.9.0.0/29", &[Ipv4Addr::new(127, 9, 0, 6)].into(), 4),
+            Some(Ipv4Addr::new(127, 9, 0, 2))
+        );
         let full: BTreeSet<Ipv4Addr> = (2..7).map(|i| Ipv4Addr::new(127, 9, 0, i)).collect();
-        assert_eq!(allocate("127.9.0.0/29", &full), None);
-        assert_eq!(allocate("nonsense", &used), None);
+        assert_eq!(allocate("127.9.0.0/29", &full, 3), None);
+        assert_eq!(allocate("nonsense", &used, 0), None);
     }
 }
