@@ -793,53 +793,6 @@ async fn a_clone_from_another_namespace_needs_the_right_to_read_it() {
     );
     assert!(!ok, "{out}");
     assert!(err.contains("Cannot update DataVolume Spec"), "{err}");
-    // The CDI resource cannot be deleted while DataVolumes exist and its uninstall strategy
-    // says so; with the other strategy it can. (Its status is no subresource, as upstream's.)
-    wait_for("the CDI webhook to be registered", 60, || {
-        get_json(&dir, "", "validatingwebhookconfiguration/cdi-api-validate")
-    });
-    kubectl(
-        &dir,
-        &["apply", "-f", "-"],
-        Some(
-            "apiVersion: cdi.kubevirt.io/v1beta1\nkind: CDI\nmetadata: {name: cdi}\nspec: {uninstallStrategy: BlockUninstallIfWorkloadsExist}\n",
-        ),
-    );
-    kubectl(
-        &dir,
-        &[
-            "patch",
-            "cdi",
-            "cdi",
-            "--type=merge",
-            "-p",
-            r#"{"status":{"phase":"Deployed"}}"#,
-        ],
-        None,
-    );
-    let (ok, out, err) = kubectl_as(&admin, &["delete", "cdi", "cdi"], None);
-    assert!(!ok, "{out}");
-    assert!(
-        err.contains(
-            "rejecting the uninstall request, since there are still 1 DataVolumes present. \
-             Either delete all DataVolumes or change the uninstall strategy before uninstalling \
-             CDI"
-        ),
-        "{err}"
-    );
-    kubectl(
-        &dir,
-        &[
-            "patch",
-            "cdi",
-            "cdi",
-            "--type=merge",
-            "-p",
-            r#"{"spec":{"uninstallStrategy":"RemoveWorkloads"}}"#,
-        ],
-        None,
-    );
-    kubectl(&dir, &["delete", "cdi", "cdi"], None);
     // An externally populated DataVolume names every part of its reference that is missing.
     let err = refused_apply(
         &admin,

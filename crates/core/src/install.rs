@@ -269,6 +269,9 @@ fn controller_cluster_rules() -> Vec<Value> {
             &["subjectaccessreviews"],
             &["create"],
         ),
+        // Its own writes to a DataVolume cloning from another namespace pass the clone
+        // authorization webhook, as the creator's did.
+        rule(&[CDI_GROUP], &["datavolumes/source"], &["create"]),
         // Where OwnerReferencesPermissionEnforcement is on, an owner reference that blocks its
         // owner's deletion needs this.
         rule(&[CDI_GROUP], &["datavolumes/finalizers"], &["update"]),
