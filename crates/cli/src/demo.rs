@@ -20,7 +20,7 @@ use cdi_devcluster::cluster;
 use cdi_devcluster::story::{Narrator, Scene};
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod};
 use k8s_openapi::api::storage::v1::StorageClass;
-use kube::api::{ListParams, Patch, PatchParams, PostParams};
+use kube::api::{ListParams, PostParams};
 use kube::{Api, Client};
 use serde_json::json;
 
@@ -114,10 +114,7 @@ async fn setup(client: &Client, url: Option<&str>, size: &str, class: &str) -> a
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    let patch = json!({"spec": {"featureGates": ["HonorWaitForFirstConsumer"]}});
-    configs
-        .patch("config", &PatchParams::default(), &Patch::Merge(&patch))
-        .await?;
+    crate::dev::set_feature_gates(client, &["HonorWaitForFirstConsumer"]).await?;
     // No CDI spec.workload: the importer reaches the tainted VM node by inheriting the VM's
     // toleration from the temporary pod that chose the node (SPEC §9).
     let objects = seed_objects(url, size, class);
@@ -244,6 +241,10 @@ pub fn run(args: &DemoArgs) -> anyhow::Result<()> {
         let controllers = if args.upload || args.clone {
             crate::dev::install_cdi(&client).await?;
             wait_rolled_out(&client, Duration::from_secs(args.timeout)).await?;
+            if args.clone {
+                // The golden image is imported before any VM uses it: no consumer to wait for.
+                crate::dev::set_feature_gates(&client, &[]).await?;
+            }
             println!("  CDI: controller, token API (with the DataVolume webhook) and upload proxy running in namespace cdi");
             None
         } else {

@@ -370,6 +370,55 @@ pub(crate) async fn install_cdi(client: &kube::Client) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Set CDIConfig's feature gates as an admin would: through the CDI resource's `spec.config` when
+/// an operator installed CDI (it is CDIConfig's authority then), else in CDIConfig; returns once
+/// CDIConfig holds them.
+pub(crate) async fn set_feature_gates(client: &kube::Client, gates: &[&str]) -> anyhow::Result<()> {
+    use cdi_api::config::{CDI, CDIConfig};
+    use kube::Api;
+    use kube::api::{ListParams, Patch, PatchParams};
+    let cdis = Api::<CDI>::all(client.clone())
+        .list(&ListParams::default())
+        .await?;
+    match cdis.items.first() {
+        Some(cdi) => {
+            let patch = serde_json::json!({"spec": {"config": {"featureGates": gates}}});
+            Api::<CDI>::all(client.clone())
+                .patch(
+                    &cdi.metadata.name.clone().unwrap_or_default(),
+                    &PatchParams::default(),
+                    &Patch::Merge(&patch),
+                )
+                .await?;
+        }
+        None => {
+            let patch = serde_json::json!({"spec": {"featureGates": gates}});
+            Api::<CDIConfig>::all(client.clone())
+                .patch(
+                    cdi_api::name::CDI_CONFIG,
+                    &PatchParams::default(),
+                    &Patch::Merge(&patch),
+                )
+                .await?;
+        }
+    }
+    let want: Vec<String> = gates.iter().map(|g| g.to_string()).collect();
+    let held = move |c: Option<&CDIConfig>| {
+        c.is_some_and(|c| c.spec.feature_gates.clone().unwrap_or_default() == want)
+    };
+    tokio::time::timeout(
+        std::time::Duration::from_secs(60),
+        kube::runtime::wait::await_condition(
+            Api::<CDIConfig>::all(client.clone()),
+            cdi_api::name::CDI_CONFIG,
+            held,
+        ),
+    )
+    .await
+    .context("CDIConfig did not take the feature gates")??;
+    Ok(())
+}
+
 /// The admin kubeconfig of the cluster up in `dir`, or one for `user` in `groups` with a fresh
 /// token added to the cluster's token file.
 fn user_kubeconfig(dir: &Path, user: Option<&str>, groups: &[String]) -> anyhow::Result<String> {
