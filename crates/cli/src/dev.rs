@@ -336,7 +336,7 @@ pub(crate) async fn install_cdi(client: &kube::Client) -> anyhow::Result<()> {
         env!("CARGO_PKG_VERSION"),
         "cdi",
     );
-    let operator = crate::install::operator_manifests(&release);
+    let operator = cdi_core::install::operator_manifests(&release);
     let cdi = cdi_core::install::example_cdi();
     let name = crate::install::apply_all(client, &operator, &cdi).await?;
     crate::install::wait_deployed(client, &name, std::time::Duration::from_secs(120)).await?;

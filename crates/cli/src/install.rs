@@ -43,21 +43,6 @@ pub struct InstallArgs {
     timeout: u64,
 }
 
-/// The operator's manifests for `release` (the CDI kind's CRD among them).
-pub fn operator_manifests(release: &Release) -> Vec<Value> {
-    let cdi_crd = cdi_api::crd::crds()
-        .into_iter()
-        .filter(|c| c.spec.names.kind == "CDI")
-        .map(|c| {
-            let mut v = serde_json::to_value(c).expect("a CRD is JSON");
-            v["apiVersion"] = "apiextensions.k8s.io/v1".into();
-            v["kind"] = "CustomResourceDefinition".into();
-            v
-        })
-        .collect();
-    install::operator_manifests(release, cdi_crd)
-}
-
 /// A YAML stream of `objects`.
 pub fn to_yaml(objects: &[Value]) -> String {
     objects
@@ -87,7 +72,7 @@ fn read_cdi(path: Option<&PathBuf>) -> anyhow::Result<Value> {
 
 pub fn run(args: &InstallArgs) -> anyhow::Result<()> {
     let release = Release::tagged(&args.registry, &args.tag, &args.namespace);
-    let operator = operator_manifests(&release);
+    let operator = install::operator_manifests(&release);
     let cdi = read_cdi(args.cdi.as_ref())?;
     if args.print {
         let mut all = operator;
@@ -209,25 +194,22 @@ pub fn operator(args: &OperatorArgs) -> anyhow::Result<()> {
         let client = kube::Client::try_default()
             .await
             .context("connecting to the cluster (set KUBECONFIG, or run in a pod)")?;
-        let metrics = Arc::new(cdi_controller::operator::Metrics::default());
+        let metrics = Arc::new(cdi_controller::serve::Metrics::for_operator());
         let pod = cdi_core::devpod::DevPod::from_env(|k| std::env::var(k).ok())
             .map_err(anyhow::Error::msg)?;
-        let listener = tokio::net::TcpListener::bind(pod.listen(args.metrics_addr))
-            .await
-            .with_context(|| format!("listening on {}", args.metrics_addr))?;
+        let (bound, mut server) =
+            cdi_controller::serve::serve(pod.listen(args.metrics_addr), metrics.clone())
+                .await
+                .with_context(|| format!("listening on {}", args.metrics_addr))?;
         eprintln!(
-            "cdi operator {} in {}: metrics, healthz and readyz on http://{}",
-            release.version,
-            release.namespace,
-            listener.local_addr()?
+            "cdi operator {} in {}: metrics, healthz and readyz on http://{bound}",
+            release.version, release.namespace,
         );
         let mut terminate =
             tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
         tokio::select! {
-            r = cdi_controller::operator::run(client, release, metrics.clone()) => r,
-            r = cdi_controller::operator::serve(listener, metrics) => {
-                r.context("the metrics server stopped")
-            }
+            r = cdi_controller::operator::run(client, release, metrics) => r,
+            _ = &mut server => Err(anyhow::anyhow!("the metrics and health server stopped")),
             _ = tokio::signal::ctrl_c() => Ok(()),
             _ = terminate.recv() => Ok(()),
         }

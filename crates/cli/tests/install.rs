@@ -149,6 +149,13 @@ fn needed_by(
     found
 }
 
+/// A pod that uses `claim` and does nothing: its first consumer.
+fn consumer(name: &str, claim: &str) -> String {
+    format!(
+        "apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}}}\nspec:\n  containers: [{{name: c, image: busybox, command: [/bin/sh, -c, sleep 600]}}]\n  volumes: [{{name: d, persistentVolumeClaim: {{claimName: {claim}}}}}]\n"
+    )
+}
+
 fn describe(rule: &k8s_openapi::api::rbac::v1::PolicyRule) -> String {
     let list = |v: &Option<Vec<String>>| v.as_ref().map(|v| v.join(",")).unwrap_or_default();
     format!(
@@ -386,9 +393,7 @@ async fn the_operator_installs_least_privilege_components_upgrades_and_uninstall
     kubectl(
         &dir,
         &["apply", "-f", "-"],
-        Some(
-            "apiVersion: v1\nkind: Pod\nmetadata: {name: consumer}\nspec:\n  containers: [{name: c, image: busybox, command: [/bin/sh, -c, sleep 600]}]\n  volumes: [{name: d, persistentVolumeClaim: {claimName: consumed}}]\n",
-        ),
+        Some(&consumer("consumer", "consumed")),
     );
     succeeded("default", "consumed");
 
@@ -526,9 +531,7 @@ async fn the_operator_installs_least_privilege_components_upgrades_and_uninstall
     kubectl(
         &dir,
         &["apply", "-f", "-"],
-        Some(
-            "apiVersion: v1\nkind: Pod\nmetadata: {name: consumer-2}\nspec:\n  containers: [{name: c, image: busybox, command: [/bin/sh, -c, sleep 600]}]\n  volumes: [{name: d, persistentVolumeClaim: {claimName: after-upgrade}}]\n",
-        ),
+        Some(&consumer("consumer-2", "after-upgrade")),
     );
     succeeded("default", "after-upgrade");
 

@@ -106,7 +106,7 @@ pub struct Feeds {
     pub profiles: Feed<StorageProfile>,
     drivers: Feed<CSIDriver>,
     pub configs: Feed<CDIConfig>,
-    cdis: Feed<CDI>,
+    pub cdis: Feed<CDI>,
     pub claims: Feed<PersistentVolumeClaim>,
     pub pods: Feed<Pod>,
     pub events: Feed<Event>,

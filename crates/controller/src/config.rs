@@ -8,9 +8,9 @@ use futures::StreamExt;
 use k8s_openapi::api::storage::v1::StorageClass;
 use kube::Api;
 use kube::api::{ListParams, Patch, PatchParams, PostParams};
-use kube::runtime::{WatchStreamExt, watcher};
 
 use crate::Context;
+use crate::cache::Changes;
 
 /// Create `config` when it is missing (empty spec: the gates are the user's to set).
 pub async fn ensure(ctx: &Context) -> Result<(), kube::Error> {
@@ -31,7 +31,7 @@ pub async fn reconcile(ctx: &Context) -> Result<bool, kube::Error> {
     ensure(ctx).await?;
     let api: Api<CDIConfig> = Api::all(ctx.client.clone());
     let mut config = api.get(cdi_api::name::CDI_CONFIG).await?;
-    if let Some(spec) = authoritative(ctx).await?
+    if let Some(spec) = authoritative(ctx)
         && spec != config.spec
     {
         let json = |s: &CDIConfigSpec| serde_json::to_value(s).unwrap_or_default();
@@ -81,12 +81,8 @@ pub async fn reconcile(ctx: &Context) -> Result<bool, kube::Error> {
 /// The CDIConfig spec the installation's CDI resource holds, when it is the authority on it
 /// (upstream's `configAuthority` annotation, which the operator sets): edits to CDIConfig itself
 /// are then undone, as upstream does.
-async fn authoritative(ctx: &Context) -> Result<Option<CDIConfigSpec>, kube::Error> {
-    let cdis = Api::<CDI>::all(ctx.client.clone())
-        .list(&ListParams::default())
-        .await?
-        .items;
-    Ok(cdi_core::install::active(&cdis)
+fn authoritative(ctx: &Context) -> Option<CDIConfigSpec> {
+    cdi_core::install::active(&ctx.caches.cdis())
         .filter(|c| c.metadata.deletion_timestamp.is_none())
         .filter(|c| {
             c.metadata
@@ -94,33 +90,33 @@ async fn authoritative(ctx: &Context) -> Result<Option<CDIConfigSpec>, kube::Err
                 .as_ref()
                 .is_some_and(|a| a.contains_key(cdi_core::install::CONFIG_AUTHORITY))
         })
-        .map(|c| c.spec.config.clone().unwrap_or_default()))
+        .map(|c| c.spec.config.clone().unwrap_or_default())
+}
+
+/// What wakes the controller: CDIConfig, StorageClass and CDI changes, once the caches hold them.
+pub struct Triggers {
+    configs: Changes<CDIConfig>,
+    classes: Changes<StorageClass>,
+    cdis: Changes<CDI>,
+}
+
+impl Triggers {
+    pub fn subscribe(feeds: &mut crate::cache::Feeds) -> Triggers {
+        Triggers {
+            configs: feeds.configs.subscribe(),
+            classes: feeds.classes.subscribe(),
+            cdis: feeds.cdis.subscribe(),
+        }
+    }
 }
 
 /// Reconcile on every change of the config or of a StorageClass, and every `resync`.
-pub async fn run(ctx: Context) -> anyhow::Result<()> {
-    let configs = watcher(
-        Api::<CDIConfig>::all(ctx.client.clone()),
-        watcher::Config::default(),
-    )
-    .touched_objects()
-    .map(|_| ())
-    .boxed();
-    let classes = watcher(
-        Api::<StorageClass>::all(ctx.client.clone()),
-        watcher::Config::default(),
-    )
-    .touched_objects()
-    .map(|_| ())
-    .boxed();
-    let cdis = watcher(
-        Api::<CDI>::all(ctx.client.clone()),
-        watcher::Config::default(),
-    )
-    .touched_objects()
-    .map(|_| ())
-    .boxed();
-    let mut changes = futures::stream::select_all([configs, classes, cdis]);
+pub async fn run(ctx: Context, triggers: Triggers) -> anyhow::Result<()> {
+    let mut changes = futures::stream::select_all([
+        triggers.configs.map(|_| ()).boxed(),
+        triggers.classes.map(|_| ()).boxed(),
+        triggers.cdis.map(|_| ()).boxed(),
+    ]);
     let mut tick = tokio::time::interval(ctx.options.resync.max(Duration::from_secs(1)) * 5);
     loop {
         match crate::guarded(&ctx.metrics, "config", cdi_api::name::CDI_CONFIG, async {

@@ -394,6 +394,7 @@ pub async fn run_controllers(ctx: Context) -> anyhow::Result<()> {
         clone_tokens: Default::default(),
         ..ctx
     };
+    let config_triggers = config::Triggers::subscribe(&mut feeds);
     let dv_triggers = datavolume::Triggers::subscribe(&mut feeds);
     let import_triggers = import::Triggers::subscribe(&mut feeds);
     let populator_triggers = populator::Triggers::subscribe(&mut feeds);
@@ -405,7 +406,7 @@ pub async fn run_controllers(ctx: Context) -> anyhow::Result<()> {
     // from the start.
     tokio::select! {
         _ = feeds.run(ctx.client.clone()) => Err(anyhow::anyhow!("the caches stopped")),
-        r = config::run(ctx.clone()) => r,
+        r = config::run(ctx.clone(), config_triggers) => r,
         r = storageprofile::run(ctx.clone()) => r,
         r = datavolume::run(ctx.clone(), dv_triggers) => r,
         r = import::run(ctx.clone(), import_triggers) => r,

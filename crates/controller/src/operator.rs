@@ -6,14 +6,11 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::Router;
-use axum::http::StatusCode;
-use axum::routing::get;
 use cdi_api::config::CDI;
 use cdi_core::install::{self, Release};
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Pod, Service};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{
     ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams,
@@ -21,80 +18,13 @@ use kube::api::{
 use kube::runtime::controller::Action;
 use kube::runtime::{Controller, watcher};
 use kube::{Api, Client, ResourceExt};
-use prometheus_client::metrics::gauge::Gauge;
-use prometheus_client::registry::Registry;
 use serde_json::{Value, json};
 
 use crate::Error;
+use crate::serve::Metrics;
 
 /// The operator's field manager.
 const MANAGER: &str = "cdi-operator";
-
-/// `kubevirt_cdi_cr_ready` (upstream's): -1 until the resource was read, then 1 when it is
-/// Available, 0 when it is neither available nor progressing.
-#[derive(Debug)]
-pub struct Metrics {
-    registry: Registry,
-    cr_ready: Gauge,
-    reconciles: crate::serve::Metrics,
-}
-
-impl Default for Metrics {
-    fn default() -> Self {
-        let mut registry = Registry::default();
-        let cr_ready = Gauge::default();
-        cr_ready.set(-1);
-        registry.register(
-            "kubevirt_cdi_cr_ready",
-            "CDI install ready",
-            cr_ready.clone(),
-        );
-        Metrics {
-            registry,
-            cr_ready,
-            reconciles: crate::serve::Metrics::default(),
-        }
-    }
-}
-
-impl Metrics {
-    pub fn render(&self) -> String {
-        let mut page = String::new();
-        // Writing into a String cannot fail.
-        let _ = prometheus_client::encoding::text::encode(&mut page, &self.registry);
-        page
-    }
-}
-
-/// `/healthz`, `/readyz` and `/metrics` of the operator.
-pub fn router(metrics: Arc<Metrics>) -> Router {
-    Router::new()
-        .route("/healthz", get(|| async { "ok" }))
-        .route("/readyz", get(|| async { (StatusCode::OK, "ok") }))
-        .route(
-            "/metrics",
-            get(move || {
-                let m = metrics.clone();
-                async move {
-                    (
-                        [(
-                            axum::http::header::CONTENT_TYPE,
-                            "application/openmetrics-text; version=1.0.0; charset=utf-8",
-                        )],
-                        m.render(),
-                    )
-                }
-            }),
-        )
-}
-
-/// Serve [`router`] on `listener` until it fails.
-pub async fn serve(
-    listener: tokio::net::TcpListener,
-    metrics: Arc<Metrics>,
-) -> std::io::Result<()> {
-    axum::serve(listener, router(metrics)).await
-}
 
 struct Ctx {
     client: Client,
@@ -172,16 +102,7 @@ async fn remove(client: &Client, o: &Value, foreground: bool) -> Result<(), Erro
 /// What the operator applies for `cdi`: the CRDs of the kinds (the CDI kind's own comes with the
 /// operator's manifests) and the components, all owned by the resource.
 fn desired(release: &Release, cdi: &CDI) -> Vec<Value> {
-    let crds = cdi_api::crd::crds()
-        .into_iter()
-        .filter(|c| c.spec.names.kind != "CDI")
-        .filter_map(|c| {
-            let mut v = serde_json::to_value(c).ok()?;
-            v["apiVersion"] = json!("apiextensions.k8s.io/v1");
-            v["kind"] = json!("CustomResourceDefinition");
-            Some(v)
-        });
-    let mut all: Vec<Value> = crds.collect();
+    let mut all = install::crds(false);
     all.extend(install::components(release, cdi));
     install::owned(all, cdi)
 }
@@ -259,7 +180,7 @@ async fn reconcile(cdi: Arc<CDI>, ctx: Arc<Ctx>) -> Result<Action, Error> {
         write_status(&api, &cdi, &status).await?;
     }
     if let Some(ready) = install::cr_ready(Some(&status)) {
-        ctx.metrics.cr_ready.set(ready);
+        ctx.metrics.set_cr_ready(ready);
     }
     Ok(Action::requeue(Duration::from_secs(60)))
 }
@@ -302,21 +223,16 @@ async fn uninstall(ctx: &Ctx, cdi: &CDI) -> Result<(), Error> {
     let workers = ListParams::default().labels(install::WORKER_SELECTOR);
     for pod in Api::<Pod>::all(client.clone()).list(&workers).await?.items {
         let api: Api<Pod> = Api::namespaced(client.clone(), &pod.namespace().unwrap_or_default());
-        match api.delete(&pod.name_any(), &DeleteParams::default()).await {
-            Ok(_) => {}
-            Err(kube::Error::Api(e)) if e.code == 404 => {}
-            Err(e) => return Err(e.into()),
-        }
+        crate::delete(&api, &pod.name_any()).await?;
     }
-    let services: Api<k8s_openapi::api::core::v1::Service> = Api::all(client.clone());
-    for svc in services.list(&workers).await?.items {
-        let api: Api<k8s_openapi::api::core::v1::Service> =
+    for svc in Api::<Service>::all(client.clone())
+        .list(&workers)
+        .await?
+        .items
+    {
+        let api: Api<Service> =
             Api::namespaced(client.clone(), &svc.namespace().unwrap_or_default());
-        match api.delete(&svc.name_any(), &DeleteParams::default()).await {
-            Ok(_) => {}
-            Err(kube::Error::Api(e)) if e.code == 404 => {}
-            Err(e) => return Err(e.into()),
-        }
+        crate::delete(&api, &svc.name_any()).await?;
     }
     let mut leftovers = vec![json!({"apiVersion": "apiregistration.k8s.io/v1",
         "kind": "APIService", "metadata": {"name": install::API_SERVICE}})];
@@ -368,9 +284,7 @@ pub async fn run(client: Client, release: Release, metrics: Arc<Metrics>) -> any
             |o, c| {
                 let metrics = c.metrics.clone();
                 let object = o.name_any();
-                async move {
-                    crate::guarded(&metrics.reconciles, "operator", &object, reconcile(o, c)).await
-                }
+                async move { crate::guarded(&metrics, "operator", &object, reconcile(o, c)).await }
             },
             error_policy,
             ctx,

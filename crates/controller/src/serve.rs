@@ -73,6 +73,7 @@ pub struct Metrics {
     registry: Registry,
     leading: AtomicBool,
     leader: Gauge,
+    cr_ready: Gauge,
     datavolume_pending: Gauge,
     cron_outdated: Family<Cron, Gauge>,
     profiles: Family<Profile, Gauge>,
@@ -84,7 +85,21 @@ pub struct Metrics {
 
 impl Default for Metrics {
     fn default() -> Self {
+        Metrics::build(false)
+    }
+}
+
+impl Metrics {
+    /// The operator's: upstream's `kubevirt_cdi_cr_ready` (-1 until the CDI resource was read)
+    /// and the reconcile figures; it has no lease, so it is always ready.
+    pub fn for_operator() -> Metrics {
+        Metrics::build(true)
+    }
+
+    fn build(operator: bool) -> Metrics {
         let mut registry = Registry::default();
+        let cr_ready = Gauge::default();
+        cr_ready.set(-1);
         let leader = Gauge::default();
         let datavolume_pending = Gauge::default();
         let cron_outdated = Family::<Cron, Gauge>::default();
@@ -95,17 +110,26 @@ impl Default for Metrics {
             Family::<Controller, Histogram, fn() -> Histogram>::new_with_constructor(|| {
                 Histogram::new(exponential_buckets(0.001, 2.0, 16))
             });
-        registry.register(
+        if operator {
+            registry.register(
+                "kubevirt_cdi_cr_ready",
+                "CDI install ready",
+                cr_ready.clone(),
+            );
+        }
+        let mut own = Registry::default();
+        let controller = if operator { &mut own } else { &mut registry };
+        controller.register(
             "kubevirt_cdi_datavolume_pending",
             "Number of DataVolumes pending for default storage class to be configured",
             datavolume_pending.clone(),
         );
-        registry.register(
+        controller.register(
             "kubevirt_cdi_dataimportcron_outdated",
             "DataImportCron has an outdated import",
             cron_outdated.clone(),
         );
-        registry.register(
+        controller.register(
             "kubevirt_cdi_storageprofile_info",
             "`StorageProfiles` info labels: `storageclass`, `provisioner`, `complete` indicates \
              if all storage profiles recommended PVC settings are complete, `default` indicates \
@@ -115,7 +139,7 @@ impl Default for Metrics {
              `degraded` indicates it is not optimal for virtualization",
             profiles.clone(),
         );
-        registry.register(
+        controller.register(
             "cdi_rs_controller_leader",
             "Whether this controller instance holds the leader lease",
             leader.clone(),
@@ -132,7 +156,8 @@ impl Default for Metrics {
         );
         Metrics {
             registry,
-            leading: AtomicBool::new(false),
+            leading: AtomicBool::new(operator),
+            cr_ready,
             leader,
             datavolume_pending,
             cron_outdated,
@@ -142,9 +167,11 @@ impl Default for Metrics {
             durations,
         }
     }
-}
 
-impl Metrics {
+    pub fn set_cr_ready(&self, ready: i64) {
+        self.cr_ready.set(ready);
+    }
+
     pub fn set_leader(&self, leading: bool) {
         self.leading.store(leading, Ordering::SeqCst);
         self.leader.set(i64::from(leading));

@@ -768,16 +768,27 @@ fn operator_rules(release: &Release) -> (Vec<Value>, Vec<Value>, Vec<Value>) {
     (cluster, namespace, kube_system)
 }
 
+/// The CRDs of the CDI kinds as objects to apply: the CDI kind's own (`cdi_kind`), which comes
+/// with the operator's manifests, or every other, which the operator keeps.
+pub fn crds(cdi_kind: bool) -> Vec<Value> {
+    cdi_api::crd::crds()
+        .into_iter()
+        .filter(|c| (c.spec.names.kind == "CDI") == cdi_kind)
+        // A CRD is plain data; its apiVersion and kind come with it.
+        .map(|c| serde_json::to_value(c).expect("a CRD is JSON"))
+        .collect()
+}
+
 /// The operator's own manifests, what `cdi install` prints and `kubectl apply -f deploy/`
-/// applies: its namespace, the CDI kinds' CRDs, its account and RBAC, its Deployment.
-pub fn operator_manifests(release: &Release, crds: Vec<Value>) -> Vec<Value> {
+/// applies: its namespace, the CDI kind's CRD, its account and RBAC, its Deployment.
+pub fn operator_manifests(release: &Release) -> Vec<Value> {
     let ns = &release.namespace;
     let op_labels = json!({"operator.cdi.kubevirt.io": "", "cdi.kubevirt.io": ""});
     let (cluster, namespace, kube_system) = operator_rules(release);
     let subject = json!([{"kind": "ServiceAccount", "name": OPERATOR, "namespace": ns}]);
     let mut objects = vec![json!({"apiVersion": "v1", "kind": "Namespace",
         "metadata": {"name": ns, "labels": {"cdi.kubevirt.io": ""}}})];
-    objects.extend(crds);
+    objects.extend(crds(true));
     objects.extend([
         json!({"apiVersion": "v1", "kind": "ServiceAccount",
             "metadata": {"name": OPERATOR, "namespace": ns, "labels": op_labels}}),
@@ -1159,7 +1170,7 @@ mod tests {
     #[test]
     fn the_release_comes_from_the_operators_environment() {
         let r = release("v9");
-        let manifests = operator_manifests(&r, Vec::new());
+        let manifests = operator_manifests(&r);
         let deployment = manifests
             .iter()
             .find(|o| o["kind"] == "Deployment")
@@ -1180,7 +1191,7 @@ mod tests {
     #[test]
     fn the_operator_holds_every_rule_it_grants_and_components_use_their_own_accounts() {
         let r = release("1");
-        let manifests = operator_manifests(&r, Vec::new());
+        let manifests = operator_manifests(&r);
         let held: Vec<&Value> = manifests
             .iter()
             .filter(|o| matches!(o["kind"].as_str(), Some("ClusterRole" | "Role")))

@@ -50,6 +50,12 @@ pub struct ApiServer {
 /// The audit log's file, shared by the requests that write to it.
 type AuditLog = Arc<std::sync::Mutex<std::fs::File>>;
 
+/// Append one event to the audit log; a lost line is not worth failing the request over.
+fn write_audit(audit: &AuditLog, event: &Value) {
+    let mut f = audit.lock().unwrap_or_else(|e| e.into_inner());
+    let _ = std::io::Write::write_all(&mut *f, format!("{event}\n").as_bytes());
+}
+
 /// The RBAC policy and the RBAC group's version it was read at.
 type CachedPolicy = (u64, Arc<super::rbac::Policy>);
 
@@ -639,10 +645,7 @@ impl ApiServer {
     fn decide(&self, user: &UserInfo, a: &Attributes, uri: &axum::http::Uri) -> bool {
         let allowed = self.allows(user, a);
         if let Some(audit) = &self.audit {
-            let line = super::auth::audit_event(user, a, uri, allowed);
-            let mut f = audit.lock().unwrap_or_else(|e| e.into_inner());
-            // A lost line is not worth failing the request over.
-            let _ = std::io::Write::write_all(&mut *f, format!("{line}\n").as_bytes());
+            write_audit(audit, &super::auth::audit_event(user, a, uri, allowed));
         }
         allowed
     }
@@ -2901,8 +2904,7 @@ fn access_review(
             decided.is_some(),
         );
         line["annotations"]["cdi-rs.dev/subject-access-review"] = json!("true");
-        let mut f = audit.lock().unwrap_or_else(|e| e.into_inner());
-        let _ = std::io::Write::write_all(&mut *f, format!("{line}\n").as_bytes());
+        write_audit(audit, &line);
     }
     Ok(match decided {
         Some(reason) => json!({"allowed": true, "reason": reason}),
