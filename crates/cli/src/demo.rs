@@ -240,7 +240,6 @@ pub fn run(args: &DemoArgs) -> anyhow::Result<()> {
         // installs it. Otherwise the controllers run in this process.
         let controllers = if args.upload || args.clone {
             crate::dev::install_cdi(&client).await?;
-            wait_rolled_out(&client, Duration::from_secs(args.timeout)).await?;
             if args.clone {
                 // The golden image is imported before any VM uses it: no consumer to wait for.
                 crate::dev::set_feature_gates(&client, &[]).await?;
@@ -312,33 +311,6 @@ pub fn run(args: &DemoArgs) -> anyhow::Result<()> {
         running.stop().await;
         outcome
     })
-}
-
-/// Wait until CDI's three Deployments have their pod ready.
-async fn wait_rolled_out(client: &Client, timeout: Duration) -> anyhow::Result<()> {
-    use k8s_openapi::api::apps::v1::Deployment;
-    let deployments: Api<Deployment> = Api::namespaced(client.clone(), "cdi");
-    let deadline = Instant::now() + timeout;
-    for name in ["cdi-deployment", "cdi-apiserver", "cdi-uploadproxy"] {
-        loop {
-            let ready = deployments
-                .get_opt(name)
-                .await?
-                .and_then(|d| d.status?.ready_replicas)
-                .unwrap_or(0);
-            if ready > 0 {
-                break;
-            }
-            if Instant::now() > deadline {
-                bail!(
-                    "Deployment cdi/{name} was not ready after {} s",
-                    timeout.as_secs()
-                );
-            }
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
-    }
-    Ok(())
 }
 
 /// `cdi image-upload` as a user runs it: first into a DataVolume that waits for a first consumer
