@@ -80,12 +80,8 @@ pub fn run(args: &ApiServerArgs) -> anyhow::Result<()> {
         let signer = Signer::new(API_ISSUER, &private).context("the token signing key")?;
         let cert = wait_for(&secrets, names::API_CERT).await?;
         let bundle = wait_for(&maps, names::API_SIGNER_BUNDLE).await?;
-        let ca = bundle
-            .data
-            .as_ref()
-            .and_then(|d| d.get(names::BUNDLE_KEY))
-            .cloned()
-            .with_context(|| format!("ConfigMap {} has no {}", names::API_SIGNER_BUNDLE, names::BUNDLE_KEY))?;
+        let (serving_now, serving) = tokio::sync::watch::channel(serving_pair(&cert)?);
+        let (bundle_now, bundles) = tokio::sync::watch::channel(bundle_text(&bundle)?);
         let auth = wait_for(
             &Api::<ConfigMap>::namespaced(client.clone(), "kube-system"),
             "extension-apiserver-authentication",
@@ -96,35 +92,9 @@ pub fn run(args: &ApiServerArgs) -> anyhow::Result<()> {
             .get("requestheader-client-ca-file")
             .cloned()
             .context("extension-apiserver-authentication has no requestheader-client-ca-file: the API server does not aggregate")?;
-        // Register: the aggregator trusts this server by the caBundle.
-        use base64::Engine;
-        let service = serde_json::json!({
-            "apiVersion": "apiregistration.k8s.io/v1", "kind": "APIService",
-            "metadata": {"name": format!("{VERSION}.{GROUP}"),
-                "labels": {"cdi.kubevirt.io": "cdi-api"}},
-            "spec": {"group": GROUP, "version": VERSION, "groupPriorityMinimum": 1000,
-                "versionPriority": 15,
-                "service": {"namespace": ns, "name": args.service, "port": args.service_port},
-                "caBundle": base64::engine::general_purpose::STANDARD.encode(ca.as_bytes())}});
-        let resource = kube::api::ApiResource {
-            group: "apiregistration.k8s.io".into(),
-            version: "v1".into(),
-            api_version: "apiregistration.k8s.io/v1".into(),
-            kind: "APIService".into(),
-            plural: "apiservices".into(),
-        };
-        Api::<DynamicObject>::all_with(client.clone(), &resource)
-            .patch(
-                &format!("{VERSION}.{GROUP}"),
-                &PatchParams::apply("cdi-apiserver").force(),
-                &Patch::Apply(&service),
-            )
-            .await
-            .context("registering the APIService")?;
         let config = ApiServerConfig {
             listen: pod.listen(args.listen),
-            cert_pem: secret_text(&cert, "tls.crt")?,
-            key_pem: secret_text(&cert, "tls.key")?,
+            serving,
             front_proxy_ca_pem: front_proxy_ca.into_bytes(),
             headers: RequestHeaders::from_config_map(&data),
             signer,
@@ -132,105 +102,195 @@ pub fn run(args: &ApiServerArgs) -> anyhow::Result<()> {
         let listener = tokio::net::TcpListener::bind(config.listen)
             .await
             .with_context(|| format!("listening on {}", config.listen))?;
+        // Registered now and again with each new bundle: the aggregator trusts this server by
+        // its caBundle.
+        let api_service = tokio::spawn(register_api_service(
+            client.clone(),
+            ns.to_string(),
+            args.service.clone(),
+            args.service_port,
+            bundles.clone(),
+        ));
         // The DataVolume webhook fails closed: registered only once the Service reaches this
         // server (before, every DataVolume write would be refused).
-        let webhooks =
-            cdi_upload::webhook::configurations(ns, &args.service, args.service_port, &ca);
-        let register = register_webhook(
+        let webhooks = tokio::spawn(register_webhook(
             client.clone(),
-            webhooks,
-            format!("https://{}.{ns}.svc:{}/readyz", args.service, args.service_port),
-            ca.clone(),
-        );
+            (ns.to_string(), args.service.clone(), args.service_port),
+            bundles,
+        ));
+        // A rotation by the operator: the new certificate and bundle are taken up as they come.
+        let rotated = tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(Duration::from_secs(5)).await;
+                let (Ok(cert), Ok(bundle)) = (
+                    secrets.get(names::API_CERT).await,
+                    maps.get(names::API_SIGNER_BUNDLE).await,
+                ) else {
+                    continue;
+                };
+                if let (Ok(pair), Ok(text)) = (serving_pair(&cert), bundle_text(&bundle)) {
+                    serving_now.send_if_modified(|seen| replace(seen, pair));
+                    bundle_now.send_if_modified(|seen| replace(seen, text));
+                }
+            }
+        });
         // The first line says where: tests and scripts read it.
         println!("cdi apiserver on https://{}", listener.local_addr()?);
         let mut terminate =
             tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
-        let registered = tokio::spawn(register);
         let outcome = tokio::select! {
             r = apiserver::run(config, client, listener) => r.map_err(anyhow::Error::from),
             _ = tokio::signal::ctrl_c() => Ok(()),
             _ = terminate.recv() => Ok(()),
         };
-        registered.abort();
+        for task in [api_service, webhooks, rotated] {
+            task.abort();
+        }
         outcome
     })
 }
 
-/// Register the DataVolume webhook once `through` (this server's readiness, through its
-/// Service) answers: the API server calls the webhook through the Service, which sends to this
-/// pod only once it is ready.
-async fn register_webhook(
-    client: kube::Client,
-    webhooks: Vec<serde_json::Value>,
-    through: String,
-    ca_pem: String,
+/// Put `new` in `seen`; whether that changed it.
+fn replace<T: PartialEq>(seen: &mut T, new: T) -> bool {
+    let changed = *seen != new;
+    *seen = new;
+    changed
+}
+
+fn serving_pair(secret: &Secret) -> anyhow::Result<cdi_upload::pki::KeyPair> {
+    Ok(cdi_upload::pki::KeyPair {
+        cert_pem: String::from_utf8(secret_text(secret, "tls.crt")?)?,
+        key_pem: String::from_utf8(secret_text(secret, "tls.key")?)?,
+    })
+}
+
+fn bundle_text(map: &ConfigMap) -> anyhow::Result<String> {
+    map.data
+        .as_ref()
+        .and_then(|d| d.get(names::BUNDLE_KEY))
+        .cloned()
+        .with_context(|| {
+            format!(
+                "ConfigMap {} has no {}",
+                names::API_SIGNER_BUNDLE,
+                names::BUNDLE_KEY
+            )
+        })
+}
+
+/// Apply `o` server-side as `cdi-apiserver`, until that works.
+async fn apply_until_done(
+    client: &kube::Client,
+    resource: &kube::api::ApiResource,
+    o: &serde_json::Value,
 ) {
-    let http = reqwest::Certificate::from_pem(ca_pem.as_bytes())
-        .map_err(|e| e.to_string())
-        .and_then(|ca| {
-            reqwest::Client::builder()
-                .add_root_certificate(ca)
-                .timeout(Duration::from_secs(5))
-                .build()
-                .map_err(|e| e.to_string())
-        });
-    let http = match http {
-        Ok(h) => h,
-        Err(e) => {
-            tracing::error!(error = %e, "the DataVolume webhook is not registered: no client for its Service");
+    let name = o["metadata"]["name"].as_str().unwrap_or("");
+    loop {
+        match Api::<DynamicObject>::all_with(client.clone(), resource)
+            .patch(
+                name,
+                &PatchParams::apply("cdi-apiserver").force(),
+                &Patch::Apply(o),
+            )
+            .await
+        {
+            Ok(_) => {
+                tracing::info!(kind = %resource.kind, %name, "registered");
+                return;
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, kind = %resource.kind, %name, "registering");
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+        }
+    }
+}
+
+/// Register the APIService with the bundle, and again whenever the bundle changes.
+async fn register_api_service(
+    client: kube::Client,
+    ns: String,
+    service: String,
+    port: u16,
+    mut bundles: tokio::sync::watch::Receiver<String>,
+) {
+    use base64::Engine;
+    let resource = kube::api::ApiResource {
+        group: "apiregistration.k8s.io".into(),
+        version: "v1".into(),
+        api_version: "apiregistration.k8s.io/v1".into(),
+        kind: "APIService".into(),
+        plural: "apiservices".into(),
+    };
+    loop {
+        let ca = bundles.borrow_and_update().clone();
+        let o = serde_json::json!({
+            "apiVersion": "apiregistration.k8s.io/v1", "kind": "APIService",
+            "metadata": {"name": format!("{VERSION}.{GROUP}"),
+                "labels": {"cdi.kubevirt.io": "cdi-api"}},
+            "spec": {"group": GROUP, "version": VERSION, "groupPriorityMinimum": 1000,
+                "versionPriority": 15,
+                "service": {"namespace": ns, "name": service, "port": port},
+                "caBundle": base64::engine::general_purpose::STANDARD.encode(ca.as_bytes())}});
+        apply_until_done(&client, &resource, &o).await;
+        if bundles.changed().await.is_err() {
             return;
         }
-    };
+    }
+}
+
+/// Register the webhooks once this server answers through its Service (the API server calls
+/// them there, and the Service sends to this pod only once it is ready), then again whenever
+/// the bundle changes.
+async fn register_webhook(
+    client: kube::Client,
+    (ns, service, port): (String, String, u16),
+    mut bundles: tokio::sync::watch::Receiver<String>,
+) {
+    let through = format!("https://{service}.{ns}.svc:{port}/readyz");
     let mut said = false;
     loop {
-        match http.get(&through).send().await {
+        let ca = bundles.borrow().clone();
+        let answer = match reqwest::Certificate::from_pem_bundle(ca.as_bytes()).and_then(|cas| {
+            reqwest::Client::builder()
+                .tls_certs_only(cas)
+                .timeout(Duration::from_secs(5))
+                .build()
+        }) {
+            Ok(http) => http.get(&through).send().await.map_err(|e| e.to_string()),
+            Err(e) => Err(format!("no client for the Service: {e}")),
+        };
+        match answer {
             Ok(r) if r.status().is_success() => break,
             outcome => {
                 if !said {
                     let why = match outcome {
                         Ok(r) => r.status().to_string(),
-                        Err(e) => e.to_string(),
+                        Err(e) => e,
                     };
-                    tracing::info!(url = %through, %why, "waiting for the Service to reach this server before registering the DataVolume webhook");
+                    tracing::info!(url = %through, %why, "waiting for the Service to reach this server before registering the webhooks");
                     said = true;
                 }
             }
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
-    // Each configuration by its kind and name (server-side apply: made or brought up to date).
-    for webhook in webhooks {
-        let kind = webhook["kind"].as_str().unwrap_or("").to_string();
-        let name = webhook["metadata"]["name"]
-            .as_str()
-            .unwrap_or("")
-            .to_string();
-        let resource = kube::core::ApiResource {
-            group: "admissionregistration.k8s.io".into(),
-            version: "v1".into(),
-            api_version: "admissionregistration.k8s.io/v1".into(),
-            plural: format!("{}s", kind.to_ascii_lowercase()),
-            kind: kind.clone(),
-        };
-        loop {
-            match Api::<DynamicObject>::all_with(client.clone(), &resource)
-                .patch(
-                    &name,
-                    &PatchParams::apply("cdi-apiserver").force(),
-                    &Patch::Apply(&webhook),
-                )
-                .await
-            {
-                Ok(_) => {
-                    tracing::info!(%kind, %name, "registered the webhook");
-                    break;
-                }
-                Err(e) => {
-                    tracing::warn!(error = %e, %kind, %name, "registering the webhook");
-                    tokio::time::sleep(Duration::from_secs(1)).await;
-                }
-            }
+    loop {
+        let ca = bundles.borrow_and_update().clone();
+        // Each configuration by its kind and name (server-side apply: made or brought up to date).
+        for webhook in cdi_upload::webhook::configurations(&ns, &service, port, &ca) {
+            let kind = webhook["kind"].as_str().unwrap_or("").to_string();
+            let resource = kube::core::ApiResource {
+                group: "admissionregistration.k8s.io".into(),
+                version: "v1".into(),
+                api_version: "admissionregistration.k8s.io/v1".into(),
+                plural: format!("{}s", kind.to_ascii_lowercase()),
+                kind,
+            };
+            apply_until_done(&client, &resource, &webhook).await;
+        }
+        if bundles.changed().await.is_err() {
+            return;
         }
     }
 }

@@ -40,11 +40,12 @@ pub enum DevCommand {
         /// memory, pods}` instead of the default three.
         #[arg(long, value_name = "FILE")]
         nodes: Option<PathBuf>,
-        /// Run CDI inside the cluster too, in namespace `cdi` under ServiceAccount `cdi-sa`
-        /// (bound to cluster-admin): `cdi controller` (Deployment `cdi-deployment`), the token
-        /// API `cdi apiserver` (`cdi-apiserver`, APIService v1beta1.upload.cdi.kubevirt.io) and
-        /// `cdi upload-proxy` (`cdi-uploadproxy`, whose address CDIConfig gives), so that
-        /// `cdi image-upload` works with no other setup.
+        /// Install CDI inside the cluster too, as a cluster admin would (the manifests of `cdi
+        /// install`, then the example CDI resource): the operator runs `cdi controller`
+        /// (Deployment `cdi-deployment`), the token API `cdi apiserver` (`cdi-apiserver`) and
+        /// `cdi upload-proxy` (`cdi-uploadproxy`, whose address CDIConfig gives) in namespace
+        /// `cdi`, each under its own ServiceAccount, so that `cdi image-upload` works with no
+        /// other setup.
         #[arg(long)]
         cdi: bool,
         /// Append every authorization decision of the API server to `logs/audit.log` (one

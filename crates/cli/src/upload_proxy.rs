@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context as _;
 use cdi_core::devpod::DevPod;
-use cdi_upload::proxy::{self, ProxyConfig};
+use cdi_upload::proxy::{self, ProxyConfig, ProxyTls};
 use cdi_upload::token::{API_ISSUER, Validator};
 
 #[derive(clap::Args)]
@@ -71,17 +71,48 @@ pub fn run(args: &UploadProxyArgs) -> anyhow::Result<()> {
              or --apiserver-public-key-file"
         ),
     };
+    let read_tls = {
+        let root = pod.root.clone();
+        let paths = [
+            args.tls_cert.clone(),
+            args.tls_key.clone(),
+            args.client_cert.clone(),
+            args.client_key.clone(),
+            args.server_ca.clone(),
+        ];
+        move || {
+            let file = |i: usize| read(root.as_deref(), &paths[i]);
+            Ok::<_, anyhow::Error>(ProxyTls {
+                cert_pem: file(0)?,
+                key_pem: file(1)?,
+                client_cert_pem: file(2)?,
+                client_key_pem: file(3)?,
+                server_ca_pem: file(4)?,
+            })
+        }
+    };
+    let (tls_now, tls) = tokio::sync::watch::channel(read_tls()?);
     let config = ProxyConfig {
         listen: pod.listen(args.listen),
-        cert_pem: read(root, &args.tls_cert)?,
-        key_pem: read(root, &args.tls_key)?,
-        client_cert_pem: read(root, &args.client_cert)?,
-        client_key_pem: read(root, &args.client_key)?,
-        server_ca_pem: read(root, &args.server_ca)?,
+        tls,
         validator: Validator::new(API_ISSUER, &key).context("the token key")?,
     };
     let runtime = tokio::runtime::Runtime::new().context("starting the runtime")?;
     runtime.block_on(async {
+        // The kubelet rewrites mounted Secrets in place when the operator rotates them.
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+                // Files caught halfway through a rewrite are read again next time.
+                if let Ok(now) = read_tls() {
+                    tls_now.send_if_modified(|seen| {
+                        let changed = *seen != now;
+                        *seen = now;
+                        changed
+                    });
+                }
+            }
+        });
         let client = kube::Client::try_default()
             .await
             .context("connecting to the cluster (set KUBECONFIG, or run in a pod)")?;

@@ -453,6 +453,164 @@ async fn the_operator_installs_least_privilege_components_upgrades_and_uninstall
             .join("\n")
     );
 
+    // Certificate rotation, as upstream's test asks for it: a CA marked expired (its notAfter
+    // annotation moved to just after its notBefore) is made again, its bundle keeps the old one
+    // beside it; new lifetimes in spec.certConfig make the serving and client certificates
+    // again, signed by the new CAs. The components take them up while running, and an upload
+    // (webhooks, the token API, the proxy, an upload server) still works.
+    let signers = [
+        ("cdi-apiserver-signer", "cdi-apiserver-signer-bundle"),
+        ("cdi-uploadproxy-signer", "cdi-uploadproxy-signer-bundle"),
+        ("cdi-uploadserver-signer", "cdi-uploadserver-signer-bundle"),
+        (
+            "cdi-uploadserver-client-signer",
+            "cdi-uploadserver-client-signer-bundle",
+        ),
+    ];
+    let secret = |name: &str| get_json(&dir, "cdi", &format!("secret/{name}")).unwrap();
+    let bundle = |name: &str| {
+        get_json(&dir, "cdi", &format!("configmap/{name}")).unwrap()["data"]["ca-bundle.crt"]
+            .as_str()
+            .unwrap_or("")
+            .to_string()
+    };
+    let pems = |text: &str| text.matches("-----BEGIN CERTIFICATE-----").count();
+    for (signer, bundle_name) in signers {
+        let before = secret(signer);
+        assert_eq!(pems(&bundle(bundle_name)), 1, "{bundle_name}");
+        let not_before =
+            before["metadata"]["annotations"]["auth.openshift.io/certificate-not-before"]
+                .as_str()
+                .unwrap_or_else(|| panic!("{signer} has no notBefore: {before}"))
+                .to_string();
+        let start: k8s_openapi::jiff::Timestamp = not_before.parse().unwrap();
+        let expired = (start + k8s_openapi::jiff::SignedDuration::from_secs(1)).to_string();
+        kubectl(
+            &dir,
+            &[
+                "annotate",
+                "--overwrite",
+                "secret",
+                signer,
+                "-n",
+                "cdi",
+                &format!("auth.openshift.io/certificate-not-after={expired}"),
+            ],
+            None,
+        );
+        wait_for(&format!("{signer} made again"), 60, || {
+            let now = secret(signer);
+            (now["data"]["tls.crt"] != before["data"]["tls.crt"]).then_some(())
+        });
+        // The new CA first, the old one kept until it expires.
+        let both = wait_for(&format!("{bundle_name} with both CAs"), 30, || {
+            Some(bundle(bundle_name)).filter(|b| pems(b) == 2)
+        });
+        let new_ca = String::from_utf8(base64_decode(
+            secret(signer)["data"]["tls.crt"].as_str().unwrap(),
+        ))
+        .unwrap();
+        assert!(both.starts_with(new_ca.trim_end()), "{bundle_name}: {both}");
+    }
+    let served = |service: &str| {
+        let ip = kubectl(
+            &dir,
+            &[
+                "get",
+                "svc",
+                service,
+                "-n",
+                "cdi",
+                "-o",
+                "jsonpath={.spec.clusterIP}",
+            ],
+            None,
+        );
+        format!("https://{ip}/healthz")
+    };
+    let (proxy_url, api_url) = (served("cdi-uploadproxy"), served("cdi-api"));
+    let old_proxy_cert = served_certificate(&proxy_url).await;
+    let old_api_cert = served_certificate(&api_url).await;
+    kubectl(
+        &dir,
+        &[
+            "patch",
+            "cdi",
+            "cdi",
+            "--type",
+            "merge",
+            "-p",
+            r#"{"spec":{"certConfig":{"server":{"duration":"20h","renewBefore":"8h"},"client":{"duration":"20h","renewBefore":"8h"}}}}"#,
+        ],
+        None,
+    );
+    for target in [
+        "cdi-apiserver-server-cert",
+        "cdi-uploadproxy-server-cert",
+        "cdi-uploadserver-client-cert",
+    ] {
+        let made = wait_for(&format!("{target} made for the new lifetimes"), 60, || {
+            let s = secret(target);
+            (s["metadata"]["annotations"]["operator.cdi.kubevirt.io/certConfig"]
+                == r#"{"lifetime":"20h0m0s","refresh":"12h0m0s"}"#)
+                .then_some(s)
+        });
+        // Signed by the new CA (library-go's issuer names are unique per CA).
+        let issuer = made["metadata"]["annotations"]["auth.openshift.io/certificate-issuer"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        let signer = signers
+            .iter()
+            .find(|(s, _)| issuer.contains(&format!("_{s}@")))
+            .unwrap_or_else(|| panic!("{target}: issuer {issuer}"))
+            .0;
+        let ca = String::from_utf8(base64_decode(
+            secret(signer)["data"]["tls.crt"].as_str().unwrap(),
+        ))
+        .unwrap();
+        assert!(
+            ca_common_name(&ca).as_deref() == Some(issuer.as_str()),
+            "{target} is signed by {issuer}, not by the current {signer}"
+        );
+    }
+    // The running components serve the new certificates (the kubelet rewrote the proxy's
+    // mounted Secret; the token API read its own).
+    for (url, old, name) in [
+        (&proxy_url, &old_proxy_cert, "cdi-uploadproxy-server-cert"),
+        (&api_url, &old_api_cert, "cdi-apiserver-server-cert"),
+    ] {
+        let want = pem_der(
+            &String::from_utf8(base64_decode(
+                secret(name)["data"]["tls.crt"].as_str().unwrap(),
+            ))
+            .unwrap(),
+        );
+        assert_ne!(&want, old);
+        let mut now = Vec::new();
+        for _ in 0..600 {
+            now = served_certificate(url).await;
+            if now == want {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
+        assert_eq!(
+            now, want,
+            "{url} still serves the certificate before {name}"
+        );
+    }
+    // Clients learn the proxy's CAs from CDIConfig.
+    let proxy_bundle = bundle("cdi-uploadproxy-signer-bundle");
+    wait_for("CDIConfig publishing the rotated proxy CAs", 60, || {
+        get_json(&dir, "", "cdiconfig/config")
+            .filter(|c| c["status"]["uploadProxyCA"] == proxy_bundle.as_str())
+    });
+    // No consumer follows: bound at once.
+    devcluster::set_feature_gates(&dir, "[]");
+    upload("rotated-upload", "local-path");
+    succeeded("default", "rotated-upload");
+
     // An upgrade: a new release in the operator's environment rolls every component to it.
     let next = "0.0.1-next";
     let image = |c: &str| format!("cdi-rs/cdi-{c}:{next}");
@@ -600,4 +758,45 @@ async fn the_operator_installs_least_privilege_components_upgrades_and_uninstall
             None
         })
     });
+}
+
+fn base64_decode(text: &str) -> Vec<u8> {
+    use base64::Engine;
+    base64::engine::general_purpose::STANDARD
+        .decode(text)
+        .unwrap()
+}
+
+/// The DER of the first certificate of `pem`.
+fn pem_der(pem: &str) -> Vec<u8> {
+    let body: String = pem
+        .lines()
+        .skip_while(|l| !l.starts_with("-----BEGIN CERTIFICATE"))
+        .skip(1)
+        .take_while(|l| !l.starts_with("-----END"))
+        .collect();
+    base64_decode(&body)
+}
+
+fn ca_common_name(pem: &str) -> Option<String> {
+    cdi_upload::rotation::common_names(pem).into_iter().next()
+}
+
+/// The certificate `url`'s server presents (DER), or nothing when it cannot be reached.
+async fn served_certificate(url: &str) -> Vec<u8> {
+    let client = reqwest::Client::builder()
+        .danger_accept_invalid_certs(true)
+        .tls_info(true)
+        .timeout(std::time::Duration::from_secs(5))
+        .build()
+        .unwrap();
+    match client.get(url).send().await {
+        Ok(r) => r
+            .extensions()
+            .get::<reqwest::tls::TlsInfo>()
+            .and_then(|t| t.peer_certificate())
+            .map(<[u8]>::to_vec)
+            .unwrap_or_default(),
+        Err(_) => Vec::new(),
+    }
 }

@@ -105,7 +105,7 @@ async fn start_source_pod(
     let mut settings = Settings::for_claim(&worker, ctx.caches.config().as_ref(), claim, placement);
     // The source pod goes to the source, not to where the target's consumer was placed.
     settings.inherited.clear();
-    let spec = hostclone::source_pod(claim, &source, &settings, &pki.server_ca.pair.cert_pem);
+    let spec = hostclone::source_pod(claim, &source, &settings, &pki.server_bundle);
     let pods_api: Api<Pod> = Api::namespaced(ctx.client.clone(), &source_ref.0);
     let pod = match pods_api.create(&PostParams::default(), &spec).await {
         Ok(pod) => {

@@ -31,10 +31,15 @@ pub struct Events {
 impl Events {
     /// Events reported by `cdi-controller`, from `instance`.
     pub fn new(client: Client, instance: &str) -> Events {
+        Events::of(client, COMPONENT, instance)
+    }
+
+    /// Events reported by `component`, from `instance`.
+    pub fn of(client: Client, component: &str, instance: &str) -> Events {
         Events {
             client,
             reporter: Reporter {
-                controller: COMPONENT.into(),
+                controller: component.into(),
                 instance: Some(instance.into()),
             },
             recorders: Mutex::default(),

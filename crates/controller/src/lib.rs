@@ -19,6 +19,7 @@
 //! starting it again converges.
 
 pub mod cache;
+pub mod certs;
 pub mod clonepop;
 pub mod clonesource;
 pub mod clonetoken;
@@ -89,8 +90,8 @@ pub struct Context {
     pub caches: cache::Caches,
     /// Events on the objects reconciled (kube-runtime's Recorder).
     pub events: Arc<events::Events>,
-    /// The upload path's certificate authorities, read once they are needed.
-    pub upload_pki: Arc<tokio::sync::OnceCell<upload::UploadPki>>,
+    /// The upload path's certificate authorities, read when needed and again once rotated.
+    pub upload_pki: Arc<upload::PkiCache>,
     /// The keys of clone tokens, read once they are needed.
     pub clone_tokens: Arc<tokio::sync::OnceCell<clonetoken::CloneTokens>>,
 }

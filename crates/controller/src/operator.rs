@@ -4,20 +4,21 @@
 //! worker pods and what they registered removed, then the garbage collector takes the rest.
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use cdi_api::config::CDI;
 use cdi_core::install::{self, Release};
+use cdi_upload::rotation::Lifetimes;
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::{Pod, Service};
+use k8s_openapi::api::core::v1::{Pod, Secret, Service};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{
     ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams,
 };
 use kube::runtime::controller::Action;
 use kube::runtime::{Controller, watcher};
-use kube::{Api, Client, ResourceExt};
+use kube::{Api, Client, Resource, ResourceExt};
 use serde_json::{Value, json};
 
 use crate::Error;
@@ -30,6 +31,7 @@ struct Ctx {
     client: Client,
     release: Release,
     metrics: Arc<Metrics>,
+    events: crate::events::Events,
 }
 
 /// The API resource of a manifest's kind (the kinds the operator writes).
@@ -164,8 +166,17 @@ async fn reconcile(cdi: Arc<CDI>, ctx: Arc<Ctx>) -> Result<Action, Error> {
         // The change wakes the next pass.
         return Ok(Action::await_change());
     }
-    for o in desired(&ctx.release, &cdi) {
-        apply(client, &o).await?;
+    // The Deployments last: their pods mount the certificates, which name the Services'
+    // addresses.
+    let (deployments, rest): (Vec<Value>, Vec<Value>) = desired(&ctx.release, &cdi)
+        .into_iter()
+        .partition(|o| o["kind"] == "Deployment");
+    for o in &rest {
+        apply(client, o).await?;
+    }
+    let next_due = certificates(&ctx, &cdi).await?;
+    for o in &deployments {
+        apply(client, o).await?;
     }
     let deployments: Vec<Deployment> =
         Api::<Deployment>::namespaced(client.clone(), &ctx.release.namespace)
@@ -182,7 +193,46 @@ async fn reconcile(cdi: Arc<CDI>, ctx: Arc<Ctx>) -> Result<Action, Error> {
     if let Some(ready) = install::cr_ready(Some(&status)) {
         ctx.metrics.set_cr_ready(ready);
     }
-    Ok(Action::requeue(Duration::from_secs(60)))
+    // Back when the next certificate falls due, and at least every minute (upstream's poll).
+    let until_due = next_due
+        .map(|at| at.duration_since(SystemTime::now()).unwrap_or_default())
+        .unwrap_or(POLL);
+    Ok(Action::requeue(
+        until_due.clamp(Duration::from_secs(1), POLL),
+    ))
+}
+
+/// How often the operator looks again at an installation nothing changed.
+const POLL: Duration = Duration::from_secs(60);
+
+/// Make the installation's certificates, and again those due (`spec.certConfig`'s lifetimes;
+/// upstream's defaults when it cannot be read, said in an event); when the next falls due.
+async fn certificates(ctx: &Ctx, cdi: &CDI) -> Result<Option<SystemTime>, Error> {
+    let lifetimes = match Lifetimes::from_spec(cdi.spec.cert_config.as_ref()) {
+        Ok(l) => l,
+        Err(why) => {
+            ctx.events
+                .record(
+                    cdi,
+                    true,
+                    "InvalidCertConfig",
+                    &format!("{why}; the default lifetimes are used until it is fixed"),
+                )
+                .await;
+            Lifetimes::default()
+        }
+    };
+    let owner = cdi.controller_owner_ref(&());
+    crate::certs::Pass {
+        client: &ctx.client,
+        ns: &ctx.release.namespace,
+        lifetimes: &lifetimes,
+        owner: owner.as_ref(),
+        mode: crate::certs::Mode::Rotate,
+        manager: MANAGER,
+    }
+    .run()
+    .await
 }
 
 /// The CDI kind has no status subresource (upstream's): status goes with the object.
@@ -268,11 +318,17 @@ fn error_policy(_: Arc<CDI>, e: &Error, _: Arc<Ctx>) -> Action {
 pub async fn run(client: Client, release: Release, metrics: Arc<Metrics>) -> anyhow::Result<()> {
     let ns = release.namespace.clone();
     let ctx = Arc::new(Ctx {
+        events: crate::events::Events::of(client.clone(), MANAGER, &identity()),
         client: client.clone(),
         release,
         metrics,
     });
     Controller::new(Api::<CDI>::all(client.clone()), watcher::Config::default())
+        // A certificate someone changed (or marked expired) is looked at right away.
+        .owns(
+            Api::<Secret>::namespaced(client.clone(), &ns),
+            watcher::Config::default(),
+        )
         .owns(
             Api::<Deployment>::namespaced(client, &ns),
             watcher::Config::default().labels(&format!(
@@ -296,4 +352,9 @@ pub async fn run(client: Client, release: Release, metrics: Arc<Metrics>) -> any
         })
         .await;
     Ok(())
+}
+
+/// This operator instance, as events name it: its pod's name.
+fn identity() -> String {
+    std::env::var("HOSTNAME").unwrap_or_else(|_| MANAGER.into())
 }

@@ -16,7 +16,7 @@ use std::sync::Arc;
 use cdi_api::{ann, gate};
 use cdi_core::import::{self, Next, Settings};
 use cdi_core::{hostclone, upload};
-use cdi_upload::pki::{self, Ca, KeyPair};
+use cdi_upload::pki::{self, Ca};
 use futures::StreamExt;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Pod, Secret, Service};
@@ -26,6 +26,7 @@ use kube::{Api, ResourceExt};
 use serde_json::json;
 
 use crate::cache::Changes;
+use crate::certs;
 use crate::{Context, Error};
 
 /// The Secret holding the CA of upload servers' certificates.
@@ -55,154 +56,98 @@ pub const API_CERT: &str = "cdi-apiserver-server-cert";
 pub const API_SIGNER_BUNDLE: &str = "cdi-apiserver-signer-bundle";
 pub const API_SERVICE: &str = "cdi-api";
 
-/// The certificate authorities, once read or made.
+/// The upload path's certificate authorities as they are now, with the bundles that publish
+/// them (the current CA and the older ones still valid).
 pub struct UploadPki {
     pub(crate) server_ca: Ca,
     /// Signs the clients upload servers take: the proxy's, and each clone source pod's.
     pub(crate) client_ca: Ca,
-    client_ca_pem: String,
+    /// What a client of upload servers trusts them by.
+    pub(crate) server_bundle: String,
+    /// What an upload server trusts its clients by.
+    pub(crate) client_bundle: String,
 }
 
-fn tls_secret(name: &str, pair: &KeyPair) -> Secret {
-    Secret {
-        metadata: kube::api::ObjectMeta {
-            name: Some(name.into()),
-            ..Default::default()
-        },
-        type_: Some("kubernetes.io/tls".into()),
-        data: Some(BTreeMap::from([
-            (
-                "tls.crt".into(),
-                ByteString(pair.cert_pem.clone().into_bytes()),
-            ),
-            (
-                "tls.key".into(),
-                ByteString(pair.key_pem.clone().into_bytes()),
-            ),
-        ])),
-        ..Default::default()
-    }
+/// The CAs as last read, by the versions of the objects they were read from: read again when
+/// those change, so a rotation by the operator is followed.
+#[derive(Default)]
+pub struct PkiCache {
+    made: tokio::sync::OnceCell<()>,
+    current: tokio::sync::Mutex<Option<(String, Arc<UploadPki>)>>,
 }
 
-fn pair_of(secret: &Secret) -> Option<KeyPair> {
-    let data = secret.data.as_ref()?;
-    let text = |k: &str| String::from_utf8(data.get(k)?.0.clone()).ok();
-    Some(KeyPair {
-        cert_pem: text("tls.crt")?,
-        key_pem: text("tls.key")?,
-    })
-}
-
-/// The pair kept in Secret `name`, made by `make` when there is none. Another writer that made
-/// one first wins: its pair is read back.
-async fn kept_pair(
-    secrets: &Api<Secret>,
-    name: &str,
-    make: impl FnOnce() -> Result<KeyPair, pki::PkiError>,
-) -> Result<KeyPair, Error> {
-    let unreadable = || {
-        Error::Other(format!(
-            "Secret {name} holds no readable tls.crt and tls.key; delete it to have it made again"
-        ))
-    };
-    if let Some(s) = secrets.get_opt(name).await? {
-        return pair_of(&s).ok_or_else(unreadable);
-    }
-    let pair = make().map_err(|e| Error::Other(e.to_string()))?;
-    match secrets
-        .create(&PostParams::default(), &tls_secret(name, &pair))
-        .await
-    {
-        Ok(_) => Ok(pair),
-        Err(kube::Error::Api(e)) if e.code == 409 => {
-            pair_of(&secrets.get(name).await?).ok_or_else(unreadable)
-        }
-        Err(e) => Err(e.into()),
-    }
-}
-
-async fn publish_bundle(maps: &Api<ConfigMap>, name: &str, pem: &str) -> Result<(), Error> {
-    let map = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name},
-        "data": {BUNDLE_KEY: pem}});
-    maps.patch(
-        name,
-        &PatchParams::apply("cdi-controller").force(),
-        &Patch::Apply(&map),
-    )
-    .await?;
-    Ok(())
-}
-
-/// The CA kept in Secret `name` of the controller's namespace, made when missing.
-async fn kept_ca(secrets: &Api<Secret>, name: &'static str) -> Result<Ca, Error> {
-    let pair = kept_pair(secrets, name, || {
-        Ca::generate(name, pki::CA_LIFETIME).map(|c| c.pair)
-    })
-    .await?;
-    Ca::from_pem(pair).map_err(|e| {
-        Error::Other(format!(
-            "Secret {name} is not a usable CA ({e}); delete it to have it made again"
-        ))
-    })
-}
-
-/// The upload path's CAs: read from the controller's namespace (what is missing is made) once
-/// per leadership term.
-pub(crate) async fn pki(ctx: &Context) -> Result<&UploadPki, Error> {
-    ctx.upload_pki.get_or_try_init(|| ensure_pki(ctx)).await
-}
-
-/// Read the upload path's CAs from the controller's namespace, making what is missing.
-pub async fn ensure_pki(ctx: &Context) -> Result<UploadPki, Error> {
+/// The upload path's CAs, what is missing made first (once per leadership term).
+pub(crate) async fn pki(ctx: &Context) -> Result<Arc<UploadPki>, Error> {
     let ns = &ctx.options.namespace;
+    ctx.upload_pki
+        .made
+        .get_or_try_init(|| ensure_pki(&ctx.client, ns))
+        .await?;
     let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), ns);
     let maps: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), ns);
-    let server_ca = kept_ca(&secrets, SERVER_SIGNER).await?;
-    let client_ca = kept_ca(&secrets, CLIENT_SIGNER).await?;
-    kept_pair(&secrets, CLIENT_CERT, || {
-        client_ca.client_cert(upload::CLIENT_NAME, pki::CLIENT_LIFETIME)
-    })
-    .await?;
-    publish_bundle(&maps, SERVER_SIGNER_BUNDLE, &server_ca.pair.cert_pem).await?;
-    publish_bundle(&maps, CLIENT_SIGNER_BUNDLE, &client_ca.pair.cert_pem).await?;
-    // The proxy's and the token API's serving certificates.
-    for (signer, cert, bundle, service) in [
-        (PROXY_SIGNER, PROXY_CERT, PROXY_SIGNER_BUNDLE, PROXY_SERVICE),
-        (API_SIGNER, API_CERT, API_SIGNER_BUNDLE, API_SERVICE),
-    ] {
-        serving_cert(ctx, &secrets, &maps, (signer, cert, bundle), service).await?;
+    let (server, client) = (
+        secrets.get(SERVER_SIGNER).await?,
+        secrets.get(CLIENT_SIGNER).await?,
+    );
+    let (server_map, client_map) = (
+        maps.get(SERVER_SIGNER_BUNDLE).await?,
+        maps.get(CLIENT_SIGNER_BUNDLE).await?,
+    );
+    let version = [
+        server.resource_version(),
+        client.resource_version(),
+        server_map.resource_version(),
+        client_map.resource_version(),
+    ]
+    .map(|v| v.unwrap_or_default())
+    .join("/");
+    let mut current = ctx.upload_pki.current.lock().await;
+    if let Some((seen, pki)) = current.as_ref()
+        && *seen == version
+    {
+        return Ok(pki.clone());
     }
-    ensure_signing_key(&secrets).await?;
-    Ok(UploadPki {
-        client_ca_pem: client_ca.pair.cert_pem.clone(),
-        client_ca,
-        server_ca,
-    })
+    let ca = |s: &Secret| {
+        let name = s.name_any();
+        certs::pair_of(s)
+            .and_then(|pair| Ca::from_pem(pair).ok())
+            .ok_or_else(|| {
+                Error::Other(format!(
+                    "Secret {ns}/{name} is not a usable CA; delete it to have it made again"
+                ))
+            })
+    };
+    let bundle = |m: &ConfigMap| {
+        m.data
+            .as_ref()
+            .and_then(|d| d.get(BUNDLE_KEY))
+            .cloned()
+            .unwrap_or_default()
+    };
+    let pki = Arc::new(UploadPki {
+        server_ca: ca(&server)?,
+        client_ca: ca(&client)?,
+        server_bundle: bundle(&server_map),
+        client_bundle: bundle(&client_map),
+    });
+    *current = Some((version, pki.clone()));
+    Ok(pki)
 }
 
-/// A CA kept in Secret `signer`, published in ConfigMap `bundle`, and the serving certificate
-/// it signed in Secret `cert` for Service `service`: its names, and its cluster IP when the
-/// Service is there already (so `cdi dev` can hand out that address).
-async fn serving_cert(
-    ctx: &Context,
-    secrets: &Api<Secret>,
-    maps: &Api<ConfigMap>,
-    (signer, cert, bundle): (&'static str, &str, &str),
-    service: &str,
-) -> Result<(), Error> {
-    let ns = &ctx.options.namespace;
-    let ca = kept_ca(secrets, signer).await?;
-    let found = Api::<Service>::namespaced(ctx.client.clone(), ns)
-        .get_opt(service)
-        .await?;
-    let mut names = upload::server_names(ns, service);
-    names.extend(
-        found
-            .and_then(|s| s.spec?.cluster_ip)
-            .filter(|ip| ip.parse::<std::net::IpAddr>().is_ok()),
-    );
-    kept_pair(secrets, cert, || ca.server_cert(&names, pki::CA_LIFETIME)).await?;
-    publish_bundle(maps, bundle, &ca.pair.cert_pem).await
+/// Make what the upload path's certificates lack (the operator, when there is one, made them
+/// already and rotates them) and the token signing key.
+pub async fn ensure_pki(client: &kube::Client, ns: &str) -> Result<(), Error> {
+    certs::Pass {
+        client,
+        ns,
+        lifetimes: &certs::unmanaged(),
+        owner: None,
+        mode: certs::Mode::Missing,
+        manager: "cdi-controller",
+    }
+    .run()
+    .await?;
+    ensure_signing_key(&Api::namespaced(client.clone(), ns)).await
 }
 
 /// The token signing key pair, made when missing.
@@ -294,7 +239,7 @@ async fn pod_needs(ctx: &Context, claim: &PersistentVolumeClaim, pod: &Pod) -> R
                 .server_cert(&upload::server_names(&ns, &service), pki::SERVER_LIFETIME)
                 .map_err(|e| Error::Other(e.to_string()))?;
             let secret =
-                upload::cert_secret(pod, &cert.cert_pem, &cert.key_pem, &pki.client_ca_pem);
+                upload::cert_secret(pod, &cert.cert_pem, &cert.key_pem, &pki.client_bundle);
             crate::create(&secrets, &secret).await?;
         }
     }

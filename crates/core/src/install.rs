@@ -283,8 +283,8 @@ fn controller_cluster_rules() -> Vec<Value> {
     ]
 }
 
-/// What the controller does in its own namespace: its lease, the CA bundles it publishes, the
-/// Services whose addresses go into its certificates.
+/// What the controller does in its own namespace: its lease. (The certificates and their
+/// bundles are the operator's.)
 fn controller_namespace_rules() -> Vec<Value> {
     vec![
         rule(&["coordination.k8s.io"], &["leases"], &["create"]),
@@ -294,19 +294,6 @@ fn controller_namespace_rules() -> Vec<Value> {
             &["cdi-controller-leader-election-helper"],
             &["get", "patch"],
         ),
-        rule(&[""], &["configmaps"], &["create"]),
-        named(
-            &[""],
-            &["configmaps"],
-            &[
-                "cdi-uploadserver-signer-bundle",
-                "cdi-uploadserver-client-signer-bundle",
-                "cdi-uploadproxy-signer-bundle",
-                "cdi-apiserver-signer-bundle",
-            ],
-            &["patch"],
-        ),
-        named(&[""], &["services"], &[UPLOAD_PROXY, "cdi-api"], &["get"]),
     ]
 }
 

@@ -22,9 +22,9 @@ const MAX_BODY: usize = 1 << 20;
 
 pub struct ApiServerConfig {
     pub listen: SocketAddr,
-    /// The serving certificate and key (PEM); the APIService's caBundle vouches for them.
-    pub cert_pem: Vec<u8>,
-    pub key_pem: Vec<u8>,
+    /// The serving certificate and key (PEM) as they are now, the APIService's caBundle
+    /// vouching for them; a new value (a rotation) serves the next connections.
+    pub serving: tokio::sync::watch::Receiver<crate::pki::KeyPair>,
     /// The CA of the aggregator's front-proxy client certificate
     /// (`requestheader-client-ca-file`).
     pub front_proxy_ca_pem: Vec<u8>,
@@ -373,12 +373,18 @@ pub async fn run(
     client: kube::Client,
     listener: tokio::net::TcpListener,
 ) -> Result<(), crate::server::ServerError> {
-    let tls = crate::server::tls_config(&crate::server::Tls {
-        cert_pem: config.cert_pem,
-        key_pem: config.key_pem,
-        client_ca_pem: Some(config.front_proxy_ca_pem),
-    })?;
-    let acceptor = tokio_rustls::TlsAcceptor::from(tls);
+    let front_proxy_ca = config.front_proxy_ca_pem;
+    let acceptor =
+        crate::server::Following::new(config.serving, "serving certificate", move |pair| {
+            let tls = crate::server::tls_config(&crate::server::Tls {
+                cert_pem: pair.cert_pem.clone().into_bytes(),
+                key_pem: pair.key_pem.clone().into_bytes(),
+                client_ca_pem: Some(front_proxy_ca.clone()),
+            })
+            .map_err(|e| e.to_string())?;
+            Ok(tokio_rustls::TlsAcceptor::from(tls))
+        })
+        .map_err(crate::server::ServerError::Config)?;
     let api = Arc::new(Api {
         webhook: crate::webhook::Webhook {
             client: client.clone(),
@@ -395,7 +401,7 @@ pub async fn run(
                 context: "accepting".into(),
                 error,
             })?;
-        let acceptor = acceptor.clone();
+        let acceptor = acceptor.get().as_ref().clone();
         let api = api.clone();
         tokio::spawn(async move {
             let Ok(tls) = acceptor.accept(tcp).await else {

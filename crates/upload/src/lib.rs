@@ -11,6 +11,7 @@ pub mod cloner;
 pub mod pack;
 pub mod pki;
 pub mod proxy;
+pub mod rotation;
 pub mod server;
 pub mod token;
 pub mod tokenapi;

@@ -25,15 +25,48 @@ pub const WAIT_INTERVAL: Duration = Duration::from_secs(1);
 /// What the proxy needs.
 pub struct ProxyConfig {
     pub listen: SocketAddr,
-    /// The proxy's own serving certificate and key (PEM).
+    /// Its certificates as they are now; a new value (a rotation) serves the next requests.
+    pub tls: tokio::sync::watch::Receiver<ProxyTls>,
+    pub validator: Validator,
+}
+
+/// The proxy's TLS material (PEM).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ProxyTls {
+    /// Its own serving certificate and key.
     pub cert_pem: Vec<u8>,
     pub key_pem: Vec<u8>,
-    /// The client certificate and key upload servers accept (PEM).
+    /// The client certificate and key upload servers accept.
     pub client_cert_pem: Vec<u8>,
     pub client_key_pem: Vec<u8>,
-    /// The CA upload servers' certificates are signed by (PEM).
+    /// The CAs upload servers' certificates are signed by (a bundle).
     pub server_ca_pem: Vec<u8>,
-    pub validator: Validator,
+}
+
+/// What the proxy serves and connects with, built from [`ProxyTls`].
+struct Material {
+    acceptor: tokio_rustls::TlsAcceptor,
+    client_identity: reqwest::Identity,
+    server_cas: Vec<reqwest::Certificate>,
+}
+
+impl Material {
+    fn build(tls: &ProxyTls) -> Result<Material, String> {
+        let serving = crate::server::tls_config(&crate::server::Tls {
+            cert_pem: tls.cert_pem.clone(),
+            key_pem: tls.key_pem.clone(),
+            client_ca_pem: None,
+        })
+        .map_err(|e| e.to_string())?;
+        let identity = [tls.client_cert_pem.as_slice(), b"\n", &tls.client_key_pem].concat();
+        Ok(Material {
+            acceptor: tokio_rustls::TlsAcceptor::from(serving),
+            client_identity: reqwest::Identity::from_pem(&identity)
+                .map_err(|e| format!("the upload servers' client certificate: {e}"))?,
+            server_cas: reqwest::Certificate::from_pem_bundle(&tls.server_ca_pem)
+                .map_err(|e| format!("the upload servers' CA bundle: {e}"))?,
+        })
+    }
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -108,8 +141,7 @@ fn preflight(req: &Request<Incoming>) -> Option<Response<Body>> {
 struct Proxy {
     client: kube::Client,
     validator: Validator,
-    client_identity: reqwest::Identity,
-    server_ca: reqwest::Certificate,
+    tls: crate::server::Following<Material>,
 }
 
 /// Why a claim cannot take an upload now (answered 503 with the message).
@@ -314,9 +346,10 @@ impl Proxy {
             }
         };
         let port = cdi_core::upload::PORT as u16;
+        let tls = self.tls.get();
         let client = reqwest::Client::builder()
-            .tls_certs_only([self.server_ca.clone()])
-            .identity(self.client_identity.clone())
+            .tls_certs_only(tls.server_cas.clone())
+            .identity(tls.client_identity.clone())
             .resolve(&host, SocketAddr::new(ip, port))
             .http1_only()
             .timeout(Duration::from_secs(24 * 3600))
@@ -364,33 +397,22 @@ pub async fn run(
     client: kube::Client,
     listener: tokio::net::TcpListener,
 ) -> Result<(), ProxyError> {
-    let tls = crate::server::tls_config(&crate::server::Tls {
-        cert_pem: config.cert_pem.clone(),
-        key_pem: config.key_pem.clone(),
-        client_ca_pem: None,
-    })
-    .map_err(|e| ProxyError(e.to_string()))?;
-    let identity = [
-        config.client_cert_pem.as_slice(),
-        b"\n",
-        &config.client_key_pem,
-    ]
-    .concat();
     let proxy = Arc::new(Proxy {
         client,
         validator: config.validator,
-        client_identity: reqwest::Identity::from_pem(&identity)
-            .map_err(|e| ProxyError(format!("the upload servers' client certificate: {e}")))?,
-        server_ca: reqwest::Certificate::from_pem(&config.server_ca_pem)
-            .map_err(|e| ProxyError(format!("the upload servers' CA: {e}")))?,
+        tls: crate::server::Following::new(
+            config.tls,
+            "upload proxy certificates",
+            Material::build,
+        )
+        .map_err(ProxyError)?,
     });
-    let acceptor = tokio_rustls::TlsAcceptor::from(tls);
     loop {
         let (tcp, _) = listener
             .accept()
             .await
             .map_err(|e| ProxyError(format!("accepting: {e}")))?;
-        let acceptor = acceptor.clone();
+        let acceptor = proxy.tls.get().acceptor.clone();
         let proxy = proxy.clone();
         tokio::spawn(async move {
             let Ok(tls) = acceptor.accept(tcp).await else {

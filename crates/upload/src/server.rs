@@ -357,6 +357,53 @@ pub fn tls_config(tls: &Tls) -> Result<Arc<rustls::ServerConfig>, ServerError> {
     Ok(Arc::new(config))
 }
 
+/// What is built from TLS material that may be replaced while serving (a rotated
+/// certificate): the next connections take what the newest material built; material that
+/// cannot be used is logged and what was built before is kept.
+pub struct Following<T>(Arc<std::sync::RwLock<Arc<T>>>);
+
+impl<T> Clone for Following<T> {
+    fn clone(&self) -> Self {
+        Following(self.0.clone())
+    }
+}
+
+impl<T: Send + Sync + 'static> Following<T> {
+    /// Built from `material` now (an error if it cannot be), then again on each change.
+    pub fn new<M, F>(
+        mut material: tokio::sync::watch::Receiver<M>,
+        what: &'static str,
+        build: F,
+    ) -> Result<Following<T>, String>
+    where
+        M: Clone + Send + Sync + 'static,
+        F: Fn(&M) -> Result<T, String> + Send + 'static,
+    {
+        let first = build(&material.borrow_and_update().clone())?;
+        let shared = Following(Arc::new(std::sync::RwLock::new(Arc::new(first))));
+        let inner = shared.clone();
+        tokio::spawn(async move {
+            while material.changed().await.is_ok() {
+                let next = material.borrow_and_update().clone();
+                match build(&next) {
+                    Ok(built) => {
+                        *inner.0.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(built);
+                        tracing::info!("now using the new {what}");
+                    }
+                    Err(error) => {
+                        tracing::warn!(%error, "the new {what} cannot be used; keeping the one before")
+                    }
+                }
+            }
+        });
+        Ok(shared)
+    }
+
+    pub fn get(&self) -> Arc<T> {
+        self.0.read().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+}
+
 /// The common name of a (verified) client certificate.
 pub fn common_name(der: &[u8]) -> Option<String> {
     let (_, cert) = x509_parser::parse_x509_certificate(der).ok()?;

@@ -630,6 +630,10 @@ async fn reporter(
     }
 }
 
+/// How often a running pod's Secret and ConfigMap volumes are brought up to date (the kubelet
+/// syncs each pod about every minute; a development cluster shows a rotation sooner).
+const VOLUME_SYNC: Duration = Duration::from_secs(3);
+
 /// The whole life of a pod on this node.
 pub async fn run_pod(ctx: Ctx, pod: Pod, dir: PodDir, ip: Ipv4Addr, mut stop: Stop) {
     let spec = pod.spec.clone().unwrap_or_default();
@@ -715,6 +719,16 @@ pub async fn run_pod(ctx: Ctx, pod: Pod, dir: PodDir, ip: Ipv4Addr, mut stop: St
             }
         })
     });
+    // And keeps Secret and ConfigMap volumes up to date while the pod runs.
+    let refresher = (launches.is_some() && setup::has_refreshed_volumes(&pod)).then(|| {
+        let (client, pod, dir) = (ctx.client.clone(), pod.clone(), dir.clone());
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(VOLUME_SYNC).await;
+                setup::refresh_volumes(&client, &pod, &dir).await;
+            }
+        })
+    });
     if let Some(launches) = launches {
         let (init_launches, main_launches) = launches.split_at(init_specs.len());
         shared.update(|run| {
@@ -757,8 +771,8 @@ pub async fn run_pod(ctx: Ctx, pod: Pod, dir: PodDir, ip: Ipv4Addr, mut stop: St
             futures::future::join_all(runs).await;
         }
     }
-    if let Some(renewer) = renewer {
-        renewer.abort();
+    for task in [renewer, refresher].into_iter().flatten() {
+        task.abort();
     }
     done.store(true, std::sync::atomic::Ordering::SeqCst);
     shared.changed.notify_one();
