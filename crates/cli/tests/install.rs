@@ -104,12 +104,37 @@ fn needed_by(
     requests: &[(UserInfo, Attributes, bool, bool)],
 ) -> BTreeMap<String, usize> {
     let mut found = BTreeMap::new();
-    let component = |labels: &Option<BTreeMap<String, String>>| {
-        labels
-            .as_ref()
-            .and_then(|l| l.get("app.kubernetes.io/managed-by"))
-            .is_some_and(|m| m == "cdi-operator")
+    // The operator's roles bound to a component's account (not, say, the one it grants
+    // Prometheus).
+    let to_component = |subjects: &Option<Vec<k8s_openapi::api::rbac::v1::Subject>>| {
+        subjects.iter().flatten().any(|s| {
+            s.kind == "ServiceAccount"
+                && s.namespace.as_deref() == Some("cdi")
+                && s.name != "cdi-operator"
+        })
     };
+    let bound: Vec<(String, String)> = policy
+        .role_bindings
+        .iter()
+        .filter(|b| to_component(&b.subjects))
+        .map(|b| (b.role_ref.kind.clone(), b.role_ref.name.clone()))
+        .chain(
+            policy
+                .cluster_role_bindings
+                .iter()
+                .filter(|b| to_component(&b.subjects))
+                .map(|b| (b.role_ref.kind.clone(), b.role_ref.name.clone())),
+        )
+        .collect();
+    let component =
+        |kind: &str, meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta| {
+            let name = meta.name.clone().unwrap_or_default();
+            meta.labels
+                .as_ref()
+                .and_then(|l| l.get("app.kubernetes.io/managed-by"))
+                .is_some_and(|m| m == "cdi-operator")
+                && bound.contains(&(kind.to_string(), name))
+        };
     let allowed: Vec<&(UserInfo, Attributes, bool, bool)> =
         requests.iter().filter(|r| r.2).collect();
     let count = |without: &Policy| {
@@ -119,7 +144,7 @@ fn needed_by(
             .count()
     };
     for (i, role) in policy.cluster_roles.iter().enumerate() {
-        if !component(&role.metadata.labels) || role.aggregation_rule.is_some() {
+        if !component("ClusterRole", &role.metadata) || role.aggregation_rule.is_some() {
             continue;
         }
         let name = role.metadata.name.clone().unwrap_or_default();
@@ -136,7 +161,7 @@ fn needed_by(
         }
     }
     for (i, role) in policy.roles.iter().enumerate() {
-        if !component(&role.metadata.labels) {
+        if !component("Role", &role.metadata) {
             continue;
         }
         let name = role.metadata.name.clone().unwrap_or_default();
@@ -253,6 +278,79 @@ async fn the_operator_installs_least_privilege_components_upgrades_and_uninstall
         page.lines().any(|l| l == "kubevirt_cdi_cr_ready 1"),
         "{page}"
     );
+
+    // Prometheus Operator and the volume populators' registry installed after CDI: the operator
+    // adds CDI's rules and alerts, its scrape target and Prometheus's access to it, and
+    // registers CDI's populator kinds.
+    let crd = |plural: &str, kind: &str, group: &str, version: &str, scope: &str| {
+        format!(
+            "apiVersion: apiextensions.k8s.io/v1\nkind: CustomResourceDefinition\nmetadata: {{name: {plural}.{group}}}\nspec:\n  group: {group}\n  scope: {scope}\n  names: {{kind: {kind}, listKind: {kind}List, plural: {plural}, singular: {}}}\n  versions: [{{name: {version}, served: true, storage: true, schema: {{openAPIV3Schema: {{type: object, x-kubernetes-preserve-unknown-fields: true}}}}}}]\n---\n",
+            kind.to_ascii_lowercase()
+        )
+    };
+    let extensions = [
+        crd(
+            "prometheusrules",
+            "PrometheusRule",
+            "monitoring.coreos.com",
+            "v1",
+            "Namespaced",
+        ),
+        crd(
+            "servicemonitors",
+            "ServiceMonitor",
+            "monitoring.coreos.com",
+            "v1",
+            "Namespaced",
+        ),
+        crd(
+            "volumepopulators",
+            "VolumePopulator",
+            "populator.storage.k8s.io",
+            "v1beta1",
+            "Cluster",
+        ),
+    ]
+    .concat();
+    kubectl(&dir, &["apply", "-f", "-"], Some(&extensions));
+    let rule = wait_for("the operator to install CDI's PrometheusRule", 60, || {
+        get_json(&dir, "cdi", "prometheusrule/prometheus-cdi-rules")
+    });
+    assert_eq!(
+        rule["spec"]["groups"],
+        cdi_core::monitoring::groups("cdi"),
+        "{rule}"
+    );
+    let monitor = wait_for("the ServiceMonitor", 30, || {
+        get_json(&dir, "cdi", "servicemonitor/service-monitor-cdi")
+    });
+    assert_eq!(
+        monitor["spec"]["selector"]["matchLabels"]["prometheus.cdi.kubevirt.io"],
+        "true"
+    );
+    assert_eq!(monitor["spec"]["endpoints"][0]["port"], "metrics");
+    let binding = get_json(&dir, "cdi", "rolebinding/cdi-monitoring").unwrap();
+    assert_eq!(
+        binding["subjects"][0],
+        serde_json::json!({"kind": "ServiceAccount", "name": "prometheus-k8s", "namespace": "monitoring"})
+    );
+    for kind in [
+        "VolumeImportSource",
+        "VolumeUploadSource",
+        "VolumeCloneSource",
+    ] {
+        let registered = wait_for(&format!("{kind} registered"), 30, || {
+            get_json(
+                &dir,
+                "",
+                &format!("volumepopulator/{}", kind.to_ascii_lowercase()),
+            )
+        });
+        assert_eq!(
+            registered["sourceKind"],
+            serde_json::json!({"group": "cdi.kubevirt.io", "kind": kind})
+        );
+    }
 
     // Imports, uploads and clones through that install: on local-path (worker pods fill the
     // claim) and on the CSI class (populators, a snapshot clone). The example resource honours
@@ -735,8 +833,17 @@ async fn the_operator_installs_least_privilege_components_upgrades_and_uninstall
             left(
                 "customresourcedefinitions",
                 &[],
-                &["cdis.", "virtualmachine", "volumesnapshot"],
+                &[
+                    "cdis.",
+                    "virtualmachine",
+                    "volumesnapshot",
+                    "prometheusrules.",
+                    "servicemonitors.",
+                    "volumepopulators.",
+                ],
             ),
+            left("prometheusrules,servicemonitors", &["-n", "cdi"], &[]),
+            left("volumepopulators", &[], &[]),
             left(
                 "mutatingwebhookconfigurations,validatingwebhookconfigurations,apiservices",
                 &[],

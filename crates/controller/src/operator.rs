@@ -12,11 +12,13 @@ use cdi_upload::rotation::Lifetimes;
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Pod, Secret, Service};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{
     ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams,
 };
 use kube::runtime::controller::Action;
+use kube::runtime::reflector::ObjectRef;
 use kube::runtime::{Controller, watcher};
 use kube::{Api, Client, Resource, ResourceExt};
 use serde_json::{Value, json};
@@ -54,6 +56,9 @@ fn resource_of(o: &Value) -> Result<(ApiResource, bool), Error> {
         "MutatingWebhookConfiguration" => ("mutatingwebhookconfigurations", false),
         "ValidatingWebhookConfiguration" => ("validatingwebhookconfigurations", false),
         "APIService" => ("apiservices", false),
+        "PrometheusRule" => ("prometheusrules", true),
+        "ServiceMonitor" => ("servicemonitors", true),
+        "VolumePopulator" => ("volumepopulators", false),
         other => return Err(Error::Other(format!("the operator does not write {other}"))),
     };
     let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
@@ -102,11 +107,54 @@ async fn remove(client: &Client, o: &Value, foreground: bool) -> Result<(), Erro
 }
 
 /// What the operator applies for `cdi`: the CRDs of the kinds (the CDI kind's own comes with the
-/// operator's manifests) and the components, all owned by the resource.
-fn desired(release: &Release, cdi: &CDI) -> Vec<Value> {
+/// operator's manifests), the components, and what the optional CRDs there call for
+/// (`extensions`), all owned by the resource.
+fn desired(release: &Release, cdi: &CDI, extensions: &Extensions) -> Vec<Value> {
     let mut all = install::crds(false);
     all.extend(install::components(release, cdi));
+    let (rules, monitors) = (extensions.prometheus_rules, extensions.service_monitors);
+    all.extend(
+        install::monitoring(release)
+            .into_iter()
+            .filter(|o| match o["kind"].as_str() {
+                Some("PrometheusRule") => rules,
+                Some("ServiceMonitor") => monitors,
+                _ => rules || monitors,
+            }),
+    );
+    if extensions.volume_populators {
+        all.extend(install::volume_populators(release));
+    }
     install::owned(all, cdi)
+}
+
+/// Which optional CRDs the cluster has.
+struct Extensions {
+    prometheus_rules: bool,
+    service_monitors: bool,
+    volume_populators: bool,
+}
+
+impl Extensions {
+    const CRDS: [&str; 3] = [
+        install::PROMETHEUS_RULE_CRD,
+        install::SERVICE_MONITOR_CRD,
+        install::VOLUME_POPULATOR_CRD,
+    ];
+
+    async fn read(client: &Client) -> Result<Extensions, Error> {
+        let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+        let mut have = [false; 3];
+        for (name, found) in Self::CRDS.iter().zip(have.iter_mut()) {
+            *found = crds.get_opt(name).await?.is_some();
+        }
+        let [prometheus_rules, service_monitors, volume_populators] = have;
+        Ok(Extensions {
+            prometheus_rules,
+            service_monitors,
+            volume_populators,
+        })
+    }
 }
 
 async fn reconcile(cdi: Arc<CDI>, ctx: Arc<Ctx>) -> Result<Action, Error> {
@@ -168,7 +216,8 @@ async fn reconcile(cdi: Arc<CDI>, ctx: Arc<Ctx>) -> Result<Action, Error> {
     }
     // The Deployments last: their pods mount the certificates, which name the Services'
     // addresses.
-    let (deployments, rest): (Vec<Value>, Vec<Value>) = desired(&ctx.release, &cdi)
+    let extensions = Extensions::read(client).await?;
+    let (deployments, rest): (Vec<Value>, Vec<Value>) = desired(&ctx.release, &cdi, &extensions)
         .into_iter()
         .partition(|o| o["kind"] == "Deployment");
     for o in &rest {
@@ -323,7 +372,22 @@ pub async fn run(client: Client, release: Release, metrics: Arc<Metrics>) -> any
         release,
         metrics,
     });
-    Controller::new(Api::<CDI>::all(client.clone()), watcher::Config::default())
+    let controller = Controller::new(Api::<CDI>::all(client.clone()), watcher::Config::default());
+    let cdis = controller.store();
+    controller
+        // Prometheus Operator or the volume populators installed later: what they call for is
+        // added right away.
+        .watches(
+            Api::<CustomResourceDefinition>::all(client.clone()),
+            watcher::Config::default(),
+            move |crd| {
+                let wanted = Extensions::CRDS.contains(&crd.name_any().as_str());
+                let all = if wanted { cdis.state() } else { Vec::new() };
+                all.into_iter()
+                    .map(|c| ObjectRef::from_obj(c.as_ref()))
+                    .collect::<Vec<_>>()
+            },
+        )
         // A certificate someone changed (or marked expired) is looked at right away.
         .owns(
             Api::<Secret>::namespaced(client.clone(), &ns),

@@ -51,7 +51,13 @@ pub struct Release {
     pub apiserver_image: String,
     pub pull_policy: String,
     pub verbosity: u32,
+    /// Where Prometheus runs (its ServiceAccount `prometheus-k8s` reads CDI's metrics
+    /// endpoints); upstream's `MONITORING_NAMESPACE`.
+    pub monitoring_namespace: String,
 }
+
+/// Upstream's default monitoring namespace.
+pub const MONITORING_NAMESPACE: &str = "monitoring";
 
 /// The operator's environment variables for the images (upstream's names), in manifest order.
 const IMAGE_ENV: [&str; 7] = [
@@ -80,6 +86,7 @@ impl Release {
             apiserver_image: image("apiserver"),
             pull_policy: "IfNotPresent".into(),
             verbosity: 1,
+            monitoring_namespace: MONITORING_NAMESPACE.into(),
         }
     }
 
@@ -139,6 +146,9 @@ impl Release {
                 .filter(|v| !v.is_empty())
                 .unwrap_or_else(|| "IfNotPresent".into()),
             verbosity,
+            monitoring_namespace: get("MONITORING_NAMESPACE")
+                .filter(|v| !v.is_empty())
+                .unwrap_or_else(|| MONITORING_NAMESPACE.into()),
         })
     }
 
@@ -150,6 +160,7 @@ impl Release {
         }
         env.push(json!({"name": "PULL_POLICY", "value": self.pull_policy}));
         env.push(json!({"name": "VERBOSITY", "value": self.verbosity.to_string()}));
+        env.push(json!({"name": "MONITORING_NAMESPACE", "value": self.monitoring_namespace}));
         env.push(pod_namespace());
         Value::Array(env)
     }
@@ -691,6 +702,13 @@ fn operator_rules(release: &Release) -> (Vec<Value>, Vec<Value>, Vec<Value>) {
             &["get", "list", "watch", "patch", "update"],
         ),
         rule(&[CDI_GROUP], &["cdis/finalizers"], &["update"]),
+        rule(
+            &["populator.storage.k8s.io"],
+            &["volumepopulators"],
+            &[
+                "get", "list", "watch", "create", "patch", "update", "delete",
+            ],
+        ),
         rule(&[""], &["pods", "services"], &["list", "delete"]),
         named(
             &["apiregistration.k8s.io"],
@@ -729,7 +747,14 @@ fn operator_rules(release: &Release) -> (Vec<Value>, Vec<Value>, Vec<Value>) {
             &all,
         ),
         rule(&["coordination.k8s.io"], &["leases"], &["delete"]),
+        rule(
+            &["monitoring.coreos.com"],
+            &["prometheusrules", "servicemonitors"],
+            &all,
+        ),
     ];
+    // Granted to Prometheus: held so it may be granted.
+    namespace.extend(prometheus_rules());
     let kube_system = vec![
         rule(
             &["rbac.authorization.k8s.io"],
@@ -753,6 +778,70 @@ fn operator_rules(release: &Release) -> (Vec<Value>, Vec<Value>, Vec<Value>) {
         }
     }
     (cluster, namespace, kube_system)
+}
+
+/// The CRDs whose presence adds objects to an install: Prometheus Operator's (then CDI's rules,
+/// alerts and scrape target) and the volume populators' registry.
+pub const PROMETHEUS_RULE_CRD: &str = "prometheusrules.monitoring.coreos.com";
+pub const SERVICE_MONITOR_CRD: &str = "servicemonitors.monitoring.coreos.com";
+pub const VOLUME_POPULATOR_CRD: &str = "volumepopulators.populator.storage.k8s.io";
+
+/// What Prometheus is allowed in CDI's namespace to find what to scrape (upstream's
+/// `cdi-monitoring` Role).
+fn prometheus_rules() -> Vec<Value> {
+    vec![rule(
+        &[""],
+        &["services", "endpoints", "pods"],
+        &["get", "list", "watch"],
+    )]
+}
+
+/// When Prometheus Operator's CRDs are there: the PrometheusRule with CDI's recording rules and
+/// alerts, a ServiceMonitor for the metrics Service, and the Role letting Prometheus's account
+/// (`prometheus-k8s` in the monitoring namespace) find its endpoints; upstream's names.
+pub fn monitoring(release: &Release) -> Vec<Value> {
+    let ns = &release.namespace;
+    let mut rule = crate::monitoring::prometheus_rule(ns);
+    rule["metadata"]["labels"] = labels(release, &[("prometheus.cdi.kubevirt.io", "true")]);
+    let prometheus = labels(release, &[("prometheus.cdi.kubevirt.io", "true")]);
+    vec![
+        rule,
+        json!({"apiVersion": "monitoring.coreos.com/v1", "kind": "ServiceMonitor",
+            "metadata": {"name": "service-monitor-cdi", "namespace": ns,
+                "labels": labels(release, &[("prometheus.cdi.kubevirt.io", "true"),
+                    ("openshift.io/cluster-monitoring", "")])},
+            "spec": {"selector": {"matchLabels": {"prometheus.cdi.kubevirt.io": "true"}},
+                "namespaceSelector": {"matchNames": [ns]},
+                // cdi-rs serves its metrics over plain HTTP on the port named `metrics`.
+                "endpoints": [{"port": "metrics", "scheme": "http"}]}}),
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+            "metadata": {"name": "cdi-monitoring", "namespace": ns, "labels": prometheus},
+            "rules": prometheus_rules()}),
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+            "metadata": {"name": "cdi-monitoring", "namespace": ns, "labels": prometheus},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
+                "name": "cdi-monitoring"},
+            "subjects": [{"kind": "ServiceAccount", "name": "prometheus-k8s",
+                "namespace": release.monitoring_namespace}]}),
+    ]
+}
+
+/// When the volume populators' CRD is there: CDI's populator kinds registered, so that
+/// kube's volume-data-source-validator accepts claims naming them (upstream's names: each
+/// kind in lower case).
+pub fn volume_populators(release: &Release) -> Vec<Value> {
+    [
+        "VolumeImportSource",
+        "VolumeUploadSource",
+        "VolumeCloneSource",
+    ]
+    .iter()
+    .map(|kind| {
+        json!({"apiVersion": "populator.storage.k8s.io/v1beta1", "kind": "VolumePopulator",
+                "metadata": {"name": kind.to_ascii_lowercase(), "labels": labels(release, &[])},
+                "sourceKind": {"group": CDI_GROUP, "kind": kind}})
+    })
+    .collect()
 }
 
 /// The CRDs of the CDI kinds as objects to apply: the CDI kind's own (`cdi_kind`), which comes
