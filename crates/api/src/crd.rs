@@ -59,6 +59,14 @@ pub fn crds() -> Vec<CustomResourceDefinition> {
             .into(),
         );
     }
+    // Upstream serves the CDI kind at v1alpha1 too (not stored, the same schema), so that old
+    // CDI manifests still apply.
+    for crd in all.iter_mut().filter(|c| c.spec.names.kind == "CDI") {
+        let mut older = crd.spec.versions[0].clone();
+        older.name = "v1alpha1".into();
+        older.storage = false;
+        crd.spec.versions.insert(0, older);
+    }
     all.sort_by(|a, b| a.spec.names.plural.cmp(&b.spec.names.plural));
     all
 }

@@ -119,12 +119,19 @@ fn every_kind_with_upstream_names_scope_and_columns() {
             short,
             "{kind}"
         );
-        assert_eq!(c.spec.versions.len(), 1);
-        let v = &c.spec.versions[0];
-        assert_eq!(
-            (v.name.as_str(), v.served, v.storage),
-            ("v1beta1", true, true)
-        );
+        // The CDI kind is served at v1alpha1 too (not stored), as upstream's.
+        let versions: Vec<(&str, bool, bool)> = c
+            .spec
+            .versions
+            .iter()
+            .map(|v| (v.name.as_str(), v.served, v.storage))
+            .collect();
+        let mut want = vec![("v1beta1", true, true)];
+        if kind == "CDI" {
+            want.insert(0, ("v1alpha1", true, false));
+        }
+        assert_eq!(versions, want, "{kind}");
+        let v = c.spec.versions.iter().find(|v| v.storage).unwrap();
         let has_status = v.subresources.as_ref().is_some_and(|s| s.status.is_some());
         assert_eq!(has_status, status, "{kind} status subresource");
     }

@@ -232,6 +232,29 @@ async fn the_operator_installs_least_privilege_components_upgrades_and_uninstall
     assert_eq!(condition(&cr, "Progressing"), Some("False".into()), "{cr}");
     assert_eq!(condition(&cr, "Degraded"), Some("False".into()), "{cr}");
     assert_eq!(cr["status"]["observedVersion"], env!("CARGO_PKG_VERSION"));
+    // The CDI kind is served at v1alpha1 too: an old manifest still applies.
+    kubectl(
+        &dir,
+        &["apply", "-f", "-"],
+        Some(
+            "apiVersion: cdi.kubevirt.io/v1alpha1\nkind: CDI\nmetadata: {name: cdi, labels: {written-at: v1alpha1}}\n",
+        ),
+    );
+    let old = kubectl(
+        &dir,
+        &[
+            "get",
+            "cdis.v1alpha1.cdi.kubevirt.io",
+            "cdi",
+            "-o",
+            "jsonpath={.apiVersion} {.metadata.labels.written-at} {.spec.config.featureGates}",
+        ],
+        None,
+    );
+    assert_eq!(
+        old,
+        r#"cdi.kubevirt.io/v1alpha1 v1alpha1 ["HonorWaitForFirstConsumer"]"#
+    );
     // Each component runs under its own account.
     for (component, account) in [
         ("cdi-deployment", "cdi-sa"),

@@ -124,3 +124,87 @@ async fn quantities_as_strings_or_integers_are_accepted() {
         );
     }
 }
+
+/// The CDI kind is served at v1alpha1 too, as upstream's CRD serves it: an object written at
+/// either version is read at both, each answer naming the version asked for; a watch at
+/// v1alpha1 sees v1alpha1 objects; discovery lists both, v1beta1 preferred.
+#[tokio::test]
+async fn a_further_served_version_reads_and_writes_the_same_objects() {
+    use futures::StreamExt;
+    let http = Http::start().await;
+    let alpha = "/apis/cdi.kubevirt.io/v1alpha1/cdis";
+    let beta = "/apis/cdi.kubevirt.io/v1beta1/cdis";
+    let (code, made) = http
+        .post(
+            alpha,
+            &json!({"apiVersion": "cdi.kubevirt.io/v1alpha1", "kind": "CDI",
+                "metadata": {"name": "old"}, "spec": {"imagePullPolicy": "Always"}}),
+        )
+        .await;
+    assert_eq!(code, 201, "{made}");
+    assert_eq!(made["apiVersion"], "cdi.kubevirt.io/v1alpha1");
+    let get = |path: String| {
+        let (client, base) = (http.client.clone(), http.base.clone());
+        async move {
+            let r = client.get(format!("{base}{path}")).send().await.unwrap();
+            let code = r.status().as_u16();
+            (
+                code,
+                serde_json::from_str::<Value>(&r.text().await.unwrap()).unwrap(),
+            )
+        }
+    };
+    let (code, read) = get(format!("{beta}/old")).await;
+    assert_eq!(code, 200, "{read}");
+    assert_eq!(read["apiVersion"], "cdi.kubevirt.io/v1beta1");
+    assert_eq!(read["spec"]["imagePullPolicy"], "Always");
+    let (_, list) = get(alpha.to_string()).await;
+    assert_eq!(list["items"][0]["apiVersion"], "cdi.kubevirt.io/v1alpha1");
+    assert_eq!(list["items"][0]["metadata"]["name"], "old");
+    // Discovery: both versions, the stored one preferred.
+    let (_, group) = get("/apis/cdi.kubevirt.io".to_string()).await;
+    assert_eq!(group["preferredVersion"]["version"], "v1beta1", "{group}");
+    assert!(
+        group["versions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|v| v["version"] == "v1alpha1"),
+        "{group}"
+    );
+    let (code, resources) = get("/apis/cdi.kubevirt.io/v1alpha1".to_string()).await;
+    assert_eq!(code, 200);
+    assert_eq!(resources["resources"][0]["kind"], "CDI");
+    // The kube client at v1alpha1, watching.
+    let client = Client::new(http._server.router(), "default");
+    let ar = kube::api::ApiResource {
+        group: "cdi.kubevirt.io".into(),
+        version: "v1alpha1".into(),
+        api_version: "cdi.kubevirt.io/v1alpha1".into(),
+        kind: "CDI".into(),
+        plural: "cdis".into(),
+    };
+    let api: Api<kube::api::DynamicObject> = Api::all_with(client, &ar);
+    let mut events = kube::runtime::watcher(api, Default::default()).boxed();
+    let first = loop {
+        match events.next().await.unwrap().unwrap() {
+            kube::runtime::watcher::Event::InitApply(o) => break o,
+            _ => continue,
+        }
+    };
+    assert_eq!(
+        first.types.as_ref().map(|t| t.api_version.as_str()),
+        Some("cdi.kubevirt.io/v1alpha1")
+    );
+    // Written at v1beta1, read back at v1alpha1 with the change.
+    let (code, made) = http
+        .post(
+            beta,
+            &json!({"apiVersion": "cdi.kubevirt.io/v1beta1", "kind": "CDI",
+                "metadata": {"name": "new"}, "spec": {}}),
+        )
+        .await;
+    assert_eq!(code, 201, "{made}");
+    let (_, read) = get(format!("{alpha}/new")).await;
+    assert_eq!(read["apiVersion"], "cdi.kubevirt.io/v1alpha1");
+}

@@ -28,6 +28,11 @@ pub struct ResourceDef {
     /// The fields a custom resource's CRD declares selectable (`spec.selectableFields`, paths
     /// without their leading dot), beside `metadata.name` and `metadata.namespace`.
     pub selectable_fields: Vec<String>,
+    /// Further versions a custom resource is served at (its CRD's served versions besides the
+    /// storage one).
+    pub served_versions: Vec<String>,
+    /// Set on such a further version: the version the objects are stored at.
+    pub storage_version: Option<String>,
 }
 
 impl ResourceDef {
@@ -365,10 +370,12 @@ const BUILTINS: &[Builtin] = &[
     ),
 ];
 
-/// Every served resource, by (group, plural).
+/// Every served resource, by (group, plural), and the further versions some are served at, by
+/// (group, plural, version).
 #[derive(Debug, Clone, Default)]
 pub struct Registry {
     resources: BTreeMap<(String, String), ResourceDef>,
+    further: BTreeMap<(String, String, String), ResourceDef>,
 }
 
 /// The columns `kubectl get` shows for the built-in kinds the development cluster's story is
@@ -487,6 +494,8 @@ impl Registry {
                 schema: None,
                 printer_columns: builtin_columns(group, plural),
                 selectable_fields: vec![],
+                served_versions: vec![],
+                storage_version: None,
             });
         }
         // Reviews: only created, answered by the authenticator or the RBAC authorizer, never
@@ -513,36 +522,62 @@ impl Registry {
                 schema: None,
                 printer_columns: vec![],
                 selectable_fields: vec![],
+                served_versions: vec![],
+                storage_version: None,
             });
         }
         r
     }
 
     pub fn add(&mut self, def: ResourceDef) {
+        self.remove_further(&def.group, &def.plural);
+        for version in &def.served_versions {
+            let at = ResourceDef {
+                version: version.clone(),
+                served_versions: vec![],
+                storage_version: Some(def.version.clone()),
+                ..def.clone()
+            };
+            self.further
+                .insert((def.group.clone(), def.plural.clone(), version.clone()), at);
+        }
         self.resources
             .insert((def.group.clone(), def.plural.clone()), def);
     }
 
+    fn remove_further(&mut self, group: &str, plural: &str) {
+        self.further
+            .retain(|(g, p, _), _| !(g == group && p == plural));
+    }
+
     pub fn remove(&mut self, group: &str, plural: &str) -> Option<ResourceDef> {
+        self.remove_further(group, plural);
         self.resources
             .remove(&(group.to_string(), plural.to_string()))
     }
 
-    /// The resource at `/apis/{group}/{version}/{plural}` (or `/api/v1/{plural}`).
+    /// The resource at `/apis/{group}/{version}/{plural}` (or `/api/v1/{plural}`): stored at
+    /// that version, or served there over another.
     pub fn get(&self, group: &str, version: &str, plural: &str) -> Option<&ResourceDef> {
         self.resources
             .get(&(group.to_string(), plural.to_string()))
             .filter(|d| d.version == version)
+            .or_else(|| {
+                self.further
+                    .get(&(group.to_string(), plural.to_string(), version.to_string()))
+            })
     }
 
     pub fn all(&self) -> impl Iterator<Item = &ResourceDef> {
         self.resources.values()
     }
 
-    /// Groups with their versions, core group excluded, in a stable order.
+    /// Groups with their versions, core group excluded, in a stable order; storage versions
+    /// first (the preferred ones).
     pub fn groups(&self) -> BTreeMap<String, Vec<String>> {
         let mut groups: BTreeMap<String, Vec<String>> = BTreeMap::new();
-        for d in self.resources.values().filter(|d| !d.group.is_empty()) {
+        let all = self.resources.values().chain(self.further.values());
+        for d in all.filter(|d| !d.group.is_empty()) {
             let versions = groups.entry(d.group.clone()).or_default();
             if !versions.contains(&d.version) {
                 versions.push(d.version.clone());
@@ -555,6 +590,7 @@ impl Registry {
     pub fn in_group_version(&self, group: &str, version: &str) -> Vec<&ResourceDef> {
         self.resources
             .values()
+            .chain(self.further.values())
             .filter(|d| d.group == group && d.version == version)
             .collect()
     }

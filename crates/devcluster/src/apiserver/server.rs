@@ -2970,6 +2970,11 @@ fn crd_resource(crd: &Value) -> ApiResult<ResourceDef> {
             })
             .unwrap_or_default()
     };
+    let served_versions = versions
+        .iter()
+        .filter(|v| v["served"] == json!(true) && v["storage"] != json!(true))
+        .filter_map(|v| v["name"].as_str().map(str::to_string))
+        .collect();
     let mut subresources = Vec::new();
     if storage["subresources"]["status"].is_object() {
         subresources.push("status".to_string());
@@ -3000,6 +3005,8 @@ fn crd_resource(crd: &Value) -> ApiResult<ResourceDef> {
             .filter_map(|f| f["jsonPath"].as_str())
             .map(|p| p.trim_start_matches('.').to_string())
             .collect(),
+        served_versions,
+        storage_version: None,
     })
 }
 

@@ -117,6 +117,13 @@ impl View {
     }
 }
 
+fn with_api_version(mut obj: Value, def: &ResourceDef) -> Value {
+    if obj.is_object() {
+        obj["apiVersion"] = json!(def.api_version());
+    }
+    obj
+}
+
 fn api_version(group: &str, version: &str) -> String {
     if group.is_empty() {
         version.to_string()
@@ -125,31 +132,44 @@ fn api_version(group: &str, version: &str) -> String {
     }
 }
 
+/// How a resource served over another's storage converts its objects.
+#[derive(Clone, Copy, Debug)]
+enum Conversion {
+    /// Fields renamed (a built-in view).
+    View(&'static View),
+    /// The same object at another version of a custom resource: only `apiVersion` differs (a
+    /// CRD's conversion strategy `None`).
+    Version,
+}
+
 /// A served resource and where its objects are: in the store under its own name, or, for a
-/// view, under the stored resource's, converted on the way in and out. Errors about the stored
-/// resource name the served one.
+/// view or a further version, under the stored resource's, converted on the way in and out.
+/// Errors about the stored resource name the served one.
 #[derive(Clone)]
 pub struct Resource {
     pub store: Arc<Store>,
     /// As served (what the URL names).
     pub def: ResourceDef,
-    view: Option<(&'static View, ResourceDef)>,
+    view: Option<(Conversion, ResourceDef)>,
 }
 
 impl Resource {
     /// `def` over `store`; a view whose stored resource is not served is not there (404).
     pub fn new(store: Arc<Store>, def: ResourceDef) -> ApiResult<Resource> {
-        let view = match of(&def) {
-            Some(view) => {
-                let (group, version, plural) = view.stored;
-                let stored = store
-                    .registry()
-                    .get(group, version, plural)
-                    .cloned()
-                    .ok_or_else(ApiError::path_not_found)?;
-                Some((view, stored))
-            }
-            None => None,
+        let stored = |(group, version, plural): (&str, &str, &str)| {
+            store
+                .registry()
+                .get(group, version, plural)
+                .cloned()
+                .ok_or_else(ApiError::path_not_found)
+        };
+        let view = match (of(&def), &def.storage_version) {
+            (Some(view), _) => Some((Conversion::View(view), stored(view.stored)?)),
+            (None, Some(version)) => Some((
+                Conversion::Version,
+                stored((&def.group, version, &def.plural))?,
+            )),
+            (None, None) => None,
         };
         Ok(Resource { store, def, view })
     }
@@ -160,20 +180,25 @@ impl Resource {
     }
 
     pub fn view(&self) -> Option<&'static View> {
-        self.view.as_ref().map(|(view, _)| *view)
+        match self.view {
+            Some((Conversion::View(view), _)) => Some(view),
+            _ => None,
+        }
     }
 
     /// A stored object as served.
     pub fn to_served(&self, obj: Value) -> Value {
-        match self.view() {
-            Some(view) => view.from_stored(obj, &self.def),
+        match &self.view {
+            Some((Conversion::View(view), _)) => view.from_stored(obj, &self.def),
+            Some((Conversion::Version, _)) => with_api_version(obj, &self.def),
             None => obj,
         }
     }
 
     fn to_stored(&self, obj: Value) -> Value {
-        match self.view() {
-            Some(view) => view.to_stored(obj),
+        match &self.view {
+            Some((Conversion::View(view), _)) => view.to_stored(obj),
+            Some((Conversion::Version, stored)) => with_api_version(obj, stored),
             None => obj,
         }
     }
