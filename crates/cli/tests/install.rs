@@ -733,6 +733,28 @@ async fn the_operator_installs_least_privilege_components_upgrades_and_uninstall
     succeeded("default", "rotated-upload");
 
     // An upgrade: a new release in the operator's environment rolls every component to it.
+    // The cluster now has upstream's PriorityClass too, which the components then run at (the
+    // operator leaves out a class the cluster does not have).
+    let class = kubectl(
+        &dir,
+        &[
+            "get",
+            "deployments",
+            "-n",
+            "cdi",
+            "-o",
+            "jsonpath={.items[*].spec.template.spec.priorityClassName}",
+        ],
+        None,
+    );
+    assert_eq!(class, "", "no such class yet");
+    kubectl(
+        &dir,
+        &["apply", "-f", "-"],
+        Some(
+            "apiVersion: scheduling.k8s.io/v1\nkind: PriorityClass\nmetadata: {name: kubevirt-cluster-critical}\nvalue: 1000000000\n",
+        ),
+    );
     let next = "0.0.1-next";
     let image = |c: &str| format!("cdi-rs/cdi-{c}:{next}");
     let env = kubectl(
@@ -795,11 +817,15 @@ async fn the_operator_installs_least_privilege_components_upgrades_and_uninstall
                 "-n",
                 "cdi",
                 "-o",
-                "jsonpath={.spec.template.spec.containers[0].image}",
+                "jsonpath={.spec.template.spec.priorityClassName} {.spec.template.spec.containers[0].image}",
             ],
             None,
         );
-        assert!(running.ends_with(&format!(":{next}")), "{d}: {running}");
+        assert!(
+            running.starts_with("kubevirt-cluster-critical ")
+                && running.ends_with(&format!(":{next}")),
+            "{d}: {running}"
+        );
     }
     // The rolled controller makes importers of the new release, which still import.
     kubectl(

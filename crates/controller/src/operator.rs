@@ -12,6 +12,7 @@ use cdi_upload::rotation::Lifetimes;
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Pod, Secret, Service};
+use k8s_openapi::api::scheduling::v1::PriorityClass;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{
@@ -217,7 +218,15 @@ async fn reconcile(cdi: Arc<CDI>, ctx: Arc<Ctx>) -> Result<Action, Error> {
     // The Deployments last: their pods mount the certificates, which name the Services'
     // addresses.
     let extensions = Extensions::read(client).await?;
-    let (deployments, rest): (Vec<Value>, Vec<Value>) = desired(&ctx.release, &cdi, &extensions)
+    // The components' PriorityClass, left out when the cluster has none of that name
+    // (upstream's rule): a pod naming a missing class would be refused.
+    let wanted = install::priority_class(&cdi);
+    let mut placed = (*cdi).clone();
+    placed.spec.priority_class = Api::<PriorityClass>::all(client.clone())
+        .get_opt(wanted)
+        .await?
+        .map(|_| wanted.to_string());
+    let (deployments, rest): (Vec<Value>, Vec<Value>) = desired(&ctx.release, &placed, &extensions)
         .into_iter()
         .partition(|o| o["kind"] == "Deployment");
     for o in &rest {

@@ -702,6 +702,7 @@ fn operator_rules(release: &Release) -> (Vec<Value>, Vec<Value>, Vec<Value>) {
             &["get", "list", "watch", "patch", "update"],
         ),
         rule(&[CDI_GROUP], &["cdis/finalizers"], &["update"]),
+        rule(&["scheduling.k8s.io"], &["priorityclasses"], &["get"]),
         rule(
             &["populator.storage.k8s.io"],
             &["volumepopulators"],
@@ -778,6 +779,19 @@ fn operator_rules(release: &Release) -> (Vec<Value>, Vec<Value>, Vec<Value>) {
         }
     }
     (cluster, namespace, kube_system)
+}
+
+/// The PriorityClass the components run at unless `spec.priorityClass` names another
+/// (upstream's); left out when the cluster has no such class.
+pub const DEFAULT_PRIORITY_CLASS: &str = "kubevirt-cluster-critical";
+
+/// The PriorityClass `cdi` asks for its components.
+pub fn priority_class(cdi: &CDI) -> &str {
+    cdi.spec
+        .priority_class
+        .as_deref()
+        .filter(|c| !c.is_empty())
+        .unwrap_or(DEFAULT_PRIORITY_CLASS)
 }
 
 /// The CRDs whose presence adds objects to an install: Prometheus Operator's (then CDI's rules,

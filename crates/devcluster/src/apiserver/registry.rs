@@ -309,6 +309,16 @@ const BUILTINS: &[Builtin] = &[
         &[],
     ),
     (
+        "scheduling.k8s.io",
+        "v1",
+        "PriorityClass",
+        "priorityclasses",
+        false,
+        &["pc"],
+        &[],
+        &[],
+    ),
+    (
         "apiextensions.k8s.io",
         "v1",
         "CustomResourceDefinition",
