@@ -755,6 +755,39 @@ async fn the_operator_installs_least_privilege_components_upgrades_and_uninstall
             "apiVersion: scheduling.k8s.io/v1\nkind: PriorityClass\nmetadata: {name: kubevirt-cluster-critical}\nvalue: 1000000000\n",
         ),
     );
+    // What the release before made and this one does not: gone once the upgrade is done.
+    // (An object of the same labels not owned by the resource is not the operator's to prune.)
+    let uid = get_json(&dir, "", "cdi/cdi").unwrap()["metadata"]["uid"].clone();
+    let old_version = env!("CARGO_PKG_VERSION");
+    let leftover = |kind: &str, name: &str, ns: &str, owned: bool| {
+        let owner = if owned {
+            format!(
+                ", ownerReferences: [{{apiVersion: cdi.kubevirt.io/v1beta1, kind: CDI, name: cdi, uid: {uid}, controller: true}}]"
+            )
+        } else {
+            String::new()
+        };
+        let ports = if kind == "Service" {
+            "\nspec: {ports: [{port: 80}]}"
+        } else {
+            ""
+        };
+        format!(
+            "apiVersion: {}\nkind: {kind}\nmetadata: {{name: {name}, namespace: {ns}, labels: {{app.kubernetes.io/managed-by: cdi-operator, operator.cdi.kubevirt.io/updateVersion: \"{old_version}\"}}{owner}}}{ports}\n---\n",
+            if kind == "Service" {
+                "v1"
+            } else {
+                "rbac.authorization.k8s.io/v1"
+            }
+        )
+    };
+    let stale = [
+        leftover("ClusterRole", "cdi-retired", "", true),
+        leftover("Service", "cdi-retired", "cdi", true),
+        leftover("ClusterRole", "someone-elses", "", false),
+    ]
+    .concat();
+    kubectl(&dir, &["apply", "-f", "-"], Some(&stale));
     let next = "0.0.1-next";
     let image = |c: &str| format!("cdi-rs/cdi-{c}:{next}");
     let env = kubectl(
@@ -827,6 +860,13 @@ async fn the_operator_installs_least_privilege_components_upgrades_and_uninstall
             "{d}: {running}"
         );
     }
+    wait_for("the retired objects to go", 60, || {
+        let gone = get_json(&dir, "", "clusterrole/cdi-retired").is_none()
+            && get_json(&dir, "cdi", "service/cdi-retired").is_none();
+        gone.then_some(())
+    });
+    assert!(get_json(&dir, "", "clusterrole/someone-elses").is_some());
+    kubectl(&dir, &["delete", "clusterrole", "someone-elses"], None);
     // The rolled controller makes importers of the new release, which still import.
     kubectl(
         &dir,

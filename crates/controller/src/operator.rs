@@ -248,6 +248,10 @@ async fn reconcile(cdi: Arc<CDI>, ctx: Arc<Ctx>) -> Result<Action, Error> {
     if cdi.status.as_ref() != Some(&status) {
         write_status(&api, &cdi, &status).await?;
     }
+    // Once this release runs everywhere, what an earlier one made and this one does not goes.
+    if status.phase == Some(cdi_api::enums::CdiPhase::Deployed) {
+        prune(client, &ctx.release, &cdi, &extensions).await?;
+    }
     if let Some(ready) = install::cr_ready(Some(&status)) {
         ctx.metrics.set_cr_ready(ready);
     }
@@ -258,6 +262,44 @@ async fn reconcile(cdi: Arc<CDI>, ctx: Arc<Ctx>) -> Result<Action, Error> {
     Ok(Action::requeue(
         until_due.clamp(Duration::from_secs(1), POLL),
     ))
+}
+
+/// Delete what `cdi` owns that an earlier release made and this one does not (its version
+/// label is another's).
+async fn prune(
+    client: &Client,
+    release: &Release,
+    cdi: &CDI,
+    extensions: &Extensions,
+) -> Result<(), Error> {
+    let selector = install::leftover_selector(release);
+    let monitoring = extensions.prometheus_rules || extensions.service_monitors;
+    for (api_version, kind, ns) in
+        install::leftover_kinds(release, monitoring, extensions.volume_populators)
+    {
+        let probe = json!({"apiVersion": api_version, "kind": kind,
+            "metadata": {"namespace": ns}});
+        let api = api_for(client, &probe)?;
+        let found = api
+            .list(&ListParams::default().labels(&selector))
+            .await?
+            .items;
+        let owned =
+            found.into_iter().filter(|o| {
+                o.metadata.owner_references.iter().flatten().any(|r| {
+                    r.controller == Some(true) && Some(&r.uid) == cdi.metadata.uid.as_ref()
+                })
+            });
+        for o in owned {
+            let name = o.name_any();
+            match api.delete(&name, &DeleteParams::foreground()).await {
+                Ok(_) => tracing::info!(%kind, %name, "deleted what this release no longer makes"),
+                Err(kube::Error::Api(e)) if e.code == 404 => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+    Ok(())
 }
 
 /// How often the operator looks again at an installation nothing changed.

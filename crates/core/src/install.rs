@@ -760,7 +760,7 @@ fn operator_rules(release: &Release) -> (Vec<Value>, Vec<Value>, Vec<Value>) {
         rule(
             &["rbac.authorization.k8s.io"],
             &["rolebindings"],
-            &["get", "create", "patch", "delete"],
+            &["get", "list", "create", "patch", "delete"],
         ),
         // Held because it is granted to `cdi apiserver` (kube's built-in Role).
         named(
@@ -792,6 +792,45 @@ pub fn priority_class(cdi: &CDI) -> &str {
         .as_deref()
         .filter(|c| !c.is_empty())
         .unwrap_or(DEFAULT_PRIORITY_CLASS)
+}
+
+/// The objects an earlier release made that this one no longer makes, among those the
+/// operator labels: every object this release wants is applied with its version, so what still
+/// carries another one is left over (upstream prunes the same way, by its createVersion label).
+pub fn leftover_selector(release: &Release) -> String {
+    format!(
+        "app.kubernetes.io/managed-by={MANAGED_BY},{UPDATE_VERSION},{UPDATE_VERSION}!={}",
+        release.version
+    )
+}
+
+/// The kinds a release's leftovers are looked for in: (apiVersion, kind, namespace); the
+/// optional kinds only where their CRDs are.
+pub fn leftover_kinds(
+    release: &Release,
+    monitoring: bool,
+    populators: bool,
+) -> Vec<(&'static str, &'static str, Option<String>)> {
+    let ns = || Some(release.namespace.clone());
+    let rbac = "rbac.authorization.k8s.io/v1";
+    let mut kinds = vec![
+        ("apps/v1", "Deployment", ns()),
+        ("v1", "Service", ns()),
+        ("v1", "ServiceAccount", ns()),
+        (rbac, "Role", ns()),
+        (rbac, "RoleBinding", ns()),
+        (rbac, "RoleBinding", Some("kube-system".to_string())),
+        (rbac, "ClusterRole", None),
+        (rbac, "ClusterRoleBinding", None),
+    ];
+    if monitoring {
+        kinds.push(("monitoring.coreos.com/v1", "PrometheusRule", ns()));
+        kinds.push(("monitoring.coreos.com/v1", "ServiceMonitor", ns()));
+    }
+    if populators {
+        kinds.push(("populator.storage.k8s.io/v1beta1", "VolumePopulator", None));
+    }
+    kinds
 }
 
 /// The CRDs whose presence adds objects to an install: Prometheus Operator's (then CDI's rules,
