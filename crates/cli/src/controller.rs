@@ -113,15 +113,19 @@ pub fn run(args: &ControllerArgs) -> anyhow::Result<()> {
         );
         let mut terminate =
             tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+        let shutdown = async move {
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {}
+                _ = terminate.recv() => {}
+            }
+        };
         tokio::select! {
-            r = cdi_controller::run_as_leader(ctx) => r,
+            r = cdi_controller::run_as_leader(ctx, shutdown) => r,
             // Without it the process would look alive to nobody: stop, and let it be restarted.
             r = &mut server => Err(match r {
                 Err(e) if e.is_panic() => anyhow::anyhow!("the metrics and health server panicked"),
                 _ => anyhow::anyhow!("the metrics and health server stopped"),
             }),
-            _ = tokio::signal::ctrl_c() => Ok(()),
-            _ = terminate.recv() => Ok(()),
         }
     })
 }

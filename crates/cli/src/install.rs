@@ -207,11 +207,31 @@ pub fn operator(args: &OperatorArgs) -> anyhow::Result<()> {
         );
         let mut terminate =
             tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+        let shutdown = async move {
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {}
+                _ = terminate.recv() => {}
+            }
+        };
+        // One operator acts at a time (upstream's lease name); the others wait.
+        let lease = cdi_controller::Lease {
+            client: client.clone(),
+            namespace: release.namespace.clone(),
+            name: cdi_core::install::OPERATOR_LEASE,
+            identity: format!(
+                "{}-{}",
+                std::env::var("HOSTNAME").unwrap_or_else(|_| "cdi-operator".into()),
+                std::process::id()
+            ),
+        };
         tokio::select! {
-            r = cdi_controller::operator::run(client, release, metrics) => r,
+            r = cdi_controller::lead(
+                lease,
+                |_| {},
+                || cdi_controller::operator::run(client.clone(), release.clone(), metrics.clone()),
+                shutdown,
+            ) => r,
             _ = &mut server => Err(anyhow::anyhow!("the metrics and health server stopped")),
-            _ = tokio::signal::ctrl_c() => Ok(()),
-            _ = terminate.recv() => Ok(()),
         }
     })
 }

@@ -276,6 +276,41 @@ async fn the_operator_installs_least_privilege_components_upgrades_and_uninstall
         );
         assert_eq!(used, account);
     }
+    // One operator acts at a time: the one holding upstream's lease.
+    let holder = || {
+        let pod = kubectl(
+            &dir,
+            &[
+                "get",
+                "pods",
+                "-n",
+                "cdi",
+                "-l",
+                "name=cdi-operator",
+                "--field-selector",
+                "status.phase=Running",
+                "-o",
+                "jsonpath={.items[*].metadata.name}",
+            ],
+            None,
+        );
+        let held = kubectl(
+            &dir,
+            &[
+                "get",
+                "lease",
+                "cdi-operator-leader-election-helper",
+                "-n",
+                "cdi",
+                "-o",
+                "jsonpath={.spec.holderIdentity}",
+            ],
+            None,
+        );
+        (pod, held)
+    };
+    let (pod, held) = holder();
+    assert!(held.starts_with(&format!("{pod}-")), "{pod} {held}");
     // The operator's metric says the install is ready.
     let ip = kubectl(
         &dir,
@@ -840,6 +875,15 @@ async fn the_operator_installs_least_privilege_components_upgrades_and_uninstall
         })
     });
     assert_eq!(upgraded["status"]["operatorVersion"], next, "{upgraded}");
+    // The old operator gave the lease up; the new one holds it.
+    let (pod_now, held_now) = wait_for("the new operator alone", 60, || {
+        let (p, h) = holder();
+        (!p.contains(' ') && p != pod).then_some((p, h))
+    });
+    assert!(
+        held_now.starts_with(&format!("{pod_now}-")),
+        "{pod_now} {held_now}"
+    );
     for d in ["cdi-deployment", "cdi-apiserver", "cdi-uploadproxy"] {
         let running = kubectl(
             &dir,

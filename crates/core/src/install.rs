@@ -34,6 +34,8 @@ pub const CONTROLLER: &str = "cdi-deployment";
 pub const APISERVER: &str = "cdi-apiserver";
 pub const UPLOAD_PROXY: &str = "cdi-uploadproxy";
 pub const OPERATOR: &str = "cdi-operator";
+/// The Lease one operator at a time holds (upstream's name).
+pub const OPERATOR_LEASE: &str = "cdi-operator-leader-election-helper";
 /// The ServiceAccount the controller runs as (upstream's).
 pub const CONTROLLER_ACCOUNT: &str = "cdi-sa";
 
@@ -746,6 +748,13 @@ fn operator_rules(release: &Release) -> (Vec<Value>, Vec<Value>, Vec<Value>) {
                 "secrets",
             ],
             &all,
+        ),
+        rule(&["coordination.k8s.io"], &["leases"], &["create"]),
+        named(
+            &["coordination.k8s.io"],
+            &["leases"],
+            &[OPERATOR_LEASE],
+            &["get", "update", "patch"],
         ),
         rule(&["coordination.k8s.io"], &["leases"], &["delete"]),
         rule(
