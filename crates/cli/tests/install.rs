@@ -790,6 +790,59 @@ async fn the_operator_installs_least_privilege_components_upgrades_and_uninstall
             "apiVersion: scheduling.k8s.io/v1\nkind: PriorityClass\nmetadata: {name: kubevirt-cluster-critical}\nvalue: 1000000000\n",
         ),
     );
+    // spec.customizeComponents: a patch that cannot apply is refused in an event and nothing
+    // changes; patches and flags that apply reach the Deployments they name, and stay through
+    // the upgrade.
+    let customize = |c: &str| {
+        kubectl(
+            &dir,
+            &[
+                "patch",
+                "cdi",
+                "cdi",
+                "--type",
+                "merge",
+                "-p",
+                &format!(r#"{{"spec":{{"customizeComponents":{c}}}}}"#),
+            ],
+            None,
+        )
+    };
+    customize(
+        r#"{"patches":[{"resourceName":"cdi-uploadproxy","resourceType":"Deployment","type":"json","patch":"[{\"op\":\"replace\",\"path\":\"/nope/x\",\"value\":1}]"}]}"#,
+    );
+    wait_for("the bad customization refused in an event", 60, || {
+        let events = kubectl(
+            &dir,
+            &[
+                "get",
+                "events",
+                "-A",
+                "--field-selector",
+                "reason=InvalidCustomization",
+                "-o",
+                "jsonpath={.items[*].message}",
+            ],
+            None,
+        );
+        events
+            .contains("spec.customizeComponents: the json patch for Deployment cdi-uploadproxy: ")
+            .then_some(())
+    });
+    customize(
+        r#"{"patches":[{"resourceName":"cdi-uploadproxy","resourceType":"Deployment","type":"strategic","patch":"{\"metadata\":{\"labels\":{\"customized\":\"yes\"}}}"}],"flags":{"api":{"v":"2"}}}"#,
+    );
+    let customized = || {
+        let proxy = get_json(&dir, "cdi", "deployment/cdi-uploadproxy").unwrap();
+        let api = get_json(&dir, "cdi", "deployment/cdi-apiserver").unwrap();
+        let args = api["spec"]["template"]["spec"]["containers"][0]["args"].clone();
+        let id = &proxy["metadata"]["annotations"]["cdi.kubevirt.io/customizer-identifier"];
+        (proxy["metadata"]["labels"]["customized"] == "yes"
+            && id.is_string()
+            && args == serde_json::json!(["-v", "2"]))
+        .then_some(())
+    };
+    wait_for("the customization applied", 60, customized);
     // What the release before made and this one does not: gone once the upgrade is done.
     // (An object of the same labels not owned by the resource is not the operator's to prune.)
     let uid = get_json(&dir, "", "cdi/cdi").unwrap()["metadata"]["uid"].clone();
@@ -875,6 +928,7 @@ async fn the_operator_installs_least_privilege_components_upgrades_and_uninstall
         })
     });
     assert_eq!(upgraded["status"]["operatorVersion"], next, "{upgraded}");
+    customized().expect("the customization stays through the upgrade");
     // The old operator gave the lease up; the new one holds it.
     let (pod_now, held_now) = wait_for("the new operator alone", 60, || {
         let (p, h) = holder();

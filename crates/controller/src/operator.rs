@@ -110,9 +110,14 @@ async fn remove(client: &Client, o: &Value, foreground: bool) -> Result<(), Erro
 /// What the operator applies for `cdi`: the CRDs of the kinds (the CDI kind's own comes with the
 /// operator's manifests), the components, and what the optional CRDs there call for
 /// (`extensions`), all owned by the resource.
-fn desired(release: &Release, cdi: &CDI, extensions: &Extensions) -> Vec<Value> {
+fn desired(release: &Release, cdi: &CDI, extensions: &Extensions) -> Result<Vec<Value>, String> {
     let mut all = install::crds(false);
-    all.extend(install::components(release, cdi));
+    let mut components = install::components(release, cdi);
+    if let Some(c) = &cdi.spec.customize_components {
+        cdi_core::customize::apply(&mut components, c)
+            .map_err(|why| format!("spec.customizeComponents: {why}"))?;
+    }
+    all.extend(components);
     let (rules, monitors) = (extensions.prometheus_rules, extensions.service_monitors);
     all.extend(
         install::monitoring(release)
@@ -126,7 +131,7 @@ fn desired(release: &Release, cdi: &CDI, extensions: &Extensions) -> Vec<Value> 
     if extensions.volume_populators {
         all.extend(install::volume_populators(release));
     }
-    install::owned(all, cdi)
+    Ok(install::owned(all, cdi))
 }
 
 /// Which optional CRDs the cluster has.
@@ -226,9 +231,18 @@ async fn reconcile(cdi: Arc<CDI>, ctx: Arc<Ctx>) -> Result<Action, Error> {
         .get_opt(wanted)
         .await?
         .map(|_| wanted.to_string());
-    let (deployments, rest): (Vec<Value>, Vec<Value>) = desired(&ctx.release, &placed, &extensions)
-        .into_iter()
-        .partition(|o| o["kind"] == "Deployment");
+    let wanted = match desired(&ctx.release, &placed, &extensions) {
+        Ok(w) => w,
+        Err(why) => {
+            // Nothing is applied: half a customization could undo what an admin relies on.
+            ctx.events
+                .record(cdi.as_ref(), true, "InvalidCustomization", &why)
+                .await;
+            return Err(Error::Other(why));
+        }
+    };
+    let (deployments, rest): (Vec<Value>, Vec<Value>) =
+        wanted.into_iter().partition(|o| o["kind"] == "Deployment");
     for o in &rest {
         apply(client, o).await?;
     }

@@ -10,6 +10,7 @@ pub mod claims;
 pub mod clone;
 pub mod clonepop;
 pub mod config;
+pub mod customize;
 pub mod dataimportcron;
 pub mod datasource;
 pub mod datavolume;
