@@ -11,7 +11,6 @@ use std::sync::Arc;
 use cdi_api::{ann, finalizer};
 use cdi_core::hostclone;
 use cdi_core::import::{self, Settings};
-use cdi_upload::pki;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, Secret};
 use kube::api::PostParams;
@@ -145,7 +144,7 @@ async fn ensure_secret(
         .client_ca
         .client_cert(
             &hostclone::client_name(source_ref, claim),
-            pki::CLIENT_LIFETIME,
+            crate::upload::lifetimes(ctx).client.lifetime,
         )
         .map_err(|e| Error::Other(e.to_string()))?;
     crate::create(

@@ -16,7 +16,7 @@ use std::sync::Arc;
 use cdi_api::{ann, gate};
 use cdi_core::import::{self, Next, Settings};
 use cdi_core::{hostclone, upload};
-use cdi_upload::pki::{self, Ca};
+use cdi_upload::pki::Ca;
 use futures::StreamExt;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Pod, Secret, Service};
@@ -134,6 +134,15 @@ pub(crate) async fn pki(ctx: &Context) -> Result<Arc<UploadPki>, Error> {
     Ok(pki)
 }
 
+/// The lifetimes the active CDI resource's `spec.certConfig` asks for (upstream's defaults
+/// without one, or with one the operator reports unusable): upload servers' certificates follow
+/// `server`, clone source pods' client certificates `client`.
+pub(crate) fn lifetimes(ctx: &Context) -> cdi_upload::rotation::Lifetimes {
+    let cdis = ctx.caches.cdis();
+    let spec = cdi_core::install::active(&cdis).and_then(|c| c.spec.cert_config.as_ref());
+    cdi_upload::rotation::Lifetimes::from_spec(spec).unwrap_or_default()
+}
+
 /// Make what the upload path's certificates lack (the operator, when there is one, made them
 /// already and rotates them) and the token signing key.
 pub async fn ensure_pki(client: &kube::Client, ns: &str) -> Result<(), Error> {
@@ -185,7 +194,8 @@ async fn start_pod(
     let pod_name = upload::pod_name(claim);
     // The server's certificate is signed once the pod is there: the CA first.
     pki(ctx).await?;
-    let refresh = std::time::SystemTime::now() + pki::SERVER_REFRESH;
+    // Replaced when its certificate is due (upstream's refresh), if still unused.
+    let refresh = std::time::SystemTime::now() + lifetimes(ctx).server.refresh;
     let deadline = k8s_openapi::jiff::Timestamp::try_from(refresh)
         .map_err(|e| Error::Other(format!("the upload server's deadline: {e}")))?;
     let spec = upload::upload_pod(claim, settings, deadline);
@@ -236,7 +246,10 @@ async fn pod_needs(ctx: &Context, claim: &PersistentVolumeClaim, pod: &Pod) -> R
             let service = upload::service_name(&pod_name);
             let cert = pki
                 .server_ca
-                .server_cert(&upload::server_names(&ns, &service), pki::SERVER_LIFETIME)
+                .server_cert(
+                    &upload::server_names(&ns, &service),
+                    lifetimes(ctx).server.lifetime,
+                )
                 .map_err(|e| Error::Other(e.to_string()))?;
             let secret =
                 upload::cert_secret(pod, &cert.cert_pem, &cert.key_pem, &pki.client_bundle);

@@ -1,17 +1,14 @@
 //! The certificates of the upload path: a CA that signs each upload server's serving certificate
 //! (the proxy trusts it), and a CA that signs the proxy's client certificate (each upload server
-//! trusts it). The controller keeps both CAs in Secrets, as upstream's operator does.
+//! trusts it). How long each lives and when it is made again is `rotation`'s.
 
 use std::time::{Duration, SystemTime};
 
-/// How long a CA is valid.
+/// How long a CA is valid when nobody rotates it (a controller run without an operator).
 pub const CA_LIFETIME: Duration = Duration::from_secs(365 * 24 * 3600);
 /// How long an upload server's certificate is valid (upstream's default).
 pub const SERVER_LIFETIME: Duration = Duration::from_secs(24 * 3600);
-/// When an unused upload server ends and is replaced by one with a fresh certificate (upstream:
-/// the certificate's lifetime less its renew-before window).
-pub const SERVER_REFRESH: Duration = Duration::from_secs(12 * 3600);
-/// How long the proxy's client certificate is valid.
+/// How long a client certificate is valid when nobody rotates it.
 pub const CLIENT_LIFETIME: Duration = CA_LIFETIME;
 
 #[derive(Debug, thiserror::Error)]
