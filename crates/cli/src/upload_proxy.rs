@@ -103,8 +103,11 @@ pub fn run(args: &UploadProxyArgs) -> anyhow::Result<()> {
         tokio::spawn(async move {
             loop {
                 tokio::time::sleep(std::time::Duration::from_secs(2)).await;
-                // Files caught halfway through a rewrite are read again next time.
-                if let Ok(now) = read_tls() {
+                // The same material twice in a row: not a certificate of one version beside
+                // the key of the other, caught across a rewrite (it is read again next time).
+                if let (Ok(now), Ok(again)) = (read_tls(), read_tls())
+                    && now == again
+                {
                     tls_now.send_if_modified(|seen| {
                         let changed = *seen != now;
                         *seen = now;

@@ -387,6 +387,22 @@ async fn the_operator_installs_least_privilege_components_upgrades_and_uninstall
         "true"
     );
     assert_eq!(monitor["spec"]["endpoints"][0]["port"], "metrics");
+    // What it selects: the metrics Service, whose port of that name it scrapes.
+    let selected = kubectl(
+        &dir,
+        &[
+            "get",
+            "services",
+            "-n",
+            "cdi",
+            "-l",
+            "prometheus.cdi.kubevirt.io=true",
+            "-o",
+            "jsonpath={.items[*].metadata.name} {.items[*].spec.ports[*].name}",
+        ],
+        None,
+    );
+    assert_eq!(selected, "cdi-prometheus-metrics metrics");
     let binding = get_json(&dir, "cdi", "rolebinding/cdi-monitoring").unwrap();
     assert_eq!(
         binding["subjects"][0],

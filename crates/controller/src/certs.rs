@@ -2,8 +2,9 @@
 //! `cdi-apiserver-signer`, `cdi-uploadproxy-signer`, `cdi-uploadserver-signer`,
 //! `cdi-uploadserver-client-signer`), each published in a bundle ConfigMap that keeps older CAs
 //! until they expire, and the certificates they sign for `cdi apiserver`, the upload proxy and
-//! the proxy's client identity. The controller makes what is missing; the operator also makes
-//! again what cdi-upload's `rotation` says is due, so nothing expires under a running install.
+//! the proxy's client identity. The operator makes them and makes again what cdi-upload's
+//! `rotation` says is due, so nothing expires under a running install; a controller run without
+//! an operator makes what is missing and leaves the rest.
 
 use std::collections::BTreeMap;
 use std::time::SystemTime;
@@ -277,6 +278,10 @@ impl Pass<'_> {
             .as_ref()
             .and_then(|m| m.data.as_ref()?.get(BUNDLE_KEY).cloned())
             .unwrap_or_default();
+        // Kept as it is: publishing is the operator's once there is a bundle.
+        if self.mode == Mode::Missing && found.is_some() {
+            return Ok(published);
+        }
         let bundle = rotation::bundle(&published, &ca.pair.cert_pem, SystemTime::now());
         let mut owners = found.and_then(|m| m.metadata.owner_references);
         let adopted = adopt(&mut owners, self.owner);
@@ -326,8 +331,11 @@ impl Pass<'_> {
             }
             Target::Client(_) => (&self.lifetimes.client, None),
         };
+        let signer_start = Validity::of_pem(&ca.pair.cert_pem)
+            .map(|v| v.not_before)
+            .unwrap_or(now);
         let why = self.why_new(found.as_ref(), |a| {
-            rotation::target_due(a, lifetime, bundle, hostnames.as_deref(), now)
+            rotation::target_due(a, lifetime, bundle, hostnames.as_deref(), signer_start, now)
         });
         let Some(why) = why else {
             if let Some(s) = &found {

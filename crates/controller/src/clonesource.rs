@@ -144,7 +144,8 @@ async fn ensure_secret(
         .client_ca
         .client_cert(
             &hostclone::client_name(source_ref, claim),
-            crate::upload::lifetimes(ctx).client.lifetime,
+            // Made once for the pod, which may wait long to start: not renewed, so long-lived.
+            cdi_upload::pki::CLIENT_LIFETIME,
         )
         .map_err(|e| Error::Other(e.to_string()))?;
     crate::create(

@@ -235,18 +235,26 @@ async fn reconcile(cdi: Arc<CDI>, ctx: Arc<Ctx>) -> Result<Action, Error> {
         Ok(w) => w,
         Err(why) => {
             // Nothing is applied: half a customization could undo what an admin relies on.
+            // The certificates still are kept: they must not expire meanwhile.
             ctx.events
                 .record(cdi.as_ref(), true, "InvalidCustomization", &why)
                 .await;
+            certificates(&ctx, &cdi).await?;
             return Err(Error::Other(why));
         }
     };
     let (deployments, rest): (Vec<Value>, Vec<Value>) =
         wanted.into_iter().partition(|o| o["kind"] == "Deployment");
+    let mut applied = Ok(());
     for o in &rest {
-        apply(client, o).await?;
+        applied = apply(client, o).await;
+        if applied.is_err() {
+            break;
+        }
     }
+    // Whatever else failed, the certificates are kept (the Services they name came first).
     let next_due = certificates(&ctx, &cdi).await?;
+    applied?;
     for o in &deployments {
         apply(client, o).await?;
     }

@@ -136,7 +136,7 @@ pub(crate) async fn pki(ctx: &Context) -> Result<Arc<UploadPki>, Error> {
 
 /// The lifetimes the active CDI resource's `spec.certConfig` asks for (upstream's defaults
 /// without one, or with one the operator reports unusable): upload servers' certificates follow
-/// `server`, clone source pods' client certificates `client`.
+/// `server`.
 pub(crate) fn lifetimes(ctx: &Context) -> cdi_upload::rotation::Lifetimes {
     let cdis = ctx.caches.cdis();
     let spec = cdi_core::install::active(&cdis).and_then(|c| c.spec.cert_config.as_ref());
@@ -195,7 +195,7 @@ async fn start_pod(
     // The server's certificate is signed once the pod is there: the CA first.
     pki(ctx).await?;
     // Replaced when its certificate is due (upstream's refresh), if still unused.
-    let refresh = std::time::SystemTime::now() + lifetimes(ctx).server.refresh;
+    let refresh = lifetimes(ctx).server.renew_at(std::time::SystemTime::now());
     let deadline = k8s_openapi::jiff::Timestamp::try_from(refresh)
         .map_err(|e| Error::Other(format!("the upload server's deadline: {e}")))?;
     let spec = upload::upload_pod(claim, settings, deadline);

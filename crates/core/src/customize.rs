@@ -99,7 +99,17 @@ pub fn apply(objects: &mut [Value], c: &CustomizeComponents) -> Result<(), Strin
                 PatchType::Strategic => strategic(o, &patch, &kind),
             }
         }
-        o["metadata"]["annotations"][IDENTIFIER] = json!(id);
+        let annotated = o
+            .get_mut("metadata")
+            .and_then(Value::as_object_mut)
+            .map(|m| m.entry("annotations").or_insert_with(|| json!({})))
+            .and_then(Value::as_object_mut)
+            .map(|a| a.insert(IDENTIFIER.into(), json!(id)));
+        if annotated.is_none() {
+            return Err(format!(
+                "the patches for {kind} {name} leave it without metadata.annotations as an object"
+            ));
+        }
     }
     Ok(())
 }
@@ -283,6 +293,17 @@ mod tests {
             apply(&mut [deployment()], &garbage)
                 .unwrap_err()
                 .contains("not JSON")
+        );
+        // A patch that breaks the object's shape is refused, not followed.
+        let shapeless = customization(
+            json!([{"resourceName": "*", "resourceType": "*", "type": "merge",
+                "patch": r#"{"metadata":5}"#}]),
+            json!(null),
+        );
+        assert!(
+            apply(&mut [deployment()], &shapeless)
+                .unwrap_err()
+                .contains("without metadata.annotations")
         );
         // Nothing asked, nothing changed.
         let mut same = [deployment()];

@@ -609,7 +609,7 @@ pub fn components(release: &Release, cdi: &CDI) -> Vec<Value> {
     objects.push(service(release, "cdi-api", APISERVER, 443, json!(8443)));
     objects.push(json!({"apiVersion": "v1", "kind": "Service",
         "metadata": {"name": "cdi-prometheus-metrics", "namespace": release.namespace,
-            "labels": labels(release, &[])},
+            "labels": labels(release, &[("prometheus.cdi.kubevirt.io", "true")])},
         "spec": {"selector": {"prometheus.cdi.kubevirt.io": "true"},
             "ports": [{"name": "metrics", "port": 8080, "targetPort": "metrics", "protocol": "TCP"}]}}));
     objects.push(deployment(

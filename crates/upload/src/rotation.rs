@@ -26,7 +26,17 @@ pub struct Lifetime {
 
 const HOUR: Duration = Duration::from_secs(3600);
 
+/// The longest lifetime taken: what a certificate can be signed for (Go's durations end near
+/// 292 years; dates past 9999 cannot be written in a certificate).
+pub const LONGEST: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
+
 impl Lifetime {
+    /// When a certificate made at `start` is made again: at its refresh time, and at the latest
+    /// at four fifths of its life.
+    pub fn renew_at(&self, start: SystemTime) -> SystemTime {
+        start + self.refresh.min(self.lifetime * 4 / 5)
+    }
+
     /// The annotation recording it (upstream's JSON, Go's duration notation).
     pub fn annotation(&self) -> String {
         serde_json::json!({"lifetime": go_duration(self.lifetime),
@@ -91,9 +101,10 @@ fn apply(field: &str, c: &CertConfig, into: &mut Lifetime) -> Result<(), String>
     };
     if let Some(d) = &c.duration {
         into.lifetime = parse("duration", d)?;
-        if into.lifetime.is_zero() {
+        if into.lifetime.is_zero() || into.lifetime > LONGEST {
             return Err(format!(
-                "spec.certConfig.{field}.duration must be longer than 0"
+                "spec.certConfig.{field}.duration must be longer than 0 and at most {}",
+                go_duration(LONGEST)
             ));
         }
     }
@@ -287,16 +298,23 @@ pub fn next_due(anns: &BTreeMap<String, String>, lifetime: &Lifetime) -> Option<
 }
 
 /// Why a target certificate (signed by a CA of `bundle`, for `hostnames` when it serves) must
-/// be made again: `due`, or its issuer is no longer in the bundle, or its names changed.
+/// be made again: `due` — except that past its refresh time it waits until the current CA
+/// (which started at `signer_start`) has been out a tenth of that refresh, so that its bundle
+/// reached those who trust it (library-go's rule) —, or its issuer is no longer in the bundle,
+/// or its names changed.
 pub fn target_due(
     anns: &BTreeMap<String, String>,
     lifetime: &Lifetime,
     bundle: &str,
     hostnames: Option<&[String]>,
+    signer_start: SystemTime,
     now: SystemTime,
 ) -> Option<String> {
     if let Some(why) = due(anns, lifetime, now) {
-        return Some(why);
+        let refresh_only = why.starts_with("past its refresh time");
+        if !refresh_only || now > signer_start + lifetime.refresh / 10 {
+            return Some(why);
+        }
     }
     let Some(issuer) = anns.get(ISSUER) else {
         return Some("missing issuer name".into());
@@ -304,10 +322,22 @@ pub fn target_due(
     if !common_names(bundle).contains(issuer) {
         return Some(format!("issuer {issuer:?} is not in the CA bundle"));
     }
-    if let Some(names) = hostnames
-        && anns.get(HOSTNAMES).map(String::as_str) != Some(names.join(",").as_str())
-    {
-        return Some(format!("its hostnames are not {}", names.join(",")));
+    // Compared as sets, as library-go compares them.
+    let set = |names: &mut Vec<String>| {
+        names.sort();
+        names.dedup();
+    };
+    if let Some(names) = hostnames {
+        let mut want: Vec<String> = names.to_vec();
+        let mut have: Vec<String> = anns
+            .get(HOSTNAMES)
+            .map(|h| h.split(',').map(str::to_string).collect())
+            .unwrap_or_default();
+        set(&mut want);
+        set(&mut have);
+        if want != have {
+            return Some(format!("its hostnames are not {}", names.join(",")));
+        }
     }
     None
 }
@@ -441,6 +471,22 @@ mod tests {
             Lifetimes::from_spec(Some(&bad)).unwrap_err(),
             "spec.certConfig.client.renewBefore (2h) must be shorter than its duration (1h0m0s)"
         );
+        let huge: CdiCertConfig =
+            serde_json::from_value(serde_json::json!({"server": {"duration": "100000000h"}}))
+                .unwrap();
+        assert!(
+            Lifetimes::from_spec(Some(&huge))
+                .unwrap_err()
+                .contains("at most 876000h0m0s")
+        );
+        let l = Lifetimes::default().server;
+        let at = SystemTime::UNIX_EPOCH;
+        assert_eq!(l.renew_at(at), at + l.refresh);
+        let short = Lifetime {
+            lifetime: 2 * HOUR,
+            refresh: 12 * HOUR,
+        };
+        assert_eq!(short.renew_at(at), at + 2 * HOUR * 4 / 5);
         let bad: CdiCertConfig =
             serde_json::from_value(serde_json::json!({"ca": {"duration": "2 days"}})).unwrap();
         assert!(
@@ -536,22 +582,50 @@ mod tests {
         a.insert(ISSUER.into(), "cdi_signer@1".into());
         a.insert(HOSTNAMES.into(), "cdi-api".into());
         let names = ["cdi-api".to_string()];
-        assert_eq!(target_due(&a, &l, &second, Some(&names), now), None);
+        let signed = now - Duration::from_secs(3600);
+        assert_eq!(target_due(&a, &l, &second, Some(&names), signed, now), None);
         assert_eq!(
             target_due(
                 &a,
                 &l,
                 &bundle("", &new.pair.cert_pem, now),
                 Some(&names),
+                signed,
                 now
             )
             .as_deref(),
             Some("issuer \"cdi_signer@1\" is not in the CA bundle")
         );
-        let more = ["cdi-api".to_string(), "10.0.0.1".to_string()];
+        let more = ["10.0.0.1".to_string(), "cdi-api".to_string()];
         assert_eq!(
-            target_due(&a, &l, &second, Some(&more), now).as_deref(),
-            Some("its hostnames are not cdi-api,10.0.0.1")
+            target_due(&a, &l, &second, Some(&more), signed, now).as_deref(),
+            Some("its hostnames are not 10.0.0.1,cdi-api")
+        );
+        // The same names in another order are the same names.
+        let mut listed = a.clone();
+        listed.insert(HOSTNAMES.into(), "10.0.0.1,cdi-api".into());
+        assert_eq!(
+            target_due(&listed, &l, &second, Some(&more), signed, now),
+            None
+        );
+        // Past its refresh time, it waits for a CA made a moment ago to be out a while.
+        let start = Validity::of_pem(&cert.cert_pem).unwrap().not_before;
+        let later = start + l.refresh + Duration::from_secs(60);
+        let fresh_ca = later - Duration::from_secs(30);
+        assert_eq!(
+            target_due(&a, &l, &second, Some(&names), fresh_ca, later),
+            None
+        );
+        assert!(
+            target_due(&a, &l, &second, Some(&names), signed, later)
+                .unwrap()
+                .starts_with("past its refresh time")
+        );
+        // Expired is expired, whatever the CA's age.
+        let expired = Validity::of_pem(&cert.cert_pem).unwrap().not_after + Duration::from_secs(60);
+        assert_eq!(
+            target_due(&a, &l, &second, Some(&names), expired, expired).as_deref(),
+            Some("already expired")
         );
     }
 }

@@ -340,8 +340,9 @@ async fn claim_volume(client: &Client, ns: &str, claim: &str) -> Result<HostVolu
 /// Write `files` (relative path → content) into `dir`, replacing what was there.
 /// Write a volume's files as the kubelet's atomic writer does: into a fresh hidden directory,
 /// published by renaming the `..data` link to it, each top-level name a link through `..data`.
-/// A rewrite (a Secret changed) swaps every file at once: a reader never sees half of it, such
-/// as a new certificate beside the old key.
+/// A rewrite (a Secret changed) swaps every file at once: a file is never seen half written,
+/// and a reader going through `..data` sees one version whole. (Reading two files by their own
+/// links, a reader may still straddle a swap, and reads again.)
 fn write_files(dir: &Path, files: &BTreeMap<String, Vec<u8>>, mode: Option<i32>) -> io::Result<()> {
     use std::os::unix::fs::PermissionsExt;
     let mut checked = Vec::new();

@@ -630,6 +630,16 @@ async fn reporter(
     }
 }
 
+/// A task that ends when this is dropped: the pod's helpers end with the pod's own task, also
+/// when that is aborted (the kubelet stopping).
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
 /// How often a running pod's Secret and ConfigMap volumes are brought up to date (the kubelet
 /// syncs each pod about every minute; a development cluster shows a rotation sooner).
 const VOLUME_SYNC: Duration = Duration::from_secs(3);
@@ -710,24 +720,24 @@ pub async fn run_pod(ctx: Ctx, pod: Pod, dir: PodDir, ip: Ipv4Addr, mut stop: St
         }
     };
     // The kubelet renews projected tokens at 80% of their lifetime.
-    let renewer = setup::token_lifetime(&pod).map(|seconds| {
+    let _renewer = setup::token_lifetime(&pod).map(|seconds| {
         let (client, pod, dir) = (ctx.client.clone(), pod.clone(), dir.clone());
-        tokio::spawn(async move {
+        AbortOnDrop(tokio::spawn(async move {
             loop {
                 tokio::time::sleep(Duration::from_secs(seconds * 4 / 5)).await;
                 setup::renew_tokens(&client, &pod, &dir).await;
             }
-        })
+        }))
     });
     // And keeps Secret and ConfigMap volumes up to date while the pod runs.
-    let refresher = (launches.is_some() && setup::has_refreshed_volumes(&pod)).then(|| {
+    let _refresher = (launches.is_some() && setup::has_refreshed_volumes(&pod)).then(|| {
         let (client, pod, dir) = (ctx.client.clone(), pod.clone(), dir.clone());
-        tokio::spawn(async move {
+        AbortOnDrop(tokio::spawn(async move {
             loop {
                 tokio::time::sleep(VOLUME_SYNC).await;
                 setup::refresh_volumes(&client, &pod, &dir).await;
             }
-        })
+        }))
     });
     if let Some(launches) = launches {
         let (init_launches, main_launches) = launches.split_at(init_specs.len());
@@ -770,9 +780,6 @@ pub async fn run_pod(ctx: Ctx, pod: Pod, dir: PodDir, ip: Ipv4Addr, mut stop: St
                     });
             futures::future::join_all(runs).await;
         }
-    }
-    for task in [renewer, refresher].into_iter().flatten() {
-        task.abort();
     }
     done.store(true, std::sync::atomic::Ordering::SeqCst);
     shared.changed.notify_one();
