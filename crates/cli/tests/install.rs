@@ -674,6 +674,26 @@ async fn the_operator_installs_least_privilege_components_upgrades_and_uninstall
             let now = secret(signer);
             (now["data"]["tls.crt"] != before["data"]["tls.crt"]).then_some(())
         });
+        // Said on the CDI resource, in library-go's words.
+        wait_for(&format!("the event of {signer}"), 30, || {
+            let said = kubectl(
+                &dir,
+                &[
+                    "get",
+                    "events",
+                    "-A",
+                    "--field-selector",
+                    "reason=SignerUpdateRequired",
+                    "-o",
+                    "jsonpath={.items[*].message}",
+                ],
+                None,
+            );
+            said.contains(&format!(
+                "\"{signer}\" in \"cdi\" requires a new signing cert/key pair: already expired"
+            ))
+            .then_some(())
+        });
         // The new CA first, the old one kept until it expires.
         let both = wait_for(&format!("{bundle_name} with both CAs"), 30, || {
             Some(bundle(bundle_name)).filter(|b| pems(b) == 2)

@@ -105,6 +105,8 @@ pub struct Pass<'a> {
     pub mode: Mode,
     /// The field manager of bundle writes.
     pub manager: &'a str,
+    /// Where a certificate made (again) is told: events on the CDI resource (the operator's).
+    pub report: Option<(&'a crate::events::Events, &'a cdi_api::config::CDI)>,
 }
 
 impl Pass<'_> {
@@ -125,6 +127,13 @@ impl Pass<'_> {
             }
         }
         Ok(next)
+    }
+
+    /// An event on the CDI resource (library-go's reasons and words), when there is one.
+    async fn tell(&self, reason: &str, message: &str) {
+        if let Some((events, cdi)) = self.report {
+            events.record(cdi, false, reason, message).await;
+        }
     }
 
     fn secrets(&self) -> Api<Secret> {
@@ -256,8 +265,16 @@ impl Pass<'_> {
                     .map_err(|e| Error::Other(e.to_string()))?;
                 self.put(found.as_ref(), name, &ca.pair, lifetime, &[])
                     .await?;
-                tracing::info!(secret = %format!("{}/{name}", self.ns),
-                    why = %why.unwrap_or_default(), "made a new CA");
+                let why = why.unwrap_or_default();
+                tracing::info!(secret = %format!("{}/{name}", self.ns), %why, "made a new CA");
+                self.tell(
+                    "SignerUpdateRequired",
+                    &format!(
+                        "{name:?} in {:?} requires a new signing cert/key pair: {why}",
+                        self.ns
+                    ),
+                )
+                .await;
                 Ok((ca, Some(now + lifetime.refresh)))
             }
         }
@@ -362,6 +379,14 @@ impl Pass<'_> {
         self.put(found.as_ref(), name, &pair, lifetime, &extra)
             .await?;
         tracing::info!(secret = %format!("{}/{name}", self.ns), %why, "made a new certificate");
+        self.tell(
+            "TargetUpdateRequired",
+            &format!(
+                "{name:?} in {:?} requires a new target cert/key pair: {why}",
+                self.ns
+            ),
+        )
+        .await;
         Ok(Some(now + lifetime.refresh))
     }
 }

@@ -352,6 +352,7 @@ async fn certificates(ctx: &Ctx, cdi: &CDI) -> Result<Option<SystemTime>, Error>
         owner: owner.as_ref(),
         mode: crate::certs::Mode::Rotate,
         manager: MANAGER,
+        report: Some((&ctx.events, cdi)),
     }
     .run()
     .await

@@ -153,6 +153,7 @@ pub async fn ensure_pki(client: &kube::Client, ns: &str) -> Result<(), Error> {
         owner: None,
         mode: certs::Mode::Missing,
         manager: "cdi-controller",
+        report: None,
     }
     .run()
     .await?;
