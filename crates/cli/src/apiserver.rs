@@ -158,9 +158,11 @@ fn replace<T: PartialEq>(seen: &mut T, new: T) -> bool {
 }
 
 fn serving_pair(secret: &Secret) -> anyhow::Result<cdi_upload::pki::KeyPair> {
-    Ok(cdi_upload::pki::KeyPair {
-        cert_pem: String::from_utf8(secret_text(secret, "tls.crt")?)?,
-        key_pem: String::from_utf8(secret_text(secret, "tls.key")?)?,
+    cdi_controller::certs::pair_of(secret).with_context(|| {
+        format!(
+            "Secret {} holds no readable tls.crt and tls.key",
+            names::API_CERT
+        )
     })
 }
 

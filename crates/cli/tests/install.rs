@@ -219,6 +219,22 @@ async fn the_operator_installs_least_privilege_components_upgrades_and_uninstall
     );
     assert!(ok, "{out}{err}");
     let _down = Down(&dir);
+    // A merge patch of the CDI resource's spec, as an admin edits it.
+    let patch_spec = |spec: &str| {
+        kubectl(
+            &dir,
+            &[
+                "patch",
+                "cdi",
+                "cdi",
+                "--type",
+                "merge",
+                "-p",
+                &format!(r#"{{"spec":{spec}}}"#),
+            ],
+            None,
+        )
+    };
     let cr = get_json(&dir, "", "cdi/cdi").unwrap();
     assert_eq!(cr["status"]["phase"], "Deployed", "{cr}");
     let condition = |cr: &Value, t: &str| {
@@ -570,19 +586,7 @@ async fn the_operator_installs_least_privilege_components_upgrades_and_uninstall
     succeeded("default", "consumed");
 
     // Uninstall is refused while DataVolumes exist under BlockUninstallIfWorkloadsExist.
-    kubectl(
-        &dir,
-        &[
-            "patch",
-            "cdi",
-            "cdi",
-            "--type",
-            "merge",
-            "-p",
-            r#"{"spec":{"uninstallStrategy":"BlockUninstallIfWorkloadsExist"}}"#,
-        ],
-        None,
-    );
+    patch_spec(r#"{"uninstallStrategy":"BlockUninstallIfWorkloadsExist"}"#);
     let (ok, _, err) =
         devcluster::kubectl_as(&dir.join("kubeconfig"), &["delete", "cdi", "cdi"], None);
     // Upstream's words; it counts at most two.
@@ -723,18 +727,8 @@ async fn the_operator_installs_least_privilege_components_upgrades_and_uninstall
     let (proxy_url, api_url) = (served("cdi-uploadproxy"), served("cdi-api"));
     let old_proxy_cert = served_certificate(&proxy_url).await;
     let old_api_cert = served_certificate(&api_url).await;
-    kubectl(
-        &dir,
-        &[
-            "patch",
-            "cdi",
-            "cdi",
-            "--type",
-            "merge",
-            "-p",
-            r#"{"spec":{"certConfig":{"server":{"duration":"20h","renewBefore":"8h"},"client":{"duration":"20h","renewBefore":"8h"}}}}"#,
-        ],
-        None,
+    patch_spec(
+        r#"{"certConfig":{"server":{"duration":"20h","renewBefore":"8h"},"client":{"duration":"20h","renewBefore":"8h"}}}"#,
     );
     for target in [
         "cdi-apiserver-server-cert",
@@ -829,21 +823,7 @@ async fn the_operator_installs_least_privilege_components_upgrades_and_uninstall
     // spec.customizeComponents: a patch that cannot apply is refused in an event and nothing
     // changes; patches and flags that apply reach the Deployments they name, and stay through
     // the upgrade.
-    let customize = |c: &str| {
-        kubectl(
-            &dir,
-            &[
-                "patch",
-                "cdi",
-                "cdi",
-                "--type",
-                "merge",
-                "-p",
-                &format!(r#"{{"spec":{{"customizeComponents":{c}}}}}"#),
-            ],
-            None,
-        )
-    };
+    let customize = |c: &str| patch_spec(&format!(r#"{{"customizeComponents":{c}}}"#));
     customize(
         r#"{"patches":[{"resourceName":"cdi-uploadproxy","resourceType":"Deployment","type":"json","patch":"[{\"op\":\"replace\",\"path\":\"/nope/x\",\"value\":1}]"}]}"#,
     );

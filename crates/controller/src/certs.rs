@@ -86,7 +86,8 @@ pub fn unmanaged() -> Lifetimes {
     }
 }
 
-pub(crate) fn pair_of(secret: &Secret) -> Option<KeyPair> {
+/// The certificate and key a `kubernetes.io/tls` Secret holds, when both are readable.
+pub fn pair_of(secret: &Secret) -> Option<KeyPair> {
     let data = secret.data.as_ref()?;
     let text = |k: &str| String::from_utf8(data.get(k)?.0.clone()).ok();
     Some(KeyPair {

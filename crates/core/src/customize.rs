@@ -165,19 +165,13 @@ fn merge_map(target: &mut Value, patch: &Value, kind: &str, in_container: bool) 
             (_, Value::Object(_)) if target[field].is_object() => {
                 merge_map(&mut target[field], value, kind, in_container);
             }
-            _ => {
+            (_, Value::Object(_)) => {
                 let mut fresh = Value::Null;
-                merge_map_or_value(&mut fresh, value, kind, nested);
+                merge_map(&mut fresh, value, kind, nested);
                 target[field] = fresh;
             }
+            _ => target[field] = strip_directives(value),
         }
-    }
-}
-
-fn merge_map_or_value(target: &mut Value, patch: &Value, kind: &str, in_container: bool) {
-    match patch {
-        Value::Object(_) => merge_map(target, patch, kind, in_container),
-        other => *target = strip_directives(other),
     }
 }
 

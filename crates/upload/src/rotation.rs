@@ -203,13 +203,17 @@ impl Validity {
         let cert = block
             .parse_x509()
             .map_err(|e| format!("not an X.509 certificate: {e}"))?;
+        Ok(Validity::of_cert(&cert))
+    }
+
+    fn of_cert(cert: &x509_parser::certificate::X509Certificate) -> Validity {
         let at = |t: x509_parser::time::ASN1Time| {
             SystemTime::UNIX_EPOCH + Duration::from_secs(t.timestamp().max(0) as u64)
         };
-        Ok(Validity {
+        Validity {
             not_before: at(cert.validity().not_before),
             not_after: at(cert.validity().not_after),
-        })
+        }
     }
 
     /// The annotations recording it (RFC 3339, to the second, as Go writes them).
@@ -353,13 +357,7 @@ fn certificates(bundle: &str) -> Vec<(String, Vec<u8>, Validity, String)> {
         let Ok(cert) = block.parse_x509() else {
             continue;
         };
-        let at = |t: x509_parser::time::ASN1Time| {
-            SystemTime::UNIX_EPOCH + Duration::from_secs(t.timestamp().max(0) as u64)
-        };
-        let validity = Validity {
-            not_before: at(cert.validity().not_before),
-            not_after: at(cert.validity().not_after),
-        };
+        let validity = Validity::of_cert(&cert);
         let cn = cert
             .subject()
             .iter_common_name()

@@ -442,30 +442,7 @@ fn holds(dir: &Path, files: &BTreeMap<String, Vec<u8>>) -> bool {
 pub async fn refresh_volumes(client: &Client, pod: &Pod, dir: &PodDir) {
     let ns = pod_ns(pod);
     for v in pod.spec.iter().flat_map(|s| s.volumes.iter().flatten()) {
-        let (data, items, what, mode, optional) = if let Some(s) = &v.secret {
-            let name = s.secret_name.as_deref().unwrap_or("");
-            let optional = s.optional.unwrap_or(false);
-            (
-                secret_data(client, ns, name, optional).await,
-                s.items.as_ref(),
-                format!("Secret {ns}/{name}"),
-                s.default_mode.unwrap_or(0o644),
-                optional,
-            )
-        } else if let Some(c) = &v.config_map {
-            let optional = c.optional.unwrap_or(false);
-            (
-                config_map_data(client, ns, &c.name, optional).await,
-                c.items.as_ref(),
-                format!("ConfigMap {ns}/{}", c.name),
-                c.default_mode.unwrap_or(0o644),
-                optional,
-            )
-        } else {
-            continue;
-        };
-        let Ok(data) = data else { continue };
-        let Ok(files) = select(data.unwrap_or_default(), items, &what, optional) else {
+        let Some(Ok((files, mode, what))) = object_files(client, ns, v).await else {
             continue;
         };
         let here = dir.volume(&v.name);
@@ -477,6 +454,41 @@ pub async fn refresh_volumes(client: &Client, pod: &Pod, dir: &PodDir) {
             Err(e) => tracing::warn!(volume = %v.name, error = %e, "updating a volume"),
         }
     }
+}
+
+/// The files of a Secret or ConfigMap volume (None for other volumes), with their mode and
+/// the object they come from.
+async fn object_files(
+    client: &Client,
+    ns: &str,
+    v: &Volume,
+) -> Option<Result<(BTreeMap<String, Vec<u8>>, i32, String), Blocked>> {
+    let (data, items, what, mode, optional) = if let Some(s) = &v.secret {
+        let name = s.secret_name.as_deref().unwrap_or("");
+        let optional = s.optional.unwrap_or(false);
+        (
+            secret_data(client, ns, name, optional).await,
+            s.items.as_ref(),
+            format!("Secret {ns}/{name}"),
+            s.default_mode.unwrap_or(0o644),
+            optional,
+        )
+    } else if let Some(c) = &v.config_map {
+        let optional = c.optional.unwrap_or(false);
+        (
+            config_map_data(client, ns, &c.name, optional).await,
+            c.items.as_ref(),
+            format!("ConfigMap {ns}/{}", c.name),
+            c.default_mode.unwrap_or(0o644),
+            optional,
+        )
+    } else {
+        return None;
+    };
+    Some(data.and_then(|data| {
+        let files = select(data.unwrap_or_default(), items, &what, optional)?;
+        Ok((files, mode, what))
+    }))
 }
 
 /// Whether the pod has volumes [`refresh_volumes`] keeps up to date.
@@ -642,32 +654,9 @@ pub async fn volumes(
         };
         let volume = if let Some(c) = &v.persistent_volume_claim {
             claim_volume(client, ns, &c.claim_name).await?
-        } else if let Some(s) = &v.secret {
-            let name = s.secret_name.as_deref().unwrap_or("");
-            let optional = s.optional.unwrap_or(false);
-            let data = secret_data(client, ns, name, optional)
-                .await?
-                .unwrap_or_default();
-            let files = select(
-                data,
-                s.items.as_ref(),
-                &format!("Secret {ns}/{name}"),
-                optional,
-            )?;
-            write(&files, Some(s.default_mode.unwrap_or(0o644)))?
-        } else if let Some(c) = &v.config_map {
-            let name = c.name.as_str();
-            let optional = c.optional.unwrap_or(false);
-            let data = config_map_data(client, ns, name, optional)
-                .await?
-                .unwrap_or_default();
-            let files = select(
-                data,
-                c.items.as_ref(),
-                &format!("ConfigMap {ns}/{name}"),
-                optional,
-            )?;
-            write(&files, Some(c.default_mode.unwrap_or(0o644)))?
+        } else if let Some(found) = object_files(client, ns, v).await {
+            let (files, mode, _) = found?;
+            write(&files, Some(mode))?
         } else if let Some(d) = &v.downward_api {
             let mut files = BTreeMap::new();
             for item in d.items.iter().flatten() {
