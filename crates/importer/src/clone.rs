@@ -101,16 +101,19 @@ pub async fn receive(
     result
 }
 
-/// Copy `input` into `target` from offset 0, refusing more than `limit` bytes.
+/// Copy `input` into `target` from offset 0, refusing more than `limit` bytes. A file target
+/// ends as long as the stream: zeros are written as holes, so a device whose tail is zero would
+/// otherwise leave a shorter (smaller) disk.
 async fn copy(
     input: Box<dyn Read + Send>,
     target: &Target,
     limit: u64,
     context: &'static str,
 ) -> Result<(), ImportError> {
-    crate::formats::raw::copy_stream(input, target, Some(limit), Tuning::default(), context)
-        .await
-        .map(|_| ())
+    let (len, _) =
+        crate::formats::raw::copy_stream(input, target, Some(limit), Tuning::default(), context)
+            .await?;
+    target.set_len(len)
 }
 
 /// The tar stream's disk image (its holes read as zeros), copied into `target`.

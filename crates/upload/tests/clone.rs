@@ -217,6 +217,26 @@ async fn block_to_filesystem_and_block_to_block_copy_the_device() {
 }
 
 #[tokio::test]
+async fn a_block_source_whose_tail_is_zero_keeps_its_whole_size_on_a_filesystem() {
+    // A 48 MiB device with data in its first 10 MiB only: the disk.img is the device's size
+    // (holes where it is zero), not the 10 MiB up to its last non-zero byte.
+    let c = Clone::new();
+    let device = c.path("source-device");
+    let f = std::fs::File::create(&device).unwrap();
+    f.set_len(48 * MIB).unwrap();
+    use std::os::unix::fs::FileExt;
+    f.write_all_at(&vec![0x5Au8; 10 * MIB as usize], 0).unwrap();
+    let (sent, message) = c
+        .run(CloneSource::Block(device), false, CLIENT, "/v1beta1/upload")
+        .await;
+    sent.unwrap();
+    assert_eq!(message.as_deref(), Some(COMPLETE));
+    let disk = c.path("data/disk.img");
+    assert_eq!(std::fs::metadata(&disk).unwrap().len(), 48 * MIB);
+    assert!(allocated(&disk) < 12 * MIB, "the zero tail is a hole");
+}
+
+#[tokio::test]
 async fn only_the_clones_certificate_and_the_sync_endpoint_take_a_clone() {
     let c = Clone::new();
     let src = c.path("source");
@@ -262,7 +282,7 @@ async fn only_the_clones_certificate_and_the_sync_endpoint_take_a_clone() {
         .await;
     match sent {
         Err(ClonerError::Refused {
-            status: 500, body, ..
+            status: 400, body, ..
         }) => {
             assert!(body.contains("has no disk.img"), "{body}")
         }
