@@ -67,6 +67,25 @@ impl From<Qcow2Error> for ImportError {
     }
 }
 
+/// A reader's error text made safe to show: decoders quote the bytes they could not read (a tar
+/// header of random bytes, say), which must not reach a terminal or a log as they are. Control
+/// characters are escaped and the text is cut at 300 characters.
+pub fn printable(text: &str) -> String {
+    let mut out = String::new();
+    for (i, c) in text.chars().enumerate() {
+        if i == 300 {
+            out.push('…');
+            break;
+        }
+        if c.is_control() || c == '\u{fffd}' {
+            out.extend(c.escape_default());
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
 /// Statuses worth another attempt: 408, 429 and server errors. Other 4xx (and anything odd the
 /// server sends) are its answer.
 pub fn retryable_status(status: u16) -> bool {
@@ -98,7 +117,7 @@ impl ImportError {
             .get_ref()
             .is_some_and(|inner| inner.is::<ImportError>())
         {
-            return ImportError::Damaged(format!("{context}: {error}"));
+            return ImportError::Damaged(format!("{context}: {}", printable(&error.to_string())));
         }
         match error
             .into_inner()
@@ -159,6 +178,21 @@ mod tests {
             source = s.source();
         }
         text
+    }
+
+    #[test]
+    fn what_a_decoder_quotes_is_made_printable() {
+        let err = ImportError::from_read(
+            "unpacking the archive",
+            std::io::Error::other(
+                "numeric field was not a number: \u{1b}[2J\u{7}\0 when getting cksum",
+            ),
+        );
+        let text = err.to_string();
+        assert!(!text.chars().any(char::is_control), "{text:?}");
+        assert!(text.contains("\\u{1b}[2J"), "{text}");
+        let long = ImportError::from_read("x", std::io::Error::other("y".repeat(1000)));
+        assert!(long.to_string().chars().count() < 340);
     }
 
     #[test]

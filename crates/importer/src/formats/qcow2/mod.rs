@@ -119,12 +119,15 @@ pub enum Qcow2Error {
     /// image").
     #[error("{0}")]
     Invalid(String),
-    #[error("the {what} at offset {offset} lies outside the {file_len}-byte image")]
+    #[error("the {what} at offset {offset} lies {}", past_the_end(*.file_len))]
     OutOfFile {
         what: &'static str,
         offset: u64,
         file_len: u64,
     },
+    /// A table or cluster placed in the first cluster, where the header is.
+    #[error("the {what} at offset {offset} overlaps the header (the image's first cluster)")]
+    InHeader { what: &'static str, offset: u64 },
     #[error("the {what} at offset {offset} is not aligned to the {cluster_size}-byte cluster size")]
     Misaligned {
         what: &'static str,
@@ -141,6 +144,39 @@ pub enum Qcow2Error {
     },
     #[error("virtual size {0} is larger than qemu allows ({MAX_VIRTUAL_SIZE} bytes)")]
     VirtualSize(u64),
+}
+
+/// The length of a stream whose end is not known yet: nothing read from it is past its end.
+pub(crate) const OPEN_END: u64 = 1 << 56;
+
+/// Where an out-of-file offset lies: past a known length, or past the end of a stream.
+fn past_the_end(file_len: u64) -> String {
+    if file_len >= OPEN_END {
+        "past the end of the image".into()
+    } else {
+        format!("outside the {file_len}-byte image")
+    }
+}
+
+/// Check that `what`, from `offset` to `end`, lies after the header and inside the file.
+fn placed(
+    what: &'static str,
+    offset: u64,
+    end: u64,
+    cluster_size: u64,
+    file_len: u64,
+) -> Result<(), Qcow2Error> {
+    if offset < cluster_size {
+        return Err(Qcow2Error::InHeader { what, offset });
+    }
+    if end > file_len {
+        return Err(Qcow2Error::OutOfFile {
+            what,
+            offset,
+            file_len,
+        });
+    }
+    Ok(())
 }
 
 fn be32(b: &[u8], at: usize) -> u32 {
@@ -295,13 +331,13 @@ pub fn parse_header(head: &[u8], file_len: u64) -> Result<Header, Qcow2Error> {
                 cluster_size,
             });
         }
-        if l1_table_offset < cluster_size || l1_table_offset.saturating_add(l1_bytes) > file_len {
-            return Err(Qcow2Error::OutOfFile {
-                what: "L1 table",
-                offset: l1_table_offset,
-                file_len,
-            });
-        }
+        placed(
+            "L1 table",
+            l1_table_offset,
+            l1_table_offset.saturating_add(l1_bytes),
+            cluster_size,
+            file_len,
+        )?;
     }
     Ok(header)
 }
@@ -369,13 +405,13 @@ pub fn l1_entry(header: &Header, entry: u64, file_len: u64) -> Result<Option<u64
             cluster_size,
         });
     }
-    if offset < cluster_size || offset.saturating_add(cluster_size) > file_len {
-        return Err(Qcow2Error::OutOfFile {
-            what: "L2 table",
-            offset,
-            file_len,
-        });
-    }
+    placed(
+        "L2 table",
+        offset,
+        offset.saturating_add(cluster_size),
+        cluster_size,
+        file_len,
+    )?;
     Ok(Some(offset))
 }
 
@@ -387,13 +423,7 @@ pub fn l2_entry(header: &Header, entry: u64, file_len: u64) -> Result<Cluster, Q
         let host = entry & ((1u64 << x) - 1);
         let sectors = (entry >> x) & ((1u64 << (header.cluster_bits - 8)) - 1);
         let len = (sectors + 1) * 512 - (host & 511);
-        if host < cluster_size || host >= file_len {
-            return Err(Qcow2Error::OutOfFile {
-                what: "compressed cluster",
-                offset: host,
-                file_len,
-            });
-        }
+        placed("compressed cluster", host, host + 1, cluster_size, file_len)?;
         // The last sector may run past the end of the file; qemu reads what is there.
         return Ok(Cluster::Compressed {
             host,
@@ -414,13 +444,7 @@ pub fn l2_entry(header: &Header, entry: u64, file_len: u64) -> Result<Cluster, Q
             cluster_size,
         });
     }
-    if host < cluster_size || host >= file_len {
-        return Err(Qcow2Error::OutOfFile {
-            what: "data cluster",
-            offset: host,
-            file_len,
-        });
-    }
+    placed("data cluster", host, host + 1, cluster_size, file_len)?;
     Ok(Cluster::Data { host })
 }
 
@@ -523,7 +547,7 @@ mod tests {
             ),
             (
                 Box::new(|h| h[40..48].copy_from_slice(&0u64.to_be_bytes())),
-                "outside the",
+                "L1 table at offset 0 overlaps the header",
             ),
             (
                 Box::new(|h| h[24..32].copy_from_slice(&u64::MAX.to_be_bytes())),
@@ -554,6 +578,26 @@ mod tests {
             let err = parse_header(&h, FILE_LEN).expect_err(want).to_string();
             assert!(err.contains(want), "want {want:?}, got {err:?}");
         }
+    }
+
+    #[test]
+    fn a_stream_of_unknown_length_is_not_given_one_in_messages() {
+        let mut h = v3_header();
+        h[40..48].copy_from_slice(&0u64.to_be_bytes());
+        let err = parse_header(&h, OPEN_END).unwrap_err().to_string();
+        assert_eq!(
+            err,
+            "the L1 table at offset 0 overlaps the header (the image's first cluster)"
+        );
+        let far = Qcow2Error::OutOfFile {
+            what: "L2 table",
+            offset: 1 << 40,
+            file_len: OPEN_END,
+        };
+        assert_eq!(
+            far.to_string(),
+            "the L2 table at offset 1099511627776 lies past the end of the image"
+        );
     }
 
     #[test]

@@ -24,13 +24,12 @@ use crate::convert::Tuning;
 use crate::error::ImportError;
 use crate::formats::fit;
 use crate::formats::qcow2::convert::Inflater;
-use crate::formats::qcow2::{self, Cluster, Header, Qcow2Error};
+// Entries are checked against `OPEN_END` while the real length is unknown: past every offset a
+// table can hold, so only the checks made at the end can refuse on length.
+use crate::formats::qcow2::{self, Cluster, Header, OPEN_END, Qcow2Error};
 use crate::import::{blocking, read_full};
 use crate::writer::{Op, Target, TargetKind, WriteStats, stopped};
 
-/// The file length entries are checked against while the real one is unknown: past every
-/// offset a table can hold, so only the checks made at the end can refuse on length.
-const OPEN_END: u64 = 1 << 56;
 /// What one entry of the maps below costs in memory, roughly (key, value, tree overhead).
 const ENTRY_COST: u64 = 64;
 /// The largest refcount table read to know the refcount blocks (which are then not held); a
