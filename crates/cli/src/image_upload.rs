@@ -178,11 +178,42 @@ struct Ctx<'a> {
     plan: &'a Plan,
 }
 
+/// The image's length, checked before anything is created: a regular file or a block device
+/// (read to its end) with at least one byte. A directory, a character device (`/dev/zero` has
+/// no end) or a pipe is refused, and so is an empty file: no data is not an image.
+fn image_length(path: &std::path::Path) -> anyhow::Result<u64> {
+    use std::io::{Seek, SeekFrom};
+    use std::os::unix::fs::FileTypeExt;
+    let shown = path.display();
+    let kind = std::fs::metadata(path)
+        .with_context(|| format!("open {shown}"))?
+        .file_type();
+    if kind.is_dir() {
+        bail!("{shown} is a directory: give the path of a disk image file or a block device");
+    }
+    if kind.is_char_device() {
+        bail!(
+            "{shown} is a character device, which has no end: give a disk image file or a block device"
+        );
+    }
+    if kind.is_fifo() || kind.is_socket() {
+        bail!(
+            "{shown} is a pipe or a socket, whose length is not known: give a disk image file or a block device"
+        );
+    }
+    // Opened (not only looked at), so that an unreadable file is said now.
+    let mut file = std::fs::File::open(path).with_context(|| format!("open {shown}"))?;
+    let length = file
+        .seek(SeekFrom::End(0))
+        .with_context(|| format!("reading the size of {shown}"))?;
+    if length == 0 {
+        bail!("{shown} is empty: no data is not an image");
+    }
+    Ok(length)
+}
+
 async fn upload(args: &ImageUploadArgs, plan: &Plan) -> anyhow::Result<()> {
-    let file = std::fs::File::open(&plan.image)
-        .with_context(|| format!("open {}", plan.image.display()))?;
-    let length = file.metadata()?.len();
-    drop(file);
+    let length = image_length(&plan.image)?;
     let (client, ns) = crate::client_in(args.namespace.as_deref()).await?;
     let c = Ctx {
         client,
@@ -200,13 +231,27 @@ async fn upload(args: &ImageUploadArgs, plan: &Plan) -> anyhow::Result<()> {
                 bail!("when creating a resource, the size must be specified");
             }
             let kind = if plan.create_pvc {
-                create_pvc(&c).await?;
                 "PersistentVolumeClaim"
             } else {
-                create_data_volume(&c).await?;
                 "DataVolume"
             };
-            println!("{kind} {}/{} created", c.ns, plan.name);
+            let created = if plan.create_pvc {
+                create_pvc(&c).await
+            } else {
+                create_data_volume(&c).await
+            };
+            match created {
+                Ok(()) => println!("{kind} {}/{} created", c.ns, plan.name),
+                // Another upload made it first: it is this one's target as it is theirs.
+                Err(e) if already_exists(&e) => {
+                    println!("{kind} {}/{} was created meanwhile", c.ns, plan.name);
+                    let claim = existing_target(&c)
+                        .await?
+                        .with_context(|| format!("{kind} {}/{} vanished", c.ns, plan.name))?;
+                    ensure_upload_target(&c, claim).await?;
+                }
+                Err(e) => return Err(e),
+            }
         }
     }
     if plan.create_pvc {
@@ -217,6 +262,7 @@ async fn upload(args: &ImageUploadArgs, plan: &Plan) -> anyhow::Result<()> {
     let (url, ca) = proxy_url(&c).await?;
     println!("Uploading data to {url}");
     let token = upload_token(&c).await?;
+    let restarts = server_restarts(&c).await?;
     send(&c, &url, ca.as_deref(), token, length).await?;
     if args.datasource {
         data_source(&c).await?;
@@ -224,9 +270,25 @@ async fn upload(args: &ImageUploadArgs, plan: &Plan) -> anyhow::Result<()> {
     println!(
         "Uploading data completed successfully, waiting for processing to complete, you can hit ctrl-c without interrupting the progress"
     );
-    wait_processing(&c).await?;
+    wait_processing(&c, restarts).await?;
     println!("Uploading {} completed successfully", plan.image.display());
     Ok(())
+}
+
+fn already_exists(e: &anyhow::Error) -> bool {
+    e.chain().any(|cause| {
+        matches!(cause.downcast_ref::<kube::Error>(),
+            Some(kube::Error::Api(s)) if s.reason == "AlreadyExists")
+    })
+}
+
+/// The refusal of an upload into a volume whose one upload is done.
+fn already_uploaded(c: &Ctx<'_>, kind: &str) -> anyhow::Error {
+    anyhow::anyhow!(
+        "{kind} {}/{} already uploaded: it takes one upload (delete it to upload again)",
+        c.ns,
+        c.plan.name
+    )
 }
 
 /// The claim to upload into when it exists, checked as virtctl checks it; `None` when it is to
@@ -462,6 +524,18 @@ async fn wait_dv_upload_ready(c: &Ctx<'_>) -> anyhow::Result<()> {
                     }
                     return Ok(());
                 }
+                // Another upload won: there will be no upload pod to wait for.
+                if phase == Some(Phase::Succeeded) {
+                    return Err(already_uploaded(c, "DataVolume"));
+                }
+                if phase == Some(Phase::Failed) {
+                    bail!(
+                        "DataVolume {}/{} failed: {}",
+                        c.ns,
+                        c.plan.name,
+                        running_message(&dv).unwrap_or("see cdi doctor")
+                    );
+                }
                 let claim_name = dv.status.as_ref().and_then(|s| s.claim_name.clone());
                 let claim_uid = match claim_name {
                     Some(n) => claims.get_opt(&n).await?.and_then(|p| p.metadata.uid),
@@ -487,6 +561,9 @@ async fn wait_server_ready(c: &Ctx<'_>) -> anyhow::Result<()> {
     let mut said = false;
     loop {
         if let Some(claim) = claims.get_opt(&c.plan.name).await? {
+            if upload_done(&claim) {
+                return Err(already_uploaded(c, "PVC"));
+            }
             let ready = claim
                 .metadata
                 .annotations
@@ -629,9 +706,10 @@ async fn send(
     let mut token = first_token;
     let mut refreshes = 3;
     let mut last = None;
-    for attempt in 0..c.args.retry.max(1) {
+    let tries = c.args.retry.max(1);
+    for attempt in 0..tries {
         if attempt > 0 {
-            tokio::time::sleep(Duration::from_millis(u64::from(attempt) * 50)).await;
+            tokio::time::sleep(backoff(attempt)).await;
         }
         // The async endpoint when the proxy answers for it, else the sync one.
         let async_url = with_path(url, ASYNC_PATH);
@@ -655,7 +733,7 @@ async fn send(
             .body(body(&c.plan.image, &bar).await?)
             .send()
             .await;
-        let (code, err) = match result {
+        let (code, text) = match result {
             Ok(r) if r.status() == 200 => {
                 bar.finish();
                 println!();
@@ -663,23 +741,23 @@ async fn send(
             }
             Ok(r) => {
                 let code = r.status().as_u16();
-                let text = r.text().await.unwrap_or_default();
-                (
-                    code,
-                    anyhow::anyhow!("unexpected return value {code}, {text}"),
-                )
+                (code, one_line(&r.text().await.unwrap_or_default()))
             }
-            Err(e) => (0, anyhow::Error::new(e)),
+            Err(e) => (0, one_line(&format!("{e:#}"))),
         };
-        if code == 503 && attempt + 1 < c.args.retry {
-            // The server may be on its way out, or restarting (with scratch space, when the
-            // image needs it): the next attempt waits for the next one.
-            println!("{err:#}; waiting for the upload server to be ready again");
-            if c.plan.create_pvc {
-                wait_server_ready(c).await?;
+        let err = match code {
+            0 => anyhow::anyhow!("the upload broke off: {text}"),
+            _ if text.is_empty() => anyhow::anyhow!("the upload proxy answered {code}"),
+            _ => anyhow::anyhow!("the upload proxy answered {code}: {text}"),
+        };
+        if code == 409 {
+            bar.abandon();
+            let kind = if c.plan.create_pvc {
+                "PVC"
             } else {
-                wait_dv_upload_ready(c).await?;
-            }
+                "DataVolume"
+            };
+            return Err(already_uploaded(c, kind));
         }
         if code == 401 {
             // A 401 at once is a refusal; later, the token may have expired meanwhile.
@@ -691,15 +769,63 @@ async fn send(
                 .await
                 .context("failed to get upload token")?;
             refreshes -= 1;
+        } else if !retryable(code, &text) {
+            // The image, or the request, was refused: sending it again changes nothing.
+            bar.abandon();
+            return Err(err);
+        }
+        if code == 503 && attempt + 1 < tries {
+            // The server may be on its way out, or restarting (with scratch space, when the
+            // image needs it): the next attempt waits for the next one.
+            println!("{err:#}; waiting for the upload server to be ready again");
+            if c.plan.create_pvc {
+                wait_server_ready(c).await?;
+            } else {
+                wait_dv_upload_ready(c).await?;
+            }
+        } else if attempt + 1 < tries {
+            println!(
+                "{err:#}; trying again in {} s",
+                backoff(attempt + 1).as_secs()
+            );
         }
         last = Some(err);
     }
     bar.abandon();
     let err = last.unwrap_or_else(|| anyhow::anyhow!("no attempt was made"));
-    Err(err.context(format!(
-        "error uploading image after {} retries",
-        c.args.retry
-    )))
+    Err(err.context(format!("the upload failed {tries} times (--retry)")))
+}
+
+/// The wait before try `attempt` (from 1): 1, 2, 4, … seconds, at most 30.
+fn backoff(attempt: u32) -> Duration {
+    Duration::from_secs((1u64 << attempt.saturating_sub(1).min(5)).min(30))
+}
+
+/// Whether an answer may change when the upload is sent again: no answer (the connection
+/// broke), a proxy or server on its way (502, 503, 504), 408, 429, and a 500 that gives no
+/// reason. A refusal that gives one (400, 413, a 500 saying why) is final.
+fn retryable(code: u16, text: &str) -> bool {
+    match code {
+        0 | 408 | 429 | 502 | 503 | 504 => true,
+        500 => text.is_empty(),
+        _ => false,
+    }
+}
+
+/// A server's text as one line of at most 300 characters, control characters left out (a body
+/// of raw bytes must not reach the terminal as it is).
+fn one_line(text: &str) -> String {
+    let flat: String = text
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ")
+        .chars()
+        .filter(|c| !c.is_control())
+        .collect();
+    match flat.char_indices().nth(300) {
+        Some((at, _)) => format!("{}…", &flat[..at]),
+        None => flat,
+    }
 }
 
 async fn data_source(c: &Ctx<'_>) -> anyhow::Result<()> {
@@ -734,18 +860,80 @@ async fn data_source(c: &Ctx<'_>) -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn wait_processing(c: &Ctx<'_>) -> anyhow::Result<()> {
+fn annotation<'a>(claim: &'a PersistentVolumeClaim, key: &str) -> Option<&'a str> {
+    claim
+        .metadata
+        .annotations
+        .as_ref()?
+        .get(key)
+        .map(String::as_str)
+}
+
+fn upload_done(claim: &PersistentVolumeClaim) -> bool {
+    annotation(claim, ann::POD_PHASE) == Some("Succeeded")
+}
+
+/// The DataVolume's Running condition's message, when it says something.
+fn running_message(dv: &DataVolume) -> Option<&str> {
+    dv.status
+        .as_ref()?
+        .conditions
+        .iter()
+        .flatten()
+        .find(|c| c.type_ == cdi_api::enums::DataVolumeConditionType::Running)
+        .and_then(|c| c.message.as_deref())
+        .filter(|m| !m.is_empty())
+}
+
+/// How often the upload server of the target claim restarted (the controller's count).
+async fn server_restarts(c: &Ctx<'_>) -> anyhow::Result<i64> {
     let claims: Api<PersistentVolumeClaim> = Api::namespaced(c.client.clone(), &c.ns);
+    Ok(claims
+        .get_opt(&c.plan.name)
+        .await?
+        .as_ref()
+        .and_then(|claim| annotation(claim, ann::POD_RESTARTS)?.parse().ok())
+        .unwrap_or(0))
+}
+
+/// Wait (at most `--wait-secs`) until the volume is complete. An upload server that failed
+/// after taking the image in restarts for a new upload: its reason ends the wait.
+async fn wait_processing(c: &Ctx<'_>, restarts_before: i64) -> anyhow::Result<()> {
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(c.client.clone(), &c.ns);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(c.args.wait_secs);
     loop {
         let claim = claims.get(&c.plan.name).await?;
-        let phase = claim
-            .metadata
-            .annotations
-            .as_ref()
-            .and_then(|a| a.get(ann::POD_PHASE).cloned());
-        if phase.as_deref() == Some("Succeeded") {
+        if upload_done(&claim) {
             println!("Processing completed successfully");
             return Ok(());
+        }
+        let reason = annotation(&claim, ann::RUNNING_CONDITION_MESSAGE)
+            .filter(|m| !m.is_empty())
+            .unwrap_or("its log says why");
+        if annotation(&claim, ann::POD_PHASE) == Some("Failed") {
+            bail!(
+                "processing the upload of {}/{} failed: {reason}",
+                c.ns,
+                c.plan.name
+            );
+        }
+        let restarts: i64 = annotation(&claim, ann::POD_RESTARTS)
+            .and_then(|r| r.parse().ok())
+            .unwrap_or(0);
+        if restarts > restarts_before {
+            bail!(
+                "the upload server of {}/{} failed to process the image: {reason}",
+                c.ns,
+                c.plan.name
+            );
+        }
+        if tokio::time::Instant::now() >= deadline {
+            bail!(
+                "timed out after {} s waiting for {}/{} to be processed (--wait-secs); the upload server goes on with it",
+                c.args.wait_secs,
+                c.ns,
+                c.plan.name
+            );
         }
         tokio::time::sleep(POLL).await;
     }
@@ -754,6 +942,28 @@ async fn wait_processing(c: &Ctx<'_>) -> anyhow::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_answers_that_may_change_are_tried_again() {
+        for code in [0, 408, 429, 502, 503, 504] {
+            assert!(retryable(code, "busy"), "{code}");
+        }
+        assert!(retryable(500, ""));
+        for code in [400, 404, 409, 413, 422] {
+            assert!(!retryable(code, ""), "{code}");
+        }
+        assert!(!retryable(500, "Saving stream failed: invalid qcow2 image"));
+        let waits: Vec<u64> = (1..=8).map(|a| backoff(a).as_secs()).collect();
+        assert_eq!(waits, [1, 2, 4, 8, 16, 30, 30, 30]);
+    }
+
+    #[test]
+    fn server_text_is_one_short_line() {
+        assert_eq!(one_line("a\n  b\r\n"), "a b");
+        assert_eq!(one_line("x\u{1b}[31my"), "x[31my");
+        let long = "z".repeat(400);
+        assert_eq!(one_line(&long).chars().count(), 301);
+    }
 
     #[test]
     fn paths_are_added_once() {

@@ -108,10 +108,31 @@ fn main() -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(err) => {
-            eprintln!("error: {err:#}");
+            eprintln!("error: {}", said(&err));
             ExitCode::FAILURE
         }
     }
+}
+
+/// An error and its causes in one line, each said once: the API server's refusal by its
+/// message alone (kube's own text repeats it with a dump of the whole Status), and a cause
+/// whose words its context already holds left out.
+fn said(err: &anyhow::Error) -> String {
+    let mut parts: Vec<String> = Vec::new();
+    for cause in err.chain() {
+        let (text, last) = match cause.downcast_ref::<kube::Error>() {
+            Some(kube::Error::Api(status)) => (status.message.clone(), true),
+            _ => (cause.to_string(), false),
+        };
+        let text = text.trim().to_string();
+        if !text.is_empty() && !parts.iter().any(|p| p.contains(&text)) {
+            parts.push(text);
+        }
+        if last {
+            break;
+        }
+    }
+    parts.join(": ")
 }
 
 /// A client of the kubeconfig's cluster, and the namespace to work in: `namespace`, else the
@@ -160,4 +181,25 @@ fn crds(out_dir: Option<PathBuf>) -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn api_errors_are_said_once_without_the_status_dump() {
+        let status = kube::core::Status::failure(
+            "datavolumes.cdi.kubevirt.io \"disk\" already exists",
+            "AlreadyExists",
+        )
+        .with_code(409);
+        let err = anyhow::Error::new(kube::Error::Api(Box::new(status)))
+            .context("creating DataVolume ns/disk");
+        assert_eq!(
+            super::said(&err),
+            "creating DataVolume ns/disk: datavolumes.cdi.kubevirt.io \"disk\" already exists"
+        );
+        let io = anyhow::Error::new(std::io::Error::other("no such file"))
+            .context("open disk.img: no such file");
+        assert_eq!(super::said(&io), "open disk.img: no such file");
+    }
 }

@@ -59,8 +59,22 @@ fn serve(args: &UploadServerArgs) -> anyhow::Result<ExitCode> {
             .await
             .map_err(|e| anyhow::anyhow!("listening on {}: {e}", config.listen))?;
         tracing::info!(address = %config.listen, "upload server listening");
-        anyhow::Ok(server::run(config, listener).await?)
+        anyhow::Ok(server::run(config, listener).await)
     })?;
+    let result = match result {
+        Ok(r) => r,
+        Err(e @ server::ServerError::Upload(_)) => {
+            // Said in one line where the controller reads it (the claim's Running condition,
+            // and the uploader waiting for processing), not as the log's tail.
+            let said = cdi_api::TerminationMessage {
+                message: Some(e.to_string()),
+                ..Default::default()
+            };
+            pod::write_termination_message(&paths.termination_log, &said)?;
+            return Err(e.into());
+        }
+        Err(e) => return Err(e.into()),
+    };
     pod::write_termination_message(&paths.termination_log, &result.termination_message())?;
     tracing::info!(
         deadline_passed = result.deadline_passed,

@@ -447,6 +447,8 @@ async fn up_with_cdi_imports_a_data_volume_with_nothing_else_started() {
     );
     assert!(out.contains("Processing completed successfully"), "{out}");
 
+    hostile_uploads(&dir, tmp.path(), &data);
+
     // The same in-cluster client under a ServiceAccount RBAC grants nothing is refused.
     let limited = "apiVersion: v1\nkind: Pod\nmetadata: {name: limited, namespace: cdi}\nspec:\n  containers:\n  - {name: c, image: quay.io/kubevirt/cdi-controller:v1.60.1}\n";
     kubectl(&dir, &["apply", "-f", "-"], Some(limited));
@@ -461,4 +463,109 @@ async fn up_with_cdi_imports_a_data_volume_with_nothing_else_started() {
             .then_some(log)
     });
     assert!(log.contains("forbidden"), "{log}");
+}
+
+/// A loop device over a file, detached when dropped.
+struct LoopDevice(String);
+
+impl LoopDevice {
+    fn attach(file: &std::path::Path) -> LoopDevice {
+        let out = std::process::Command::new("losetup")
+            .args(["--find", "--show", "--read-only"])
+            .arg(file)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "losetup: {out:?}");
+        LoopDevice(String::from_utf8_lossy(&out.stdout).trim().to_string())
+    }
+}
+
+impl Drop for LoopDevice {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("losetup")
+            .args(["-d", &self.0])
+            .status();
+    }
+}
+
+/// `cdi image-upload` as a hostile user runs it, against a cluster whose uploads work: what is
+/// not an image is refused before anything is created, a block device is read to its end, two
+/// uploads into one DataVolume end at once, and a damaged image is said, not waited on.
+fn hostile_uploads(dir: &std::path::Path, tmp: &std::path::Path, data: &[u8]) {
+    let upload = |name: &str, image: &std::path::Path| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_cdi"))
+            .args(["image-upload", "dv", name, "--size", "64Mi", "--force-bind"])
+            .args(["--access-mode", "ReadWriteOnce", "--wait-secs", "60"])
+            .arg("--image-path")
+            .arg(image)
+            .env("KUBECONFIG", dir.join("kubeconfig"))
+            .output()
+            .unwrap();
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        (out.status.success(), text)
+    };
+    let exists = |name: &str| {
+        std::process::Command::new("kubectl")
+            .args(["get", "dv", name])
+            .env("KUBECONFIG", dir.join("kubeconfig"))
+            .output()
+            .unwrap()
+            .status
+            .success()
+    };
+    let empty = tmp.join("empty.img");
+    std::fs::write(&empty, b"").unwrap();
+    for (image, said) in [
+        (tmp, "is a directory"),
+        (std::path::Path::new("/dev/zero"), "is a character device"),
+        (empty.as_path(), "is empty: no data is not an image"),
+    ] {
+        let (ok, text) = upload("refused", image);
+        assert!(!ok && text.contains(said), "{}: {text}", image.display());
+        assert!(
+            !exists("refused"),
+            "nothing is created for {}",
+            image.display()
+        );
+    }
+
+    // A block device holding the qcow2: streamed to its end, as a file would be.
+    let qcow2 = tmp.join("src.qcow2");
+    let device = LoopDevice::attach(&qcow2);
+    let (ok, text) = upload("from-device", std::path::Path::new(&device.0));
+    assert!(ok, "{text}");
+    let disk = std::fs::read(devcluster::volume_file(dir, "default", "from-device")).unwrap();
+    assert_eq!(&disk[..data.len()], data, "the device's image");
+    drop(device);
+
+    // Two uploads into one new DataVolume: one fills it, the other says so at once.
+    let (a, b) = std::thread::scope(|s| {
+        let a = s.spawn(|| upload("twice", &qcow2));
+        let b = s.spawn(|| upload("twice", &qcow2));
+        (a.join().unwrap(), b.join().unwrap())
+    });
+    assert!(a.0 != b.0, "exactly one upload fills it:\n{}\n{}", a.1, b.1);
+    let loser = if a.0 { &b.1 } else { &a.1 };
+    assert!(loser.contains("already uploaded"), "{loser}");
+
+    // A damaged qcow2 (its L1 table inside the header) is refused with the reason; so is one
+    // cut short, found only once the server took it in: the client does not wait on either.
+    let mut damaged = std::fs::read(&qcow2).unwrap();
+    damaged[40..48].copy_from_slice(&0u64.to_be_bytes());
+    let path = tmp.join("damaged.qcow2");
+    std::fs::write(&path, &damaged).unwrap();
+    let (ok, text) = upload("damaged", &path);
+    assert!(!ok, "{text}");
+    assert!(text.contains("overlaps the header"), "{text}");
+    let whole = std::fs::read(&qcow2).unwrap();
+    let cut = tmp.join("cut.qcow2");
+    std::fs::write(&cut, &whole[..whole.len() / 2]).unwrap();
+    let (ok, text) = upload("cut", &cut);
+    assert!(!ok, "{text}");
+    assert!(text.contains("invalid qcow2 image"), "{text}");
+    assert!(!text.contains("timed out"), "{text}");
 }

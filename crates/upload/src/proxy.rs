@@ -144,6 +144,10 @@ struct Proxy {
     tls: crate::server::Following<Material>,
 }
 
+/// Upstream's words for a claim whose one upload is done (answered 409: sending again will not
+/// change it).
+const ALREADY_FINISHED: &str = "rejecting Upload Request for a finished upload: PVC";
+
 /// Why a claim cannot take an upload now (answered 503 with the message).
 async fn upload_target(
     client: &kube::Client,
@@ -158,7 +162,7 @@ async fn upload_target(
                 "rejecting Upload Request for PVC {name} that doesn't exist"
             ));
         }
-        Err(e) => return Err(format!("reading PVC {namespace}/{name}: {e}")),
+        Err(e) => return Err(unreadable(namespace, name, &e)),
     };
     // On the populator path the upload goes to PVC prime.
     let populated = claim
@@ -175,7 +179,7 @@ async fn upload_target(
             Ok(Some(p)) => p,
             // Not made yet: wait for it.
             Ok(None) => return Ok(None),
-            Err(e) => return Err(format!("reading PVC {namespace}/{prime}: {e}")),
+            Err(e) => return Err(unreadable(namespace, &prime, &e)),
         }
     } else {
         claim
@@ -185,11 +189,16 @@ async fn upload_target(
         return Err(format!("PVC {name} is not an upload target"));
     }
     if anns.get(ann::POD_PHASE).map(String::as_str) == Some("Succeeded") {
-        return Err(format!(
-            "rejecting Upload Request for PVC {name} that already finished uploading"
-        ));
+        return Err(format!("{ALREADY_FINISHED} {name}"));
     }
     Ok((anns.get(ann::POD_READY).map(String::as_str) == Some("true")).then_some(claim))
+}
+
+/// What an uploader is told when the claim cannot be read: the API's error (which names the
+/// proxy's service account and dumps a Status) stays in the proxy's log.
+fn unreadable(namespace: &str, name: &str, e: &kube::Error) -> String {
+    tracing::error!(claim = %format!("{namespace}/{name}"), error = %e, "reading the upload's PVC failed");
+    format!("the upload proxy could not read PVC {namespace}/{name}; try again later")
 }
 
 /// The claim once its upload server is ready (waiting at most [`WAIT_READY`]).
@@ -223,7 +232,10 @@ async fn service_address(
     let found = endpoints
         .get_opt(service)
         .await
-        .map_err(|e| format!("reading the endpoints of {namespace}/{service}: {e}"))?;
+        .map_err(|e| {
+            tracing::error!(service = %format!("{namespace}/{service}"), error = %e, "reading the upload Service's endpoints failed");
+            format!("the upload proxy could not find the upload server of {namespace}/{service}; try again later")
+        })?;
     found
         .and_then(|e| e.subsets)
         .into_iter()
@@ -255,7 +267,28 @@ impl Proxy {
             return answer(StatusCode::OK, "OK");
         }
         if !UPLOAD_PATHS.contains(&path.as_str()) {
-            return answer(StatusCode::NOT_FOUND, "");
+            return answer(
+                StatusCode::NOT_FOUND,
+                format!(
+                    "{path} is not an upload endpoint: send the image to /v1beta1/upload or /v1beta1/upload-async"
+                ),
+            );
+        }
+        // Refused before the body is read (so no `100 Continue` invites it): an upload is a
+        // POST, and clients ask with HEAD whether an async endpoint exists.
+        if req.method() != Method::POST && req.method() != Method::HEAD {
+            let mut r = answer(
+                StatusCode::METHOD_NOT_ALLOWED,
+                format!(
+                    "{} is not an upload: send the image with POST",
+                    req.method()
+                ),
+            );
+            r.headers_mut().insert(
+                hyper::header::ALLOW,
+                hyper::header::HeaderValue::from_static("POST, HEAD"),
+            );
+            return r;
         }
         let header = req
             .headers()
@@ -291,9 +324,24 @@ impl Proxy {
             );
         }
         let (ns, name) = (payload.namespace.as_str(), payload.name.as_str());
+        // Tokens are signed for a claim's name only; one signed before that rule held may name
+        // a path, which must not reach the API's URL.
+        if !cdi_core::naming::is_object_name(name) || !cdi_core::naming::is_object_name(ns) {
+            tracing::warn!(
+                ?payload,
+                "refused a token whose claim is not an object name"
+            );
+            return answer(
+                StatusCode::UNAUTHORIZED,
+                "the token does not name a PVC: request a new one for the PVC's name",
+            );
+        }
         tracing::info!(claim = %format!("{ns}/{name}"), "valid upload token");
         let claim = match wait_ready(&self.client, ns, name).await {
             Ok(c) => c,
+            Err(message) if message.starts_with(ALREADY_FINISHED) => {
+                return answer(StatusCode::CONFLICT, message);
+            }
             Err(message) => return answer(StatusCode::SERVICE_UNAVAILABLE, message),
         };
         let anns = claim.metadata.annotations.clone().unwrap_or_default();

@@ -131,7 +131,7 @@ pub enum ServerError {
     },
     /// An async upload failed after it was answered.
     #[error("the upload failed after it was accepted: {0}")]
-    Upload(ImportError),
+    Upload(String),
 }
 
 fn config_error(e: impl std::fmt::Display) -> ServerError {
@@ -450,7 +450,7 @@ pub async fn run(
         {
             let state = server.state();
             if let Some(e) = &state.failed {
-                return Err(ServerError::Upload(ImportError::Internal(e.clone())));
+                return Err(ServerError::Upload(e.clone()));
             }
             if state.done || state.scratch_required {
                 break;
@@ -523,14 +523,23 @@ async fn handle(
     // Every request but the probe's, so that what reached the server can be counted.
     tracing::info!(method = %req.method(), path = %path, "upload request");
     let Some(endpoint) = Endpoint::of(&path) else {
-        return answer(StatusCode::NOT_FOUND, "");
+        return answer(
+            StatusCode::NOT_FOUND,
+            format!("{path} is not an upload endpoint"),
+        );
     };
     // Upstream's clients ask the async endpoints with HEAD whether they exist.
     if endpoint.is_async() && req.method() == Method::HEAD {
         return answer(StatusCode::OK, "");
     }
     if req.method() != Method::POST {
-        return answer(StatusCode::NOT_FOUND, "");
+        return answer(
+            StatusCode::NOT_FOUND,
+            format!(
+                "{} is not an upload: send the image with POST",
+                req.method()
+            ),
+        );
     }
     let verified = server.config.tls.client_ca_pem.is_some()
         && client_cn.as_deref() == Some(server.config.client_name.as_str());
@@ -563,11 +572,14 @@ async fn handle(
         let mut state = server.state();
         if state.uploading || state.processing {
             tracing::warn!("refused a concurrent upload");
-            return answer(StatusCode::SERVICE_UNAVAILABLE, "");
+            return answer(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "another upload into this volume is under way: try again once it ended",
+            );
         }
         if state.done {
             tracing::warn!("refused an upload after the upload was done");
-            return answer(StatusCode::CONFLICT, "");
+            return answer(StatusCode::CONFLICT, ALREADY_UPLOADED);
         }
         state.uploading = true;
     }
@@ -595,7 +607,14 @@ async fn handle(
     })
 }
 
-/// The answer for a failed upload (upstream's `handleStreamError`).
+/// What a second upload into a volume already done is told.
+pub const ALREADY_UPLOADED: &str = "the volume was already uploaded: it takes one upload";
+/// What an upload without a byte is told.
+pub const EMPTY_UPLOAD: &str =
+    "the upload is empty: no data is not an image; send the image's bytes";
+
+/// The answer for a failed upload (upstream's `handleStreamError`): a refusal of the image is
+/// the client's to mend (4xx with the reason), anything else is the server's (5xx).
 fn failure(e: &ImportError) -> Response<Body> {
     tracing::error!(error = %e, "saving the stream failed");
     match e {
@@ -604,6 +623,14 @@ fn failure(e: &ImportError) -> Response<Body> {
             format!(
                 "Saving stream failed: effective image size is larger than the reported available storage: {e}"
             ),
+        ),
+        ImportError::Qcow2(_)
+        | ImportError::Damaged(_)
+        | ImportError::Unsupported(_)
+        | ImportError::ChecksumMismatch { .. }
+        | ImportError::Config(_) => answer(
+            StatusCode::BAD_REQUEST,
+            format!("Saving stream failed: {e}"),
         ),
         // This server ends and the next one has scratch space: the same upload will do then.
         ImportError::ScratchRequired(_) => answer(
@@ -687,11 +714,25 @@ async fn upload(
     packing: Option<ClonePacking>,
     req: Request<Incoming>,
 ) -> Result<Response<Body>, ImportError> {
-    let (length, mut chunks) = match image_stream(endpoint, req).await {
+    let (length, chunks) = match image_stream(endpoint, req).await {
         Ok(s) => s,
         Err(refused) => {
             server.update(|s| s.uploading = false);
             return Ok(refused);
+        }
+    };
+    // Nothing is written before a byte arrived: an empty body would otherwise make an empty
+    // disk and use up the volume's one upload.
+    let mut chunks = match first_bytes(chunks).await {
+        Ok(Some(chunks)) => chunks,
+        Ok(None) => {
+            tracing::warn!("refused an empty upload");
+            server.update(|s| s.uploading = false);
+            return Ok(answer(StatusCode::BAD_REQUEST, EMPTY_UPLOAD));
+        }
+        Err(e) => {
+            server.update(|s| s.uploading = false);
+            return Err(e);
         }
     };
     let (feeder, source, taken_in) = stream::channel("the upload", length, 16);
@@ -763,6 +804,22 @@ async fn upload(
     });
     tracing::info!(endpoint = ?endpoint, clone = ?packing, "upload complete");
     Ok(answer(StatusCode::OK, ""))
+}
+
+/// The stream with its first bytes read (and put back in front), or `None` when it ends
+/// without any.
+async fn first_bytes(mut chunks: ImageStream) -> Result<Option<ImageStream>, ImportError> {
+    loop {
+        match chunks.next().await {
+            None => return Ok(None),
+            Some(Err(e)) => return Err(e),
+            Some(Ok(c)) if c.is_empty() => continue,
+            Some(Ok(c)) => {
+                let first = futures::stream::once(async move { Ok(c) });
+                return Ok(Some(Box::pin(first.chain(chunks))));
+            }
+        }
+    }
 }
 
 /// How long the rest of a body that will not be used is read while it keeps coming.

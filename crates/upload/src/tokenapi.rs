@@ -139,6 +139,16 @@ pub fn answer(request: &Value, namespace: &str, signer: &Signer) -> Result<Value
             "UploadTokenRequest is invalid: spec.pvcName: Required value",
         ));
     }
+    // The name is put into an API path by the proxy: only a claim's name may be signed, not a
+    // path such as `../other-ns/claim` or `claim/status`.
+    if !cdi_core::naming::is_object_name(claim) {
+        return Err(refuse(
+            422,
+            format!(
+                "UploadTokenRequest is invalid: spec.pvcName: Invalid value: {claim:?}: a PVC name must be a lowercase RFC 1123 subdomain (letters, digits, '-' and '.')"
+            ),
+        ));
+    }
     let mut out = request.clone();
     out["apiVersion"] = json!(format!("{GROUP}/{VERSION}"));
     out["kind"] = json!("UploadTokenRequest");
@@ -238,5 +248,22 @@ mod tests {
         );
         let empty = json!({"spec": {}});
         assert_eq!(super::answer(&empty, "a", &signer).unwrap_err().code, 422);
+        for path in [
+            "../nsy/yclaim",
+            "nsy/yclaim",
+            "yclaim/status",
+            "Disk",
+            "disk?x=1",
+            "-a",
+        ] {
+            let request = json!({"spec": {"pvcName": path}});
+            let refused = super::answer(&request, "a", &signer).unwrap_err();
+            assert_eq!(refused.code, 422, "{path}");
+            assert!(
+                refused.message.contains("spec.pvcName"),
+                "{}",
+                refused.message
+            );
+        }
     }
 }

@@ -313,6 +313,10 @@ async fn one_upload_at_a_time_and_a_broken_one_can_be_sent_again() {
         .await
         .unwrap();
     assert_eq!(second.status(), 503);
+    assert!(
+        second.text().await.unwrap().contains("another upload"),
+        "a concurrent upload is told why"
+    );
     tx.send(Err(std::io::Error::other("client gave up")))
         .await
         .unwrap();
@@ -362,4 +366,61 @@ async fn an_unused_server_ends_at_its_deadline() {
         result.termination_message().to_json(),
         r#"{"message":"Deadline Passed","deadlinePassed":true}"#
     );
+}
+
+#[tokio::test]
+async fn no_data_is_not_an_image_and_a_refused_image_is_the_clients_to_mend() {
+    let f = Fixture::new();
+    let raw = images::pattern(4 * MIB);
+    let (url, done) = f.start(None).await;
+    let proxy = f.proxy();
+    // An empty body, sync or async, is refused before anything is written, and the volume
+    // keeps its one upload.
+    for path in ["/v1beta1/upload", "/v1beta1/upload-async"] {
+        let r = proxy
+            .post(format!("{url}{path}"))
+            .body(Vec::<u8>::new())
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 400, "{path}");
+        assert_eq!(r.text().await.unwrap(), server::EMPTY_UPLOAD);
+        assert!(
+            !f.data().join("disk.img").exists(),
+            "{path}: nothing written"
+        );
+    }
+    // A damaged qcow2 (its L1 table at an offset that is not cluster-aligned) is refused with
+    // the reason, as a 4xx: sending it again would not mend it.
+    let mut qcow2 = qcow2_of(f.dir.path(), &raw);
+    qcow2[40..48].copy_from_slice(&0x201u64.to_be_bytes());
+    let r = proxy
+        .post(format!("{url}/v1beta1/upload"))
+        .body(qcow2)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 400);
+    let said = r.text().await.unwrap();
+    assert!(said.starts_with("Saving stream failed: "), "{said}");
+    // Not an upload: a PUT is told so, not answered with an empty 404.
+    let r = proxy
+        .put(format!("{url}/v1beta1/upload"))
+        .body(raw.clone())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 404);
+    assert!(r.text().await.unwrap().contains("POST"));
+    // The server still takes the image, once; a second upload is told the volume is done.
+    let r = proxy
+        .post(format!("{url}/v1beta1/upload"))
+        .body(raw.clone())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let result = done.await.unwrap().unwrap();
+    assert!(!result.deadline_passed);
+    assert_image(&f.disk(), &raw, "the upload after the refusals");
 }
