@@ -1,12 +1,14 @@
 //! Services on a whole development cluster: endpoints follow the pods' readiness, the cluster IP
-//! forwards to ready pods, and a pod resolves the Service's name.
+//! forwards to ready pods, and a pod resolves the Service's name. And on the API server alone:
+//! their ports are unique, also after applies.
 
 mod common;
 
+use cdi_devcluster::apiserver::ApiServer;
 use cdi_devcluster::cluster::Running;
 use common::wait_for;
 use k8s_openapi::api::core::v1::{Endpoints, Pod, Service};
-use kube::api::{LogParams, PostParams};
+use kube::api::{LogParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 use serde_json::{Value, json};
 
@@ -164,5 +166,70 @@ async fn a_service_forwards_to_its_ready_pods_by_cluster_ip_and_name() {
         words,
         [ip.as_str(), "echo.default.svc.cluster.local", "b"],
         "{log}"
+    );
+}
+
+/// kube-apiserver's rules for a Service's ports, through the kube client: a number and protocol,
+/// and a name, appear once (else a 422), and applying a Service again, as the operator does on
+/// each pass, merges its ports by number and protocol (cdi-api once had ten `443/TCP`).
+#[tokio::test]
+async fn ports_are_unique_and_applies_merge_them() {
+    let server = ApiServer::new();
+    let services: Api<Service> =
+        Api::namespaced(Client::new(server.router(), "default"), "default");
+    let service = |ports: Value| {
+        json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "web"},
+            "spec": {"selector": {"app": "web"}, "ports": ports}})
+    };
+    let refusal = async |ports: Value| {
+        let svc: Service = serde_json::from_value(service(ports)).unwrap();
+        match services.create(&PostParams::default(), &svc).await {
+            Err(kube::Error::Api(s)) if s.code == 422 && s.reason == "Invalid" => s.message,
+            other => panic!("expected a 422, got {other:?}"),
+        }
+    };
+    assert_eq!(
+        refusal(json!([{"port": 443, "targetPort": 8443}, {"port": 443, "protocol": "TCP"}])).await,
+        "Service \"web\" is invalid: [spec.ports[0].name: Required value, spec.ports[1].name: Required value, spec.ports[1]: Duplicate value: core.ServicePort{Name:\"\", Protocol:\"TCP\", AppProtocol:(*string)(nil), Port:443, TargetPort:intstr.IntOrString{Type:0, IntVal:0, StrVal:\"\"}, NodePort:0}]"
+    );
+    assert_eq!(
+        refusal(json!([{"name": "https", "port": 443}, {"name": "https", "port": 8443}])).await,
+        "Service \"web\" is invalid: spec.ports[1].name: Duplicate value: \"https\""
+    );
+
+    let apply = PatchParams::apply("test").force();
+    let once = service(json!([{"port": 443, "targetPort": 8443, "protocol": "TCP"}]));
+    for _ in 0..3 {
+        services
+            .patch("web", &apply, &Patch::Apply(&once))
+            .await
+            .unwrap();
+    }
+    type Port = (Option<String>, i32, Option<String>);
+    let ports = |svc: Service| -> Vec<Port> {
+        let ports = svc.spec.unwrap().ports.unwrap_or_default();
+        ports
+            .into_iter()
+            .map(|p| (p.name, p.port, p.protocol))
+            .collect()
+    };
+    let port = |name: Option<&str>, protocol: &str| -> Port {
+        (name.map(str::to_string), 443, Some(protocol.to_string()))
+    };
+    assert_eq!(
+        ports(services.get("web").await.unwrap()),
+        [port(None, "TCP")]
+    );
+    // The same number over UDP is another port; the TCP one takes the name given it.
+    let both = service(json!([
+        {"name": "https", "port": 443, "targetPort": 8443, "protocol": "TCP"},
+        {"name": "quic", "port": 443, "targetPort": 8443, "protocol": "UDP"}]));
+    let applied = services
+        .patch("web", &apply, &Patch::Apply(&both))
+        .await
+        .unwrap();
+    assert_eq!(
+        ports(applied),
+        [port(Some("https"), "TCP"), port(Some("quic"), "UDP")]
     );
 }

@@ -1,6 +1,7 @@
 //! The patch flavours clients send: JSON patch (RFC 6902), JSON merge patch (RFC 7386),
 //! strategic merge patch (merge patch with lists merged by their key, for the built-in kinds'
-//! common keyed lists) and server-side apply (merged like a strategic patch).
+//! common keyed lists) and server-side apply (merged like a strategic patch, its list items
+//! told apart by the list-map keys, which add the protocol to ports).
 
 use serde_json::Value;
 
@@ -29,18 +30,76 @@ impl PatchKind {
     }
 }
 
-/// Keys by which lists in built-in kinds are merged (strategic merge patch).
-fn merge_key(field: &str) -> Option<&'static str> {
-    match field {
-        "containers" | "initContainers" | "volumes" | "env" | "volumeMounts" | "ports"
-        | "volumeDevices" | "imagePullSecrets" => Some("name"),
-        "conditions" => Some("type"),
-        "ownerReferences" => Some("uid"),
-        _ => None,
+/// A field of a list item's key, and the value kube defaults it to when absent.
+type KeyField = (&'static str, Option<&'static str>);
+
+/// Where a list is, which decides its key: in a core Service, in an apply (keyed by the
+/// schema's list-map keys rather than the strategic patchMergeKey), in a container.
+#[derive(Debug, Clone, Copy)]
+struct Lists {
+    service: bool,
+    apply: bool,
+    in_container: bool,
+}
+
+/// The fields by which the items of the list `field` are merged in the built-in kinds (kube's
+/// patchMergeKey; for an apply, the list-map keys, which add the protocol to ports: a number
+/// may be served over TCP and UDP). Other lists are replaced.
+fn merge_key(field: &str, at: Lists) -> Option<&'static [KeyField]> {
+    const TCP: Option<&str> = Some("TCP");
+    let key: &'static [KeyField] = match field {
+        "containers"
+        | "initContainers"
+        | "ephemeralContainers"
+        | "volumes"
+        | "env"
+        | "imagePullSecrets" => &[("name", None)],
+        "volumeMounts" => &[("mountPath", None)],
+        "volumeDevices" => &[("devicePath", None)],
+        // Ports need no name (a Service's single one usually has none): they are numbers.
+        "ports" if at.in_container && at.apply => &[("containerPort", None), ("protocol", TCP)],
+        "ports" if at.in_container => &[("containerPort", None)],
+        "ports" if at.service && at.apply => &[("port", None), ("protocol", TCP)],
+        "ports" if at.service => &[("port", None)],
+        "conditions" => &[("type", None)],
+        "ownerReferences" => &[("uid", None)],
+        _ => return None,
+    };
+    Some(key)
+}
+
+/// The values of `key`'s fields in `item`, absent (or empty) ones as kube defaults them;
+/// `None` when one without a default is missing.
+fn key_of(item: &Value, key: &[KeyField]) -> Option<Vec<Value>> {
+    key.iter()
+        .map(|(field, default)| match item.get(*field) {
+            Some(v) if !v.is_null() && v.as_str() != Some("") => Some(v.clone()),
+            _ => default.map(Value::from),
+        })
+        .collect()
+}
+
+/// Merge `items` into `list` by `key`: an item changes the one with its key (one marked
+/// `$patch: delete` removes it) or is added; an item without its key matches nothing.
+fn merge_list(list: &mut Vec<Value>, items: &[Value], key: &[KeyField], at: Lists) {
+    for item in items {
+        let delete = item.get("$patch").and_then(Value::as_str) == Some("delete");
+        let found = key_of(item, key).and_then(|id| {
+            list.iter()
+                .position(|e| key_of(e, key).as_ref() == Some(&id))
+        });
+        match found {
+            Some(i) if delete => {
+                list.remove(i);
+            }
+            Some(i) => strategic(&mut list[i], item, at),
+            None if delete => {}
+            None => list.push(item.clone()),
+        }
     }
 }
 
-fn strategic(target: &mut Value, patch: &Value) {
+fn strategic(target: &mut Value, patch: &Value, at: Lists) {
     match (target, patch) {
         (Value::Object(t), Value::Object(p)) => {
             for (k, v) in p {
@@ -51,21 +110,21 @@ fn strategic(target: &mut Value, patch: &Value) {
                     t.remove(k);
                     continue;
                 }
-                match (merge_key(k), t.get_mut(k), v) {
+                // A container's ports are keyed by containerPort, a Service's by port.
+                let inner = Lists {
+                    in_container: at.in_container
+                        || matches!(
+                            k.as_str(),
+                            "containers" | "initContainers" | "ephemeralContainers"
+                        ),
+                    ..at
+                };
+                match (merge_key(k, at), t.get_mut(k), v) {
                     (Some(key), Some(Value::Array(existing)), Value::Array(items)) => {
-                        for item in items {
-                            let id = item.get(key);
-                            match existing
-                                .iter_mut()
-                                .find(|e| id.is_some() && e.get(key) == id)
-                            {
-                                Some(e) => strategic(e, item),
-                                None => existing.push(item.clone()),
-                            }
-                        }
+                        merge_list(existing, items, key, inner)
                     }
                     (_, Some(existing), _) if existing.is_object() && v.is_object() => {
-                        strategic(existing, v)
+                        strategic(existing, v, inner)
                     }
                     _ => {
                         t.insert(k.clone(), v.clone());
@@ -98,7 +157,14 @@ pub fn apply(kind: PatchKind, current: &Value, body: &[u8]) -> ApiResult<Value> 
             })?;
         }
         PatchKind::Merge => json_patch::merge(&mut out, &parse(body)?),
-        PatchKind::Strategic | PatchKind::Apply => strategic(&mut out, &parse(body)?),
+        PatchKind::Strategic | PatchKind::Apply => {
+            let at = Lists {
+                service: current["apiVersion"] == "v1" && current["kind"] == "Service",
+                apply: kind == PatchKind::Apply,
+                in_container: false,
+            };
+            strategic(&mut out, &parse(body)?, at)
+        }
     }
     Ok(out)
 }
@@ -164,6 +230,68 @@ mod tests {
             .is_err()
         );
         assert!(PatchKind::from_content_type("text/plain").is_err());
+    }
+
+    #[test]
+    fn lists_merge_by_their_keys() {
+        // cdi-api as the operator applies it on every pass: its one port stays one (ports were
+        // merged by name, which it has none of, so each pass added one).
+        let svc = json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "cdi-api"},
+            "spec": {"ports": [{"port": 443, "targetPort": 8443, "protocol": "TCP"}]}});
+        let body = serde_json::to_vec(&svc).unwrap();
+        let mut live = svc.clone();
+        for _ in 0..3 {
+            live = apply(PatchKind::Apply, &live, &body).unwrap();
+        }
+        assert_eq!(live["spec"]["ports"], svc["spec"]["ports"]);
+        // An apply tells ports apart by number and protocol, an absent protocol being TCP...
+        let both =
+            br#"{"spec":{"ports":[{"port":443,"protocol":"UDP"},{"port":443,"targetPort":9443}]}}"#;
+        assert_eq!(
+            apply(PatchKind::Apply, &live, both).unwrap()["spec"]["ports"],
+            json!([{"port": 443, "targetPort": 9443, "protocol": "TCP"},
+                {"port": 443, "protocol": "UDP"}])
+        );
+        // ...a strategic merge patch by number alone (kube's patchMergeKey for Service ports).
+        let udp = br#"{"spec":{"ports":[{"port":443,"protocol":"UDP"}]}}"#;
+        assert_eq!(
+            apply(PatchKind::Strategic, &live, udp).unwrap()["spec"]["ports"],
+            json!([{"port": 443, "targetPort": 8443, "protocol": "UDP"}])
+        );
+        // A container's ports by containerPort, its mounts by path; `$patch: delete` removes.
+        let pod = json!({"apiVersion": "v1", "kind": "Pod", "spec": {"containers": [{"name": "c",
+            "ports": [{"name": "http", "containerPort": 8080}],
+            "volumeMounts": [{"name": "d", "mountPath": "/a"}, {"name": "d", "mountPath": "/b"}]}]}});
+        let changed = apply(
+            PatchKind::Apply,
+            &pod,
+            br#"{"spec":{"containers":[{"name":"c","ports":[{"name":"web","containerPort":8080,"protocol":"TCP"}],
+                "volumeMounts":[{"name":"d","mountPath":"/b","readOnly":true}]}]}}"#,
+        )
+        .unwrap();
+        assert_eq!(
+            changed["spec"]["containers"][0]["ports"],
+            json!([{"name": "web", "containerPort": 8080, "protocol": "TCP"}])
+        );
+        assert_eq!(
+            changed["spec"]["containers"][0]["volumeMounts"],
+            json!([{"name": "d", "mountPath": "/a"},
+                {"name": "d", "mountPath": "/b", "readOnly": true}])
+        );
+        let removed = apply(
+            PatchKind::Strategic,
+            &pod,
+            br#"{"spec":{"containers":[{"name":"c","volumeMounts":[{"$patch":"delete","mountPath":"/a"}]}]}}"#,
+        )
+        .unwrap();
+        assert_eq!(
+            removed["spec"]["containers"][0]["volumeMounts"],
+            json!([{"name": "d", "mountPath": "/b"}])
+        );
+        // Lists named ports elsewhere are replaced whole.
+        let other = json!({"apiVersion": "v1", "kind": "ConfigMap", "ports": [{"port": 1}]});
+        let replaced = apply(PatchKind::Apply, &other, br#"{"ports":[{"port":2}]}"#).unwrap();
+        assert_eq!(replaced["ports"], json!([{"port": 2}]));
     }
 
     proptest! {

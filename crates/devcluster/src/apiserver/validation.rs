@@ -1,7 +1,8 @@
 //! Object validation as kube-apiserver does it before storing: names per kind, metadata (labels,
-//! annotations, owner references, finalizers), pods' containers, volumes, ports and mounts, and
-//! the size of ConfigMaps and Secrets. Every failure is a field error printed exactly as
-//! k8s.io/apimachinery's `field.Error` prints it, so that messages match a real cluster's.
+//! annotations, owner references, finalizers), pods' containers, volumes, ports and mounts,
+//! Services' ports, and the size of ConfigMaps and Secrets. Every failure is a field error
+//! printed exactly as k8s.io/apimachinery's `field.Error` prints it, so that messages match a
+//! real cluster's.
 //!
 //! The rules and messages come from k8s.io/apimachinery/pkg/util/validation/validation.go,
 //! .../api/validation/{objectmeta,generic}.go, .../apis/meta/v1/validation and
@@ -12,6 +13,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde_json::Value;
 
 use super::registry::ResourceDef;
+
+mod service;
 
 /// The kinds of field errors (field.ErrorType).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -1982,6 +1985,7 @@ pub fn validate(def: &ResourceDef, obj: &Value, create: bool) -> Vec<FieldError>
         ("storage.k8s.io", "storageclasses") => errs.extend(storage_class(obj)),
         ("", "configmaps") => errs.extend(config_map(obj)),
         ("", "secrets") => errs.extend(secret(obj)),
+        ("", "services") => errs.extend(service::ports(&obj["spec"]["ports"], "spec.ports")),
         _ => {}
     }
     errs
