@@ -1517,11 +1517,9 @@ async fn delete(call: &Call, at: &Named, req: Request) -> ApiResult<Response> {
         };
         super::admission::validate(store, &attempt, None).await?;
     }
+    // A CRD's objects go with it, and its kind stops being served when it goes: the store
+    // does both, for the collector's deletes too.
     let deleted = res.delete(ns, name, &how)?;
-    let is_crd = def.group == "apiextensions.k8s.io" && def.plural == "customresourcedefinitions";
-    if is_crd && res.get(ns, name).is_err() {
-        unregister_crd(store, &deleted);
-    }
     if is_cluster_role(def) {
         aggregate_cluster_roles(store);
     }
@@ -2910,12 +2908,6 @@ fn access_review(
         Some(reason) => json!({"allowed": true, "reason": reason}),
         None => json!({"allowed": false}),
     })
-}
-
-fn unregister_crd(store: &Store, crd: &Value) {
-    let group = crd["spec"]["group"].as_str().unwrap_or("");
-    let plural = crd["spec"]["names"]["plural"].as_str().unwrap_or("");
-    store.unregister(group, plural);
 }
 
 /// The served resource a CRD defines (its storage version).

@@ -1,6 +1,8 @@
 //! The object store: every object as JSON, one cluster-wide resourceVersion, a bounded history
 //! of changes for watches to resume from, finalizers and ownerReference garbage collection.
 
+mod crds;
+
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -117,8 +119,9 @@ struct Inner {
     gc_queue: VecDeque<Key>,
     /// [`INDEXED_FIELDS`]' values → objects, for lists that select on them.
     fields: FieldIndex,
-    /// Something was deleted: terminating namespaces may be empty now.
-    deleted_since_namespaces: bool,
+    /// Something was deleted, or a CRD is terminating: terminating namespaces and CRDs may be
+    /// done now.
+    to_finish: bool,
     /// The version of the last change in each API group (what a cache of one group's objects,
     /// such as the RBAC policy, is current as of).
     group_versions: HashMap<String, u64>,
@@ -441,7 +444,7 @@ impl Store {
             dependents: HashMap::new(),
             gc_queue: VecDeque::new(),
             fields: HashMap::new(),
-            deleted_since_namespaces: false,
+            to_finish: false,
             group_versions: HashMap::new(),
         };
         for ns in ["default", "kube-system", "kube-public"] {
@@ -728,6 +731,7 @@ impl Store {
         owner: Option<&Owner>,
     ) -> ApiResult<Value> {
         let mut inner = self.lock();
+        crds::refuse_create(&inner, def)?;
         if def.namespaced {
             let ns_key = (
                 String::new(),
@@ -1018,7 +1022,7 @@ impl Store {
                     self.delete_object(&mut inner, &k, Propagation::Background);
                 }
             }
-            inner.deleted_since_namespaces = true;
+            inner.to_finish = true;
             self.run_gc(&mut inner);
             return Ok(inner.objects.get(&key).cloned().unwrap_or(stored));
         }
@@ -1049,6 +1053,12 @@ impl Store {
             }
             Propagation::Background => {}
         }
+        // A CRD is held until its objects are gone (kube's CRD storage does this on the first
+        // delete; `finish_crds` does the rest).
+        let crd_first_delete = crds::is_crd(key) && !being_deleted(&current);
+        if crd_first_delete && !fins.iter().any(|f| f == crds::CLEANUP) {
+            fins.push(crds::CLEANUP.to_string());
+        }
         if fins.is_empty() {
             return self.commit(inner, key, current, ChangeKind::Deleted);
         }
@@ -1061,6 +1071,9 @@ impl Store {
             next["metadata"]["deletionGracePeriodSeconds"] = json!(0);
         }
         next["metadata"]["finalizers"] = json!(fins);
+        if crd_first_delete {
+            crds::set_terminating(&mut next, crds::PENDING);
+        }
         self.commit(inner, key, next, ChangeKind::Modified)
     }
 
@@ -1107,7 +1120,8 @@ impl Store {
     }
 
     /// Keep the collector's graph current after a change of `key` from `before` to `after`,
-    /// and queue what the change concerns (as kube's graph builder does from its watches).
+    /// and queue what the change concerns (as kube's graph builder does from its watches); a
+    /// CRD's change also concerns its objects and whether its kind is served.
     fn track(
         inner: &mut Inner,
         key: &Key,
@@ -1155,9 +1169,17 @@ impl Store {
                 if let Some(deps) = inner.dependents.get(&uid) {
                     inner.gc_queue.extend(deps.iter().cloned());
                 }
-                inner.deleted_since_namespaces = true;
+                inner.to_finish = true;
+                // A CRD gone: its kind is no longer served.
+                if crds::is_crd(key) {
+                    crds::unserve(inner, after);
+                }
             }
             _ => {
+                // A terminating CRD has objects to delete (`finish_crds`).
+                if crds::is_crd(key) && being_deleted(after) {
+                    inner.to_finish = true;
+                }
                 let started_waiting =
                     deleting_dependents(after) && !before.is_some_and(deleting_dependents);
                 if started_waiting && let Some(deps) = inner.dependents.get(&uid) {
@@ -1230,11 +1252,12 @@ impl Store {
                 }
                 self.attempt_to_delete(inner, &key);
             }
-            if !inner.deleted_since_namespaces {
+            if !inner.to_finish {
                 return;
             }
-            inner.deleted_since_namespaces = false;
+            inner.to_finish = false;
             self.finish_namespaces(inner);
+            self.finish_crds(inner);
         }
     }
 
@@ -1431,27 +1454,17 @@ impl Store {
         Ok(())
     }
 
-    /// Register (or replace) a custom resource definition's resource.
+    /// Register (or replace) a custom resource definition's resource, while that CRD is stored:
+    /// a write that deleted it (its last finalizer removed) must not serve its kind again. The
+    /// store stops serving it when the CRD goes.
     pub fn register(&self, def: ResourceDef) {
-        Arc::make_mut(&mut self.lock().registry).add(def);
-    }
-
-    /// Remove a custom resource and every object of it.
-    pub fn unregister(&self, group: &str, plural: &str) {
         let mut inner = self.lock();
-        Arc::make_mut(&mut inner.registry).remove(group, plural);
-        let keys: Vec<Key> = inner
+        if inner
             .objects
-            .keys()
-            .filter(|k| k.0 == group && k.1 == plural)
-            .cloned()
-            .collect();
-        for key in keys {
-            if let Some(obj) = inner.objects.get(&key).cloned() {
-                self.commit(&mut inner, &key, obj, ChangeKind::Deleted);
-            }
+            .contains_key(&crds::crd_key(&def.group, &def.plural))
+        {
+            Arc::make_mut(&mut inner.registry).add(def);
         }
-        self.run_gc(&mut inner);
     }
 
     /// Every object of every resource (for dumps).
