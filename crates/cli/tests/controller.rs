@@ -827,6 +827,88 @@ async fn data_import_crons_clone_a_claim_as_their_service_account() {
     );
 }
 
+/// A DataImportCron never takes over a managed DataSource that is not its own, and says so:
+/// one another cron manages (upstream's `ErrDataSourceAlreadyManaged`) and one a user made
+/// without the `cdi.kubevirt.io/dataImportCron` label leave the cron `UpToDate=False` naming
+/// the DataSource, who holds it and the fix, with a Warning event saying the same, and the
+/// DataSource as it was. Labelled for the cron, the user's DataSource is the cron's.
+#[tokio::test(flavor = "multi_thread")]
+async fn data_import_crons_leave_data_sources_not_theirs_and_say_so() {
+    let s = setup(false);
+    let _down = Down(&s.dir);
+    // The crons clone this claim, read for its uid; their ServiceAccount may not clone it, so
+    // nothing is imported and the passes are quick.
+    let users = "apiVersion: v1\nkind: PersistentVolumeClaim\nmetadata: {name: golden-disk}\nspec: {storageClassName: local-path-wffc, accessModes: [ReadWriteOnce], resources: {requests: {storage: 64Mi}}}\n---\napiVersion: cdi.kubevirt.io/v1beta1\nkind: DataSource\nmetadata: {name: users}\nspec: {source: {pvc: {namespace: default, name: golden-disk}}}\n";
+    kubectl(&s.dir, &["apply", "-f", "-"], Some(users));
+    let cron = |name: &str, ds: &str| {
+        format!(
+            "apiVersion: cdi.kubevirt.io/v1beta1\nkind: DataImportCron\nmetadata: {{name: {name}}}\nspec:\n  schedule: \"0 0 1 1 *\"\n  managedDataSource: {ds}\n  template:\n    spec:\n      source: {{pvc: {{namespace: default, name: golden-disk}}}}\n      pvc: {{storageClassName: local-path-wffc, accessModes: [ReadWriteOnce], resources: {{requests: {{storage: 64Mi}}}}}}\n"
+        )
+    };
+    let label = "cdi.kubevirt.io/dataImportCron";
+    kubectl(
+        &s.dir,
+        &["apply", "-f", "-"],
+        Some(&cron("first-cron", "shared")),
+    );
+    wait_for("the first cron's DataSource", 60, || {
+        get(&s.dir, "datasource/shared").filter(|d| d["metadata"]["labels"][label] == "first-cron")
+    });
+    let docs = [cron("second-cron", "shared"), cron("users-cron", "users")].join("---\n");
+    kubectl(&s.dir, &["apply", "-f", "-"], Some(&docs));
+
+    // The condition, and the event with the same words.
+    let said = |cron: &str, reason: &str| {
+        let c = wait_for(&format!("{cron} to say {reason}"), 60, || {
+            get(&s.dir, &format!("dataimportcron/{cron}"))
+                .filter(|c| condition(c, "UpToDate")["reason"] == reason)
+        });
+        let up = condition(&c, "UpToDate");
+        assert_eq!(up["status"], "False", "{c}");
+        let message = up["message"].as_str().unwrap_or("").to_string();
+        wait_for(&format!("{cron}'s {reason} event"), 30, || {
+            events_of(&s.dir, cron)
+                .into_iter()
+                .find(|(r, m)| r == reason && *m == message)
+        });
+        message
+    };
+    let taken = said("second-cron", "ErrDataSourceAlreadyManaged");
+    assert!(
+        taken.starts_with("DataSource shared is already managed by DataImportCron first-cron"),
+        "{taken}"
+    );
+    let unlabelled = said("users-cron", "ErrDataSourceNotManaged");
+    assert!(
+        unlabelled.contains(&format!("DataSource users has no {label} label"))
+            && unlabelled.contains(&format!("{label}=users-cron")),
+        "{unlabelled}"
+    );
+    // Neither DataSource changed hands.
+    let shared = get(&s.dir, "datasource/shared").unwrap();
+    assert_eq!(
+        shared["metadata"]["labels"][label], "first-cron",
+        "{shared}"
+    );
+    let theirs = get(&s.dir, "datasource/users").unwrap();
+    assert!(theirs["metadata"]["labels"][label].is_null(), "{theirs}");
+    assert_eq!(theirs["spec"]["source"]["pvc"]["name"], "golden-disk");
+
+    // The label the message asks for hands it over; the label wakes the cron (sooner than the
+    // minute a cron in conflict looks again in).
+    kubectl(
+        &s.dir,
+        &["label", "datasource/users", &format!("{label}=users-cron")],
+        None,
+    );
+    wait_for("the cron to take the DataSource it is given", 45, || {
+        get(&s.dir, "datasource/users")
+            .filter(|d| d["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "cdi-controller")
+            .and_then(|_| get(&s.dir, "dataimportcron/users-cron"))
+            .filter(|c| condition(c, "UpToDate")["reason"] != "ErrDataSourceNotManaged")
+    });
+}
+
 /// List `host` in CDIConfig's `insecureRegistries` (a registry without TLS on 127.0.0.1).
 fn insecure_registry(dir: &Path, host: &str) {
     kubectl(

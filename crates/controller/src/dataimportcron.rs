@@ -143,15 +143,6 @@ async fn reconcile(cron: Arc<DataImportCron>, ctx: Arc<Context>) -> Result<Actio
         return Ok(Action::await_change());
     }
     let now = k8s_openapi::jiff::Timestamp::now();
-    let polled = if dic::poll_due(&cron, now) {
-        poll(&ctx, &cron).await
-    } else {
-        Poll::NotDue
-    };
-    if let Poll::Failed(e) = &polled {
-        tracing::info!(cron = %format!("{ns}/{name}"), error = %e, "polling the source failed");
-    }
-
     let dvs: Api<DataVolume> = Api::namespaced(ctx.client.clone(), &ns);
     let claims: Api<PersistentVolumeClaim> = Api::namespaced(ctx.client.clone(), &ns);
     let sources: Api<DataSource> = Api::namespaced(ctx.client.clone(), &ns);
@@ -178,11 +169,21 @@ async fn reconcile(cron: Arc<DataImportCron>, ctx: Arc<Context>) -> Result<Actio
     if let Some(owner) = ds
         .as_ref()
         .and_then(|d| d.labels().get(label::DATA_IMPORT_CRON))
-        .filter(|o| **o != name)
+        // An empty label is none (and no name to get).
+        .filter(|o| !o.is_empty() && **o != name)
         && let Some(other) = crons.get_opt(owner).await?
         && other.spec.managed_data_source == ds_name
     {
         other_manager = Some(owner.clone());
+    }
+    // Another cron's DataSource: this pass only says so, without a digest.
+    let polled = if other_manager.is_none() && dic::poll_due(&cron, now) {
+        poll(&ctx, &cron).await
+    } else {
+        Poll::NotDue
+    };
+    if let Poll::Failed(e) = &polled {
+        tracing::info!(cron = %format!("{ns}/{name}"), error = %e, "polling the source failed");
     }
     let selector = format!("{}={name}", label::DATA_IMPORT_CRON);
     let labelled = claims
@@ -292,11 +293,12 @@ async fn reconcile(cron: Arc<DataImportCron>, ctx: Arc<Context>) -> Result<Actio
     };
     let plan = dic::decide(&observed);
 
+    // A DataSource not the cron's: said in an event each pass (upstream's), and on the cron
+    // by the status below; the plan holds nothing that would take the DataSource over.
     if let Some((reason, message)) = &plan.warning {
         ctx.events
             .record(cron.as_ref(), true, reason, message)
             .await;
-        return Ok(Action::await_change());
     }
     if let Some(new) = &plan.create_dv {
         match dvs.create(&PostParams::default(), new).await {

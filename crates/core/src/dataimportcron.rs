@@ -8,7 +8,10 @@
 //! upstream's reasons and messages.
 //!
 //! [`poll_due`] says whether this pass polls; the controller polls and gives the outcome to
-//! [`decide`], which says what to write and create.
+//! [`decide`], which says what to write and create. A managed DataSource that is not the
+//! cron's is never taken over; [`ownership`] says whose it is and what to do.
+
+pub mod ownership;
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -389,15 +392,25 @@ pub fn decide(o: &Observed) -> Plan {
         status: cron.status.clone().unwrap_or_default(),
         ..Default::default()
     };
-    let ds_name = cron.spec.managed_data_source.clone();
-    if let Some(other) = &o.other_manager {
-        plan.warning = Some((
-            "ErrDataSourceAlreadyManaged",
-            format!("DataSource {ds_name} is already managed by DataImportCron {other}"),
-        ));
+    let mut conditions = plan.status.conditions.take().unwrap_or_default();
+    let holder = ownership::holder(cron, o.data_source, o.other_manager.as_deref());
+    // Another cron's DataSource: this cron does nothing else (upstream skips the pass) but
+    // says so, on the cron as well as in an event.
+    if let Some(h @ ownership::Holder::Cron(_)) = &holder {
+        let (reason, message) = ownership::conflict(cron, h);
+        set_condition(
+            &mut conditions,
+            DataImportCronConditionType::UpToDate,
+            ConditionStatus::False,
+            reason,
+            &message,
+            now,
+        );
+        ownership::warn(&mut plan, (reason, message));
+        plan.status.conditions = Some(conditions);
+        plan.outdated = (true, false);
         return plan;
     }
-    let mut conditions = plan.status.conditions.take().unwrap_or_default();
     let mut imports = plan.status.current_imports.take().unwrap_or_default();
 
     // The schedule: poll at once when new, then at each time it names.
@@ -599,18 +612,16 @@ pub fn decide(o: &Observed) -> Plan {
     plan.data_source = data_source_change(cron, o.data_source, &plan.status, o.format);
 
     // A new digest is imported once the current import is done (never in its middle).
-    let up_to_date;
+    // `UpToDate` is set once, below: set here and then overridden, its times would move each
+    // pass.
+    let up: (ConditionStatus, &str, String);
     let digest_updated = !desired.is_empty() && imports.first().is_none_or(|i| i.digest != desired);
     if digest_updated {
-        set_condition(
-            &mut conditions,
-            DataImportCronConditionType::UpToDate,
+        up = (
             ConditionStatus::False,
             "Outdated",
-            "Source digest updated since last import",
-            now,
+            "Source digest updated since last import".into(),
         );
-        up_to_date = false;
         let mut restart = false;
         if let Some(dv) = o.dv.filter(|dv| erroneous(dv))
             && !imports.is_empty()
@@ -652,65 +663,59 @@ pub fn decide(o: &Observed) -> Plan {
             }
         }
     } else if succeeded && snapshots_wanted && !snapshot_ready {
-        set_condition(
-            &mut conditions,
-            DataImportCronConditionType::UpToDate,
+        up = (
             ConditionStatus::False,
             "ImportProgressing",
-            "Snapshot of imported data is progressing",
-            now,
+            "Snapshot of imported data is progressing".into(),
         );
-        up_to_date = false;
         // Nothing wakes the cron when a snapshot becomes ready (upstream's either).
         plan.requeue_after = Some(
             plan.requeue_after
                 .map_or(SNAPSHOT_WAIT, |r| r.min(SNAPSHOT_WAIT)),
         );
     } else if succeeded {
-        set_condition(
-            &mut conditions,
-            DataImportCronConditionType::UpToDate,
+        up = (
             ConditionStatus::True,
             "UpToDate",
-            "Latest import is up to date",
-            now,
+            "Latest import is up to date".into(),
         );
         plan.status.source_format = Some(o.format);
-        up_to_date = true;
     } else if !imports.is_empty() {
-        set_condition(
-            &mut conditions,
-            DataImportCronConditionType::UpToDate,
+        up = (
             ConditionStatus::False,
             "ImportProgressing",
-            "Import is progressing",
-            now,
+            "Import is progressing".into(),
         );
-        up_to_date = false;
     } else {
-        set_condition(
-            &mut conditions,
-            DataImportCronConditionType::UpToDate,
+        up = (
             ConditionStatus::False,
             "NoDigest",
-            "No source digest",
-            now,
+            "No source digest".into(),
         );
-        up_to_date = false;
     }
-    // A source that cannot be polled (beyond upstream, whose poller job just fails): the
-    // cron says why, and the next scheduled time tries again.
-    let mut up_to_date = up_to_date;
-    if let Some(e) = poll_error {
-        set_condition(
-            &mut conditions,
-            DataImportCronConditionType::UpToDate,
-            ConditionStatus::False,
-            POLL_FAILED,
-            &e,
-            now,
-        );
-        up_to_date = false;
+    // A DataSource not the cron's (unlabelled, or labelled for a cron that no longer names
+    // it): the imports go on as upstream's do, but VMs get what the DataSource names, so the
+    // cron is not up to date, and an event says why.
+    let conflict = holder.as_ref().map(|h| ownership::conflict(cron, h));
+    let up = match (poll_error, &conflict) {
+        // A source that cannot be polled (beyond upstream, whose poller job just fails): the
+        // cron says why, and the next scheduled time tries again. It stands until a poll
+        // succeeds, so it keeps the condition; the event says the conflict meanwhile.
+        (Some(e), _) => (ConditionStatus::False, POLL_FAILED, e),
+        (None, Some((reason, message))) => (ConditionStatus::False, *reason, message.clone()),
+        (None, None) => up,
+    };
+    set_condition(
+        &mut conditions,
+        DataImportCronConditionType::UpToDate,
+        up.0,
+        up.1,
+        &up.2,
+        now,
+    );
+    let up_to_date = up.0 == ConditionStatus::True;
+    if let Some(conflict) = conflict {
+        ownership::warn(&mut plan, conflict);
     }
     if let Some(last) = plan
         .annotations
@@ -1413,18 +1418,159 @@ mod tests {
     }
 
     #[test]
-    fn another_crons_data_source_is_left_alone() {
-        let c = cron(json!({}), json!({}));
-        let mut o = observed(&c, Poll::NotDue);
-        o.other_manager = Some("other-cron".into());
+    fn a_data_source_not_the_crons_is_never_taken_over_and_is_said() {
+        let c = cron(
+            json!({(DESIRED_DIGEST): DIGEST, (NEXT_CRON_TIME): "2026-12-03T12:00:00Z"}),
+            json!({"currentImports": [{"DataVolumeName": "fedora-0123456789ab", "Digest": DIGEST}]}),
+        );
+        let dv: DataVolume = serde_json::from_value(json!({
+            "apiVersion": "cdi.kubevirt.io/v1beta1", "kind": "DataVolume",
+            "metadata": {"name": "fedora-0123456789ab"}, "spec": {},
+            "status": {"phase": "Succeeded"}}))
+        .unwrap();
+        let fix = "label it cdi.kubevirt.io/dataImportCron=fedora-cron";
+        // The DataSource's labels; the cron its label names, when that cron names it too; the
+        // reason on UpToDate and the event (none: the cron's own); whether the pass stops
+        // (upstream's shouldReconcileCron); what the message says.
+        type Case<'a> = (
+            serde_json::Value,
+            Option<&'a str>,
+            Option<&'a str>,
+            bool,
+            &'a [&'a str],
+        );
+        let cases: [Case; 6] = [
+            (
+                json!({(label::DATA_IMPORT_CRON): "fedora-cron"}),
+                None,
+                None,
+                false,
+                &[],
+            ),
+            (
+                json!({}),
+                None,
+                Some(ownership::NOT_MANAGED),
+                false,
+                &[
+                    "DataSource fedora has no cdi.kubevirt.io/dataImportCron label",
+                    fix,
+                ],
+            ),
+            (
+                json!({(label::DATA_IMPORT_CRON): ""}),
+                None,
+                Some(ownership::NOT_MANAGED),
+                false,
+                &["has no cdi.kubevirt.io/dataImportCron label", fix],
+            ),
+            (
+                json!({(label::DATA_IMPORT_CRON): "old-cron"}),
+                None,
+                Some(ownership::NOT_MANAGED),
+                false,
+                &[
+                    "DataSource fedora is labelled cdi.kubevirt.io/dataImportCron=old-cron",
+                    fix,
+                ],
+            ),
+            (
+                json!({(label::DATA_IMPORT_CRON): "other-cron"}),
+                Some("other-cron"),
+                Some(ownership::ALREADY_MANAGED),
+                true,
+                &[
+                    "DataSource fedora is already managed by DataImportCron other-cron",
+                    "delete DataImportCron other-cron and label DataSource fedora cdi.kubevirt.io/dataImportCron=fedora-cron",
+                ],
+            ),
+            // Whatever a label says is words, not a crash.
+            (
+                json!({(label::DATA_IMPORT_CRON): "ünïcødé/../\"%s"}),
+                None,
+                Some(ownership::NOT_MANAGED),
+                false,
+                &["=ünïcødé/../\"%s"],
+            ),
+        ];
+        for (labels, other, reason, stops, says) in cases {
+            let ds: DataSource = serde_json::from_value(json!({
+                "apiVersion": "cdi.kubevirt.io/v1beta1", "kind": "DataSource",
+                "metadata": {"name": "fedora", "labels": labels.clone()},
+                "spec": {"source": {"pvc": {"namespace": "golden", "name": "someone-elses"}}}}))
+            .unwrap();
+            let mut o = observed(&c, Poll::NotDue);
+            o.dv = Some(&dv);
+            o.data_source = Some(&ds);
+            o.other_manager = other.map(str::to_string);
+            let plan = decide(&o);
+            let up = plan
+                .status
+                .conditions
+                .iter()
+                .flatten()
+                .find(|c| c.type_ == DataImportCronConditionType::UpToDate)
+                .unwrap();
+            let Some(reason) = reason else {
+                assert_eq!(up.status, ConditionStatus::True, "{labels}");
+                assert!(plan.warning.is_none(), "{labels}");
+                let Some(DataSourceChange::Patch(p)) = &plan.data_source else {
+                    panic!("{labels}: {:?}", plan.data_source)
+                };
+                assert_eq!(p["spec"]["source"]["pvc"]["name"], "fedora-0123456789ab");
+                continue;
+            };
+            let message = up.message.clone().unwrap_or_default();
+            assert_eq!(
+                (up.status, up.reason.as_deref()),
+                (ConditionStatus::False, Some(reason)),
+                "{labels}: {message}"
+            );
+            for said in says {
+                assert!(message.contains(said), "{labels}: {message}");
+            }
+            assert_eq!(plan.warning, Some((reason, message.clone())), "{labels}");
+            assert!(plan.data_source.is_none(), "never taken over: {labels}");
+            assert!(plan.outdated.0, "{labels}");
+            assert!(
+                plan.requeue_after
+                    .is_some_and(|r| r <= ownership::CONFLICT_WAIT),
+                "{labels}: {:?}",
+                plan.requeue_after
+            );
+            // Another cron's: nothing of this cron's runs. Otherwise the import goes on as
+            // upstream's does (the DataSource is then handed over by a label, ready at once).
+            assert_eq!(plan.touch.is_none(), stops, "{labels}");
+            assert_eq!(plan.status.last_imported_pvc.is_none(), stops, "{labels}");
+            if stops {
+                assert!(
+                    plan.annotations.is_empty() && plan.create_dv.is_none(),
+                    "{labels}"
+                );
+                assert!(plan.delete.is_empty(), "{labels}");
+            }
+        }
+
+        // A poll failure keeps UpToDate (it stands until a poll succeeds); the event still
+        // says whose the DataSource is.
+        let ds: DataSource = serde_json::from_value(json!({
+            "apiVersion": "cdi.kubevirt.io/v1beta1", "kind": "DataSource",
+            "metadata": {"name": "fedora"}, "spec": {"source": {}}}))
+        .unwrap();
+        let mut o = observed(&c, Poll::Failed("connection refused".into()));
+        o.data_source = Some(&ds);
         let plan = decide(&o);
         assert_eq!(
-            plan.warning,
-            Some((
-                "ErrDataSourceAlreadyManaged",
-                "DataSource fedora is already managed by DataImportCron other-cron".into()
-            ))
+            condition(&plan, DataImportCronConditionType::UpToDate),
+            (ConditionStatus::False, POLL_FAILED.into())
         );
-        assert!(plan.create_dv.is_none() && plan.data_source.is_none());
+        assert_eq!(plan.warning.map(|w| w.0), Some(ownership::NOT_MANAGED));
+        // Said again, the condition's times stay: the pass writes nothing new.
+        let mut again = c.clone();
+        again.status = Some(plan.status.clone());
+        let mut o = observed(&again, Poll::NotDue);
+        o.data_source = Some(&ds);
+        o.now = "2026-12-03T10:05:00Z".parse().unwrap();
+        assert_eq!(decide(&o).status.conditions, plan.status.conditions);
     }
 }
