@@ -2,6 +2,7 @@
 
 use anyhow::Context;
 use cdi_api::config::{CDI, CDIConfig};
+use cdi_api::datasource::DataSource;
 use cdi_api::datavolume::DataVolume;
 use cdi_api::storageprofile::StorageProfile;
 use cdi_core::doctor::{Diagnosis, Scene, diagnose};
@@ -45,6 +46,7 @@ struct World {
     pods: Vec<Pod>,
     nodes: Vec<Node>,
     events: Vec<Event>,
+    data_sources: Vec<DataSource>,
 }
 
 /// A list the caller may not be allowed to read (nodes, volumes, for a namespace user): said
@@ -60,6 +62,36 @@ where
             Vec::new()
         }
     }
+}
+
+/// The namespace's DataSources, and those of other namespaces the DataVolumes' `sourceRef`s
+/// name, read one by one (a namespace user may list no others).
+async fn data_sources(client: &kube::Client, ns: &str, dvs: &[DynamicObject]) -> Vec<DataSource> {
+    let mut found = list_or_say(
+        Api::<DataSource>::namespaced(client.clone(), ns),
+        "datasources",
+    )
+    .await;
+    for o in dvs {
+        let r = &o.data["spec"]["sourceRef"];
+        let elsewhere = r["namespace"]
+            .as_str()
+            .filter(|n| !n.is_empty() && *n != ns);
+        let (Some(at), Some(name)) = (elsewhere, r["name"].as_str()) else {
+            continue;
+        };
+        let known = found.iter().any(|d| {
+            d.metadata.namespace.as_deref() == Some(at) && d.metadata.name.as_deref() == Some(name)
+        });
+        if !known
+            && let Ok(Some(d)) = Api::<DataSource>::namespaced(client.clone(), at)
+                .get_opt(name)
+                .await
+        {
+            found.push(d);
+        }
+    }
+    found
 }
 
 async fn doctor(args: &DoctorArgs) -> anyhow::Result<()> {
@@ -91,6 +123,7 @@ async fn doctor(args: &DoctorArgs) -> anyhow::Result<()> {
         pods: list_or_say(Api::namespaced(client.clone(), &ns), "pods").await,
         nodes: list_or_say(Api::all(client.clone()), "nodes").await,
         events: list_or_say(Api::namespaced(client.clone(), &ns), "events").await,
+        data_sources: data_sources(&client, &ns, &objects).await,
     };
     let mut answers: Vec<Result<Diagnosis, String>> = Vec::new();
     for object in objects {
@@ -110,6 +143,7 @@ async fn doctor(args: &DoctorArgs) -> anyhow::Result<()> {
                 pods: &world.pods,
                 nodes: &world.nodes,
                 events: &world.events,
+                data_sources: &world.data_sources,
             })
         }));
     }

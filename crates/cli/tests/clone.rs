@@ -331,6 +331,8 @@ spec:
     assert!(get_json(&dir, "default", "pvc/elsewhere").is_none());
 }
 
+/// A clone of a source not there yet waits for it, saying so; one too small for its source says
+/// that instead of making a claim.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_clone_of_a_missing_source_waits_and_says_so() {
     let cluster = Running::start();
@@ -365,11 +367,8 @@ spec:
     );
     let d = doctor(&dir, &["early", "-n", "default"]);
     assert_eq!(d["cause"], "SourceNotReady", "{d}");
-    assert!(
-        d["summary"]
-            .as_str()
-            .unwrap()
-            .contains("The source pvc default/later doesn't exist"),
+    assert_eq!(
+        d["summary"], "waits for source PVC default/later (deleted or not yet created)",
         "{d}"
     );
     // Once the source is there, the clone goes ahead.
@@ -380,6 +379,46 @@ spec:
     );
     wait_for("the clone to succeed once its source exists", 120, || {
         get_json(&dir, "default", "dv/early").filter(|d| d["status"]["phase"] == "Succeeded")
+    });
+    // A clone too small for what its source holds makes no claim that would wait for ever:
+    // the DataVolume stays Pending and says why in its conditions (upstream's validateClone).
+    kubectl(
+        &dir,
+        &["apply", "-f", "-"],
+        Some(
+            r#"
+apiVersion: cdi.kubevirt.io/v1beta1
+kind: DataVolume
+metadata: {name: too-small}
+spec:
+  source: {pvc: {namespace: default, name: later}}
+  storage: {storageClassName: local-path, accessModes: [ReadWriteOnce], resources: {requests: {storage: 16Mi}}}
+"#,
+        ),
+    );
+    let dv = wait_for("the too small clone to say why", 60, || {
+        get_json(&dir, "default", "dv/too-small").filter(|d| {
+            d["status"]["conditions"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .any(|c| c["type"] == "Running" && c["reason"] == "CloneValidationFailed")
+        })
+    });
+    assert_eq!(dv["status"]["phase"], "Pending");
+    let said = dv["status"]["conditions"].to_string();
+    assert!(
+        said.contains(
+            "The clone doesn't meet the validation requirements: target resources requests \
+             storage size is smaller than the source"
+        ),
+        "{said}"
+    );
+    assert!(get_json(&dir, "default", "pvc/too-small").is_none());
+    wait_for("the refusal's event", 30, || {
+        event_reasons(&dir, "default", "too-small")
+            .contains("CloneValidationFailed")
+            .then_some(())
     });
 }
 

@@ -162,13 +162,9 @@ async fn choose(
             ctx.events
                 .record(target, true, "ErrIncompatiblePVC", &e.to_string())
                 .await;
-            return fail(
-                ctx,
-                target,
-                "CloneValidationFailed",
-                "The clone doesn't meet the validation requirements",
-            )
-            .await;
+            // The detail goes into cloneError too: the DataVolume's Running condition shows it.
+            let message = format!("{}: {e}", cdi_core::hostclone::VALIDATION_FAILED);
+            return fail(ctx, target, "CloneValidationFailed", &message).await;
         }
         Err(e) => {
             ctx.events
@@ -639,13 +635,8 @@ async fn restore_snapshot(
         ctx.events
             .record(target, true, "ErrIncompatiblePVC", &message)
             .await;
-        return fail(
-            ctx,
-            target,
-            "CloneValidationFailed",
-            "The clone doesn't meet the validation requirements",
-        )
-        .await;
+        let message = format!("{}: {message}", cdi_core::hostclone::VALIDATION_FAILED);
+        return fail(ctx, target, "CloneValidationFailed", &message).await;
     }
     let Some(strategy) = strategy else {
         let expands = target

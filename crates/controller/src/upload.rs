@@ -407,7 +407,8 @@ pub async fn reconcile(
 /// A clone target's upload server starts only for a source that exists and fits (upstream's
 /// clone validation in its upload controller): the client name its server is to take, or `None`
 /// after an event saying what is wrong (looked at again later: the source's changes do not wake
-/// the target).
+/// the target). A target that does not fit also says so in its running condition, which its
+/// DataVolume's Running condition shows (the event alone is easily missed).
 async fn clone_target_checks(
     ctx: &Context,
     claim: &PersistentVolumeClaim,
@@ -429,16 +430,20 @@ async fn clone_target_checks(
             .await;
         return None;
     };
-    let cfg = ctx.caches.config();
-    let overhead = |c: &PersistentVolumeClaim| {
-        let spec = c.spec.as_ref();
-        cdi_core::render::filesystem_overhead(
-            cfg.as_ref(),
-            spec.and_then(|s| s.storage_class_name.as_deref()),
-            cdi_core::size::resolve_volume_mode(spec.and_then(|s| s.volume_mode.as_deref())),
-        )
-    };
-    if let Err(message) = hostclone::validate(&found, claim, overhead(&found), overhead(claim)) {
+    if let Err(message) = hostclone::validate_with(&found, claim, ctx.caches.config().as_ref()) {
+        let anns = BTreeMap::from([
+            (ann::RUNNING_CONDITION.to_string(), "false".to_string()),
+            (
+                ann::RUNNING_CONDITION_REASON.into(),
+                "ErrIncompatiblePVC".into(),
+            ),
+            (ann::RUNNING_CONDITION_MESSAGE.into(), message.clone()),
+        ]);
+        let claims: Api<PersistentVolumeClaim> =
+            Api::namespaced(ctx.client.clone(), &claim.namespace().unwrap_or_default());
+        if let Err(e) = crate::patch_claim(&claims, claim, &anns, &BTreeMap::new()).await {
+            tracing::warn!(error = %e, "writing the clone target's running condition");
+        }
         ctx.events
             .record(claim, true, "ErrIncompatiblePVC", &message)
             .await;

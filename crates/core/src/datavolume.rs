@@ -508,8 +508,19 @@ impl Kind for Clone {
         }
     }
 
-    fn status(&self, o: &Observed<'_>, _: &Snapshot<'_>) -> Computed {
-        dvstatus::clone_status(o)
+    fn status(&self, o: &Observed<'_>, s: &Snapshot<'_>) -> Computed {
+        // A source gone before the clone read it: the status says the clone waits for it.
+        let waiting = o
+            .claim
+            .filter(|_| !o.populated)
+            .and_then(|c| crate::clonewait::waiting_for_source(o.dv, c, s.clone_source.is_some()));
+        match &waiting {
+            Some(claim) => dvstatus::clone_status(&Observed {
+                claim: Some(claim),
+                ..o.clone()
+            }),
+            None => dvstatus::clone_status(o),
+        }
     }
 
     fn finished(
@@ -746,6 +757,7 @@ pub fn decide(s: &Snapshot<'_>) -> Plan {
     match s.claim {
         None => {
             let mut clone_size = None;
+            let mut pvc_source = None;
             if matches!(filled, Ok(Filled::Import(SourceKind::Pvc)))
                 && let Some((src_ns, src_name)) = clone_source_of(dv)
             {
@@ -755,17 +767,13 @@ pub fn decide(s: &Snapshot<'_>) -> Plan {
                 }
                 // Upstream waits for the source before making the claim, and sizes from it.
                 let Some(source) = s.clone_source else {
-                    let refusal = Refusal {
-                        reason: "CloneWithoutSource",
-                        message: format!(
-                            "The source pvc {src_ns}/{src_name} doesn't exist; DataVolume {}/{name} is cloned once it does",
-                            dv.metadata.namespace.as_deref().unwrap_or("")
-                        ),
-                    };
+                    let refusal =
+                        crate::clonewait::source_missing(dv, (src_ns.as_str(), src_name.as_str()));
                     let status = dvstatus::refused_status(dv, &refusal, Phase::Pending, s.now);
                     // A claim made in another namespace wakes nothing here.
                     return Plan::stopped(status, Requeue::Soon);
                 };
+                pvc_source = Some(source);
                 // What it holds for a disk image (a Filesystem source's space less its
                 // overhead): the target adds its own overhead, and a Block target needs none.
                 clone_size = claim_size(source).map(|bytes| {
@@ -833,6 +841,20 @@ pub fn decide(s: &Snapshot<'_>) -> Plan {
                     return Plan::stopped(status, Requeue::OnChange);
                 }
             };
+            // Upstream's validateClone, before the claim is made: a claim the clone could never
+            // fill (too small, another content type) is not made; the DataVolume waits, saying
+            // why, instead of a claim that waits for ever with only a warning event on it.
+            if let Some(source) = pvc_source
+                && let Err(why) = crate::hostclone::validate_with(source, &rendered.claim, s.config)
+            {
+                let refusal = Refusal {
+                    reason: "CloneValidationFailed",
+                    message: format!("{}: {why}", crate::hostclone::VALIDATION_FAILED),
+                };
+                let status = dvstatus::refused_status(dv, &refusal, Phase::Pending, s.now);
+                // A source elsewhere wakes nothing here.
+                return Plan::stopped(status, Requeue::Soon);
+            }
             let mut rendered = rendered;
             if let Some(snapshot) = &snapshot_source
                 && !rendered.use_populator
@@ -1526,6 +1548,39 @@ mod tests {
             .unwrap()
             .message;
         assert_eq!(message, "Successfully cloned from vms/fedora into vms/disk");
+        // The source deleted before the copy read it: the phase stays, and Running says the
+        // clone waits for it (its event once); once copied, a deleted source is no concern.
+        let gone = decide(
+            &d,
+            Some(&with(
+                json!({"cdi.kubevirt.io/storage.pod.phase": "Running"}),
+            )),
+            None,
+        );
+        assert_eq!(phase(&gone), "CloneInProgress");
+        let running = gone
+            .status
+            .as_ref()
+            .and_then(|s| s.status.conditions.as_ref())
+            .and_then(|c| c.iter().find(|c| c.type_.as_str() == "Running"))
+            .unwrap();
+        assert_eq!(
+            running.reason.as_ref().map(|r| r.as_str()),
+            Some("CloneWithoutSource")
+        );
+        assert!(
+            running
+                .message
+                .as_deref()
+                .is_some_and(|m| m.starts_with("The source pvc vms/fedora doesn't exist")),
+            "{running:?}"
+        );
+        assert!(reasons(&gone).contains(&"CloneWithoutSource"), "{gone:?}");
+        let copied = json!({"cdi.kubevirt.io/storage.pod.phase": "Succeeded",
+                            "k8s.io/CloneOf": "true"});
+        let done = decide(&d, Some(&with(copied)), None);
+        assert_eq!(phase(&done), "Succeeded");
+        assert!(!reasons(&done).contains(&"CloneWithoutSource"));
 
         // Through the populator (a CSI class): a VolumeCloneSource in the source's namespace,
         // and the phases from the claim's clonePhase.

@@ -10,6 +10,7 @@
 use std::collections::BTreeMap;
 
 use cdi_api::config::CDIConfig;
+use cdi_api::datasource::DataSource;
 use cdi_api::datavolume::DataVolume;
 use cdi_api::storageprofile::StorageProfile;
 use cdi_api::{ann, ext, label};
@@ -19,9 +20,13 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::api::storage::v1::StorageClass;
 use serde::Serialize;
 
+mod source;
+mod text;
+mod worker;
+
 /// What the doctor reads for one DataVolume: the DataVolume and the rest of its namespace (claims,
 /// pods, events) and of the cluster (volumes, classes, profiles, nodes, CDIConfig, the CDI
-/// resource's name).
+/// resource's name, the DataSources a `sourceRef` may name).
 pub struct Scene<'a> {
     pub dv: &'a DataVolume,
     pub claims: &'a [PersistentVolumeClaim],
@@ -34,6 +39,8 @@ pub struct Scene<'a> {
     pub pods: &'a [Pod],
     pub nodes: &'a [Node],
     pub events: &'a [Event],
+    /// The namespace's DataSources, and those of other namespaces a `sourceRef` names.
+    pub data_sources: &'a [DataSource],
 }
 
 /// The cause the doctor names.
@@ -64,6 +71,11 @@ pub enum Cause {
     WorkerRefused,
     /// The clone or DataSource source does not exist or is not ready.
     SourceNotReady,
+    /// A pod writes the clone's source: the copy waits until none does.
+    SourceInUse,
+    /// The DataSource the `sourceRef` names can never be ready as written (it refers to itself,
+    /// to another namespace, too deep, or to nothing).
+    DataSourceInvalid,
     /// The worker pod cannot be scheduled.
     WorkerUnschedulable,
     /// The worker pod keeps failing and restarting.
@@ -166,40 +178,10 @@ fn unschedulable(pod: &Pod) -> Option<&str> {
     crate::first_consumer::unschedulable(pod).map(clause)
 }
 
-/// The restarts of `pod`'s containers, and the last error one of them ended with.
-fn restarts(pod: &Pod) -> (i32, Option<String>) {
-    let statuses = pod
-        .status
-        .as_ref()
-        .and_then(|s| s.container_statuses.as_ref());
-    let mut count = 0;
-    let mut last = None;
-    for c in statuses.into_iter().flatten() {
-        count += c.restart_count;
-        let ended = c
-            .last_state
-            .as_ref()
-            .and_then(|s| s.terminated.as_ref())
-            .or_else(|| c.state.as_ref().and_then(|s| s.terminated.as_ref()));
-        if let Some(t) = ended
-            && t.exit_code != 0
-        {
-            // The importer's termination message is JSON; others write plain text.
-            last = t
-                .message
-                .as_deref()
-                .and_then(|m| cdi_api::termination::TerminationMessage::parse(m).message)
-                .or_else(|| t.reason.clone())
-                .filter(|m| !m.trim().is_empty());
-        }
-    }
-    (count, last)
-}
-
-/// A quoted message as a clause: without its final full stop, since the doctor's sentence goes
-/// on after it.
+/// A quoted message as a clause: its first meaningful line (a message can be a whole log),
+/// without its final full stop, since the doctor's sentence goes on after it.
 fn clause(m: &str) -> &str {
-    m.trim().trim_end_matches('.')
+    text::first_line(m).trim_end_matches('.')
 }
 
 fn times(n: i32) -> String {
@@ -409,7 +391,7 @@ pub fn diagnose(s: &Scene<'_>) -> Diagnosis {
         phase,
         progress,
         cause: found.cause,
-        summary: found.summary,
+        summary: text::summary(&found.summary),
         explanation: found.explanation,
     }
 }
@@ -592,11 +574,8 @@ fn find(s: &Scene<'_>, ns: &str, name: &str, phase: &str) -> Option<Finding> {
         || claim_running(ann::RUNNING_CONDITION_REASON) == crate::import::ERR_CREATING_POD;
     // (A quota's refusal, ErrExceededQuota, was said above.)
     if refused_reason {
-        let m = refused
-            .iter()
-            .find(|m| !m.is_empty())
-            .cloned()
-            .unwrap_or_default();
+        let claims: Vec<&PersistentVolumeClaim> = [claim, prime].into_iter().flatten().collect();
+        let m = worker::refusal(s, &claims, (run_reason, run_message));
         return finding(
             Cause::WorkerRefused,
             format!("the API server refuses the worker pod: {m}"),
@@ -609,19 +588,8 @@ fn find(s: &Scene<'_>, ns: &str, name: &str, phase: &str) -> Option<Finding> {
         );
     }
 
-    if matches!(
-        run_reason,
-        "CloneWithoutSource" | "SnapshotNotReady" | "DataSourceNotFound" | "DataSourceNotReady"
-    ) {
-        return finding(
-            Cause::SourceNotReady,
-            format!("its source is not ready: {run_message}"),
-            format!(
-                "DataVolume {id} waits for its source ({run_reason}): {run_message}. Create the \
-                 source, or wait until it is ready (a DataSource is ready once its claim or \
-                 snapshot is); CDI goes on by itself."
-            ),
-        );
+    if let Some(f) = source::find(s, &id, claim, prime, (run_reason, run_message)) {
+        return Some(f);
     }
 
     // The pods that fill the claims.
@@ -642,8 +610,7 @@ fn find(s: &Scene<'_>, ns: &str, name: &str, phase: &str) -> Option<Finding> {
         }
     }
     for pod in &workers {
-        let (count, last) = restarts(pod);
-        if count > 0 {
+        if let Some((count, last)) = worker::crash_loop(pod) {
             let last = last
                 .or_else(|| (!run_message.is_empty()).then(|| run_message.to_string()))
                 .unwrap_or_else(|| "no message".into());
@@ -982,6 +949,9 @@ mod tests {
     use super::*;
     use serde_json::{Value, json};
 
+    /// The stuck cases of the issue tracker (sources, restarts, refusals, long messages).
+    mod stuck;
+
     fn of<T: serde::de::DeserializeOwned>(v: Value) -> T {
         serde_json::from_value(v).unwrap()
     }
@@ -1069,6 +1039,7 @@ mod tests {
         pods: Vec<Pod>,
         nodes: Vec<Node>,
         events: Vec<Event>,
+        data_sources: Vec<DataSource>,
     }
 
     impl World {
@@ -1085,6 +1056,7 @@ mod tests {
                 pods: vec![],
                 nodes: vec![tainted_node()],
                 events: vec![],
+                data_sources: vec![],
             }
         }
 
@@ -1100,6 +1072,7 @@ mod tests {
                 pods: &self.pods,
                 nodes: &self.nodes,
                 events: &self.events,
+                data_sources: &self.data_sources,
             })
         }
     }

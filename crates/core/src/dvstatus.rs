@@ -398,6 +398,18 @@ fn update_conditions(
             "Unschedulable",
             now,
         );
+    } else if get(ann::CLONE_PHASE) == crate::clonepop::phase::ERROR {
+        // The clone populator stopped for good (a target too small, a refused token): its
+        // phase keeps the DataVolume's, so the reason is said here, as upstream's populator
+        // writes cloneError as the claim's running condition.
+        set(
+            conditions,
+            Type::Running,
+            False,
+            get(ann::CLONE_ERROR),
+            "Error",
+            now,
+        );
     } else if let Some(v) = anns.get(ann::RUNNING_CONDITION) {
         match condition_status(v) {
             True => {
@@ -672,7 +684,7 @@ fn clone_phase(
         "SnapshotClone" => (Phase::CloneFromSnapshotSourceInProgress, None),
         "Snapshot" => (Phase::SnapshotForSmartCloneInProgress, None),
         "Succeeded" => succeeded(),
-        // Error and anything unknown: the phase stays (the claim's cloneError says why).
+        // Error and anything unknown: the phase stays (Running says the cloneError).
         _ => (Phase::Other(String::new()), None),
     }
 }

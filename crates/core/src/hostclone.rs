@@ -29,6 +29,9 @@ pub const CLONE_UNIQUE_ID: &str = "cdi.kubevirt.io/storage.clone.cloneUniqeId";
 pub const SOURCE_CLAIM_UID: &str = "cdi.kubevirt.io/hostAssistedSourcePodCloneSource";
 /// Where the upload server takes a clone.
 pub const UPLOAD_PATH: &str = "/v1beta1/upload";
+/// Upstream's `MessageCloneValidationFailed`: what a clone that `validate` refuses says, before
+/// the reason.
+pub const VALIDATION_FAILED: &str = "The clone doesn't meet the validation requirements";
 
 fn get<'a>(anns: &'a BTreeMap<String, String>, key: &str) -> Option<&'a str> {
     anns.get(key).map(String::as_str)
@@ -244,6 +247,25 @@ pub fn validate(
             name(target)
         )),
     }
+}
+
+/// `validate` with each side's filesystem overhead from `config` (by its class and volume mode):
+/// what the clone populator and the host-assisted copy judge a target by, also judged on the
+/// claim a clone DataVolume is about to make, so a clone that can never run is refused before
+/// its claim waits for ever with only a warning event.
+pub fn validate_with(
+    source: &PersistentVolumeClaim,
+    target: &PersistentVolumeClaim,
+    config: Option<&cdi_api::config::CDIConfig>,
+) -> Result<(), String> {
+    let overhead = |c: &PersistentVolumeClaim| {
+        let class = c
+            .spec
+            .as_ref()
+            .and_then(|s| s.storage_class_name.as_deref());
+        crate::render::filesystem_overhead(config, class, volume_mode(c))
+    };
+    validate(source, target, overhead(source), overhead(target))
 }
 
 /// Why the source cannot be read now: a pod (not a clone source pod) has it mounted writable.
@@ -638,6 +660,29 @@ mod tests {
                 .unwrap_err()
                 .contains("volume modes do not match")
         );
+    }
+
+    /// Each side is judged by what its own class's filesystem leaves for a disk image: the
+    /// rule a clone DataVolume's claim is checked by before it is made, and again later.
+    #[test]
+    fn each_side_has_its_own_class_overhead() {
+        let config: cdi_api::config::CDIConfig = serde_json::from_value(json!({
+            "metadata": {"name": "config"}, "spec": {},
+            "status": {"filesystemOverhead": {"global": "0", "storageClass": {"slow": "0.25"}}}}))
+        .unwrap();
+        // 10Gi of a Filesystem on `slow` holds 8Gi of image.
+        let mut src = claim("s", "golden", json!({}), "10Gi", "Filesystem");
+        src.spec.as_mut().unwrap().storage_class_name = Some("slow".into());
+        let block = |size: &str| claim("d", "t", json!({}), size, "Block");
+        assert_eq!(validate_with(&src, &block("8Gi"), Some(&config)), Ok(()));
+        let err = validate_with(&src, &block("8191Mi"), Some(&config)).unwrap_err();
+        assert!(
+            err.starts_with("target resources requests storage size is smaller than the source"),
+            "{err}"
+        );
+        // A Filesystem target on a class without overhead: its request is all image.
+        let files = claim("d", "t", json!({}), "8Gi", "Filesystem");
+        assert_eq!(validate_with(&src, &files, Some(&config)), Ok(()));
     }
 
     #[test]

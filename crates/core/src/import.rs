@@ -323,6 +323,9 @@ pub fn refused_pod(
         (ann::RUNNING_CONDITION, "false"),
         (ann::RUNNING_CONDITION_MESSAGE, message.as_str()),
         (ann::RUNNING_CONDITION_REASON, reason),
+        // No pod waits to be scheduled now: an earlier pod's trouble would hide the refusal
+        // (the DataVolume's Running condition says Unschedulable before anything else).
+        (ann::POD_SCHEDULABLE, "true"),
     ]
     .into_iter()
     .map(|(k, v)| (k.to_string(), v.to_string()))
@@ -845,6 +848,26 @@ fn said(m: &TerminationMessage) -> String {
     }
 }
 
+/// The signal that ended a container, if one did. Runtimes report a signal as 128 + its
+/// number; a message then is only the log's tail.
+pub fn signal_of(t: &ContainerStateTerminated) -> Option<i32> {
+    t.signal
+        .filter(|s| *s > 0)
+        .or((t.exit_code > 128 && t.exit_code < 160).then(|| t.exit_code - 128))
+}
+
+/// The name of a signal that ends containers, as ` (SIGKILL)`; empty for others.
+pub fn signal_name(sig: i32) -> &'static str {
+    match sig {
+        9 => " (SIGKILL)",
+        15 => " (SIGTERM)",
+        6 => " (SIGABRT)",
+        11 => " (SIGSEGV)",
+        2 => " (SIGINT)",
+        _ => "",
+    }
+}
+
 /// What a terminated importer said, or, when it could not say anything (killed by a signal, out
 /// of memory), what happened to it: an empty message explains nothing.
 fn exit_message(t: &ContainerStateTerminated, restarts: bool, who: &str) -> String {
@@ -864,21 +887,9 @@ fn exit_message(t: &ContainerStateTerminated, restarts: bool, who: &str) -> Stri
              CDIConfig spec.podResourceRequirements if it happens again"
         );
     }
-    // Runtimes report a signal as 128 + its number; a message then is only the log's tail.
-    let signal = t
-        .signal
-        .filter(|s| *s > 0)
-        .or((t.exit_code > 128 && t.exit_code < 160).then(|| t.exit_code - 128));
-    match signal {
+    match signal_of(t) {
         Some(sig) if t.exit_code != 0 => {
-            let name = match sig {
-                9 => " (SIGKILL)",
-                15 => " (SIGTERM)",
-                6 => " (SIGABRT)",
-                11 => " (SIGSEGV)",
-                2 => " (SIGINT)",
-                _ => "",
-            };
+            let name = signal_name(sig);
             format!("the {who} was killed by signal {sig}{name}{then}")
         }
         _ if !said.is_empty() || t.exit_code == 0 => said.to_string(),
@@ -1136,6 +1147,7 @@ mod tests {
             anns.get(ann::RUNNING_CONDITION_REASON).unwrap(),
             ERR_CREATING_POD
         );
+        assert_eq!(anns[ann::POD_SCHEDULABLE], "true");
         let (quota, reason, message) = refused_pod(
             &c,
             "importer-disk",

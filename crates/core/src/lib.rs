@@ -9,6 +9,7 @@ pub mod capabilities;
 pub mod claims;
 pub mod clone;
 pub mod clonepop;
+pub mod clonewait;
 pub mod config;
 pub mod customize;
 pub mod dataimportcron;
