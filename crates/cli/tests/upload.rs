@@ -385,6 +385,47 @@ async fn the_proxy_lets_only_valid_tokens_through() {
     );
     assert_eq!(code, 503, "{body}");
     assert!(body.contains("doesn't exist"), "{body}");
+    // A token signed for a path rather than a claim's name never reaches the API's URL.
+    for path in ["../kube-system/x", "via-proxy/status"] {
+        let (code, body) = proxy.post(
+            Some(&proxy.token(None, Operation::Upload, path, 0)),
+            upload,
+            &xz,
+        );
+        assert_eq!(code, 401, "{path}: {body}");
+        assert!(body.contains("does not name a PVC"), "{body}");
+    }
+    // Not a POST: refused with the reason before the body is asked for (no 100 Continue).
+    let put = Command::new("curl")
+        .args([
+            "-sS",
+            "-o",
+            "-",
+            "-w",
+            "\n%{http_code}",
+            "-X",
+            "PUT",
+            "--resolve",
+        ])
+        .arg(&proxy.resolve)
+        .arg("--cacert")
+        .arg(&proxy.ca)
+        .arg("-H")
+        .arg(format!(
+            "Authorization: Bearer {token_for_put}",
+            token_for_put = proxy.token(None, Operation::Upload, "via-proxy", 0)
+        ))
+        .arg("--data-binary")
+        .arg(format!("@{}", xz.display()))
+        .arg(format!("https://{}{upload}", proxy.host))
+        .output()
+        .unwrap();
+    let put = String::from_utf8_lossy(&put.stdout).into_owned();
+    assert!(put.ends_with("\n405"), "{put}");
+    assert!(
+        put.contains("PUT is not an upload: send the image with POST"),
+        "{put}"
+    );
     assert_eq!(
         upload_requests(&dir, "via-proxy"),
         0,
@@ -400,9 +441,9 @@ async fn the_proxy_lets_only_valid_tokens_through() {
     });
     let disk = std::fs::read(volume_path(&dir, "via-proxy")).unwrap();
     assert_same(&disk[..data.len()], &data, "xz upload through the proxy");
-    // Done: the proxy refuses another upload into it.
+    // Done: the proxy refuses another upload into it, as final (409, not 503: no retry).
     let (code, body) = proxy.post(Some(&token), upload, &xz);
-    assert_eq!(code, 503, "{body}");
+    assert_eq!(code, 409, "{body}");
     assert!(body.contains("already finished uploading"), "{body}");
 
     // Multipart forms, as a browser sends them: the xz image to the sync form endpoint, a

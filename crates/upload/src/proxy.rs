@@ -144,9 +144,9 @@ struct Proxy {
     tls: crate::server::Following<Material>,
 }
 
-/// Upstream's words for a claim whose one upload is done (answered 409: sending again will not
-/// change it).
-const ALREADY_FINISHED: &str = "rejecting Upload Request for a finished upload: PVC";
+/// The end of upstream's words for a claim whose one upload is done (answered 409 here, not
+/// 503: sending again will not change it).
+const ALREADY_FINISHED: &str = "that already finished uploading";
 
 /// Why a claim cannot take an upload now (answered 503 with the message).
 async fn upload_target(
@@ -189,7 +189,9 @@ async fn upload_target(
         return Err(format!("PVC {name} is not an upload target"));
     }
     if anns.get(ann::POD_PHASE).map(String::as_str) == Some("Succeeded") {
-        return Err(format!("{ALREADY_FINISHED} {name}"));
+        return Err(format!(
+            "rejecting Upload Request for PVC {name} {ALREADY_FINISHED}"
+        ));
     }
     Ok((anns.get(ann::POD_READY).map(String::as_str) == Some("true")).then_some(claim))
 }
@@ -339,7 +341,7 @@ impl Proxy {
         tracing::info!(claim = %format!("{ns}/{name}"), "valid upload token");
         let claim = match wait_ready(&self.client, ns, name).await {
             Ok(c) => c,
-            Err(message) if message.starts_with(ALREADY_FINISHED) => {
+            Err(message) if message.ends_with(ALREADY_FINISHED) => {
                 return answer(StatusCode::CONFLICT, message);
             }
             Err(message) => return answer(StatusCode::SERVICE_UNAVAILABLE, message),
