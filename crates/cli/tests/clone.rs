@@ -333,6 +333,19 @@ spec:
 
 /// A clone of a source not there yet waits for it, saying so; one too small for its source says
 /// that instead of making a claim.
+/// The DataVolume `default/name` once its condition `kind` has `reason`.
+fn with_condition(dir: &Path, name: &str, kind: &str, reason: &str) -> Value {
+    wait_for(&format!("DataVolume {name} to say {reason}"), 60, || {
+        get_json(dir, "default", &format!("dv/{name}")).filter(|d| {
+            d["status"]["conditions"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .any(|c| c["type"] == kind && c["reason"] == reason)
+        })
+    })
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_clone_of_a_missing_source_waits_and_says_so() {
     let cluster = Running::start();
@@ -351,15 +364,7 @@ spec:
 "#,
         ),
     );
-    let dv = wait_for("the DataVolume to say its source is missing", 60, || {
-        get_json(&dir, "default", "dv/early").filter(|d| {
-            d["status"]["conditions"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .any(|c| c["reason"] == "CloneWithoutSource")
-        })
-    });
+    let dv = with_condition(&dir, "early", "Running", "CloneWithoutSource");
     assert_eq!(dv["status"]["phase"], "Pending");
     assert!(
         get_json(&dir, "default", "pvc/early").is_none(),
@@ -396,15 +401,7 @@ spec:
 "#,
         ),
     );
-    let dv = wait_for("the too small clone to say why", 60, || {
-        get_json(&dir, "default", "dv/too-small").filter(|d| {
-            d["status"]["conditions"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .any(|c| c["type"] == "Running" && c["reason"] == "CloneValidationFailed")
-        })
-    });
+    let dv = with_condition(&dir, "too-small", "Running", "CloneValidationFailed");
     assert_eq!(dv["status"]["phase"], "Pending");
     let said = dv["status"]["conditions"].to_string();
     assert!(
