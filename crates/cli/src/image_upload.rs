@@ -562,7 +562,7 @@ async fn wait_server_ready(c: &Ctx<'_>) -> anyhow::Result<()> {
     loop {
         if let Some(claim) = claims.get_opt(&c.plan.name).await? {
             if upload_done(&claim) {
-                return Err(already_uploaded(c, "PVC"));
+                return Err(already_uploaded(c, target_kind(c)));
             }
             let ready = claim
                 .metadata
@@ -710,6 +710,11 @@ async fn send(
     for attempt in 0..tries {
         if attempt > 0 {
             tokio::time::sleep(backoff(attempt)).await;
+            // Another upload may have filled the volume meanwhile: nothing to send again.
+            if server_done(c).await? {
+                bar.abandon();
+                return Err(already_uploaded(c, target_kind(c)));
+            }
         }
         // The async endpoint when the proxy answers for it, else the sync one.
         let async_url = with_path(url, ASYNC_PATH);
@@ -743,7 +748,7 @@ async fn send(
                 let code = r.status().as_u16();
                 (code, one_line(&r.text().await.unwrap_or_default()))
             }
-            Err(e) => (0, one_line(&format!("{e:#}"))),
+            Err(e) => (0, one_line(&causes(&e))),
         };
         let err = match code {
             0 => anyhow::anyhow!("the upload broke off: {text}"),
@@ -752,12 +757,7 @@ async fn send(
         };
         if code == 409 {
             bar.abandon();
-            let kind = if c.plan.create_pvc {
-                "PVC"
-            } else {
-                "DataVolume"
-            };
-            return Err(already_uploaded(c, kind));
+            return Err(already_uploaded(c, target_kind(c)));
         }
         if code == 401 {
             // A 401 at once is a refusal; later, the token may have expired meanwhile.
@@ -794,6 +794,20 @@ async fn send(
     bar.abandon();
     let err = last.unwrap_or_else(|| anyhow::anyhow!("no attempt was made"));
     Err(err.context(format!("the upload failed {tries} times (--retry)")))
+}
+
+/// An error and its sources, each once (reqwest's own text names only the URL).
+fn causes(e: &dyn std::error::Error) -> String {
+    let mut said = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        let text = s.to_string();
+        if !said.contains(&text) {
+            said = format!("{said}: {text}");
+        }
+        source = s.source();
+    }
+    said
 }
 
 /// The wait before try `attempt` (from 1): 1, 2, 4, … seconds, at most 30.
@@ -883,6 +897,23 @@ fn running_message(dv: &DataVolume) -> Option<&str> {
         .find(|c| c.type_ == cdi_api::enums::DataVolumeConditionType::Running)
         .and_then(|c| c.message.as_deref())
         .filter(|m| !m.is_empty())
+}
+
+fn target_kind(c: &Ctx<'_>) -> &'static str {
+    if c.plan.create_pvc {
+        "PVC"
+    } else {
+        "DataVolume"
+    }
+}
+
+/// Whether the target claim's upload is done.
+async fn server_done(c: &Ctx<'_>) -> anyhow::Result<bool> {
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(c.client.clone(), &c.ns);
+    Ok(claims
+        .get_opt(&c.plan.name)
+        .await?
+        .is_some_and(|claim| upload_done(&claim)))
 }
 
 /// How often the upload server of the target claim restarted (the controller's count).

@@ -9,13 +9,14 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use cdi_api::ann;
-use futures::TryStreamExt;
+use futures::{StreamExt, TryStreamExt};
 use http_body_util::{BodyExt, Full, combinators::BoxBody};
 use hyper::body::Incoming;
+use hyper::http::request::Parts;
 use hyper::{Method, Request, Response, StatusCode};
 use k8s_openapi::api::core::v1::{Endpoints, PersistentVolumeClaim};
 
-use crate::server::{HEALTHZ, UPLOAD_PATHS};
+use crate::server::{HEALTHZ, Lingering, UPLOAD_PATHS, linger};
 use crate::token::{Operation, TokenError, Validator};
 
 /// How long a request waits for its upload server to be ready, and how often it looks.
@@ -253,7 +254,10 @@ impl Proxy {
             return r;
         }
         let origin = req.headers().contains_key(hyper::header::ORIGIN);
-        let mut response = self.route(req).await;
+        // A refusal answered before the body is read still reads it a while (`Lingering`).
+        let (parts, body) = req.into_parts();
+        let mut body = Lingering(Some(body));
+        let mut response = self.route(&parts, &mut body).await;
         if origin {
             response.headers_mut().insert(
                 hyper::header::ACCESS_CONTROL_ALLOW_ORIGIN,
@@ -263,8 +267,8 @@ impl Proxy {
         response
     }
 
-    async fn route(&self, req: Request<Incoming>) -> Response<Body> {
-        let path = req.uri().path().to_string();
+    async fn route(&self, parts: &Parts, body: &mut Lingering) -> Response<Body> {
+        let path = parts.uri.path().to_string();
         if path == HEALTHZ {
             return answer(StatusCode::OK, "OK");
         }
@@ -278,12 +282,12 @@ impl Proxy {
         }
         // Refused before the body is read (so no `100 Continue` invites it): an upload is a
         // POST, and clients ask with HEAD whether an async endpoint exists.
-        if req.method() != Method::POST && req.method() != Method::HEAD {
+        if parts.method != Method::POST && parts.method != Method::HEAD {
             let mut r = answer(
                 StatusCode::METHOD_NOT_ALLOWED,
                 format!(
                     "{} is not an upload: send the image with POST",
-                    req.method()
+                    parts.method
                 ),
             );
             r.headers_mut().insert(
@@ -292,8 +296,8 @@ impl Proxy {
             );
             return r;
         }
-        let header = req
-            .headers()
+        let header = parts
+            .headers
             .get(hyper::header::AUTHORIZATION)
             .and_then(|v| v.to_str().ok());
         let Some(token) = header.and_then(bearer) else {
@@ -358,7 +362,7 @@ impl Proxy {
             }
         };
         let target = claim.metadata.name.clone().unwrap_or_default();
-        match self.forward(req, ns, &target, &server_path).await {
+        match self.forward(parts, body, ns, &target, &server_path).await {
             Ok(r) => r,
             Err(e) => {
                 tracing::error!(error = %e, "proxying the upload failed");
@@ -373,7 +377,8 @@ impl Proxy {
     /// Stream the request to the claim's upload server and its answer back.
     async fn forward(
         &self,
-        req: Request<Incoming>,
+        parts: &Parts,
+        body: &mut Lingering,
         namespace: &str,
         claim: &str,
         path: &str,
@@ -405,7 +410,6 @@ impl Proxy {
             .timeout(Duration::from_secs(24 * 3600))
             .build()
             .map_err(|e| format!("making the client: {e}"))?;
-        let (parts, body) = req.into_parts();
         let mut forwarded = client.request(parts.method.clone(), &url);
         for (name, value) in &parts.headers {
             // The token stays here; hop-by-hop headers are the connection's own.
@@ -418,9 +422,9 @@ impl Proxy {
             }
             forwarded = forwarded.header(name, value);
         }
-        let stream = body.into_data_stream().map_err(std::io::Error::other);
+        let body = body.0.take().expect("the body is still held");
         let response = forwarded
-            .body(reqwest::Body::wrap_stream(stream))
+            .body(reqwest::Body::wrap_stream(relay(body)))
             .send()
             .await
             .map_err(|e| format!("sending to the upload server: {e}"))?;
@@ -439,6 +443,23 @@ impl Proxy {
         out.body(BodyExt::boxed(body))
             .map_err(|e| format!("the upload server's answer: {e}"))
     }
+}
+
+/// The client's body as the upload server's request body. When the server answers before
+/// taking all of it (a refusal), the rest is still read a while, so that the client, still
+/// sending, hears the answer instead of a reset connection.
+fn relay(body: Incoming) -> impl futures::Stream<Item = std::io::Result<Bytes>> {
+    let (tx, rx) = tokio::sync::mpsc::channel(4);
+    tokio::spawn(async move {
+        let mut data = body.into_data_stream();
+        while let Some(chunk) = data.next().await {
+            if tx.send(chunk.map_err(std::io::Error::other)).await.is_err() {
+                linger(data).await;
+                return;
+            }
+        }
+    });
+    futures::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|c| (c, rx)) })
 }
 
 /// Serve until the listener fails.

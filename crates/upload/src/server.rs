@@ -516,12 +516,15 @@ async fn handle(
     client_cn: Option<String>,
     req: Request<Incoming>,
 ) -> Response<Body> {
-    let path = req.uri().path().to_string();
+    // A refusal answered before the body is read still reads it a while (see `Lingering`).
+    let (parts, body) = req.into_parts();
+    let mut body = Lingering(Some(body));
+    let path = parts.uri.path().to_string();
     if path == HEALTHZ {
         return answer(StatusCode::OK, "OK");
     }
     // Every request but the probe's, so that what reached the server can be counted.
-    tracing::info!(method = %req.method(), path = %path, "upload request");
+    tracing::info!(method = %parts.method, path = %path, "upload request");
     let Some(endpoint) = Endpoint::of(&path) else {
         return answer(
             StatusCode::NOT_FOUND,
@@ -529,15 +532,15 @@ async fn handle(
         );
     };
     // Upstream's clients ask the async endpoints with HEAD whether they exist.
-    if endpoint.is_async() && req.method() == Method::HEAD {
+    if endpoint.is_async() && parts.method == Method::HEAD {
         return answer(StatusCode::OK, "");
     }
-    if req.method() != Method::POST {
+    if parts.method != Method::POST {
         return answer(
             StatusCode::NOT_FOUND,
             format!(
                 "{} is not an upload: send the image with POST",
-                req.method()
+                parts.method
             ),
         );
     }
@@ -547,7 +550,7 @@ async fn handle(
         tracing::warn!(client = ?client_cn, "refused an upload from a client without the expected certificate");
         return answer(StatusCode::UNAUTHORIZED, "");
     }
-    let packing = match req.headers().get(CONTENT_TYPE_HEADER) {
+    let packing = match parts.headers.get(CONTENT_TYPE_HEADER) {
         None => None,
         Some(v) => match v.to_str().ok().and_then(ClonePacking::from_header) {
             Some(p) => Some(p),
@@ -584,6 +587,7 @@ async fn handle(
         state.uploading = true;
     }
     server.changed.notify_waiters();
+    let req = Request::from_parts(parts, body.0.take().expect("the body is still held"));
     // In a task of its own: a client that goes away drops this handler, and the upload's end
     // must still be recorded, or the server would stay busy for ever.
     let (tx, rx) = tokio::sync::oneshot::channel();
@@ -747,6 +751,10 @@ async fn upload(
                     while let Ok(Some(Ok(_))) =
                         tokio::time::timeout(DRAIN_IDLE, chunks.next()).await
                     {}
+                } else {
+                    // Refused (the image, or the volume's room): the answer must reach the
+                    // client still sending.
+                    linger(chunks).await;
                 }
                 return;
             }
@@ -818,6 +826,36 @@ async fn first_bytes(mut chunks: ImageStream) -> Result<Option<ImageStream>, Imp
                 let first = futures::stream::once(async move { Ok(c) });
                 return Ok(Some(Box::pin(first.chain(chunks))));
             }
+        }
+    }
+}
+
+/// How long a request body that will not be used is still read once the request is answered.
+pub const LINGER: Duration = Duration::from_secs(5);
+
+/// Read what is left of a body that will not be used, for at most [`LINGER`], dropping it: a
+/// connection closed while the client still sends is reset, and a reset loses the answer that
+/// was on its way (a refusal becomes "connection reset by peer"). Reading a while after
+/// answering lets the client hear why and stop (a lingering close, as web servers do).
+pub async fn linger<S, E>(mut rest: S)
+where
+    S: Stream<Item = Result<Bytes, E>> + Unpin,
+{
+    let _ = tokio::time::timeout(LINGER, async {
+        while let Some(Ok(_)) = rest.next().await {}
+    })
+    .await;
+}
+
+/// A request body that lingers (see [`linger`]) when dropped unread.
+pub struct Lingering(pub Option<Incoming>);
+
+impl Drop for Lingering {
+    fn drop(&mut self) {
+        if let Some(body) = self.0.take()
+            && let Ok(runtime) = tokio::runtime::Handle::try_current()
+        {
+            runtime.spawn(linger(body.into_data_stream()));
         }
     }
 }
