@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use cdi_devcluster::apiserver::ApiServer;
 use futures::{StreamExt, TryStreamExt};
-use k8s_openapi::api::core::v1::Namespace;
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
 use k8s_openapi::api::rbac::v1::ClusterRole;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
@@ -231,9 +231,17 @@ async fn a_crd_its_owner_took_goes_with_its_objects() {
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
     let crd = crds.create(&pp, &owned).await.unwrap();
     let here = widgets(&client, "default");
+    let mut made = Vec::new();
     for name in ["a", "b"] {
-        here.create(&pp, &widget(name, &[])).await.unwrap();
+        made.push(here.create(&pp, &widget(name, &[])).await.unwrap());
     }
+    // What a widget owns goes with it, also when the CRD's deletion took the widget.
+    let maps: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
+    let map: ConfigMap = serde_json::from_value(json!({"metadata": {"name": "owned-by-a",
+        "ownerReferences": [{"apiVersion": "example.com/v1", "kind": "Widget",
+            "name": "a", "uid": made[0].uid().unwrap()}]}}))
+    .unwrap();
+    let map = maps.create(&pp, &map).await.unwrap();
 
     roles
         .delete("widget-installer", &DeleteParams::default())
@@ -251,6 +259,13 @@ async fn a_crd_its_owner_took_goes_with_its_objects() {
         Err(kube::Error::Api(s)) => assert_eq!(s.code, 404),
         other => panic!("widgets listed without their CRD: {other:?}"),
     }
+    until(
+        "the widget's ConfigMap collected",
+        &maps,
+        "owned-by-a",
+        conditions::is_deleted(&map.uid().unwrap()),
+    )
+    .await;
     crds.create(&pp, &widget_crd()).await.unwrap();
     let left = here.list(&ListParams::default()).await.unwrap().items;
     assert!(left.is_empty(), "{left:?}");

@@ -150,14 +150,18 @@ impl Store {
             return;
         };
         let (group, plural) = defined(crd);
+        let mut deleted = false;
         for k in instances(inner, &group, &plural) {
             if inner.objects.get(&k).is_some_and(|o| !being_deleted(o)) {
                 self.delete_object(inner, &k, Propagation::Background);
+                deleted = true;
             }
         }
         // Objects their finalizers hold hold the CRD; the deletion of the last one brings the
-        // store back here.
-        if !instances(inner, &group, &plural).is_empty() {
+        // store back here. Objects deleted just now have dependents the collector is still to
+        // look at, by their owners' kind: the kind stays served until it has (a deletion
+        // brings the store back here once the collector's queue is worked).
+        if deleted || !instances(inner, &group, &plural).is_empty() {
             return;
         }
         self.set_crd_condition(inner, key, COMPLETED);
