@@ -262,8 +262,7 @@ async fn upload(args: &ImageUploadArgs, plan: &Plan) -> anyhow::Result<()> {
     let (url, ca) = proxy_url(&c).await?;
     println!("Uploading data to {url}");
     let token = upload_token(&c).await?;
-    let restarts = server_restarts(&c).await?;
-    send(&c, &url, ca.as_deref(), token, length).await?;
+    let restarts = send(&c, &url, ca.as_deref(), token, length).await?;
     if args.datasource {
         data_source(&c).await?;
     }
@@ -693,7 +692,7 @@ async fn send(
     ca: Option<&str>,
     first_token: String,
     length: u64,
-) -> anyhow::Result<()> {
+) -> anyhow::Result<i64> {
     let client = http_client(c.args.insecure, ca)?;
     let bar = indicatif::ProgressBar::new(length);
     bar.set_style(
@@ -716,6 +715,8 @@ async fn send(
                 return Err(already_uploaded(c, target_kind(c)));
             }
         }
+        // A restart after this attempt's start is a failure the wait for processing reports.
+        let restarts = server_restarts(c).await?;
         // The async endpoint when the proxy answers for it, else the sync one.
         let async_url = with_path(url, ASYNC_PATH);
         let head = client
@@ -742,14 +743,32 @@ async fn send(
             Ok(r) if r.status() == 200 => {
                 bar.finish();
                 println!();
-                return Ok(());
+                return Ok(restarts);
             }
             Ok(r) => {
                 let code = r.status().as_u16();
-                (code, one_line(&r.text().await.unwrap_or_default()))
+                (
+                    code,
+                    one_line(&said_in(&r.text().await.unwrap_or_default())),
+                )
             }
             Err(e) => (0, one_line(&causes(&e))),
         };
+        if code == 0 && text.contains("certificate") {
+            bar.abandon();
+            bail!(
+                "the upload proxy's certificate is not trusted: {text} (CDIConfig's status.uploadProxyCA, or --insecure)"
+            );
+        }
+        if code == 503 && text.contains(cdi_upload::server::BUSY) {
+            bar.abandon();
+            bail!(
+                "another upload into {} {}/{} is under way: wait for it to end",
+                target_kind(c),
+                c.ns,
+                c.plan.name
+            );
+        }
         let err = match code {
             0 => anyhow::anyhow!("the upload broke off: {text}"),
             _ if text.is_empty() => anyhow::anyhow!("the upload proxy answered {code}"),
@@ -826,6 +845,15 @@ fn retryable(code: u16, text: &str) -> bool {
     }
 }
 
+/// What an answer's body says: an API Status's message (the body a proxy in front of the wrong
+/// server sends), else the text itself.
+fn said_in(body: &str) -> String {
+    serde_json::from_str::<serde_json::Value>(body)
+        .ok()
+        .and_then(|v| v["message"].as_str().map(str::to_string))
+        .unwrap_or_else(|| body.to_string())
+}
+
 /// A server's text as one line of at most 300 characters, control characters left out (a body
 /// of raw bytes must not reach the terminal as it is).
 fn one_line(text: &str) -> String {
@@ -834,7 +862,7 @@ fn one_line(text: &str) -> String {
         .collect::<Vec<_>>()
         .join(" ")
         .chars()
-        .filter(|c| !c.is_control())
+        .filter(|c| !cdi_importer::error::is_deceptive(*c))
         .collect();
     match flat.char_indices().nth(300) {
         Some((at, _)) => format!("{}…", &flat[..at]),
@@ -992,6 +1020,7 @@ mod tests {
     fn server_text_is_one_short_line() {
         assert_eq!(one_line("a\n  b\r\n"), "a b");
         assert_eq!(one_line("x\u{1b}[31my"), "x[31my");
+        assert_eq!(one_line("a\u{202e}b\u{200b}c…"), "abc…");
         let long = "z".repeat(400);
         assert_eq!(one_line(&long).chars().count(), 301);
     }

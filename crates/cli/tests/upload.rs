@@ -492,6 +492,10 @@ async fn the_proxy_lets_only_valid_tokens_through() {
     wait_for("PVC prime to go", 60, || {
         get(&dir, &format!("pvc/{prime}")).is_none().then_some(())
     });
+    // Populated, its PVC prime gone: another upload is told at once it is done.
+    let (code, body) = proxy.post(Some(&token), "/v1beta1/upload", &raw);
+    assert_eq!(code, 409, "{body}");
+    assert!(body.contains("already finished uploading"), "{body}");
 }
 
 /// An upload DataVolume of archive content.

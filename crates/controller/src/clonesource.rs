@@ -86,6 +86,20 @@ async fn start_source_pod(
         return Ok(later);
     };
     if !populated(ctx, &source).await? {
+        let message = format!(
+            "{} {}/{}: the copy starts once it is",
+            cdi_core::hostclone::SOURCE_NOT_POPULATED,
+            source_ref.0,
+            source_ref.1
+        );
+        ctx.events
+            .record(
+                claim,
+                false,
+                cdi_core::hostclone::CLONE_SOURCE_NOT_POPULATED,
+                &message,
+            )
+            .await;
         return Ok(later);
     }
     if let Some(message) = source_in_use(ctx, &source) {

@@ -512,6 +512,19 @@ fn find(s: &Scene<'_>, ns: &str, name: &str, phase: &str) -> Option<Finding> {
             format!("DataVolume {id} has no claim because CDI cannot make one: {run_message}."),
         );
     }
+    // A clone its source could never fill: no claim is made until the DataVolume changes.
+    if run_reason == "CloneValidationFailed" {
+        return finding(
+            Cause::ClaimNotValid,
+            format!("its clone cannot be made: {run_message}"),
+            format!(
+                "DataVolume {id} has no claim because its source could never be copied into \
+                 the claim it asks for: {run_message}. Delete the DataVolume and create it \
+                 again with a larger size (or without one, to take the source's), or the \
+                 source's content type."
+            ),
+        );
+    }
 
     for c in [claim, prime].into_iter().flatten() {
         let cname = name_of(&c.metadata);

@@ -29,6 +29,10 @@ pub const CLONE_UNIQUE_ID: &str = "cdi.kubevirt.io/storage.clone.cloneUniqeId";
 pub const SOURCE_CLAIM_UID: &str = "cdi.kubevirt.io/hostAssistedSourcePodCloneSource";
 /// Where the upload server takes a clone.
 pub const UPLOAD_PATH: &str = "/v1beta1/upload";
+/// The event of a copy waiting for its source to be filled (a DataVolume's claim before the
+/// DataVolume succeeded), and the start of its message (then the source, `ns/name`).
+pub const CLONE_SOURCE_NOT_POPULATED: &str = "CloneSourceNotPopulated";
+pub const SOURCE_NOT_POPULATED: &str = "waits for its source to be populated: PVC";
 /// Upstream's `MessageCloneValidationFailed`: what a clone that `validate` refuses says, before
 /// the reason.
 pub const VALIDATION_FAILED: &str = "The clone doesn't meet the validation requirements";

@@ -52,14 +52,23 @@ fn clear(dir: &Path) {
 /// would land outside `dest` (a `..` component, a path through a link), where the tar crate skips
 /// it without a word: a volume missing files it should have is worse than a clear refusal.
 fn unpack_entries<R: Read>(archive: &mut tar::Archive<R>, dest: &Path) -> Result<(), ImportError> {
-    let damaged = |e: std::io::Error| ImportError::from_read("unpacking the archive", e);
+    // The tar crate quotes the header bytes it could not read: the archive is named as not
+    // one, rather than its bytes echoed (`from_read` keeps a transfer's own error).
+    let damaged = |e: std::io::Error| {
+        ImportError::from_read(
+            "not a tar archive, or a damaged one (its headers do not check out)",
+            e,
+        )
+    };
     let mut directories = Vec::new();
     let place = |entry: &mut tar::Entry<'_, R>| -> Result<(), ImportError> {
         let name = entry
             .path()
             .map(|p| p.display().to_string())
             .unwrap_or_default();
-        let placed = entry.unpack_in(dest).map_err(damaged)?;
+        let placed = entry
+            .unpack_in(dest)
+            .map_err(|e| ImportError::from_read("unpacking the archive", e))?;
         if placed {
             Ok(())
         } else {
@@ -157,4 +166,27 @@ pub async fn unpack(
         clear(dir);
     }
     result
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Random bytes sent as an archive: named as not one, nothing of them echoed.
+    #[test]
+    fn bytes_that_are_no_archive_are_not_echoed() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut header = vec![0u8; 512];
+        let name = "abc\u{202e}txt.exe".as_bytes();
+        header[..name.len()].copy_from_slice(name);
+        header[148..156].copy_from_slice(b"z\xe2\x80\xae\x1b[2J");
+        header.extend_from_slice(&[0u8; 1024]);
+        let mut archive = tar::Archive::new(header.as_slice());
+        let err = unpack_entries(&mut archive, dir.path())
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("not a tar archive, or a damaged one"), "{err}");
+        assert!(!err.chars().any(crate::error::is_deceptive), "{err:?}");
+        assert!(err.is_ascii(), "{err}");
+    }
 }

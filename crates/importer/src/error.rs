@@ -67,9 +67,19 @@ impl From<Qcow2Error> for ImportError {
     }
 }
 
+/// Whether a character changes what a terminal shows around it, or hides: control characters
+/// and Unicode's invisible format characters (bidirectional overrides, zero-width spaces, the
+/// byte order mark), which untrusted text must not carry into a terminal or a log.
+pub fn is_deceptive(c: char) -> bool {
+    c.is_control()
+        || matches!(c,
+            '\u{ad}' | '\u{61c}' | '\u{180e}' | '\u{200b}'..='\u{200f}' | '\u{202a}'..='\u{202e}'
+            | '\u{2060}'..='\u{206f}' | '\u{feff}' | '\u{fff9}'..='\u{fffb}')
+}
+
 /// A reader's error text made safe to show: decoders quote the bytes they could not read (a tar
-/// header of random bytes, say), which must not reach a terminal or a log as they are. Control
-/// characters are escaped and the text is cut at 300 characters.
+/// header of random bytes, say), which must not reach a terminal or a log as they are. Anything
+/// but printable ASCII is escaped, and the text is cut at 300 characters.
 pub fn printable(text: &str) -> String {
     let mut out = String::new();
     for (i, c) in text.chars().enumerate() {
@@ -77,10 +87,10 @@ pub fn printable(text: &str) -> String {
             out.push('…');
             break;
         }
-        if c.is_control() || c == '\u{fffd}' {
-            out.extend(c.escape_default());
-        } else {
+        if c.is_ascii_graphic() || c == ' ' {
             out.push(c);
+        } else {
+            out.extend(c.escape_default());
         }
     }
     out
@@ -189,7 +199,14 @@ mod tests {
             ),
         );
         let text = err.to_string();
-        assert!(!text.chars().any(char::is_control), "{text:?}");
+        assert!(!text.chars().any(is_deceptive), "{text:?}");
+        let bidi = ImportError::from_read("x", std::io::Error::other("abc\u{202e}txt\u{200b}Ø"));
+        assert!(!bidi.to_string().chars().any(is_deceptive), "{bidi}");
+        assert!(
+            bidi.to_string()
+                .ends_with("abc\\u{202e}txt\\u{200b}\\u{d8}"),
+            "{bidi}"
+        );
         assert!(text.contains("\\u{1b}[2J"), "{text}");
         let long = ImportError::from_read("x", std::io::Error::other("y".repeat(1000)));
         assert!(long.to_string().chars().count() < 340);

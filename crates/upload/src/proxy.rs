@@ -174,6 +174,20 @@ async fn upload_target(
             r.kind == cdi_api::populators::VOLUME_UPLOAD_SOURCE_KIND
                 && r.api_group.as_deref() == Some(cdi_api::GROUP)
         });
+    let finished = |claim: &PersistentVolumeClaim| {
+        claim
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(ann::POD_PHASE))
+            .is_some_and(|p| p == "Succeeded")
+    };
+    // Once populated, the target holds the upload's end and PVC prime is gone.
+    if populated && finished(&claim) {
+        return Err(format!(
+            "rejecting Upload Request for PVC {name} {ALREADY_FINISHED}"
+        ));
+    }
     let claim = if populated {
         let prime = cdi_core::populator::prime_name(&claim);
         match claims.get_opt(&prime).await {
@@ -189,7 +203,7 @@ async fn upload_target(
     if !anns.contains_key(ann::UPLOAD_REQUEST) {
         return Err(format!("PVC {name} is not an upload target"));
     }
-    if anns.get(ann::POD_PHASE).map(String::as_str) == Some("Succeeded") {
+    if finished(&claim) {
         return Err(format!(
             "rejecting Upload Request for PVC {name} {ALREADY_FINISHED}"
         ));

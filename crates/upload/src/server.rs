@@ -575,10 +575,7 @@ async fn handle(
         let mut state = server.state();
         if state.uploading || state.processing {
             tracing::warn!("refused a concurrent upload");
-            return answer(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "another upload into this volume is under way: try again once it ended",
-            );
+            return answer(StatusCode::SERVICE_UNAVAILABLE, BUSY);
         }
         if state.done {
             tracing::warn!("refused an upload after the upload was done");
@@ -611,6 +608,8 @@ async fn handle(
     })
 }
 
+/// What an upload while another is under way is told.
+pub const BUSY: &str = "another upload into this volume is under way: try again once it ended";
 /// What a second upload into a volume already done is told.
 pub const ALREADY_UPLOADED: &str = "the volume was already uploaded: it takes one upload";
 /// What an upload without a byte is told.

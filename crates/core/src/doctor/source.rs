@@ -56,6 +56,7 @@ pub(super) fn find(
     invalid
         .or_else(|| source_missing(s, id, &claims, run.0))
         .or_else(|| source_in_use(s, id, &claims))
+        .or_else(|| source_unpopulated(s, id, &claims))
         .or_else(|| not_ready(id, run))
 }
 
@@ -230,6 +231,51 @@ fn source_in_use(s: &Scene<'_>, id: &str, claims: &[&PersistentVolumeClaim]) -> 
              volume that may change while it is read. Stop {them} (a VM: virtctl stop), or have \
              {them} mount the claim read-only; CDI looks again by itself, and the clone starts \
              once no pod writes the source (kubectl get pods -n {src_ns} lists them)."
+        ),
+    )
+}
+
+/// A copy waiting for its source to be filled (the clone controller's CloneSourceNotPopulated
+/// on the claim). An event outlives what it reported: not once the copy read the source, nor
+/// when the source claim here says its own population succeeded.
+fn source_unpopulated(
+    s: &Scene<'_>,
+    id: &str,
+    claims: &[&PersistentVolumeClaim],
+) -> Option<Finding> {
+    let claim = claims.first()?;
+    if !source_needed(claim) {
+        return None;
+    }
+    let on: Vec<(&str, &str)> = claims
+        .iter()
+        .map(|c| ("PersistentVolumeClaim", name_of(&c.metadata)))
+        .collect();
+    let events = events_on(s, &on, crate::hostclone::CLONE_SOURCE_NOT_POPULATED);
+    let message = events.first()?.message.as_deref()?;
+    let source = message
+        .strip_prefix(crate::hostclone::SOURCE_NOT_POPULATED)?
+        .split(':')
+        .next()?
+        .trim();
+    let (src_ns, src_name) = source.split_once('/')?;
+    let done = s.dv.metadata.namespace.as_deref() == Some(src_ns)
+        && s.claims.iter().any(|c| {
+            name_of(&c.metadata) == src_name
+                && super::anns(&c.metadata)
+                    .get(cdi_api::ann::POD_PHASE)
+                    .is_some_and(|p| p == "Succeeded")
+        });
+    if done {
+        return None;
+    }
+    finding(
+        Cause::SourceNotReady,
+        format!("waits for source PVC {source} to be populated"),
+        format!(
+            "DataVolume {id} clones PVC {source}, which is not populated yet (its DataVolume \
+             has not succeeded: an import, upload or clone still to finish). The copy starts \
+             by itself once it has; `cdi doctor` on the source's DataVolume says what holds it."
         ),
     )
 }

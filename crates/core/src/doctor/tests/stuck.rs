@@ -414,3 +414,54 @@ fn a_data_source_that_can_never_be_ready_is_named_with_the_fix() {
         }
     }
 }
+
+#[test]
+fn a_copy_waiting_for_its_source_to_be_filled_says_so() {
+    let in_progress = status("CloneInProgress", ("True", "Pod is running", ""));
+    let requested = json!({"k8s.io/CloneRequest": "vms/golden"});
+    let waits = event(
+        "PersistentVolumeClaim",
+        "disk",
+        crate::hostclone::CLONE_SOURCE_NOT_POPULATED,
+        "waits for its source to be populated: PVC vms/golden: the copy starts once it is",
+    );
+    let filled: PersistentVolumeClaim = of(json!({"metadata": {"name": "golden",
+        "namespace": "vms", "annotations": {"cdi.kubevirt.io/storage.pod.phase": "Succeeded"}},
+        "status": {"phase": "Bound"}}));
+    // (the source claim, the claim's annotations, whether it waits)
+    let rows = [
+        (other_claim("golden"), requested.clone(), true),
+        // The source filled since: the event is history.
+        (filled, requested.clone(), false),
+        // The copy read the source already.
+        (
+            other_claim("golden"),
+            json!({"k8s.io/CloneRequest": "vms/golden", "k8s.io/CloneOf": "true"}),
+            false,
+        ),
+    ];
+    for (source, anns, waiting) in rows {
+        let mut w = World::new(clone_of_golden(in_progress.clone()));
+        w.claims = vec![claim("Bound", anns), source];
+        w.events = vec![waits.clone()];
+        let d = w.diagnose();
+        if waiting {
+            assert_eq!(d.cause, Cause::SourceNotReady, "{d:?}");
+            assert_eq!(d.summary, "waits for source PVC vms/golden to be populated");
+        } else {
+            assert_eq!(d.cause, Cause::Progressing, "{d:?}");
+        }
+    }
+}
+
+#[test]
+fn a_clone_its_source_could_never_fill_is_named_once() {
+    let message = "The clone doesn't meet the validation requirements: target resources \
+                   requests storage size is smaller than the source";
+    let refused = status("Pending", ("False", "CloneValidationFailed", message));
+    let d = World::new(clone_of_golden(refused)).diagnose();
+    assert_eq!(d.cause, Cause::ClaimNotValid, "{d:?}");
+    assert_eq!(d.summary, format!("its clone cannot be made: {message}"));
+    assert_eq!(d.explanation.matches("smaller than the source").count(), 1);
+    assert!(d.explanation.contains("larger size"), "{d:?}");
+}
