@@ -242,13 +242,15 @@ async fn upload(args: &ImageUploadArgs, plan: &Plan) -> anyhow::Result<()> {
             };
             match created {
                 Ok(()) => println!("{kind} {}/{} created", c.ns, plan.name),
-                // Another upload made it first: it is this one's target as it is theirs.
+                // Another upload made it first: it is this one's target as it is theirs (a
+                // DataVolume's claim may not be made yet: the wait below is for its pod).
                 Err(e) if already_exists(&e) => {
                     println!("{kind} {}/{} was created meanwhile", c.ns, plan.name);
-                    let claim = existing_target(&c)
-                        .await?
-                        .with_context(|| format!("{kind} {}/{} vanished", c.ns, plan.name))?;
-                    ensure_upload_target(&c, claim).await?;
+                    if plan.create_pvc
+                        && let Some(claim) = existing_target(&c).await?
+                    {
+                        ensure_upload_target(&c, claim).await?;
+                    }
                 }
                 Err(e) => return Err(e),
             }
