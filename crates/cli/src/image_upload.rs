@@ -1,8 +1,8 @@
 //! `cdi image-upload`: `virtctl image-upload` with its arguments and behaviour. It creates the
 //! DataVolume or PVC (or uses an existing one), waits for its upload pod, asks the token API for
 //! an upload token, sends the image to the upload proxy with a progress bar (async endpoint when
-//! the proxy has it, else the sync one; a few retries, the token renewed after a 401), and waits
-//! until the volume is complete.
+//! the proxy has it, else the sync one; what may be transient tried again with back-off, the
+//! token renewed after a 401), and waits until the volume is complete.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -58,10 +58,12 @@ pub struct ImageUploadArgs {
     /// The URL of the cdi-upload proxy service.
     #[arg(long = "uploadproxy-url")]
     uploadproxy_url: Option<String>,
-    /// Seconds to wait for the upload pod to start.
+    /// Seconds each wait may take: for the upload pod to be ready, and for processing after
+    /// the upload.
     #[arg(long, default_value_t = 300)]
     wait_secs: u64,
-    /// How many times a transient upload error is retried before giving up.
+    /// How many times an upload is sent in all when the failure may be transient (backing
+    /// off 1, 2, 4, … seconds); a refusal with a reason is not sent again.
     #[arg(long, default_value_t = 5)]
     retry: u32,
     /// Force bind the PVC, ignoring the WaitForFirstConsumer logic.
@@ -688,6 +690,9 @@ async fn body(
     Ok(reqwest::Body::wrap_stream(stream))
 }
 
+/// Send the image until the proxy takes it, a refusal ends it, or the tries run out. Returns
+/// how often the upload server had restarted when the accepted try began: a restart after it is
+/// the server failing to process what it took.
 async fn send(
     c: &Ctx<'_>,
     url: &str,
@@ -756,30 +761,15 @@ async fn send(
             }
             Err(e) => (0, one_line(&causes(&e))),
         };
-        if code == 0 && text.contains("certificate") {
+        if let Some(end) = final_answer(c, code, &text) {
             bar.abandon();
-            bail!(
-                "the upload proxy's certificate is not trusted: {text} (CDIConfig's status.uploadProxyCA, or --insecure)"
-            );
-        }
-        if code == 503 && text.contains(cdi_upload::server::BUSY) {
-            bar.abandon();
-            bail!(
-                "another upload into {} {}/{} is under way: wait for it to end",
-                target_kind(c),
-                c.ns,
-                c.plan.name
-            );
+            return Err(end);
         }
         let err = match code {
             0 => anyhow::anyhow!("the upload broke off: {text}"),
             _ if text.is_empty() => anyhow::anyhow!("the upload proxy answered {code}"),
             _ => anyhow::anyhow!("the upload proxy answered {code}: {text}"),
         };
-        if code == 409 {
-            bar.abandon();
-            return Err(already_uploaded(c, target_kind(c)));
-        }
         if code == 401 {
             // A 401 at once is a refusal; later, the token may have expired meanwhile.
             if attempt == 0 || refreshes == 0 {
@@ -829,6 +819,22 @@ fn causes(e: &dyn std::error::Error) -> String {
         source = s.source();
     }
     said
+}
+
+/// What ends the upload at once whatever the tries left: an untrusted certificate, a volume
+/// another upload fills or filled.
+fn final_answer(c: &Ctx<'_>, code: u16, text: &str) -> Option<anyhow::Error> {
+    let (kind, ns, name) = (target_kind(c), &c.ns, &c.plan.name);
+    match code {
+        0 if text.contains("certificate") => Some(anyhow::anyhow!(
+            "the upload proxy's certificate is not trusted: {text} (CDIConfig's status.uploadProxyCA, or --insecure)"
+        )),
+        503 if text.contains(cdi_upload::server::BUSY) => Some(anyhow::anyhow!(
+            "another upload into {kind} {ns}/{name} is under way: wait for it to end"
+        )),
+        409 => Some(already_uploaded(c, kind)),
+        _ => None,
+    }
 }
 
 /// The wait before try `attempt` (from 1): 1, 2, 4, … seconds, at most 30.

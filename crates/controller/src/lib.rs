@@ -114,7 +114,7 @@ impl Context {
 /// Why a reconcile failed; it is retried.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    #[error(transparent)]
+    #[error("{}", said(.0))]
     Kube(#[from] kube::Error),
     #[error("{0}")]
     Other(String),
@@ -122,6 +122,15 @@ pub enum Error {
     /// objects and controllers carry on.
     #[error("reconcile panicked: {0}")]
     Panicked(String),
+}
+
+/// A kube error in one line: the API server's refusal by its message, reason and code (kube's
+/// own text repeats the message with a dump of the whole Status).
+fn said(e: &kube::Error) -> String {
+    match e {
+        kube::Error::Api(s) => format!("{} ({}, {})", s.message, s.reason, s.code),
+        other => other.to_string(),
+    }
 }
 
 /// Run one reconcile pass of `controller` over `object` (namespace/name) in a tracing span,
@@ -512,6 +521,20 @@ where
 #[cfg(test)]
 mod tests {
     use serde_json::json;
+
+    #[test]
+    fn api_errors_are_said_once_without_the_status_dump() {
+        let status = kube::core::Status::failure(
+            "Operation cannot be fulfilled on persistentvolumeclaims \"d\": the object has been modified",
+            "Conflict",
+        )
+        .with_code(409);
+        let e = super::Error::from(kube::Error::Api(Box::new(status)));
+        assert_eq!(
+            e.to_string(),
+            "Operation cannot be fulfilled on persistentvolumeclaims \"d\": the object has been modified (Conflict, 409)"
+        );
+    }
 
     #[test]
     fn merge_patches_remove_what_the_new_value_leaves_out() {
