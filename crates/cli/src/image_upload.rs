@@ -248,10 +248,12 @@ async fn upload(args: &ImageUploadArgs, plan: &Plan) -> anyhow::Result<()> {
                 // DataVolume's claim may not be made yet: the wait below is for its pod).
                 Err(e) if already_exists(&e) => {
                     println!("{kind} {}/{} was created meanwhile", c.ns, plan.name);
-                    if plan.create_pvc
-                        && let Some(claim) = existing_target(&c).await?
-                    {
-                        ensure_upload_target(&c, claim).await?;
+                    if plan.create_pvc {
+                        if let Some(claim) = existing_target(&c).await? {
+                            ensure_upload_target(&c, claim).await?;
+                        }
+                    } else {
+                        same_upload(&c).await?;
                     }
                 }
                 Err(e) => return Err(e),
@@ -275,6 +277,32 @@ async fn upload(args: &ImageUploadArgs, plan: &Plan) -> anyhow::Result<()> {
     );
     wait_processing(&c, restarts).await?;
     println!("Uploading {} completed successfully", plan.image.display());
+    Ok(())
+}
+
+/// The DataVolume another client made first takes this upload too: an upload of the same
+/// content type (not an import or a clone of the name, which would never have an upload pod).
+async fn same_upload(c: &Ctx<'_>) -> anyhow::Result<()> {
+    let dv = Api::<DataVolume>::namespaced(c.client.clone(), &c.ns)
+        .get(&c.plan.name)
+        .await?;
+    let (ns, name) = (&c.ns, &c.plan.name);
+    if dv
+        .spec
+        .source
+        .as_ref()
+        .and_then(|s| s.upload.as_ref())
+        .is_none()
+    {
+        bail!("DataVolume {ns}/{name} exists and is not filled by upload: choose another name");
+    }
+    let archive = dv.spec.content_type.as_ref().map(|t| t.as_str()) == Some("archive");
+    if archive != c.plan.archive {
+        bail!(
+            "DataVolume {ns}/{name} exists with another content type ({}): choose another name",
+            if archive { "archive" } else { "kubevirt" }
+        );
+    }
     Ok(())
 }
 
@@ -564,7 +592,7 @@ async fn wait_server_ready(c: &Ctx<'_>) -> anyhow::Result<()> {
     let mut said = false;
     loop {
         if let Some(claim) = claims.get_opt(&c.plan.name).await? {
-            if upload_done(&claim) {
+            if cdi_core::import::is_complete(&claim) {
                 return Err(already_uploaded(c, target_kind(c)));
             }
             let ready = claim
@@ -713,17 +741,27 @@ async fn send(
     let mut refreshes = 3;
     let mut last = None;
     let tries = c.args.retry.max(1);
+    // A try that broke off may have been taken in all the same (its answer lost): then the
+    // server busy with it, or the volume it filled, is this upload's own doing.
+    let mut broke_off = false;
+    let mut restarts = 0;
     for attempt in 0..tries {
         if attempt > 0 {
             tokio::time::sleep(backoff(attempt)).await;
-            // Another upload may have filled the volume meanwhile: nothing to send again.
-            if server_done(c).await? {
+            // The volume filled meanwhile: by another upload, or by a try whose answer was lost.
+            if server_done(c).await {
                 bar.abandon();
+                if broke_off {
+                    println!(
+                        "The volume was filled meanwhile (by a try whose answer was lost, or another upload)"
+                    );
+                    return Ok(restarts);
+                }
                 return Err(already_uploaded(c, target_kind(c)));
             }
         }
         // A restart after this attempt's start is a failure the wait for processing reports.
-        let restarts = server_restarts(c).await?;
+        restarts = server_restarts(c, restarts).await;
         // The async endpoint when the proxy answers for it, else the sync one.
         let async_url = with_path(url, ASYNC_PATH);
         let head = client
@@ -750,7 +788,9 @@ async fn send(
             Ok(r) if r.status() == 200 => {
                 bar.finish();
                 println!();
-                return Ok(restarts);
+                // A restart of an earlier try is counted by now (the proxy let this one
+                // through once the restarted server was ready, which the same count records).
+                return Ok(server_restarts(c, restarts).await);
             }
             Ok(r) => {
                 let code = r.status().as_u16();
@@ -761,10 +801,19 @@ async fn send(
             }
             Err(e) => (0, one_line(&causes(&e))),
         };
-        if let Some(end) = final_answer(c, code, &text) {
+        if let Some(end) = final_answer(c, code, &text, broke_off) {
             bar.abandon();
             return Err(end);
         }
+        if code == 409 {
+            // Filled after a try that broke off: that try's, most likely.
+            bar.abandon();
+            println!(
+                "The volume was filled meanwhile (by a try whose answer was lost, or another upload)"
+            );
+            return Ok(restarts);
+        }
+        broke_off |= code == 0;
         let err = match code {
             0 => anyhow::anyhow!("the upload broke off: {text}"),
             _ if text.is_empty() => anyhow::anyhow!("the upload proxy answered {code}"),
@@ -823,16 +872,17 @@ fn causes(e: &dyn std::error::Error) -> String {
 
 /// What ends the upload at once whatever the tries left: an untrusted certificate, a volume
 /// another upload fills or filled.
-fn final_answer(c: &Ctx<'_>, code: u16, text: &str) -> Option<anyhow::Error> {
+fn final_answer(c: &Ctx<'_>, code: u16, text: &str, broke_off: bool) -> Option<anyhow::Error> {
     let (kind, ns, name) = (target_kind(c), &c.ns, &c.plan.name);
     match code {
         0 if text.contains("certificate") => Some(anyhow::anyhow!(
             "the upload proxy's certificate is not trusted: {text} (CDIConfig's status.uploadProxyCA, or --insecure)"
         )),
-        503 if text.contains(cdi_upload::server::BUSY) => Some(anyhow::anyhow!(
+        // After a try that broke off, the upload under way may be that try: wait for it.
+        503 if text.contains(cdi_upload::server::BUSY) && !broke_off => Some(anyhow::anyhow!(
             "another upload into {kind} {ns}/{name} is under way: wait for it to end"
         )),
-        409 => Some(already_uploaded(c, kind)),
+        409 if !broke_off => Some(already_uploaded(c, kind)),
         _ => None,
     }
 }
@@ -919,10 +969,6 @@ fn annotation<'a>(claim: &'a PersistentVolumeClaim, key: &str) -> Option<&'a str
         .map(String::as_str)
 }
 
-fn upload_done(claim: &PersistentVolumeClaim) -> bool {
-    annotation(claim, ann::POD_PHASE) == Some("Succeeded")
-}
-
 /// The DataVolume's Running condition's message, when it says something.
 fn running_message(dv: &DataVolume) -> Option<&str> {
     dv.status
@@ -943,24 +989,46 @@ fn target_kind(c: &Ctx<'_>) -> &'static str {
     }
 }
 
-/// Whether the target claim's upload is done.
-async fn server_done(c: &Ctx<'_>) -> anyhow::Result<bool> {
+/// The target claim as it is now; `None` when it cannot be read (the tries ride that out: a
+/// failed read between tries is no reason to give up).
+async fn target_claim(c: &Ctx<'_>) -> Option<PersistentVolumeClaim> {
     let claims: Api<PersistentVolumeClaim> = Api::namespaced(c.client.clone(), &c.ns);
-    Ok(claims
-        .get_opt(&c.plan.name)
-        .await?
-        .is_some_and(|claim| upload_done(&claim)))
+    claims.get_opt(&c.plan.name).await.ok().flatten()
 }
 
-/// How often the upload server of the target claim restarted (the controller's count).
-async fn server_restarts(c: &Ctx<'_>) -> anyhow::Result<i64> {
-    let claims: Api<PersistentVolumeClaim> = Api::namespaced(c.client.clone(), &c.ns);
-    Ok(claims
-        .get_opt(&c.plan.name)
-        .await?
-        .as_ref()
-        .and_then(|claim| annotation(claim, ann::POD_RESTARTS)?.parse().ok())
-        .unwrap_or(0))
+/// Whether the target claim's upload is done.
+async fn server_done(c: &Ctx<'_>) -> bool {
+    target_claim(c)
+        .await
+        .is_some_and(|claim| cdi_core::import::is_complete(&claim))
+}
+
+/// How often the upload server of the target claim restarted (the controller's count), at
+/// least `known`.
+async fn server_restarts(c: &Ctx<'_>, known: i64) -> i64 {
+    let counted = target_claim(c)
+        .await
+        .and_then(|claim| annotation(&claim, ann::POD_RESTARTS)?.parse().ok());
+    counted.unwrap_or(known).max(known)
+}
+
+/// Why the upload server last ended, in its own words (its termination message), if the
+/// caller may read its pod.
+async fn server_said(c: &Ctx<'_>) -> Option<String> {
+    let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(c.client.clone(), &c.ns);
+    let pod = pods
+        .get_opt(&cdi_core::upload::pod_name(&target_claim(c).await?))
+        .await
+        .ok()??;
+    let ended = pod
+        .status?
+        .container_statuses?
+        .into_iter()
+        .find_map(|s| s.last_state?.terminated)?;
+    cdi_api::TerminationMessage::parse(ended.message.as_deref()?)
+        .message
+        .filter(|m| !m.is_empty())
+        .map(|m| one_line(&m))
 }
 
 /// Wait (at most `--wait-secs`) until the volume is complete. An upload server that failed
@@ -970,14 +1038,15 @@ async fn wait_processing(c: &Ctx<'_>, restarts_before: i64) -> anyhow::Result<()
     let deadline = tokio::time::Instant::now() + Duration::from_secs(c.args.wait_secs);
     loop {
         let claim = claims.get(&c.plan.name).await?;
-        if upload_done(&claim) {
+        if cdi_core::import::is_complete(&claim) {
             println!("Processing completed successfully");
             return Ok(());
         }
-        let reason = annotation(&claim, ann::RUNNING_CONDITION_MESSAGE)
+        let running = annotation(&claim, ann::RUNNING_CONDITION_MESSAGE)
             .filter(|m| !m.is_empty())
-            .unwrap_or("its log says why");
+            .map(str::to_string);
         if annotation(&claim, ann::POD_PHASE) == Some("Failed") {
+            let reason = running.unwrap_or_else(|| "see cdi doctor".into());
             bail!(
                 "processing the upload of {}/{} failed: {reason}",
                 c.ns,
@@ -988,6 +1057,13 @@ async fn wait_processing(c: &Ctx<'_>, restarts_before: i64) -> anyhow::Result<()
             .and_then(|r| r.parse().ok())
             .unwrap_or(0);
         if restarts > restarts_before {
+            // The running message is cleared once the server runs again: its last end says.
+            let reason = match running {
+                Some(r) => r,
+                None => server_said(c)
+                    .await
+                    .unwrap_or_else(|| "its log says why".into()),
+            };
             bail!(
                 "the upload server of {}/{} failed to process the image: {reason}",
                 c.ns,

@@ -331,8 +331,6 @@ spec:
     assert!(get_json(&dir, "default", "pvc/elsewhere").is_none());
 }
 
-/// A clone of a source not there yet waits for it, saying so; one too small for its source says
-/// that instead of making a claim.
 /// The DataVolume `default/name` once its condition `kind` has `reason`.
 fn with_condition(dir: &Path, name: &str, kind: &str, reason: &str) -> Value {
     wait_for(&format!("DataVolume {name} to say {reason}"), 60, || {
@@ -346,6 +344,8 @@ fn with_condition(dir: &Path, name: &str, kind: &str, reason: &str) -> Value {
     })
 }
 
+/// A clone of a source not there yet waits for it, saying so; one too small for its source says
+/// that instead of making a claim.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_clone_of_a_missing_source_waits_and_says_so() {
     let cluster = Running::start();

@@ -482,7 +482,12 @@ async fn source_unready(
     }
     if let Some(message) = crate::clonesource::source_in_use(ctx, &source) {
         ctx.events
-            .record(target, true, "CloneSourceInUse", &message)
+            .record(
+                target,
+                true,
+                cdi_core::hostclone::CLONE_SOURCE_IN_USE,
+                &message,
+            )
             .await;
         return Ok(Some(later));
     }

@@ -104,7 +104,7 @@ async fn start_source_pod(
     }
     if let Some(message) = source_in_use(ctx, &source) {
         ctx.events
-            .record(claim, true, "CloneSourceInUse", &message)
+            .record(claim, true, hostclone::CLONE_SOURCE_IN_USE, &message)
             .await;
         return Ok(later);
     }

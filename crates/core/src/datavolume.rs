@@ -700,6 +700,24 @@ fn with_annotations(
     claim
 }
 
+/// Upstream's validateClone, before the claim is made: a claim the clone from `source` could
+/// never fill (too small, another content type) is not made; the DataVolume waits, saying why,
+/// instead of a claim that waits for ever with only a warning event on it.
+fn clone_refusal(
+    s: &Snapshot<'_>,
+    source: Option<&PersistentVolumeClaim>,
+    claim: &PersistentVolumeClaim,
+) -> Option<Plan> {
+    let why = crate::hostclone::validate_with(source?, claim, s.config).err()?;
+    let refusal = Refusal {
+        reason: "CloneValidationFailed",
+        message: format!("{}: {why}", crate::hostclone::VALIDATION_FAILED),
+    };
+    let status = dvstatus::refused_status(s.dv, &refusal, Phase::Pending, s.now);
+    // A source elsewhere wakes nothing here.
+    Some(Plan::stopped(status, Requeue::Soon))
+}
+
 /// Decide what to do about a DataVolume.
 pub fn decide(s: &Snapshot<'_>) -> Plan {
     let dv = s.dv;
@@ -841,19 +859,8 @@ pub fn decide(s: &Snapshot<'_>) -> Plan {
                     return Plan::stopped(status, Requeue::OnChange);
                 }
             };
-            // Upstream's validateClone, before the claim is made: a claim the clone could never
-            // fill (too small, another content type) is not made; the DataVolume waits, saying
-            // why, instead of a claim that waits for ever with only a warning event on it.
-            if let Some(source) = pvc_source
-                && let Err(why) = crate::hostclone::validate_with(source, &rendered.claim, s.config)
-            {
-                let refusal = Refusal {
-                    reason: "CloneValidationFailed",
-                    message: format!("{}: {why}", crate::hostclone::VALIDATION_FAILED),
-                };
-                let status = dvstatus::refused_status(dv, &refusal, Phase::Pending, s.now);
-                // A source elsewhere wakes nothing here.
-                return Plan::stopped(status, Requeue::Soon);
+            if let Some(refused) = clone_refusal(s, pvc_source, &rendered.claim) {
+                return refused;
             }
             let mut rendered = rendered;
             if let Some(snapshot) = &snapshot_source

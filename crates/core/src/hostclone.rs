@@ -29,6 +29,8 @@ pub const CLONE_UNIQUE_ID: &str = "cdi.kubevirt.io/storage.clone.cloneUniqeId";
 pub const SOURCE_CLAIM_UID: &str = "cdi.kubevirt.io/hostAssistedSourcePodCloneSource";
 /// Where the upload server takes a clone.
 pub const UPLOAD_PATH: &str = "/v1beta1/upload";
+/// The clone controllers' event while a pod writes the source (upstream's reason).
+pub const CLONE_SOURCE_IN_USE: &str = "CloneSourceInUse";
 /// The event of a copy waiting for its source to be filled (a DataVolume's claim before the
 /// DataVolume succeeded), and the start of its message (then the source, `ns/name`).
 pub const CLONE_SOURCE_NOT_POPULATED: &str = "CloneSourceNotPopulated";

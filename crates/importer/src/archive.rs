@@ -66,9 +66,10 @@ fn unpack_entries<R: Read>(archive: &mut tar::Archive<R>, dest: &Path) -> Result
             .path()
             .map(|p| p.display().to_string())
             .unwrap_or_default();
+        // Writing the member: its failures are the volume's (no space, I/O), not the archive's.
         let placed = entry
             .unpack_in(dest)
-            .map_err(|e| ImportError::from_read("unpacking the archive", e))?;
+            .map_err(|e| ImportError::io(format!("unpacking {name:?}"), e))?;
         if placed {
             Ok(())
         } else {

@@ -174,14 +174,7 @@ async fn upload_target(
             r.kind == cdi_api::populators::VOLUME_UPLOAD_SOURCE_KIND
                 && r.api_group.as_deref() == Some(cdi_api::GROUP)
         });
-    let finished = |claim: &PersistentVolumeClaim| {
-        claim
-            .metadata
-            .annotations
-            .as_ref()
-            .and_then(|a| a.get(ann::POD_PHASE))
-            .is_some_and(|p| p == "Succeeded")
-    };
+    let finished = cdi_core::import::is_complete;
     // Once populated, the target holds the upload's end and PVC prime is gone.
     if populated && finished(&claim) {
         return Err(format!(
@@ -436,7 +429,7 @@ impl Proxy {
             }
             forwarded = forwarded.header(name, value);
         }
-        let body = body.0.take().expect("the body is still held");
+        let body = body.0.take().ok_or("the request's body was lost")?;
         let response = forwarded
             .body(reqwest::Body::wrap_stream(relay(body)))
             .send()

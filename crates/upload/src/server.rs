@@ -584,7 +584,14 @@ async fn handle(
         state.uploading = true;
     }
     server.changed.notify_waiters();
-    let req = Request::from_parts(parts, body.0.take().expect("the body is still held"));
+    let Some(body) = body.0.take() else {
+        server.update(|s| s.uploading = false);
+        return answer(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "the request's body was lost",
+        );
+    };
+    let req = Request::from_parts(parts, body);
     // In a task of its own: a client that goes away drops this handler, and the upload's end
     // must still be recorded, or the server would stay busy for ever.
     let (tx, rx) = tokio::sync::oneshot::channel();

@@ -412,7 +412,7 @@ async fn no_data_is_not_an_image_and_a_refused_image_is_the_clients_to_mend() {
         .unwrap();
     assert_eq!(r.status(), 404);
     assert!(r.text().await.unwrap().contains("POST"));
-    // The server still takes the image, once; a second upload is told the volume is done.
+    // After all the refusals the server still takes the image, and ends with it.
     let r = proxy
         .post(format!("{url}/v1beta1/upload"))
         .body(raw.clone())

@@ -9,8 +9,7 @@ use k8s_openapi::jiff::Timestamp;
 use super::{Cause, Finding, Scene, clause, finding, finished, name_of};
 use crate::clonewait::{CLONE_WITHOUT_SOURCE, source_needed};
 
-/// The clone controllers' reason while a pod writes the source (upstream's).
-const CLONE_SOURCE_IN_USE: &str = "CloneSourceInUse";
+use crate::hostclone::CLONE_SOURCE_IN_USE;
 
 /// The events of `reason` about any of `on` (kind, name), newest first.
 pub(super) fn events_on<'a>(s: &Scene<'a>, on: &[(&str, &str)], reason: &str) -> Vec<&'a Event> {
@@ -260,12 +259,9 @@ fn source_unpopulated(
         .trim();
     let (src_ns, src_name) = source.split_once('/')?;
     let done = s.dv.metadata.namespace.as_deref() == Some(src_ns)
-        && s.claims.iter().any(|c| {
-            name_of(&c.metadata) == src_name
-                && super::anns(&c.metadata)
-                    .get(cdi_api::ann::POD_PHASE)
-                    .is_some_and(|p| p == "Succeeded")
-        });
+        && s.claims
+            .iter()
+            .any(|c| name_of(&c.metadata) == src_name && crate::import::is_complete(c));
     if done {
         return None;
     }
@@ -292,7 +288,7 @@ fn writer(m: &str) -> Option<(&str, &str)> {
 fn not_ready(id: &str, (reason, message): (&str, &str)) -> Option<Finding> {
     if !matches!(
         reason,
-        "CloneWithoutSource" | "SnapshotNotReady" | "DataSourceNotFound" | "DataSourceNotReady"
+        CLONE_WITHOUT_SOURCE | "SnapshotNotReady" | "DataSourceNotFound" | "DataSourceNotReady"
     ) {
         return None;
     }

@@ -77,6 +77,10 @@ fn instances(inner: &Inner, group: &str, plural: &str) -> Vec<Key> {
 /// Set the CRD's `Terminating` condition; its transition time moves only with its status (as
 /// kube's SetCRDCondition), so setting it again changes nothing.
 pub(super) fn set_terminating(crd: &mut Value, (status, reason, message): Terminating) {
+    // Anyone may write a CRD's status: what is there is not trusted to be an object.
+    if !crd["status"].is_object() {
+        crd["status"] = json!({});
+    }
     let conditions = &mut crd["status"]["conditions"];
     if !conditions.is_array() {
         *conditions = json!([]);
@@ -150,8 +154,21 @@ impl Store {
             return;
         };
         let (group, plural) = defined(crd);
+        // A CRD naming a built-in kind (which the registry serves without a schema) takes none
+        // of its objects with it.
+        let custom = inner
+            .registry
+            .all()
+            .any(|d| d.group == group && d.plural == plural && d.schema.is_some());
+        let instances = |inner: &Inner| {
+            if custom {
+                instances(inner, &group, &plural)
+            } else {
+                Vec::new()
+            }
+        };
         let mut deleted = false;
-        for k in instances(inner, &group, &plural) {
+        for k in instances(inner) {
             if inner.objects.get(&k).is_some_and(|o| !being_deleted(o)) {
                 self.delete_object(inner, &k, Propagation::Background);
                 deleted = true;
@@ -161,7 +178,7 @@ impl Store {
         // store back here. Objects deleted just now have dependents the collector is still to
         // look at, by their owners' kind: the kind stays served until it has (a deletion
         // brings the store back here once the collector's queue is worked).
-        if deleted || !instances(inner, &group, &plural).is_empty() {
+        if deleted || !instances(inner).is_empty() {
             return;
         }
         self.set_crd_condition(inner, key, COMPLETED);
