@@ -556,7 +556,9 @@ fn hostile_uploads(dir: &std::path::Path, tmp: &std::path::Path, data: &[u8]) {
             || loser.contains("another upload into DataVolume default/twice is under way"),
         "{loser}"
     );
-    assert!(!loser.contains("trying again"), "{loser}");
+    // At most a try again when it came as the winner's server ended (502), never the end of
+    // its tries.
+    assert!(!loser.contains("(--retry)"), "{loser}");
 
     // A damaged qcow2 (its L1 table inside the header) is refused with the reason; so is one
     // cut short, found only once the server took it in: the client does not wait on either.
