@@ -547,8 +547,18 @@ pub fn decide(o: &Observed) -> Plan {
                     )
                 }
             },
+            // The DataVolume gone (garbage-collected after it succeeded), its claim stays: the
+            // import. Not a claim going with its deleted DataVolume, nor one whose import
+            // failed: taking those would move the DataSource off the good image and delete it.
             (None, Some(claim))
-                if claim.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Bound") =>
+                if claim.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Bound")
+                    && claim.metadata.deletion_timestamp.is_none()
+                    && claim
+                        .metadata
+                        .annotations
+                        .as_ref()
+                        .and_then(|a| a.get(cdi_api::ann::POD_PHASE))
+                        .is_none_or(|p| p != "Failed") =>
             {
                 succeeded = true
             }

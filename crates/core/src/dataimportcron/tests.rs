@@ -665,3 +665,53 @@ fn a_data_source_not_the_crons_is_never_taken_over_and_is_said() {
     o.now = "2026-12-03T10:05:00Z".parse().unwrap();
     assert_eq!(decide(&o).status.conditions, plan.status.conditions);
 }
+
+/// The current import's DataVolume deleted (a failed one, by hand): its claim, going with it or
+/// failed, is no import, and the import before it keeps the DataSource and its claim.
+#[test]
+fn a_claim_going_with_its_deleted_import_takes_nothing_over() {
+    let c = cron(
+        json!({(DESIRED_DIGEST): NEWER, (NEXT_CRON_TIME): "2026-12-03T12:00:00Z"}),
+        json!({"currentImports": [{"DataVolumeName": "fedora-fedcba987654", "Digest": NEWER}],
+            "lastImportedPVC": {"namespace": "golden", "name": "fedora-0123456789ab"}}),
+    );
+    let good: PersistentVolumeClaim = serde_json::from_value(json!({"metadata": {
+        "name": "fedora-0123456789ab", "annotations": {(LAST_USE_TIME): "2026-12-01T00:00:00Z"}},
+        "status": {"phase": "Bound"}}))
+    .unwrap();
+    let ds: DataSource = serde_json::from_value(json!({
+        "apiVersion": "cdi.kubevirt.io/v1beta1", "kind": "DataSource",
+        "metadata": {"name": "fedora", "labels": {(label::DATA_IMPORT_CRON): "fedora-cron"}},
+        "spec": {"source": {"pvc": {"namespace": "golden", "name": "fedora-0123456789ab"}}}}))
+    .unwrap();
+    let going: PersistentVolumeClaim = serde_json::from_value(json!({"metadata": {
+        "name": "fedora-fedcba987654", "deletionTimestamp": "2026-12-03T09:59:00Z",
+        "finalizers": ["kubernetes.io/pvc-protection"]}, "status": {"phase": "Bound"}}))
+    .unwrap();
+    let failed: PersistentVolumeClaim = serde_json::from_value(json!({"metadata": {
+        "name": "fedora-fedcba987654",
+        "annotations": {"cdi.kubevirt.io/storage.pod.phase": "Failed"}},
+        "status": {"phase": "Bound"}}))
+    .unwrap();
+    for claim in [&going, &failed] {
+        let mut o = observed(&c, Poll::NotDue);
+        o.claim = Some(claim);
+        o.data_source = Some(&ds);
+        o.claims = vec![&good, claim];
+        let plan = decide(&o);
+        assert!(plan.delete.is_empty(), "{:?}", plan.delete);
+        assert_ne!(
+            plan.status
+                .last_imported_pvc
+                .as_ref()
+                .map(|p| p.name.as_str()),
+            Some("fedora-fedcba987654")
+        );
+        assert!(
+            !matches!(&plan.data_source, Some(DataSourceChange::Patch(p))
+                if p["spec"]["source"]["pvc"]["name"] == "fedora-fedcba987654"),
+            "{:?}",
+            plan.data_source
+        );
+    }
+}
