@@ -280,12 +280,18 @@ async fn upload(args: &ImageUploadArgs, plan: &Plan) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The DataVolume another client made first takes this upload too: an upload of the same
-/// content type (not an import or a clone of the name, which would never have an upload pod).
+/// The DataVolume another client made first takes this upload too when it is one.
 async fn same_upload(c: &Ctx<'_>) -> anyhow::Result<()> {
     let dv = Api::<DataVolume>::namespaced(c.client.clone(), &c.ns)
         .get(&c.plan.name)
         .await?;
+    takes_upload(c, &dv)
+}
+
+/// An existing DataVolume takes this upload: its source is an upload (an import or a clone of
+/// the name never gets an upload pod, and its claim must not get a second writer) of the same
+/// content type.
+fn takes_upload(c: &Ctx<'_>, dv: &DataVolume) -> anyhow::Result<()> {
     let (ns, name) = (&c.ns, &c.plan.name);
     if dv
         .spec
@@ -294,7 +300,7 @@ async fn same_upload(c: &Ctx<'_>) -> anyhow::Result<()> {
         .and_then(|s| s.upload.as_ref())
         .is_none()
     {
-        bail!("DataVolume {ns}/{name} exists and is not filled by upload: choose another name");
+        bail!("DataVolume {ns}/{name} is not an upload target: it is filled from another source");
     }
     let archive = dv.spec.content_type.as_ref().map(|t| t.as_str()) == Some("archive");
     if archive != c.plan.archive {
@@ -351,6 +357,7 @@ async fn existing_target(c: &Ctx<'_>) -> anyhow::Result<Option<PersistentVolumeC
                 c.ns
             );
         };
+        takes_upload(c, &dv)?;
         let dv_anns = dv.metadata.annotations.clone().unwrap_or_default();
         if dv_anns.get(ann::USE_POPULATOR).map(String::as_str) == Some("true") {
             if claim.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Bound") {
@@ -536,7 +543,12 @@ async fn wait_dv_upload_ready(c: &Ctx<'_>) -> anyhow::Result<()> {
     let mut said = false;
     loop {
         match dvs.get_opt(&c.plan.name).await? {
-            None => println!("DV {} not found... ", c.plan.name),
+            // Deleted while this waited (or by the time it looked): nothing will come.
+            None => bail!(
+                "DataVolume {}/{} does not exist (deleted meanwhile?)",
+                c.ns,
+                c.plan.name
+            ),
             Some(dv) => {
                 let phase = dv.status.as_ref().and_then(|s| s.phase.clone());
                 if matches!(

@@ -43,11 +43,21 @@ pub fn is_upload_claim(claim: &PersistentVolumeClaim) -> bool {
     let anns = annotations(claim);
     (anns.contains_key(ann::UPLOAD_REQUEST) != anns.contains_key(ann::CLONE_REQUEST))
         && !anns.contains_key(ann::EXTERNAL_POPULATION)
+        && !anns.contains_key(ann::IMPORT_ENDPOINT)
 }
 
-/// Upstream's refusal of a claim that is both: an upload target and a clone target.
+/// Upstream's refusal of a claim that is both: an upload target and a clone target; and of one
+/// an importer fills (an upload server beside it would be a second writer).
 pub fn both_upload_and_clone(claim: &PersistentVolumeClaim) -> Option<String> {
     let anns = annotations(claim);
+    if anns.contains_key(ann::UPLOAD_REQUEST) && anns.contains_key(ann::IMPORT_ENDPOINT) {
+        return Some(format!(
+            "PVC has both import and upload annotations: claim {}/{} is filled by its import; remove {}",
+            claim.metadata.namespace.as_deref().unwrap_or(""),
+            claim.metadata.name.as_deref().unwrap_or(""),
+            ann::UPLOAD_REQUEST
+        ));
+    }
     (anns.contains_key(ann::UPLOAD_REQUEST) && anns.contains_key(ann::CLONE_REQUEST)).then(|| {
         format!(
             "PVC has both clone and upload annotations: claim {}/{} can be filled by one of {} and {}; remove one",
@@ -438,6 +448,19 @@ mod tests {
             both_upload_and_clone(&both)
                 .unwrap()
                 .starts_with("PVC has both clone and upload annotations")
+        );
+        // An import's claim given the upload annotation (by `image-upload --no-create`): no
+        // upload server beside its importer.
+        let import = claim(
+            json!({"cdi.kubevirt.io/storage.import.endpoint": "http://x/d.img",
+                "cdi.kubevirt.io/storage.upload.target": ""}),
+            "Filesystem",
+        );
+        assert!(!is_upload_claim(&import));
+        assert!(
+            both_upload_and_clone(&import)
+                .unwrap()
+                .starts_with("PVC has both import and upload annotations")
         );
     }
 

@@ -62,19 +62,20 @@ fn unpack_entries<R: Read>(archive: &mut tar::Archive<R>, dest: &Path) -> Result
     };
     let mut directories = Vec::new();
     let place = |entry: &mut tar::Entry<'_, R>| -> Result<(), ImportError> {
+        // The member's name as the archive spells it, made safe to show (it is the uploader's).
         let name = entry
             .path()
-            .map(|p| p.display().to_string())
+            .map(|p| crate::error::printable(&p.display().to_string()))
             .unwrap_or_default();
         // Writing the member: its failures are the volume's (no space, I/O), not the archive's.
         let placed = entry
             .unpack_in(dest)
-            .map_err(|e| ImportError::io(format!("unpacking {name:?}"), e))?;
+            .map_err(|e| ImportError::io(format!("unpacking \"{name}\""), e))?;
         if placed {
             Ok(())
         } else {
             Err(ImportError::Unsupported(format!(
-                "the archive's member {name:?} would be written outside the volume; refusing the \
+                "the archive's member \"{name}\" would be written outside the volume; refusing the \
                  archive"
             )))
         }
