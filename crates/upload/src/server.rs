@@ -858,7 +858,9 @@ pub struct Lingering(pub Option<Incoming>);
 
 impl Drop for Lingering {
     fn drop(&mut self) {
-        if let Some(body) = self.0.take()
+        // A body already at its end (a probe's, a HEAD's) has nothing left to read.
+        use hyper::body::Body as _;
+        if let Some(body) = self.0.take().filter(|b| !b.is_end_stream())
             && let Ok(runtime) = tokio::runtime::Handle::try_current()
         {
             runtime.spawn(linger(body.into_data_stream()));
