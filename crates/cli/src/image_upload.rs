@@ -760,8 +760,11 @@ async fn send(
     for attempt in 0..tries {
         if attempt > 0 {
             tokio::time::sleep(backoff(attempt)).await;
+        }
+        let claim = target_claim(c).await;
+        if attempt > 0 {
             // The volume filled meanwhile: by another upload, or by a try whose answer was lost.
-            if server_done(c).await {
+            if claim.as_ref().is_some_and(cdi_core::import::is_complete) {
                 bar.abandon();
                 if broke_off {
                     println!(
@@ -773,7 +776,7 @@ async fn send(
             }
         }
         // A restart after this attempt's start is a failure the wait for processing reports.
-        restarts = server_restarts(c, restarts).await;
+        restarts = restarts_of(claim.as_ref(), restarts);
         // The async endpoint when the proxy answers for it, else the sync one.
         let async_url = with_path(url, ASYNC_PATH);
         let head = client
@@ -802,7 +805,7 @@ async fn send(
                 println!();
                 // A restart of an earlier try is counted by now (the proxy let this one
                 // through once the restarted server was ready, which the same count records).
-                return Ok(server_restarts(c, restarts).await);
+                return Ok(restarts_of(target_claim(c).await.as_ref(), restarts));
             }
             Ok(r) => {
                 let code = r.status().as_u16();
@@ -1008,20 +1011,12 @@ async fn target_claim(c: &Ctx<'_>) -> Option<PersistentVolumeClaim> {
     claims.get_opt(&c.plan.name).await.ok().flatten()
 }
 
-/// Whether the target claim's upload is done.
-async fn server_done(c: &Ctx<'_>) -> bool {
-    target_claim(c)
-        .await
-        .is_some_and(|claim| cdi_core::import::is_complete(&claim))
-}
-
-/// How often the upload server of the target claim restarted (the controller's count), at
-/// least `known`.
-async fn server_restarts(c: &Ctx<'_>, known: i64) -> i64 {
-    let counted = target_claim(c)
-        .await
-        .and_then(|claim| annotation(&claim, ann::POD_RESTARTS)?.parse().ok());
-    counted.unwrap_or(known).max(known)
+/// How often the claim's upload server restarted (the controller's count), at least `known`.
+fn restarts_of(claim: Option<&PersistentVolumeClaim>, known: i64) -> i64 {
+    claim
+        .and_then(|claim| annotation(claim, ann::POD_RESTARTS)?.parse().ok())
+        .unwrap_or(known)
+        .max(known)
 }
 
 /// Why the upload server last ended, in its own words (its termination message), if the
@@ -1065,10 +1060,7 @@ async fn wait_processing(c: &Ctx<'_>, restarts_before: i64) -> anyhow::Result<()
                 c.plan.name
             );
         }
-        let restarts: i64 = annotation(&claim, ann::POD_RESTARTS)
-            .and_then(|r| r.parse().ok())
-            .unwrap_or(0);
-        if restarts > restarts_before {
+        if restarts_of(Some(&claim), 0) > restarts_before {
             // The running message is cleared once the server runs again: its last end says.
             let reason = match running {
                 Some(r) => r,
