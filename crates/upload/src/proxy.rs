@@ -145,25 +145,38 @@ struct Proxy {
     tls: crate::server::Following<Material>,
 }
 
-/// The end of upstream's words for a claim whose one upload is done (answered 409 here, not
-/// 503: sending again will not change it).
-const ALREADY_FINISHED: &str = "that already finished uploading";
+/// Why a claim cannot take an upload: the status to answer and upstream's words.
+type Refusal = (StatusCode, String);
 
-/// Why a claim cannot take an upload now (answered 503 with the message).
+fn unavailable(message: String) -> Refusal {
+    (StatusCode::SERVICE_UNAVAILABLE, message)
+}
+
+/// Upstream's words for a claim whose one upload is done, answered 409.
+fn finished(name: &str) -> Refusal {
+    (
+        StatusCode::CONFLICT,
+        format!("rejecting Upload Request for PVC {name} that already finished uploading"),
+    )
+}
+
+/// The claim that takes the upload once its upload server is ready (`None` while it is not),
+/// or why none will now: a claim whose one upload is done is answered 409, not 503 (sending
+/// again will not change it), the rest 503.
 async fn upload_target(
     client: &kube::Client,
     namespace: &str,
     name: &str,
-) -> Result<Option<PersistentVolumeClaim>, String> {
+) -> Result<Option<PersistentVolumeClaim>, Refusal> {
     let claims: kube::Api<PersistentVolumeClaim> = kube::Api::namespaced(client.clone(), namespace);
     let claim = match claims.get_opt(name).await {
         Ok(Some(c)) => c,
         Ok(None) => {
-            return Err(format!(
+            return Err(unavailable(format!(
                 "rejecting Upload Request for PVC {name} that doesn't exist"
-            ));
+            )));
         }
-        Err(e) => return Err(unreadable(namespace, name, &e)),
+        Err(e) => return Err(unavailable(unreadable(namespace, name, &e))),
     };
     // On the populator path the upload goes to PVC prime.
     let populated = claim
@@ -174,12 +187,9 @@ async fn upload_target(
             r.kind == cdi_api::populators::VOLUME_UPLOAD_SOURCE_KIND
                 && r.api_group.as_deref() == Some(cdi_api::GROUP)
         });
-    let finished = cdi_core::import::is_complete;
-    // Once populated, the target holds the upload's end and PVC prime is gone.
-    if populated && finished(&claim) {
-        return Err(format!(
-            "rejecting Upload Request for PVC {name} {ALREADY_FINISHED}"
-        ));
+    // Populated, the target says it is done (PVC prime is gone by then).
+    if populated && cdi_core::import::is_complete(&claim) {
+        return Err(finished(name));
     }
     let claim = if populated {
         let prime = cdi_core::populator::prime_name(&claim);
@@ -187,19 +197,17 @@ async fn upload_target(
             Ok(Some(p)) => p,
             // Not made yet: wait for it.
             Ok(None) => return Ok(None),
-            Err(e) => return Err(unreadable(namespace, &prime, &e)),
+            Err(e) => return Err(unavailable(unreadable(namespace, &prime, &e))),
         }
     } else {
         claim
     };
     let anns = claim.metadata.annotations.clone().unwrap_or_default();
     if !anns.contains_key(ann::UPLOAD_REQUEST) {
-        return Err(format!("PVC {name} is not an upload target"));
+        return Err(unavailable(format!("PVC {name} is not an upload target")));
     }
-    if finished(&claim) {
-        return Err(format!(
-            "rejecting Upload Request for PVC {name} {ALREADY_FINISHED}"
-        ));
+    if cdi_core::import::is_complete(&claim) {
+        return Err(finished(name));
     }
     Ok((anns.get(ann::POD_READY).map(String::as_str) == Some("true")).then_some(claim))
 }
@@ -216,17 +224,17 @@ async fn wait_ready(
     client: &kube::Client,
     namespace: &str,
     name: &str,
-) -> Result<PersistentVolumeClaim, String> {
+) -> Result<PersistentVolumeClaim, Refusal> {
     let started = tokio::time::Instant::now();
     loop {
         if let Some(claim) = upload_target(client, namespace, name).await? {
             return Ok(claim);
         }
         if started.elapsed() >= WAIT_READY {
-            return Err(format!(
+            return Err(unavailable(format!(
                 "the upload server for PVC {namespace}/{name} is not ready after {} s; try again",
                 WAIT_READY.as_secs()
-            ));
+            )));
         }
         tokio::time::sleep(WAIT_INTERVAL).await;
     }
@@ -352,10 +360,7 @@ impl Proxy {
         tracing::info!(claim = %format!("{ns}/{name}"), "valid upload token");
         let claim = match wait_ready(&self.client, ns, name).await {
             Ok(c) => c,
-            Err(message) if message.ends_with(ALREADY_FINISHED) => {
-                return answer(StatusCode::CONFLICT, message);
-            }
-            Err(message) => return answer(StatusCode::SERVICE_UNAVAILABLE, message),
+            Err((status, message)) => return answer(status, message),
         };
         let anns = claim.metadata.annotations.clone().unwrap_or_default();
         let server_path = match server_path(anns.get(ann::CONTENT_TYPE).map(String::as_str), &path)
