@@ -1,7 +1,7 @@
 //! JSON, merge and strategic merge patches as the API server applies them to a stored object.
 #![no_main]
 
-use cdi_devcluster::apiserver::patch::{PatchKind, apply};
+use kubesim::apiserver::patch::{PatchKind, apply};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

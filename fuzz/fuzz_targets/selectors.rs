@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use cdi_devcluster::apiserver::selector::{FieldSelector, LabelSelector};
+use kubesim::apiserver::selector::{FieldSelector, LabelSelector};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|text: &str| {

@@ -16,12 +16,12 @@ use cdi_api::kubevirt::{VirtualMachine, VirtualMachineInstance};
 use cdi_controller::{Context, Options, serve};
 use cdi_core::quantity::Quantity;
 use cdi_core::size::{self, ClaimApi, VolumeMode};
-use cdi_devcluster::cluster;
-use cdi_devcluster::story::{Narrator, Scene};
+use cdi_dev::story::{Narrator, Scene};
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod};
 use k8s_openapi::api::storage::v1::StorageClass;
 use kube::api::{ListParams, PostParams};
 use kube::{Api, Client};
+use kubesim::cluster;
 use serde_json::json;
 
 use crate::demo_image;
@@ -229,8 +229,8 @@ pub fn run(args: &DemoArgs) -> anyhow::Result<()> {
         };
         println!("  image: {url} (qcow2 {} bytes of a {} FAT16 filesystem)", qcow2.len(), gib(raw.len() as i64));
 
-        let mut config = cluster::Config::new(dir.clone(), "127.0.0.1:0".parse()?);
-        config.kubelet.images = crate::dev::image_map(&[])?;
+        let mut config =
+            cdi_dev::cluster_config(dir.clone(), "127.0.0.1:0".parse()?, crate::dev::image_map(&[])?);
         config.every = Duration::from_millis(100);
         let running = cluster::start(&config).await?;
         let client = running.client.clone();

@@ -5,10 +5,10 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{Context, bail};
-use cdi_devcluster::agents::kubelet::ImageMap;
-use cdi_devcluster::agents::nodes::{NodeConfig, default_nodes, parse_nodes};
-use cdi_devcluster::apiserver::{self, ApiServer};
-use cdi_devcluster::cluster;
+use kubesim::agents::kubelet::ImageMap;
+use kubesim::agents::nodes::{NodeConfig, default_nodes, parse_nodes};
+use kubesim::apiserver::{self, ApiServer};
+use kubesim::cluster;
 
 fn default_dir() -> PathBuf {
     std::env::temp_dir().join("cdi-dev")
@@ -203,25 +203,22 @@ pub fn run(command: &DevCommand) -> anyhow::Result<()> {
 /// The log file of each component, by the tracing targets its code logs under (the protection
 /// agent beside the PV controller, as both run in kube-controller-manager).
 const COMPONENT_LOGS: &[(&str, &[&str])] = &[
-    ("apiserver.log", &["cdi_devcluster::apiserver"]),
-    ("scheduler.log", &["cdi_devcluster::agents::scheduler"]),
+    ("apiserver.log", &["kubesim::apiserver"]),
+    ("scheduler.log", &["kubesim::agents::scheduler"]),
     (
         "pv-controller.log",
         &[
-            "cdi_devcluster::agents::pvcontroller",
-            "cdi_devcluster::agents::protection",
+            "kubesim::agents::pvcontroller",
+            "kubesim::agents::protection",
         ],
     ),
-    ("provisioners.log", &["cdi_devcluster::agents::localpath"]),
-    ("kubelet.log", &["cdi_devcluster::agents::kubelet"]),
-    ("snapshotter.log", &["cdi_devcluster::agents::snapshots"]),
-    ("vm-consumer.log", &["cdi_devcluster::agents::vmconsumer"]),
+    ("provisioners.log", &["kubesim::agents::localpath"]),
+    ("kubelet.log", &["kubesim::agents::kubelet"]),
+    ("snapshotter.log", &["kubesim::agents::snapshots"]),
+    ("vm-consumer.log", &["cdi_dev::vmconsumer"]),
     (
         "controller-manager.log",
-        &[
-            "cdi_devcluster::agents::workloads",
-            "cdi_devcluster::agents::services",
-        ],
+        &["kubesim::agents::workloads", "kubesim::agents::services"],
     ),
 ];
 
@@ -291,8 +288,7 @@ fn up_here(
 
     let runtime = tokio::runtime::Runtime::new().context("starting the runtime")?;
     runtime.block_on(async {
-        let mut config = cluster::Config::new(dir.to_path_buf(), addr);
-        config.kubelet.images = images;
+        let mut config = cdi_dev::cluster_config(dir.to_path_buf(), addr, images);
         config.nodes = nodes;
         config.audit_log = audit_log.then(|| logs.join("audit.log"));
         let mut running = cluster::start(&config).await?;

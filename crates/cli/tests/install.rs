@@ -7,9 +7,9 @@ mod devcluster;
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use cdi_devcluster::apiserver::auth::from_audit_event;
-use cdi_devcluster::apiserver::rbac::{Attributes, Policy, UserInfo};
 use devcluster::{Down, cdi, get_json, kubectl, wait_for};
+use kubesim::apiserver::auth::from_audit_event;
+use kubesim::apiserver::rbac::{Attributes, Policy, UserInfo};
 use serde_json::Value;
 
 fn repo() -> std::path::PathBuf {

@@ -13,12 +13,12 @@ use cdi_api::storageprofile::StorageProfile;
 use cdi_api::{ann, name};
 use cdi_controller::cache::{self, Caches};
 use cdi_controller::{Context, Options, datavolume, import, populator, serve};
-use cdi_devcluster::apiserver::ApiServer;
 use k8s_openapi::api::core::v1::{Event, PersistentVolumeClaim, Pod};
 use k8s_openapi::api::storage::v1::{CSIDriver, StorageClass};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client, ResourceExt};
+use kubesim::apiserver::ApiServer;
 use serde_json::{Value, json};
 
 const NS: &str = "vms";

@@ -23,10 +23,8 @@ pub mod hostclone;
 pub mod import;
 pub mod install;
 pub mod monitoring;
-pub mod naming;
 pub mod placement;
 pub mod populator;
-pub mod quantity;
 pub mod rbac;
 pub mod render;
 pub mod size;
@@ -34,5 +32,5 @@ pub mod source;
 pub mod storageprofile;
 pub mod upload;
 
-pub use quantity::Quantity;
+pub use k8s_rules::{Quantity, naming, quantity};
 pub use size::{ClaimApi, MIB, Overhead, VolumeMode};

@@ -13,21 +13,7 @@ use serde::{Deserialize, Serialize};
 /// The taint effects that keep a pod off a node.
 const EFFECTS: [&str; 3] = ["NoSchedule", "PreferNoSchedule", "NoExecute"];
 
-/// Whether `toleration` tolerates `taint`, as Kubernetes matches them: an empty effect matches
-/// every effect; `Exists` with an empty key tolerates every taint; otherwise the keys are equal
-/// and, unless `Exists`, the values too.
-pub fn tolerates(toleration: &Toleration, taint: &Taint) -> bool {
-    let effect_ok = toleration
-        .effect
-        .as_deref()
-        .is_none_or(|e| e.is_empty() || e == taint.effect);
-    let exists = toleration.operator.as_deref() == Some("Exists");
-    let key = toleration.key.as_deref().unwrap_or("");
-    let key_ok = (key.is_empty() && exists) || key == taint.key;
-    let value_ok =
-        exists || toleration.value.as_deref().unwrap_or("") == taint.value.as_deref().unwrap_or("");
-    effect_ok && key_ok && value_ok
-}
+pub use k8s_rules::toleration::tolerates;
 
 /// The consumer's tolerations a worker pod on `node` inherits: those that tolerate one of the
 /// node's scheduling taints, and no other (a toleration for another node's taint, or a broad
