@@ -116,7 +116,7 @@ async fn setup(client: &Client, url: Option<&str>, size: &str, class: &str) -> a
     }
     crate::dev::set_feature_gates(client, &["HonorWaitForFirstConsumer"]).await?;
     // No CDI spec.workload: the importer reaches the tainted VM node by inheriting the VM's
-    // toleration from the temporary pod that chose the node (SPEC §9).
+    // toleration from the temporary pod that chose the node (docs/design.md#worker-pods-follow-the-first-consumer).
     let objects = seed_objects(url, size, class);
     let wffc: StorageClass = serde_json::from_value(objects[0].clone())?;
     Api::<StorageClass>::all(client.clone())
@@ -292,12 +292,12 @@ pub fn run(args: &DemoArgs) -> anyhow::Result<()> {
                 let same = head.as_deref() == Some(&raw[..]);
                 println!();
                 println!("disk image {}: virtual size {disk} bytes ({})", path.join("disk.img").display(), gib(disk));
-                println!("SPEC §3 for spec.pvc {}: claim {} bytes, disk {} bytes ({})", args.size, plan.pvc_request, plan.disk_image, gib(plan.disk_image));
+                println!("size math for spec.pvc {}: claim {} bytes, disk {} bytes ({})", args.size, plan.pvc_request, plan.disk_image, gib(plan.disk_image));
                 println!("contents: {}", if same { "the served filesystem, byte for byte" } else { "DIFFERENT from the served filesystem" });
                 if node != "node-2" {
                     Err(anyhow::anyhow!("the launcher runs on {node}, not on node-2 where the VM belongs"))
                 } else if disk != plan.disk_image {
-                    Err(anyhow::anyhow!("the disk is {disk} bytes, SPEC §3 says {}", plan.disk_image))
+                    Err(anyhow::anyhow!("the disk is {disk} bytes, the size math says {}", plan.disk_image))
                 } else if !same {
                     Err(anyhow::anyhow!("the imported disk does not hold the served image"))
                 } else {

@@ -1,4 +1,4 @@
-//! `cdi demo --clone`: the golden-image story (SPEC §2.6, §2.8). A disk image is imported once
+//! `cdi demo --clone`: the golden-image story (docs/cloning.md#example-a-golden-image-and-a-clone-of-it, docs/design.md#datasources-and-sourceref). A disk image is imported once
 //! into namespace `golden` and published as a DataSource; alice, who edits namespace `vms` only,
 //! is refused a clone of it by CDI's admission webhook, then, allowed to read golden's volumes,
 //! gets two VM disks cloned from it through `sourceRef`: one on local-path (a host-assisted

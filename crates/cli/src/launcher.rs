@@ -1,6 +1,6 @@
 //! `cdi dev launcher`: what the development cluster runs in place of virt-launcher. There is no
 //! hypervisor here; the launcher proves the VM could start: each disk is where KubeVirt would
-//! look for it, and its virtual size is what the DataVolume asked for (SPEC §3).
+//! look for it, and its virtual size is what the DataVolume asked for (docs/design.md#the-size-math).
 
 use std::io::Read;
 use std::path::{Path, PathBuf};

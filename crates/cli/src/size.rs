@@ -1,4 +1,4 @@
-//! `cdi size`: the SPEC §3 calculator.
+//! `cdi size`: the size math calculator (docs/design.md#the-size-math).
 
 use anyhow::Context as _;
 use cdi_core::Quantity;

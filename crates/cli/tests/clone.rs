@@ -1632,7 +1632,7 @@ allowVolumeExpansion: false
     );
 }
 
-/// Sizes compare by what volumes hold for a disk image (SPEC §3): a `spec.storage` Filesystem
+/// Sizes compare by what volumes hold for a disk image (docs/design.md#the-size-math): a `spec.storage` Filesystem
 /// image of 64Mi (its claim asks for more, for the filesystem's overhead) clones onto a Block
 /// disk of 64Mi, asked for or not, and a Filesystem clone that names no size is the size of its
 /// source (clones of clones do not grow).

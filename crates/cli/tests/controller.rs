@@ -28,7 +28,7 @@ fn get(dir: &Path, what: &str) -> Option<Value> {
 
 /// A cluster with the controller running, `HonorWaitForFirstConsumer` set as `gate`, and the
 /// seed's class. No CDI `spec.workload`: worker pods reach the tainted node only by following
-/// their claim's consumer (SPEC §9).
+/// their claim's consumer (docs/design.md#worker-pods-follow-the-first-consumer).
 struct Setup {
     _tmp: tempfile::TempDir,
     dir: std::path::PathBuf,
@@ -258,7 +258,7 @@ async fn the_seed_scenario_places_and_fills_the_disk_on_node_2() {
         "{path}"
     );
     let disk = std::fs::read(Path::new(&path).join("disk.img")).unwrap();
-    // spec.pvc: the claim asks for exactly 2Gi; the image gets the usable part of it (SPEC §3).
+    // spec.pvc: the claim asks for exactly 2Gi; the image gets the usable part of it (docs/design.md#the-size-math).
     assert_eq!(claim["spec"]["resources"]["requests"]["storage"], "2Gi");
     let usable = cdi_core::size::usable_space(2 << 30, "0.06".parse().unwrap()) as usize;
     assert_eq!(disk.len(), usable);
@@ -513,7 +513,7 @@ async fn storage_api_sizes_and_a_block_volume_bound_at_once() {
     let _down = Down(&s.dir);
     let (server, expected) = serve_image(s._tmp.path(), 3 * MIB, false).await;
     let url = server.url("/disk.qcow2");
-    // spec.storage: the claim is inflated so that the disk gets the whole request (SPEC §3).
+    // spec.storage: the claim is inflated so that the disk gets the whole request (docs/design.md#the-size-math).
     let storage = format!(
         r#"
 apiVersion: cdi.kubevirt.io/v1beta1

@@ -1,4 +1,4 @@
-//! The importer's memory under a pod's limit (SPEC §4): the page cache counts against a memory
+//! The importer's memory under a pod's limit (docs/importing.md#bounded-page-cache): the page cache counts against a memory
 //! cgroup, and dirty pages a slow disk has not taken cannot be dropped, so an unpaced writer
 //! grows the cache until the pod is OOM-killed. A 4 GiB import into a throttled disk inside a
 //! memory cgroup of 256 MiB, for real: a child cgroup (v1 or v2, whichever the machine has) with

@@ -1,4 +1,4 @@
-//! Clone tokens, the controller's side of cross-namespace authorization (SPEC §6, upstream's
+//! Clone tokens, the controller's side of cross-namespace authorization (docs/cloning.md#cross-namespace-authorization, upstream's
 //! `ensureExtendedToken*` and `MultiTokenValidator`): the DataVolume admission webhook gives a
 //! cross-namespace clone a short token once its creator may read the source's namespace; the
 //! DataVolume controller swaps it for a long one bound to the DataVolume's uid, then gives the

@@ -411,7 +411,7 @@ pub async fn reconcile(dv: Arc<DataVolume>, ctx: Arc<Context>) -> Result<Action,
         }
     }
     let decided = effective.as_ref().unwrap_or(dv.as_ref());
-    // A clone from another namespace reads nothing without a valid token (SPEC §6).
+    // A clone from another namespace reads nothing without a valid token (docs/cloning.md#cross-namespace-authorization).
     let mut grant = DvGrant::NotNeeded;
     let (clone_source, resource) = match datavolume::clone_source_of(decided) {
         Some(claim) => (Some(claim), Resource::claims()),

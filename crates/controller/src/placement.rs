@@ -1,4 +1,4 @@
-//! Worker pods follow the first consumer (SPEC §9): once a claim's node is selected, what its
+//! Worker pods follow the first consumer (docs/design.md#worker-pods-follow-the-first-consumer): once a claim's node is selected, what its
 //! worker pods inherit from the consumer it was selected for is recorded on the claim (cdi-core
 //! `placement`), before that consumer can go. Every controller that makes worker pods for a
 //! claim records through here first.

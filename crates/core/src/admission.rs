@@ -64,7 +64,7 @@ pub fn data_volume(dv: &DataVolume, old: Option<&DataVolume>) -> Vec<Cause> {
     spec(dv, "spec")
 }
 
-/// cdi-rs's own DataVolume annotations (SPEC §9), refused when set or changed to something that
+/// cdi-rs's own DataVolume annotations (docs/controllers.md#admission-webhooks), refused when set or changed to something that
 /// is not one: a `first-consumer` value that is no pod scheduling template, a
 /// `worker-placement` value cdi-rs does not know. An object that already carries a bad value
 /// stays updatable (and deletable); the controller says so in an event.

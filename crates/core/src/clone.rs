@@ -1,4 +1,4 @@
-//! The clone strategy for a PVC source (SPEC §2.6): which of snapshot, csi-clone and host-assisted
+//! The clone strategy for a PVC source (docs/cloning.md#clone-strategies): which of snapshot, csi-clone and host-assisted
 //! copy a clone uses, and why it fell back to copy when it did.
 
 use cdi_api::enums::CloneStrategy;

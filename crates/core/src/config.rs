@@ -1,4 +1,4 @@
-//! CDIConfig's status: the effective values every controller reads (SPEC §1.1; upstream's
+//! CDIConfig's status: the effective values every controller reads (docs/design.md#compatibility-with-upstream; upstream's
 //! config controller). Spec values win where they are valid; the rest are upstream's defaults.
 
 use std::collections::BTreeMap;

@@ -1,4 +1,4 @@
-//! DataImportCron (SPEC §2.9; upstream's DataImportCron controller): a DataSource kept pointing
+//! DataImportCron (docs/design.md#dataimportcron; upstream's DataImportCron controller): a DataSource kept pointing
 //! at the newest import of a registry image. The image's digest is polled on the cron's
 //! schedule (upstream polls from a CronJob; here the controller does, and writes the same
 //! annotations, so a digest set from outside works too); a new digest is imported into a

@@ -1,4 +1,4 @@
-//! DataSource (SPEC §2.8; upstream's DataSource controller) and what a DataVolume's `sourceRef`
+//! DataSource (docs/design.md#datasources-and-sourceref; upstream's DataSource controller) and what a DataVolume's `sourceRef`
 //! means: a DataSource names a golden image once (a claim or a snapshot, or another DataSource
 //! one level deep, in its namespace); its `Ready` condition says whether the image can be
 //! consumed, and `status.source` is what it resolved to. A DataVolume naming it clones what it

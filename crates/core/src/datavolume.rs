@@ -49,7 +49,7 @@ pub struct Snapshot<'a> {
     pub claim_events: &'a [ClaimEvent],
     /// Progress read from the running worker pod ("NN.NN%").
     pub progress: Option<String>,
-    /// The temporary pod of a first-consumer template (SPEC §9), when it exists.
+    /// The temporary pod of a first-consumer template (docs/design.md#a-first-consumer-without-kubevirt), when it exists.
     pub first_consumer: Option<&'a Pod>,
     /// The claim a clone copies (`spec.source.pvc`), when it exists.
     pub clone_source: Option<&'a PersistentVolumeClaim>,
@@ -1038,7 +1038,7 @@ fn finalizer(s: &Snapshot<'_>, plan: &mut Plan) {
     }
 }
 
-/// Placement beyond upstream (SPEC §9): an unknown `worker-placement` value is said; the
+/// Placement beyond upstream (docs/design.md#worker-pods-follow-the-first-consumer): an unknown `worker-placement` value is said; the
 /// first-consumer pod is made while the DataVolume waits for a consumer and none has chosen the
 /// claim's node, and deleted once its work is done (the wait is over and what worker pods
 /// inherit from it is recorded).

@@ -1,4 +1,4 @@
-//! `cdi doctor` (SPEC §9): why a DataVolume is not progressing, and what to do, from what the
+//! `cdi doctor` (docs/doctor.md): why a DataVolume is not progressing, and what to do, from what the
 //! cluster shows — the DataVolume's conditions, its claims, their class and profile, CDIConfig,
 //! the pods that fill or use the claims, the nodes and the events. One cause is named: the
 //! first that applies in the order below, which goes from what stops everything (a failure) to

@@ -1,4 +1,4 @@
-//! A DataVolume's status from its claim (SPEC §2.2, upstream's DataVolume controller): phase,
+//! A DataVolume's status from its claim (docs/design.md#the-import-flow, upstream's DataVolume controller): phase,
 //! restart count, progress, the Ready/Bound/Running conditions and the events that go with
 //! their changes. The claim's annotations are the message bus; this reads them.
 

@@ -1,4 +1,4 @@
-//! A first consumer without KubeVirt (SPEC §9): a DataVolume annotated `cdi-rs.dev/first-consumer`
+//! A first consumer without KubeVirt (docs/design.md#a-first-consumer-without-kubevirt): a DataVolume annotated `cdi-rs.dev/first-consumer`
 //! with a pod scheduling template gets a temporary pod, as KubeVirt makes for a VM's disks, that
 //! mounts its WaitForFirstConsumer claim, so the scheduler binds the claim where the template
 //! places the pod. The pod exits at once and is deleted when its work is done.

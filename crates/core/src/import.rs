@@ -1,4 +1,4 @@
-//! The import controller's decisions (SPEC §2.2; upstream's PVC-level import controller): which
+//! The import controller's decisions (docs/design.md#the-import-flow; upstream's PVC-level import controller): which
 //! claims get an importer pod, the pod itself, and what the pod's state writes back onto the
 //! claim's annotations.
 
@@ -68,7 +68,7 @@ pub fn honors_wffc(claim: &PersistentVolumeClaim, gate_on: bool) -> bool {
 pub enum Next {
     /// Nothing: done, failed for good, being deleted, or not this controller's.
     Nothing,
-    /// Wait for the claim to be bound by its first consumer (SPEC §2.2: no pod before).
+    /// Wait for the claim to be bound by its first consumer (docs/design.md#the-waitforfirstconsumer-handshake: no pod before).
     WaitForConsumer,
     /// Create the importer pod.
     CreatePod,
@@ -134,7 +134,7 @@ pub struct Settings {
     pub import_proxy: Option<ImportProxy>,
     /// The CDI resource's `spec.workload`: where worker pods may run.
     pub placement: Option<NodePlacement>,
-    /// Tolerations inherited from the claim's first consumer (SPEC §9), added to the workload's.
+    /// Tolerations inherited from the claim's first consumer (docs/design.md#worker-pods-follow-the-first-consumer), added to the workload's.
     pub inherited: Vec<Toleration>,
     /// CDIConfig's `spec.insecureRegistries`: registries (host[:port]) whose TLS is not
     /// checked.
@@ -770,7 +770,7 @@ pub fn scratch_name(claim: &PersistentVolumeClaim) -> String {
 
 /// The scratch claim for `claim`'s importer `pod` (upstream's `createScratchPvcForPod`): owned by
 /// the pod, ReadWriteOnce Filesystem, big enough for the image at the target's usable size plus
-/// the scratch class's overhead (SPEC §3), excluded from backups, placed like the target.
+/// the scratch class's overhead (docs/design.md#the-size-math), excluded from backups, placed like the target.
 pub fn scratch_claim(
     claim: &PersistentVolumeClaim,
     pod: &Pod,
@@ -1423,7 +1423,7 @@ mod tests {
             Some("virt-local")
         );
 
-        // The first consumer's recorded tolerations join the workload's (SPEC §9).
+        // The first consumer's recorded tolerations join the workload's (docs/design.md#worker-pods-follow-the-first-consumer).
         let record = json!({"consumer": "virt-launcher-tmp", "node": "node-2",
             "tolerations": [{"key": "virt-local", "operator": "Exists"},
                 {"key": "gpu", "operator": "Equal", "value": "a100", "effect": "NoSchedule"}]})

@@ -1,4 +1,4 @@
-//! Where worker pods may run. Beyond upstream (SPEC §9): a worker pod filling a claim bound for a
+//! Where worker pods may run. Beyond upstream (docs/design.md#worker-pods-follow-the-first-consumer): a worker pod filling a claim bound for a
 //! consumer inherits the consumer's tolerations for the taints of the node the claim was bound
 //! on, so the importer can run where the VM will (upstream needs an admin to copy them into the
 //! CDI resource's `spec.workload`).

@@ -1,4 +1,4 @@
-//! The import populator's decisions (SPEC §2.3; upstream's populator base and import
+//! The import populator's decisions (docs/design.md#the-populators; upstream's populator base and import
 //! populator): when a target claim can be populated, PVC prime, what flows from PVC prime back
 //! to the target, and when the finished volume is handed over.
 
@@ -154,7 +154,7 @@ pub fn readiness(target: &PersistentVolumeClaim, class: Option<&StorageClass>) -
     Readiness::Ready { node: None }
 }
 
-/// PVC prime for `target` (SPEC §2.3): the same access modes, size, class and volume mode
+/// PVC prime for `target` (docs/design.md#the-populators): the same access modes, size, class and volume mode
 /// without the data source, immediate binding, the selected node copied, what `source` asks of
 /// its worker (an import's source annotations, or the upload target mark), owned by the target,
 /// excluded from backups.

@@ -1,4 +1,4 @@
-//! Rendering the PersistentVolumeClaim of a DataVolume (SPEC §2.1): what the DataVolume
+//! Rendering the PersistentVolumeClaim of a DataVolume (docs/design.md#rendering-the-claim): what the DataVolume
 //! controller creates, decided from plain data.
 
 use std::collections::BTreeMap;
@@ -773,7 +773,7 @@ pub fn render_claim(
     })
 }
 
-/// SPEC §9: a `spec.pvc` Filesystem claim yields a disk smaller than its request.
+/// A size warning (docs/design.md#size-warnings): a `spec.pvc` Filesystem claim yields a disk smaller than its request.
 fn pvc_size_warning(
     dv: &str,
     spec: &PersistentVolumeClaimSpec,

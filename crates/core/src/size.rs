@@ -1,4 +1,4 @@
-//! The size math of SPEC §3, byte for byte as upstream CDI.
+//! The size math (docs/design.md#the-size-math), byte for byte as upstream CDI.
 //!
 //! Upstream evaluates `request × (1 + overhead)` and `available ÷ (1 + overhead)` in IEEE
 //! double precision and rounds up. For some overheads that differs from exact decimal arithmetic

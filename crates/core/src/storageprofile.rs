@@ -1,5 +1,5 @@
 //! StorageProfile resolution: what a profile's status says for its StorageClass, in upstream's
-//! order of precedence (SPEC §2.6, §2.7).
+//! order of precedence (docs/design.md#storage-profiles).
 
 use std::collections::BTreeMap;
 

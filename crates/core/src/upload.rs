@@ -1,4 +1,4 @@
-//! The upload controller's decisions (SPEC §2.5; upstream's PVC-level upload controller): which
+//! The upload controller's decisions (docs/design.md#the-upload-flow; upstream's PVC-level upload controller): which
 //! claims get an upload pod, the pod (`cdi-upload-<claim>`, upstream's name, environment and
 //! labels), its Service and certificate Secret, and what the pod's state writes back onto the
 //! claim (`storage.pod.phase`, `storage.pod.ready`).

@@ -1,4 +1,4 @@
-//! A KubeVirt-like consumer of DataVolumes (SPEC §2.4), so the WaitForFirstConsumer handshake
+//! A KubeVirt-like consumer of DataVolumes (docs/design.md#the-waitforfirstconsumer-handshake), so the WaitForFirstConsumer handshake
 //! runs end to end without KubeVirt: VirtualMachine `dataVolumeTemplates` become DataVolumes; a
 //! VirtualMachineInstance is created once every DataVolume is Succeeded, WaitForFirstConsumer
 //! or PendingPopulation; while one is WaitForFirstConsumer a temporary pod with the VMI's

@@ -1,5 +1,5 @@
 //! An in-memory Kubernetes API server, faithful enough to Kubernetes' API semantics that kube-rs
-//! controllers and kubectl run against it unchanged (SPEC §7).
+//! controllers and kubectl run against it unchanged (docs/dev-cluster.md#the-embedded-api-server).
 
 pub mod admission;
 pub mod aggregation;
