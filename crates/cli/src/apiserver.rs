@@ -9,7 +9,7 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use anyhow::Context as _;
-use cdi_controller::upload as names;
+use cdi_controller::pki::names;
 use cdi_upload::apiserver::{self, ApiServerConfig};
 use cdi_upload::token::{API_ISSUER, Signer};
 use cdi_upload::tokenapi::{GROUP, RequestHeaders, VERSION};
@@ -158,7 +158,7 @@ fn replace<T: PartialEq>(seen: &mut T, new: T) -> bool {
 }
 
 fn serving_pair(secret: &Secret) -> anyhow::Result<cdi_upload::pki::KeyPair> {
-    cdi_controller::certs::pair_of(secret).with_context(|| {
+    cdi_controller::pki::certs::pair_of(secret).with_context(|| {
         format!(
             "Secret {} holds no readable tls.crt and tls.key",
             names::API_CERT

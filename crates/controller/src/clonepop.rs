@@ -10,6 +10,7 @@
 //! it by the driver, or, when the target's class cannot restore it, restored by its own driver
 //! into `tmp-source-pvc-<uid>` and copied from there.
 
+use crate::runtime::run::RunAs;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -28,7 +29,8 @@ use kube::{Api, ResourceExt};
 
 use crate::cache::Changes;
 use crate::clonetoken::ClaimGrant;
-use crate::{Context, Error};
+use crate::runtime::context::Context;
+use crate::runtime::error::Error;
 use cdi_upload::token::Resource;
 
 /// Write `wanted` over the target's annotations (only what changed).
@@ -39,7 +41,7 @@ async fn annotate(
 ) -> Result<(), Error> {
     let claims: Api<PersistentVolumeClaim> =
         Api::namespaced(ctx.client.clone(), &target.namespace().unwrap_or_default());
-    crate::patch_claim(&claims, target, wanted, &BTreeMap::new()).await?;
+    crate::objects::patch_claim(&claims, target, wanted, &BTreeMap::new()).await?;
     Ok(())
 }
 
@@ -213,7 +215,7 @@ async fn hold(
     let claims: Api<PersistentVolumeClaim> =
         Api::namespaced(ctx.client.clone(), &target.namespace().unwrap_or_default());
     let fresh = claims.get(&target.name_any()).await?;
-    crate::set_finalizer(&claims, &fresh, finalizer::CLONE_POPULATOR, true).await?;
+    crate::objects::set_finalizer(&claims, &fresh, finalizer::CLONE_POPULATOR, true).await?;
     Ok(Action::await_change())
 }
 
@@ -230,19 +232,19 @@ async fn finish(
         .get(ann::POD_RETAIN_AFTER_COMPLETION)
         .is_some_and(|v| v == "true");
     if !retain {
-        crate::delete(
+        crate::objects::delete(
             &Api::<PersistentVolumeClaim>::namespaced(ctx.client.clone(), source_ns),
             &tmp_name,
         )
         .await?;
     }
     // A snapshot restored for a copy holds nothing worth keeping.
-    crate::delete(
+    crate::objects::delete(
         &Api::<PersistentVolumeClaim>::namespaced(ctx.client.clone(), source_ns),
         &clonepop::tmp_source_claim_name(target),
     )
     .await?;
-    crate::delete(
+    crate::objects::delete(
         &Api::<Pod>::namespaced(ctx.client.clone(), source_ns),
         &clonepop::prep_pod_name(target),
     )
@@ -250,7 +252,7 @@ async fn finish(
     let snapshots: Api<DynamicObject> = Api::namespaced_with(
         ctx.client.clone(),
         source_ns,
-        &crate::snapshot_api("VolumeSnapshot", "volumesnapshots"),
+        &crate::objects::snapshot_api("VolumeSnapshot", "volumesnapshots"),
     );
     match snapshots
         .delete(&clonepop::tmp_snapshot_name(target), &Default::default())
@@ -263,7 +265,7 @@ async fn finish(
     }
     let claims: Api<PersistentVolumeClaim> =
         Api::namespaced(ctx.client.clone(), &target.namespace().unwrap_or_default());
-    crate::set_finalizer(&claims, target, finalizer::CLONE_POPULATOR, false).await?;
+    crate::objects::set_finalizer(&claims, target, finalizer::CLONE_POPULATOR, false).await?;
     Ok(Action::await_change())
 }
 
@@ -361,7 +363,7 @@ pub async fn reconcile(
     if !holds {
         // Chosen before (by an earlier pass, or given): kept, and the finalizer added.
         let claims: Api<PersistentVolumeClaim> = Api::namespaced(ctx.client.clone(), &ns);
-        crate::set_finalizer(&claims, &target, finalizer::CLONE_POPULATOR, true).await?;
+        crate::objects::set_finalizer(&claims, &target, finalizer::CLONE_POPULATOR, true).await?;
         return Ok(Action::await_change());
     }
     match strategy {
@@ -391,7 +393,7 @@ async fn create_tmp(
     fill: clonepop::Fill<'_>,
     source_bytes: i64,
 ) -> Result<(), Error> {
-    if crate::live(&ctx.client, target).await?.is_none() {
+    if crate::objects::live(&ctx.client, target).await?.is_none() {
         return Ok(());
     }
     let preallocation = ctx
@@ -436,7 +438,7 @@ async fn prep_and_rebind(
         let unplaced = !tmp.annotations().contains_key(ann::SELECTED_NODE);
         if class_wffc && unplaced && ctx.caches.pod(&source_ns, &prep_name).is_none() {
             let pod = clonepop::prep_pod(target, tmp, &ctx.options.cloner_image);
-            crate::create(&pods, &pod).await?;
+            crate::objects::create(&pods, &pod).await?;
             tracing::info!(pod = %format!("{source_ns}/{prep_name}"), "created the prep pod");
             set_phase(ctx, target, phase::PREP_CLAIM).await?;
         }
@@ -444,7 +446,7 @@ async fn prep_and_rebind(
         return Ok(Action::await_change());
     }
     if ctx.caches.pod(&source_ns, &prep_name).is_some() {
-        crate::delete(&pods, &prep_name).await?;
+        crate::objects::delete(&pods, &prep_name).await?;
     }
     rebind(ctx, target, tmp).await
 }
@@ -459,7 +461,7 @@ async fn rebind(
     let Some(volume) = tmp.spec.as_ref().and_then(|s| s.volume_name.clone()) else {
         return Ok(Action::await_change());
     };
-    crate::hand_over(ctx, &volume, target).await?;
+    crate::objects::hand_over(&ctx.client, &volume, target).await?;
     // The target's binding wakes the next pass.
     Ok(Action::await_change())
 }
@@ -541,7 +543,7 @@ async fn snapshot_clone(
     let snapshots: Api<DynamicObject> = Api::namespaced_with(
         ctx.client.clone(),
         &source_ns,
-        &crate::snapshot_api("VolumeSnapshot", "volumesnapshots"),
+        &crate::objects::snapshot_api("VolumeSnapshot", "volumesnapshots"),
     );
     let name = clonepop::tmp_snapshot_name(target);
     // Snapshots are not in the caches: their readiness is looked at on a timer.
@@ -561,7 +563,7 @@ async fn snapshot_clone(
             class.as_deref(),
         ))
         .map_err(|e| Error::Other(e.to_string()))?;
-        crate::create(&snapshots, &object).await?;
+        crate::objects::create(&snapshots, &object).await?;
         tracing::info!(snapshot = %format!("{source_ns}/{name}"), "created the clone's snapshot");
         set_phase(ctx, target, phase::SNAPSHOT).await?;
         return Ok(later);
@@ -620,7 +622,7 @@ async fn restore_snapshot(
     let name = &vcs.spec.source.name;
     // Snapshots are not in the caches: looked at on a timer.
     let later = Action::requeue(ctx.options.resync * 2);
-    let Some(snapshot) = crate::get_snapshot(ctx, &source_ns, name).await? else {
+    let Some(snapshot) = crate::objects::get_snapshot(&ctx.client, &source_ns, name).await? else {
         let message = format!("The source snapshot {source_ns}/{name} doesn't exist");
         ctx.events
             .record(target, true, "CloneWithoutSource", &message)
@@ -630,7 +632,7 @@ async fn restore_snapshot(
     if snapshot.data["status"]["readyToUse"] != true {
         return Ok(later);
     }
-    let found = crate::snapshot_source(ctx, &snapshot).await?;
+    let found = crate::objects::snapshot_source(&ctx.client, &snapshot).await?;
     let wanted = clone_claim(ctx, target);
     if found.restore_size > wanted.request {
         let message = format!(
@@ -696,10 +698,10 @@ async fn restore_snapshot(
         .unwrap_or("0")
         .to_string();
     let claim = clonepop::tmp_source_claim(target, vcs, &class, mode, &size);
-    if crate::live(&ctx.client, target).await?.is_none() {
+    if crate::objects::live(&ctx.client, target).await?.is_none() {
         return Ok(Action::await_change());
     }
-    crate::create(
+    crate::objects::create(
         &Api::<PersistentVolumeClaim>::namespaced(ctx.client.clone(), &source_ns),
         &claim,
     )
@@ -759,11 +761,6 @@ async fn copy_into(
     rebind(ctx, target, tmp).await
 }
 
-fn error_policy(target: Arc<PersistentVolumeClaim>, error: &Error, ctx: Arc<Context>) -> Action {
-    tracing::warn!(claim = %target.name_any(), error = %error, "clone populator reconcile failed");
-    Action::requeue(ctx.options.resync)
-}
-
 /// The cache subscriptions the clone populator is woken by.
 pub struct Triggers {
     targets: Changes<PersistentVolumeClaim>,
@@ -803,22 +800,12 @@ pub async fn run(ctx: Context, triggers: Triggers) -> anyhow::Result<()> {
                 claims.get(&ObjectRef::new(o.name.as_deref()?).within(o.namespace.as_deref()?))?;
             target_of(&tmp)
         })
-        .run(
-            |o, c| {
-                let metrics = c.metrics.clone();
-                let object = format!("{}/{}", o.namespace().unwrap_or_default(), o.name_any());
-                async move {
-                    crate::guarded(&metrics, "clone-populator", &object, reconcile(o, c)).await
-                }
-            },
-            error_policy,
+        .run_as(
+            "clone-populator",
+            ctx.metrics.clone(),
             Arc::new(ctx),
+            reconcile,
         )
-        .for_each(|r| async move {
-            if let Err(e) = r {
-                tracing::debug!(error = %e, "clone populator");
-            }
-        })
         .await;
     Ok(())
 }

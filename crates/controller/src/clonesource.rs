@@ -5,6 +5,7 @@
 //! pod goes. The claim holds finalizer `cdi.kubevirt.io/cloneSource` while a source pod may exist:
 //! the pod has no owner in another namespace to go with.
 
+use crate::runtime::run::RunAs;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -19,7 +20,8 @@ use kube::runtime::reflector::ObjectRef;
 use kube::{Api, ResourceExt};
 
 use crate::cache::Changes;
-use crate::{Context, Error};
+use crate::runtime::context::Context;
+use crate::runtime::error::Error;
 
 /// The source claim is populated: a DataVolume's claim once the DataVolume succeeded, any other
 /// claim once bound (upstream's `IsPopulated`).
@@ -108,7 +110,10 @@ async fn start_source_pod(
             .await;
         return Ok(later);
     }
-    let pki = crate::upload::pki(ctx).await?;
+    let pki = ctx
+        .upload_pki
+        .get(&ctx.client, &ctx.options.namespace)
+        .await?;
     let worker = import::Worker {
         image: ctx.options.cloner_image.clone(),
         pull_policy: ctx.options.pull_policy.clone(),
@@ -153,7 +158,10 @@ async fn ensure_secret(
     if secrets.get_opt(&pod.name_any()).await?.is_some() {
         return Ok(());
     }
-    let pki = crate::upload::pki(ctx).await?;
+    let pki = ctx
+        .upload_pki
+        .get(&ctx.client, &ctx.options.namespace)
+        .await?;
     let cert = pki
         .client_ca
         .client_cert(
@@ -162,7 +170,7 @@ async fn ensure_secret(
             cdi_upload::pki::CLIENT_LIFETIME,
         )
         .map_err(|e| Error::Other(e.to_string()))?;
-    crate::create(
+    crate::objects::create(
         &secrets,
         &hostclone::client_secret(pod, &cert.cert_pem, &cert.key_pem),
     )
@@ -215,7 +223,7 @@ async fn release(
         .is_some()
         && pod.is_none();
     if !keep && !foreign {
-        crate::delete(
+        crate::objects::delete(
             &Api::<Pod>::namespaced(ctx.client.clone(), namespace),
             &hostclone::source_pod_name(claim),
         )
@@ -224,7 +232,7 @@ async fn release(
     if holds {
         let claims: Api<PersistentVolumeClaim> =
             Api::namespaced(ctx.client.clone(), &claim.namespace().unwrap_or_default());
-        crate::set_finalizer(&claims, claim, finalizer::CLONE_SOURCE, false).await?;
+        crate::objects::set_finalizer(&claims, claim, finalizer::CLONE_SOURCE, false).await?;
     }
     Ok(Action::await_change())
 }
@@ -273,9 +281,9 @@ pub async fn reconcile(
     }
     if !holds || anns.get(ann::CLONE_SOURCE_POD_NAME) != Some(&pod_name) {
         let named = BTreeMap::from([(ann::CLONE_SOURCE_POD_NAME.to_string(), pod_name)]);
-        crate::patch_claim(&claims, &claim, &named, &BTreeMap::new()).await?;
+        crate::objects::patch_claim(&claims, &claim, &named, &BTreeMap::new()).await?;
         let fresh = claims.get(&claim.name_any()).await?;
-        crate::set_finalizer(&claims, &fresh, finalizer::CLONE_SOURCE, true).await?;
+        crate::objects::set_finalizer(&claims, &fresh, finalizer::CLONE_SOURCE, true).await?;
         return Ok(Action::await_change());
     }
 
@@ -287,13 +295,13 @@ pub async fn reconcile(
     };
     if upload_done && source_ended {
         wanted.insert(ann::CLONE_OF.into(), "true".into());
-        crate::patch_claim(&claims, &claim, &wanted, &BTreeMap::new()).await?;
+        crate::objects::patch_claim(&claims, &claim, &wanted, &BTreeMap::new()).await?;
         ctx.events
             .record(claim.as_ref(), false, "CloneSucceeded", "Clone Complete")
             .await;
         return Ok(Action::await_change());
     }
-    crate::patch_claim(&claims, &claim, &wanted, &BTreeMap::new()).await?;
+    crate::objects::patch_claim(&claims, &claim, &wanted, &BTreeMap::new()).await?;
     if let Some(pod) = &pod {
         if pod.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Pending") {
             ensure_secret(&ctx, &claim, &source, pod).await?;
@@ -310,11 +318,6 @@ pub async fn reconcile(
         return Ok(Action::await_change());
     }
     start_source_pod(&ctx, &claim, &source).await
-}
-
-fn error_policy(claim: Arc<PersistentVolumeClaim>, error: &Error, ctx: Arc<Context>) -> Action {
-    tracing::warn!(claim = %claim.name_any(), error = %error, "clone source reconcile failed");
-    Action::requeue(ctx.options.resync)
 }
 
 /// The cache subscriptions the controller is woken by.
@@ -350,20 +353,12 @@ pub async fn run(ctx: Context, triggers: Triggers) -> anyhow::Result<()> {
             let (ns, name) = owner.split_once('/')?;
             Some(ObjectRef::new(name).within(ns))
         })
-        .run(
-            |o, c| {
-                let metrics = c.metrics.clone();
-                let object = format!("{}/{}", o.namespace().unwrap_or_default(), o.name_any());
-                async move { crate::guarded(&metrics, "clone-source", &object, reconcile(o, c)).await }
-            },
-            error_policy,
+        .run_as(
+            "clone-source",
+            ctx.metrics.clone(),
             Arc::new(ctx),
+            reconcile,
         )
-        .for_each(|r| async move {
-            if let Err(e) = r {
-                tracing::debug!(error = %e, "clone source controller");
-            }
-        })
         .await;
     Ok(())
 }

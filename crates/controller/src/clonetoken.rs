@@ -9,42 +9,26 @@
 use cdi_api::datavolume::DataVolume;
 use cdi_api::keys::ann;
 use cdi_core::source::Refusal;
-use cdi_upload::token::{
-    API_ISSUER, EXTENDED_ISSUER, EXTENDED_LIFETIME, Payload, Resource, Signer, Validator,
-};
+use cdi_upload::token::{EXTENDED_LIFETIME, Payload, Resource};
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Secret};
 use kube::{Api, ResourceExt};
 
-use crate::{Context, Error};
+use crate::pki::tokens::CloneTokens;
+use crate::runtime::context::Context;
+use crate::runtime::error::Error;
 
 /// The event reason of a clone refused for want of authorization.
 pub const NOT_AUTHORIZED: &str = cdi_core::hostclone::NOT_AUTHORIZED;
-
-/// The keys that check and make clone tokens (the token signing key the controller keeps).
-pub struct CloneTokens {
-    short: Validator,
-    long: Validator,
-    signer: Signer,
-}
-
-impl CloneTokens {
-    pub fn new(private_pem: &str, public_pem: &str) -> Result<CloneTokens, Error> {
-        let e = |e: cdi_upload::token::TokenError| Error::Other(format!("the token key: {e}"));
-        Ok(CloneTokens {
-            short: Validator::new(API_ISSUER, public_pem).map_err(e)?,
-            long: Validator::new(EXTENDED_ISSUER, public_pem).map_err(e)?,
-            signer: Signer::new(EXTENDED_ISSUER, private_pem).map_err(e)?,
-        })
-    }
-}
 
 /// The keys, read once from the signing key Secret (made with the upload path's PKI).
 pub async fn tokens(ctx: &Context) -> Result<&CloneTokens, Error> {
     ctx.clone_tokens
         .get_or_try_init(|| async {
-            crate::upload::pki(ctx).await?;
+            ctx.upload_pki
+                .get(&ctx.client, &ctx.options.namespace)
+                .await?;
             let secret = Api::<Secret>::namespaced(ctx.client.clone(), &ctx.options.namespace)
-                .get(crate::upload::SIGNING_KEY)
+                .get(crate::pki::names::SIGNING_KEY)
                 .await?;
             let text = |key: &str| {
                 secret
@@ -55,13 +39,13 @@ pub async fn tokens(ctx: &Context) -> Result<&CloneTokens, Error> {
                     .ok_or_else(|| {
                         Error::Other(format!(
                             "Secret {} has no {key}",
-                            crate::upload::SIGNING_KEY
+                            crate::pki::names::SIGNING_KEY
                         ))
                     })
             };
             CloneTokens::new(
-                &text(crate::upload::SIGNING_KEY_PRIVATE)?,
-                &text(crate::upload::SIGNING_KEY_PUBLIC)?,
+                &text(crate::pki::names::SIGNING_KEY_PRIVATE)?,
+                &text(crate::pki::names::SIGNING_KEY_PUBLIC)?,
             )
         })
         .await
@@ -239,6 +223,7 @@ pub async fn claim_allowed(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use cdi_upload::token::{API_ISSUER, Signer};
     use std::time::{Duration, SystemTime};
 
     fn keys() -> (CloneTokens, Signer) {

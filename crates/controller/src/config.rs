@@ -1,6 +1,7 @@
 //! The CDIConfig controller: `config` exists, and its status holds the effective values for
 //! the cluster's StorageClasses (cdi-core `config::status`).
 
+use crate::runtime::run::run_singleton;
 use std::time::Duration;
 
 use cdi_api::config::{CDI, CDIConfig, CDIConfigSpec};
@@ -9,8 +10,8 @@ use k8s_openapi::api::storage::v1::StorageClass;
 use kube::Api;
 use kube::api::{ListParams, Patch, PatchParams, PostParams};
 
-use crate::Context;
 use crate::cache::Changes;
+use crate::runtime::context::Context;
 
 /// Create `config` when it is missing (empty spec: the gates are the user's to set).
 pub async fn ensure(ctx: &Context) -> Result<(), kube::Error> {
@@ -35,8 +36,7 @@ pub async fn reconcile(ctx: &Context) -> Result<bool, kube::Error> {
         && spec != config.spec
     {
         let json = |s: &CDIConfigSpec| serde_json::to_value(s).unwrap_or_default();
-        let patch =
-            serde_json::json!({"spec": crate::merge_patch(&json(&config.spec), &json(&spec))});
+        let patch = serde_json::json!({"spec": crate::objects::merge_patch(&json(&config.spec), &json(&spec))});
         config = api
             .patch(
                 cdi_api::name::CDI_CONFIG,
@@ -55,9 +55,9 @@ pub async fn reconcile(ctx: &Context) -> Result<bool, kube::Error> {
         ctx.client.clone(),
         &ctx.options.namespace,
     )
-    .get_opt(crate::upload::PROXY_SIGNER_BUNDLE)
+    .get_opt(crate::pki::names::PROXY_SIGNER_BUNDLE)
     .await?;
-    let ca = bundle.and_then(|b| b.data?.remove(crate::upload::BUNDLE_KEY));
+    let ca = bundle.and_then(|b| b.data?.remove(crate::pki::names::BUNDLE_KEY));
     let proxy = cdi_core::config::UploadProxy {
         url: None,
         ca: ca.as_deref(),
@@ -67,7 +67,7 @@ pub async fn reconcile(ctx: &Context) -> Result<bool, kube::Error> {
         return Ok(false);
     }
     // CDIConfig has no status subresource upstream: status is written with the object.
-    let patch = crate::status_patch(config.status.as_ref(), &status)
+    let patch = crate::objects::status_patch(config.status.as_ref(), &status)
         .map_err(|e| kube::Error::Service(e.to_string().into()))?;
     api.patch(
         cdi_api::name::CDI_CONFIG,
@@ -117,20 +117,21 @@ pub async fn run(ctx: Context, triggers: Triggers) -> anyhow::Result<()> {
         triggers.classes.map(|_| ()).boxed(),
         triggers.cdis.map(|_| ()).boxed(),
     ]);
-    let mut tick = tokio::time::interval(ctx.options.resync.max(Duration::from_secs(1)) * 5);
-    loop {
-        match crate::guarded(&ctx.metrics, "config", cdi_api::name::CDI_CONFIG, async {
-            Ok(reconcile(&ctx).await?)
-        })
-        .await
-        {
-            Ok(true) => tracing::info!("updated CDIConfig status"),
-            Ok(false) => {}
-            Err(e) => tracing::warn!(error = %e, "reconciling CDIConfig"),
-        }
-        tokio::select! {
-            _ = changes.next() => {}
-            _ = tick.tick() => {}
-        }
-    }
+    let period = ctx.options.resync.max(Duration::from_secs(1)) * 5;
+    let object = cdi_api::name::CDI_CONFIG;
+    run_singleton(
+        "config",
+        object,
+        &ctx.metrics,
+        &mut changes,
+        period,
+        || async {
+            if reconcile(&ctx).await? {
+                tracing::info!("updated CDIConfig status");
+            }
+            Ok(())
+        },
+    )
+    .await;
+    Ok(())
 }

@@ -5,6 +5,7 @@
 //! the imports garbage-collected, the outdated metric. Upstream's DataImportCron CRD has no
 //! status subresource: the status is patched on the object.
 
+use crate::runtime::run::RunAs;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -22,7 +23,8 @@ use kube::runtime::watcher;
 use kube::{Api, ResourceExt};
 use serde_json::json;
 
-use crate::{Context, Error};
+use crate::runtime::context::Context;
+use crate::runtime::error::Error;
 
 /// Read the digest of the image the cron's template names.
 async fn poll(ctx: &Context, cron: &DataImportCron) -> Poll {
@@ -228,7 +230,7 @@ async fn reconcile(cron: Arc<DataImportCron>, ctx: Arc<Context>) -> Result<Actio
     let snapshots: Api<DynamicObject> = Api::namespaced_with(
         ctx.client.clone(),
         &ns,
-        &crate::snapshot_api("VolumeSnapshot", "volumesnapshots"),
+        &crate::objects::snapshot_api("VolumeSnapshot", "volumesnapshots"),
     );
     // No snapshot API served is no snapshots.
     let snapshot = match &current {
@@ -387,7 +389,7 @@ async fn reconcile(cron: Arc<DataImportCron>, ctx: Arc<Context>) -> Result<Actio
         patch.insert("metadata".into(), json!({"annotations": plan.annotations}));
     }
     if cron.status.as_ref() != Some(&plan.status) {
-        let status = crate::status_patch(cron.status.as_ref(), &plan.status)?;
+        let status = crate::objects::status_patch(cron.status.as_ref(), &plan.status)?;
         patch.insert("status".into(), status["status"].clone());
     }
     if !patch.is_empty() {
@@ -405,11 +407,6 @@ async fn reconcile(cron: Arc<DataImportCron>, ctx: Arc<Context>) -> Result<Actio
         Some(after) => Action::requeue(after),
         None => Action::await_change(),
     })
-}
-
-fn error_policy(cron: Arc<DataImportCron>, error: &Error, ctx: Arc<Context>) -> Action {
-    tracing::warn!(cron = %cron.name_any(), error = %error, "dataimportcron reconcile failed");
-    Action::requeue(ctx.options.resync)
 }
 
 /// The cron a labelled object belongs to (the label names it, in the object's namespace).
@@ -453,25 +450,15 @@ pub async fn run(ctx: Context) -> anyhow::Result<()> {
         labelled.clone(),
         |c| cron_of(&c),
     )
-    .watches(
-        Api::<DataSource>::all(ctx.client.clone()),
-        labelled,
-        |d| cron_of(&d),
-    )
-    .run(
-        |o, c| {
-            let metrics = c.metrics.clone();
-            let object = format!("{}/{}", o.namespace().unwrap_or_default(), o.name_any());
-            async move { crate::guarded(&metrics, "dataimportcron", &object, reconcile(o, c)).await }
-        },
-        error_policy,
+    .watches(Api::<DataSource>::all(ctx.client.clone()), labelled, |d| {
+        cron_of(&d)
+    })
+    .run_as(
+        "dataimportcron",
+        ctx.metrics.clone(),
         Arc::new(ctx),
-    )
-    .for_each(|r| async move {
-        if let Err(e) = r {
-            tracing::debug!(error = %e, "dataimportcron controller");
-        }
-    });
+        reconcile,
+    );
     tokio::join!(crons, gone);
     Ok(())
 }

@@ -4,12 +4,12 @@
 //! copied onto it. Upstream's DataSource CRD has no status subresource: the status is patched
 //! on the object.
 
+use crate::runtime::run::RunAs;
 use std::sync::Arc;
 
 use cdi_api::datasource::DataSource;
 use cdi_api::datavolume::DataVolume;
 use cdi_core::datasource::{self, Image};
-use futures::StreamExt;
 use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 use kube::api::{DynamicObject, Patch, PatchParams};
 use kube::runtime::controller::{Action, Controller};
@@ -19,7 +19,8 @@ use kube::{Api, ResourceExt};
 use serde_json::json;
 
 use crate::cache::Changes;
-use crate::{Context, Error};
+use crate::runtime::context::Context;
+use crate::runtime::error::Error;
 
 /// One pass over a DataSource.
 async fn reconcile(
@@ -58,7 +59,7 @@ async fn reconcile(
             let snapshots: Api<DynamicObject> = Api::namespaced_with(
                 ctx.client.clone(),
                 &at(&s.namespace),
-                &crate::snapshot_api("VolumeSnapshot", "volumesnapshots"),
+                &crate::objects::snapshot_api("VolumeSnapshot", "volumesnapshots"),
             );
             // No snapshot API served is no snapshot.
             let found = snapshots.get_opt(&s.name).await.unwrap_or(None);
@@ -96,15 +97,6 @@ async fn reconcile(
     } else {
         Action::requeue(ctx.options.resync * 2)
     })
-}
-
-fn error_policy(
-    ds: Arc<DataSource>,
-    error: &Error,
-    ctx: Arc<(Context, Store<DataSource>)>,
-) -> Action {
-    tracing::warn!(datasource = %ds.name_any(), error = %error, "datasource reconcile failed");
-    Action::requeue(ctx.0.options.resync)
 }
 
 /// The cache subscription the controller is woken by.
@@ -150,20 +142,12 @@ pub async fn run(ctx: Context, triggers: Triggers) -> anyhow::Result<()> {
                 .map(|d| ObjectRef::from_obj(d.as_ref()))
                 .collect::<Vec<_>>()
         })
-        .run(
-            |o, c| {
-                let metrics = c.0.metrics.clone();
-                let object = format!("{}/{}", o.namespace().unwrap_or_default(), o.name_any());
-                async move { crate::guarded(&metrics, "datasource", &object, reconcile(o, c)).await }
-            },
-            error_policy,
+        .run_as(
+            "datasource",
+            ctx.metrics.clone(),
             Arc::new((ctx, store)),
+            reconcile,
         )
-        .for_each(|r| async move {
-            if let Err(e) = r {
-                tracing::debug!(error = %e, "datasource controller");
-            }
-        })
         .await;
     Ok(())
 }

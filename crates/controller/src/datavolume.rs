@@ -3,6 +3,7 @@
 //! `datavolume::decide`, one [`Kind`](cdi_core::datavolume::Kind) per source kind), execute the
 //! plan.
 
+use crate::runtime::run::RunAs;
 use std::sync::Arc;
 
 use crate::clonetoken::DvGrant;
@@ -17,7 +18,6 @@ use cdi_core::datavolume::{
     self, ClaimStep, Companion, Leftover, Plan, PodStep, Requeue, Snapshot,
 };
 use cdi_upload::token::Resource;
-use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Event, PersistentVolumeClaim, Pod};
 use k8s_openapi::api::storage::v1::StorageClass;
 use kube::api::{ListParams, Patch, PatchParams};
@@ -28,7 +28,8 @@ use kube::{Api, ResourceExt};
 use serde_json::json;
 
 use crate::cache::Changes;
-use crate::{Context, Error};
+use crate::runtime::context::Context;
+use crate::runtime::error::Error;
 
 /// Everything the decision needs, read once.
 struct Observed {
@@ -130,27 +131,29 @@ async fn execute(
     let name = dv.name_any();
     // The cache can still hold a DataVolume that was just deleted; what is made for it would
     // outlive it (and start an import), so ask the API server before creating anything.
-    if plan.creates() && crate::live(&ctx.client, dv).await?.is_none() {
+    if plan.creates() && crate::objects::live(&ctx.client, dv).await?.is_none() {
         return Ok(Action::await_change());
     }
     let dvs = Api::<DataVolume>::namespaced(ctx.client.clone(), &ns);
     if plan.finalizer == Some(true) {
-        crate::set_finalizer(&dvs, dv, finalizer::DATA_VOLUME, true).await?;
+        crate::objects::set_finalizer(&dvs, dv, finalizer::DATA_VOLUME, true).await?;
     }
     let sources: Api<VolumeImportSource> = Api::namespaced(ctx.client.clone(), &ns);
     for c in &plan.create {
         match c {
-            Companion::ImportSource(s) => crate::create(&sources, s.as_ref()).await?,
+            Companion::ImportSource(s) => crate::objects::create(&sources, s.as_ref()).await?,
             Companion::UploadSource(s) => {
-                crate::create(&Api::namespaced(ctx.client.clone(), &ns), s.as_ref()).await?
+                crate::objects::create(&Api::namespaced(ctx.client.clone(), &ns), s.as_ref())
+                    .await?
             }
             Companion::CloneSource(s) => {
                 let at = s.namespace().unwrap_or_else(|| ns.clone());
-                crate::create(&Api::namespaced(ctx.client.clone(), &at), s.as_ref()).await?
+                crate::objects::create(&Api::namespaced(ctx.client.clone(), &at), s.as_ref())
+                    .await?
             }
             Companion::RestoreClaim(c) => {
                 let at = c.namespace().unwrap_or_else(|| ns.clone());
-                crate::create(
+                crate::objects::create(
                     &Api::<PersistentVolumeClaim>::namespaced(ctx.client.clone(), &at),
                     c.as_ref(),
                 )
@@ -161,7 +164,7 @@ async fn execute(
     let claims: Api<PersistentVolumeClaim> = Api::namespaced(ctx.client.clone(), &ns);
     match &plan.claim {
         ClaimStep::Keep => {}
-        ClaimStep::Create(claim) => match crate::create(&claims, claim.as_ref()).await {
+        ClaimStep::Create(claim) => match crate::objects::create(&claims, claim.as_ref()).await {
             Err(kube::Error::Api(e))
                 if cdi_core::import::refusal_reason(&e.message)
                     == cdi_core::import::ERR_EXCEEDED_QUOTA =>
@@ -191,7 +194,7 @@ async fn execute(
     match &plan.first_consumer {
         None => {}
         Some(PodStep::Create(pod)) => {
-            crate::create(
+            crate::objects::create(
                 &Api::<Pod>::namespaced(ctx.client.clone(), &ns),
                 pod.as_ref(),
             )
@@ -219,21 +222,21 @@ async fn execute(
         let client = ctx.client.clone();
         match l {
             Leftover::ImportSource { namespace, name } => {
-                crate::delete(
+                crate::objects::delete(
                     &Api::<VolumeImportSource>::namespaced(client, namespace),
                     name,
                 )
                 .await?
             }
             Leftover::CloneSource { namespace, name } => {
-                crate::delete(
+                crate::objects::delete(
                     &Api::<VolumeCloneSource>::namespaced(client, namespace),
                     name,
                 )
                 .await?
             }
             Leftover::RestoreClaim { namespace, name } => {
-                crate::delete(
+                crate::objects::delete(
                     &Api::<PersistentVolumeClaim>::namespaced(client, namespace),
                     name,
                 )
@@ -243,7 +246,7 @@ async fn execute(
         tracing::info!(?l, "deleted");
     }
     if plan.finalizer == Some(false) {
-        crate::set_finalizer(&dvs, dv, finalizer::DATA_VOLUME, false).await?;
+        crate::objects::set_finalizer(&dvs, dv, finalizer::DATA_VOLUME, false).await?;
     }
     for e in &plan.events {
         ctx.events
@@ -272,7 +275,10 @@ async fn write_status(
             .patch_status(
                 &dv.name_any(),
                 &PatchParams::default(),
-                &Patch::Merge(&crate::status_patch(dv.status.as_ref(), &computed.status)?),
+                &Patch::Merge(&crate::objects::status_patch(
+                    dv.status.as_ref(),
+                    &computed.status,
+                )?),
             )
             .await
         {
@@ -436,10 +442,12 @@ pub async fn reconcile(dv: Arc<DataVolume>, ctx: Arc<Context>) -> Result<Action,
             .claim(&dv.namespace().unwrap_or_default(), &dv.name_any())
             .is_none()
     {
-        let found = crate::get_snapshot(&ctx, &ns, &name).await?;
+        let found = crate::objects::get_snapshot(&ctx.client, &ns, &name).await?;
         // Its driver: a copy off the populator path restores it with a class of that driver.
         if let Some(snapshot) = &found {
-            snapshot_driver = crate::snapshot_source(&ctx, snapshot).await?.driver;
+            snapshot_driver = crate::objects::snapshot_source(&ctx.client, snapshot)
+                .await?
+                .driver;
         }
         clone_snapshot = found.map(|o| serde_json::to_value(o).unwrap_or_default());
     }
@@ -484,11 +492,6 @@ pub async fn reconcile(dv: Arc<DataVolume>, ctx: Arc<Context>) -> Result<Action,
         .as_ref()
         .and_then(|c| c.metadata.resource_version.as_deref());
     execute(&ctx, &dv, version, plan).await
-}
-
-fn error_policy(dv: Arc<DataVolume>, error: &Error, ctx: Arc<Context>) -> Action {
-    tracing::warn!(dv = %dv.name_any(), error = %error, "reconcile failed");
-    Action::requeue(ctx.options.resync)
 }
 
 /// The `kubevirt_cdi_datavolume_pending` gauge: DataVolumes still Pending.
@@ -591,20 +594,7 @@ pub async fn run(ctx: Context, triggers: Triggers) -> anyhow::Result<()> {
         // profile or class is fixed.
         .watches_shared_stream(triggers.profiles, unrendered(store.clone()))
         .watches_shared_stream(triggers.classes, unrendered(store))
-        .run(
-            |o, c| {
-                let metrics = c.metrics.clone();
-                let object = format!("{}/{}", o.namespace().unwrap_or_default(), o.name_any());
-                async move { crate::guarded(&metrics, "datavolume", &object, reconcile(o, c)).await }
-            },
-            error_policy,
-            shared,
-        )
-        .for_each(|r| async move {
-            if let Err(e) = r {
-                tracing::debug!(error = %e, "datavolume controller");
-            }
-        });
+        .run_as("datavolume", shared.metrics.clone(), shared, reconcile);
     tokio::select! {
         _ = controller => {}
         _ = gauge => {}

@@ -3,12 +3,12 @@
 //! honoured — and the pod's state written back onto the claim's annotations; the pod is deleted
 //! when the import is done (unless retained) or failed for good.
 
+use crate::runtime::run::RunAs;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use cdi_api::{ann, gate};
 use cdi_core::import::{self, Next, Settings};
-use futures::StreamExt;
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
 use kube::api::{Patch, PatchParams, PostParams};
 use kube::runtime::controller::{Action, Controller};
@@ -16,7 +16,8 @@ use kube::{Api, ResourceExt};
 use serde_json::json;
 
 use crate::cache::Changes;
-use crate::{Context, Error};
+use crate::runtime::context::Context;
+use crate::runtime::error::Error;
 
 /// One pass over a claim: its importer pod, and the pod's state onto the claim.
 pub async fn reconcile(
@@ -51,7 +52,7 @@ pub async fn reconcile(
         }
         // The claim and its pod come from two watches: a finished import's claim can lag
         // behind its pod's deletion. The claim as it is now decides (its change wakes us).
-        let Some(claim) = crate::live(&ctx.client, claim.as_ref()).await? else {
+        let Some(claim) = crate::objects::live(&ctx.client, claim.as_ref()).await? else {
             return Ok(Action::await_change());
         };
         if import::next(&claim, gate_on) != next {
@@ -60,7 +61,7 @@ pub async fn reconcile(
         // Name the pod on the claim first, so a restart finds it.
         let mut anns = BTreeMap::new();
         anns.insert(ann::IMPORT_POD_NAME.to_string(), pod_name.clone());
-        crate::patch_claim(&claims, &claim, &anns, &BTreeMap::new()).await?;
+        crate::objects::patch_claim(&claims, &claim, &anns, &BTreeMap::new()).await?;
         // The CDI resource's `spec.workload`, as the operator passes it on.
         let placement = ctx.caches.cdis().into_iter().find_map(|c| c.spec.workload);
         let worker = import::Worker {
@@ -86,7 +87,7 @@ pub async fn reconcile(
             Err(kube::Error::Api(e)) => {
                 // Refused: said on the claim, whence it reaches the DataVolume.
                 let (anns, reason, message) = import::refused_pod(&claim, &pod_name, &e.message);
-                crate::patch_claim(&claims, &claim, &anns, &BTreeMap::new()).await?;
+                crate::objects::patch_claim(&claims, &claim, &anns, &BTreeMap::new()).await?;
                 ctx.events.record(&claim, true, reason, &message).await;
                 return Err(kube::Error::Api(e).into());
             }
@@ -104,7 +105,7 @@ pub async fn reconcile(
         return Ok(Action::requeue(ctx.options.resync * 5));
     }
     if claim.metadata.deletion_timestamp.is_some() {
-        crate::delete(&pods, &pod_name).await?;
+        crate::objects::delete(&pods, &pod_name).await?;
         return Ok(Action::await_change());
     }
     // The importer asked for scratch space: its claim goes with the pod, owned by it.
@@ -133,7 +134,7 @@ pub async fn reconcile(
             )
             .await;
     }
-    crate::patch_claim(
+    crate::objects::patch_claim(
         &claims,
         &claim,
         &anns,
@@ -150,24 +151,19 @@ pub async fn reconcile(
             .await;
     }
     if outcome.fatal {
-        crate::delete(&pods, &pod_name).await?;
+        crate::objects::delete(&pods, &pod_name).await?;
         return Ok(Action::await_change());
     }
     let scratch = import::scratch_just_requested(claim.annotations(), &anns);
     if outcome.complete || scratch {
         if import::delete_pod_when_done(&anns) && pod.metadata.deletion_timestamp.is_none() {
-            crate::delete(&pods, &pod_name).await?;
+            crate::objects::delete(&pods, &pod_name).await?;
         }
         return Ok(Action::await_change());
     }
     // The pod's changes wake this claim (it owns the pod): a timer would only cost, once for
     // every worker waiting its turn on a busy cluster.
     Ok(Action::await_change())
-}
-
-fn error_policy(claim: Arc<PersistentVolumeClaim>, error: &Error, ctx: Arc<Context>) -> Action {
-    tracing::warn!(claim = %claim.name_any(), error = %error, "import reconcile failed");
-    Action::requeue(ctx.options.resync)
 }
 
 /// The cache subscriptions the controller is woken by.
@@ -191,20 +187,7 @@ pub async fn run(ctx: Context, triggers: Triggers) -> anyhow::Result<()> {
     ctx.caches.ready().await;
     Controller::for_shared_stream(triggers.claims, ctx.caches.claims.clone())
         .owns_shared_stream(triggers.pods)
-        .run(
-            |o, c| {
-                let metrics = c.metrics.clone();
-                let object = format!("{}/{}", o.namespace().unwrap_or_default(), o.name_any());
-                async move { crate::guarded(&metrics, "import", &object, reconcile(o, c)).await }
-            },
-            error_policy,
-            Arc::new(ctx),
-        )
-        .for_each(|r| async move {
-            if let Err(e) = r {
-                tracing::debug!(error = %e, "import controller");
-            }
-        })
+        .run_as("import", ctx.metrics.clone(), Arc::new(ctx), reconcile)
         .await;
     Ok(())
 }

@@ -3,13 +3,13 @@
 //! the resource; its status from the Deployments; on deletion, the components stopped, their
 //! worker pods and what they registered removed, then the garbage collector takes the rest.
 
+use crate::runtime::run::RunAs;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use cdi_api::config::CDI;
 use cdi_core::install::{self, Release};
 use cdi_upload::rotation::Lifetimes;
-use futures::StreamExt;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Pod, Secret, Service};
 use k8s_openapi::api::scheduling::v1::PriorityClass;
@@ -24,7 +24,7 @@ use kube::runtime::{Controller, watcher};
 use kube::{Api, Client, Resource, ResourceExt};
 use serde_json::{Value, json};
 
-use crate::Error;
+use crate::runtime::error::Error;
 use crate::serve::Metrics;
 
 /// The operator's field manager.
@@ -345,12 +345,12 @@ async fn certificates(ctx: &Ctx, cdi: &CDI) -> Result<Option<SystemTime>, Error>
         }
     };
     let owner = cdi.controller_owner_ref(&());
-    crate::certs::Pass {
+    crate::pki::certs::Pass {
         client: &ctx.client,
         ns: &ctx.release.namespace,
         lifetimes: &lifetimes,
         owner: owner.as_ref(),
-        mode: crate::certs::Mode::Rotate,
+        mode: crate::pki::certs::Mode::Rotate,
         manager: MANAGER,
         report: Some((&ctx.events, cdi)),
     }
@@ -364,7 +364,7 @@ async fn write_status(
     cdi: &CDI,
     status: &cdi_api::config::CDIStatus,
 ) -> Result<(), Error> {
-    let patch = crate::status_patch(cdi.status.as_ref(), status)?;
+    let patch = crate::objects::status_patch(cdi.status.as_ref(), status)?;
     api.patch(
         &cdi.name_any(),
         &PatchParams::default(),
@@ -396,7 +396,7 @@ async fn uninstall(ctx: &Ctx, cdi: &CDI) -> Result<(), Error> {
     let workers = ListParams::default().labels(install::WORKER_SELECTOR);
     for pod in Api::<Pod>::all(client.clone()).list(&workers).await?.items {
         let api: Api<Pod> = Api::namespaced(client.clone(), &pod.namespace().unwrap_or_default());
-        crate::delete(&api, &pod.name_any()).await?;
+        crate::objects::delete(&api, &pod.name_any()).await?;
     }
     for svc in Api::<Service>::all(client.clone())
         .list(&workers)
@@ -405,7 +405,7 @@ async fn uninstall(ctx: &Ctx, cdi: &CDI) -> Result<(), Error> {
     {
         let api: Api<Service> =
             Api::namespaced(client.clone(), &svc.namespace().unwrap_or_default());
-        crate::delete(&api, &svc.name_any()).await?;
+        crate::objects::delete(&api, &svc.name_any()).await?;
     }
     let mut leftovers = vec![json!({"apiVersion": "apiregistration.k8s.io/v1",
         "kind": "APIService", "metadata": {"name": install::API_SERVICE}})];
@@ -430,11 +430,6 @@ async fn uninstall(ctx: &Ctx, cdi: &CDI) -> Result<(), Error> {
         remove(client, &o, false).await?;
     }
     Ok(())
-}
-
-fn error_policy(_: Arc<CDI>, e: &Error, _: Arc<Ctx>) -> Action {
-    tracing::warn!(error = %e, "reconciling the CDI resource; retrying");
-    Action::requeue(Duration::from_secs(2))
 }
 
 /// Reconcile every CDI resource on its changes and on its components' Deployments.
@@ -474,20 +469,7 @@ pub async fn run(client: Client, release: Release, metrics: Arc<Metrics>) -> any
                 install::MANAGED_BY
             )),
         )
-        .run(
-            |o, c| {
-                let metrics = c.metrics.clone();
-                let object = o.name_any();
-                async move { crate::guarded(&metrics, "operator", &object, reconcile(o, c)).await }
-            },
-            error_policy,
-            ctx,
-        )
-        .for_each(|r| async move {
-            if let Err(e) = r {
-                tracing::debug!(error = %e, "operator");
-            }
-        })
+        .run_as("operator", ctx.metrics.clone(), ctx, reconcile)
         .await;
     Ok(())
 }

@@ -10,7 +10,7 @@ use kube::api::{ListParams, Patch, PatchParams};
 use kube::{Api, ResourceExt};
 use serde_json::json;
 
-use crate::Context;
+use crate::runtime::context::Context;
 
 /// The event on the claim saying what its worker pods inherit.
 pub const INHERITED: &str = "WorkerTolerationsInherited";

@@ -4,11 +4,11 @@
 //! conditions, and takes over its volume once the work succeeded (the PV's `claimRef` switched,
 //! no data copied). The target is never bound to a half-written volume.
 
+use crate::runtime::run::RunAs;
 use std::sync::Arc;
 
 use cdi_api::populators::{VolumeImportSource, VolumeUploadSource};
 use cdi_core::populator::{self, Readiness, Source, SourceKind};
-use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Event, PersistentVolumeClaim};
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use kube::runtime::controller::{Action, Controller};
@@ -17,7 +17,8 @@ use kube::{Api, ResourceExt};
 use serde_json::json;
 
 use crate::cache::Changes;
-use crate::{Context, Error};
+use crate::runtime::context::Context;
+use crate::runtime::error::Error;
 
 /// Re-emit PVC prime's events on the target, prefixed `[prime-…] : ` as upstream does; each
 /// once (compared with the target's events in the cache; one copied while the cache has not
@@ -122,7 +123,10 @@ pub async fn reconcile(
         if crate::placement::record(&ctx, &target).await? {
             return Ok(Action::await_change());
         }
-        if crate::live(&ctx.client, target.as_ref()).await?.is_some() {
+        if crate::objects::live(&ctx.client, target.as_ref())
+            .await?
+            .is_some()
+        {
             let preallocation = ctx
                 .caches
                 .config()
@@ -178,7 +182,7 @@ pub async fn reconcile(
             .as_ref()
             .and_then(|s| s.volume_name.clone())
             .unwrap_or_default();
-        crate::hand_over(&ctx, &volume, &target).await?;
+        crate::objects::hand_over(&ctx.client, &volume, &target).await?;
         let (reason, message) = match kind {
             SourceKind::Import => (
                 "ImportSucceeded",
@@ -209,11 +213,6 @@ pub async fn reconcile(
     } else {
         Action::await_change()
     })
-}
-
-fn error_policy(target: Arc<PersistentVolumeClaim>, error: &Error, ctx: Arc<Context>) -> Action {
-    tracing::warn!(claim = %target.name_any(), error = %error, "populator reconcile failed");
-    Action::requeue(ctx.options.resync)
 }
 
 /// The cache subscriptions the populator is woken by.
@@ -251,20 +250,7 @@ pub async fn run(ctx: Context, triggers: Triggers) -> anyhow::Result<()> {
                 .find(|r| r.controller == Some(true) && r.kind == "PersistentVolumeClaim")?;
             Some(ObjectRef::new(&owner.name).within(o.namespace.as_deref()?))
         })
-        .run(
-            |o, c| {
-                let metrics = c.metrics.clone();
-                let object = format!("{}/{}", o.namespace().unwrap_or_default(), o.name_any());
-                async move { crate::guarded(&metrics, "populator", &object, reconcile(o, c)).await }
-            },
-            error_policy,
-            Arc::new(ctx),
-        )
-        .for_each(|r| async move {
-            if let Err(e) = r {
-                tracing::debug!(error = %e, "populator");
-            }
-        })
+        .run_as("populator", ctx.metrics.clone(), Arc::new(ctx), reconcile)
         .await;
     Ok(())
 }

@@ -23,6 +23,13 @@ struct Outcome {
     result: &'static str,
 }
 
+/// Labels of a reconcile failure.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct Failure {
+    controller: &'static str,
+    kind: &'static str,
+}
+
 /// Labels of a reconcile duration.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct Controller {
@@ -80,6 +87,7 @@ pub struct Metrics {
     /// Each class's current series, so a change of labels replaces it.
     profile_series: Mutex<HashMap<String, Profile>>,
     reconciles: Family<Outcome, Counter>,
+    failures: Family<Failure, Counter>,
     durations: Family<Controller, Histogram, fn() -> Histogram>,
 }
 
@@ -105,6 +113,7 @@ impl Metrics {
         let cron_outdated = Family::<Cron, Gauge>::default();
         let profiles = Family::<Profile, Gauge>::default();
         let reconciles = Family::<Outcome, Counter>::default();
+        let failures = Family::<Failure, Counter>::default();
         // From 1 ms to about 33 s.
         let durations =
             Family::<Controller, Histogram, fn() -> Histogram>::new_with_constructor(|| {
@@ -150,6 +159,12 @@ impl Metrics {
             reconciles.clone(),
         );
         registry.register(
+            "cdi_rs_reconcile_failures",
+            "Failed reconcile passes by controller and kind of failure (conflict, not_found, \
+             forbidden, invalid, throttled, server, refused, transport, other, panic)",
+            failures.clone(),
+        );
+        registry.register(
             "cdi_rs_reconcile_duration_seconds",
             "How long reconcile passes take, by controller",
             durations.clone(),
@@ -164,6 +179,7 @@ impl Metrics {
             profiles,
             profile_series: Mutex::default(),
             reconciles,
+            failures,
             durations,
         }
     }
@@ -251,6 +267,13 @@ impl Metrics {
         self.durations
             .get_or_create(&Controller { controller })
             .observe(seconds);
+    }
+
+    /// Count a failed pass of `controller` by the kind of its failure.
+    pub fn failed(&self, controller: &'static str, kind: &'static str) {
+        self.failures
+            .get_or_create(&Failure { controller, kind })
+            .inc();
     }
 
     /// The Prometheus text page.

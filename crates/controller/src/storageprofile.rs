@@ -1,6 +1,7 @@
 //! The StorageProfile controller: one profile per StorageClass, same name, created, kept up to
 //! date (status from cdi-core `storageprofile::resolve`) and deleted with its class.
 
+use crate::runtime::run::run_singleton;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
@@ -19,13 +20,13 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, ResourceExt};
 use serde_json::json;
 
-use crate::Context;
+use crate::runtime::context::Context;
 
 /// Every VolumeSnapshotClass, or none when the snapshot API is not served.
 pub(crate) async fn snapshot_classes(ctx: &Context) -> Vec<SnapshotClassInfo> {
     let api: Api<DynamicObject> = Api::all_with(
         ctx.client.clone(),
-        &crate::snapshot_api("VolumeSnapshotClass", "volumesnapshotclasses"),
+        &crate::objects::snapshot_api("VolumeSnapshotClass", "volumesnapshotclasses"),
     );
     let Ok(list) = api.list(&ListParams::default()).await else {
         return Vec::new();
@@ -183,8 +184,9 @@ pub async fn reconcile(ctx: &Context) -> Result<(), kube::Error> {
                     a == b && first(&s.conditions) == first(&status.conditions)
                 });
                 if !unchanged {
-                    let status_patch = crate::status_patch(profile.status.as_ref(), &status)
-                        .map_err(|e| kube::Error::Service(e.to_string().into()))?;
+                    let status_patch =
+                        crate::objects::status_patch(profile.status.as_ref(), &status)
+                            .map_err(|e| kube::Error::Service(e.to_string().into()))?;
                     profiles_api
                         .patch_status(&name, &PatchParams::default(), &Patch::Merge(&status_patch))
                         .await?;
@@ -235,21 +237,16 @@ pub async fn run(ctx: Context) -> anyhow::Result<()> {
         .map(|_| ())
         .boxed();
     let mut changes = futures::stream::select(classes, profiles);
-    let mut tick = tokio::time::interval(ctx.options.resync.max(Duration::from_secs(1)) * 5);
-    loop {
-        if let Err(e) = crate::guarded(
-            &ctx.metrics,
-            "storageprofile",
-            "every StorageClass",
-            async { Ok(reconcile(&ctx).await?) },
-        )
-        .await
-        {
-            tracing::warn!(error = %e, "reconciling StorageProfiles");
-        }
-        tokio::select! {
-            _ = changes.next() => {}
-            _ = tick.tick() => {}
-        }
-    }
+    let period = ctx.options.resync.max(Duration::from_secs(1)) * 5;
+    let object = "every StorageClass";
+    run_singleton(
+        "storageprofile",
+        object,
+        &ctx.metrics,
+        &mut changes,
+        period,
+        || async { Ok(reconcile(&ctx).await?) },
+    )
+    .await;
+    Ok(())
 }

@@ -10,129 +10,24 @@
 //! `cdi-uploadserver-client-signer` the upload proxy's client certificate
 //! (`cdi-uploadserver-client-cert`); ConfigMaps `…-bundle` publish their certificates.
 
+use crate::runtime::run::RunAs;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use cdi_api::{ann, gate};
 use cdi_core::import::{self, Next, Settings};
 use cdi_core::{hostclone, upload};
-use cdi_upload::pki::Ca;
-use futures::StreamExt;
-use k8s_openapi::ByteString;
-use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Pod, Secret, Service};
+
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, Secret, Service};
 use kube::api::{Patch, PatchParams, PostParams};
 use kube::runtime::controller::{Action, Controller};
 use kube::{Api, ResourceExt};
 use serde_json::json;
 
 use crate::cache::Changes;
-use crate::certs;
-use crate::{Context, Error};
 
-/// The Secret holding the CA of upload servers' certificates.
-pub const SERVER_SIGNER: &str = "cdi-uploadserver-signer";
-/// The Secret holding the CA of the upload proxy's client certificate.
-pub const CLIENT_SIGNER: &str = "cdi-uploadserver-client-signer";
-/// The upload proxy's client certificate (`tls.crt`, `tls.key`).
-pub const CLIENT_CERT: &str = "cdi-uploadserver-client-cert";
-/// The ConfigMap (key `ca-bundle.crt`) with the CA the proxy verifies upload servers by.
-pub const SERVER_SIGNER_BUNDLE: &str = "cdi-uploadserver-signer-bundle";
-pub const CLIENT_SIGNER_BUNDLE: &str = "cdi-uploadserver-client-signer-bundle";
-pub const BUNDLE_KEY: &str = "ca-bundle.crt";
-/// The key `cdi apiserver` signs upload tokens with and the upload proxy checks them by
-/// (upstream's Secret and key names; the key is ECDSA P-256 here).
-pub const SIGNING_KEY: &str = "cdi-api-signing-key";
-pub const SIGNING_KEY_PRIVATE: &str = "id_rsa";
-pub const SIGNING_KEY_PUBLIC: &str = "id_rsa.pub";
-/// The CA of the upload proxy's serving certificate, the certificate, and the CA's bundle.
-pub const PROXY_SIGNER: &str = "cdi-uploadproxy-signer";
-pub const PROXY_CERT: &str = "cdi-uploadproxy-server-cert";
-pub const PROXY_SIGNER_BUNDLE: &str = "cdi-uploadproxy-signer-bundle";
-/// The upload proxy's Service (its certificate names it, and its cluster IP when it has one).
-pub const PROXY_SERVICE: &str = "cdi-uploadproxy";
-/// The same for the token API (`cdi apiserver`), whose APIService names Service `cdi-api`.
-pub const API_SIGNER: &str = "cdi-apiserver-signer";
-pub const API_CERT: &str = "cdi-apiserver-server-cert";
-pub const API_SIGNER_BUNDLE: &str = "cdi-apiserver-signer-bundle";
-pub const API_SERVICE: &str = "cdi-api";
-
-/// The upload path's certificate authorities as they are now, with the bundles that publish
-/// them (the current CA and the older ones still valid).
-pub struct UploadPki {
-    pub(crate) server_ca: Ca,
-    /// Signs the clients upload servers take: the proxy's, and each clone source pod's.
-    pub(crate) client_ca: Ca,
-    /// What a client of upload servers trusts them by.
-    pub(crate) server_bundle: String,
-    /// What an upload server trusts its clients by.
-    pub(crate) client_bundle: String,
-}
-
-/// The CAs as last read, by the versions of the objects they were read from: read again when
-/// those change, so a rotation by the operator is followed.
-#[derive(Default)]
-pub struct PkiCache {
-    made: tokio::sync::OnceCell<()>,
-    current: tokio::sync::Mutex<Option<(String, Arc<UploadPki>)>>,
-}
-
-/// The upload path's CAs, what is missing made first (once per leadership term).
-pub(crate) async fn pki(ctx: &Context) -> Result<Arc<UploadPki>, Error> {
-    let ns = &ctx.options.namespace;
-    ctx.upload_pki
-        .made
-        .get_or_try_init(|| ensure_pki(&ctx.client, ns))
-        .await?;
-    let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), ns);
-    let maps: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), ns);
-    let (server, client) = (
-        secrets.get(SERVER_SIGNER).await?,
-        secrets.get(CLIENT_SIGNER).await?,
-    );
-    let (server_map, client_map) = (
-        maps.get(SERVER_SIGNER_BUNDLE).await?,
-        maps.get(CLIENT_SIGNER_BUNDLE).await?,
-    );
-    let version = [
-        server.resource_version(),
-        client.resource_version(),
-        server_map.resource_version(),
-        client_map.resource_version(),
-    ]
-    .map(|v| v.unwrap_or_default())
-    .join("/");
-    let mut current = ctx.upload_pki.current.lock().await;
-    if let Some((seen, pki)) = current.as_ref()
-        && *seen == version
-    {
-        return Ok(pki.clone());
-    }
-    let ca = |s: &Secret| {
-        let name = s.name_any();
-        certs::pair_of(s)
-            .and_then(|pair| Ca::from_pem(pair).ok())
-            .ok_or_else(|| {
-                Error::Other(format!(
-                    "Secret {ns}/{name} is not a usable CA; delete it to have it made again"
-                ))
-            })
-    };
-    let bundle = |m: &ConfigMap| {
-        m.data
-            .as_ref()
-            .and_then(|d| d.get(BUNDLE_KEY))
-            .cloned()
-            .unwrap_or_default()
-    };
-    let pki = Arc::new(UploadPki {
-        server_ca: ca(&server)?,
-        client_ca: ca(&client)?,
-        server_bundle: bundle(&server_map),
-        client_bundle: bundle(&client_map),
-    });
-    *current = Some((version, pki.clone()));
-    Ok(pki)
-}
+use crate::runtime::context::Context;
+use crate::runtime::error::Error;
 
 /// The lifetimes the active CDI resource's `spec.certConfig` asks for (upstream's defaults
 /// without one, or with one the operator reports unusable): upload servers' certificates follow
@@ -141,45 +36,6 @@ pub(crate) fn lifetimes(ctx: &Context) -> cdi_upload::rotation::Lifetimes {
     let cdis = ctx.caches.cdis();
     let spec = cdi_core::install::active(&cdis).and_then(|c| c.spec.cert_config.as_ref());
     cdi_upload::rotation::Lifetimes::from_spec(spec).unwrap_or_default()
-}
-
-/// Make what the upload path's certificates lack (the operator, when there is one, made them
-/// already and rotates them) and the token signing key.
-pub async fn ensure_pki(client: &kube::Client, ns: &str) -> Result<(), Error> {
-    certs::Pass {
-        client,
-        ns,
-        lifetimes: &certs::unmanaged(),
-        owner: None,
-        mode: certs::Mode::Missing,
-        manager: "cdi-controller",
-        report: None,
-    }
-    .run()
-    .await?;
-    ensure_signing_key(&Api::namespaced(client.clone(), ns)).await
-}
-
-/// The token signing key pair, made when missing.
-async fn ensure_signing_key(secrets: &Api<Secret>) -> Result<(), Error> {
-    if secrets.get_opt(SIGNING_KEY).await?.is_some() {
-        return Ok(());
-    }
-    let (private, public) =
-        cdi_upload::token::generate_key().map_err(|e| Error::Other(e.to_string()))?;
-    let secret = Secret {
-        metadata: kube::api::ObjectMeta {
-            name: Some(SIGNING_KEY.into()),
-            ..Default::default()
-        },
-        data: Some(BTreeMap::from([
-            (SIGNING_KEY_PRIVATE.into(), ByteString(private.into_bytes())),
-            (SIGNING_KEY_PUBLIC.into(), ByteString(public.into_bytes())),
-        ])),
-        ..Default::default()
-    };
-    crate::create(secrets, &secret).await?;
-    Ok(())
 }
 
 /// Create the upload pod, then what it needs: its Service, its certificate Secret and (when a
@@ -194,7 +50,9 @@ async fn start_pod(
     let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
     let pod_name = upload::pod_name(claim);
     // The server's certificate is signed once the pod is there: the CA first.
-    pki(ctx).await?;
+    ctx.upload_pki
+        .get(&ctx.client, &ctx.options.namespace)
+        .await?;
     // Replaced when its certificate is due (upstream's refresh), if still unused.
     let refresh = lifetimes(ctx).server.renew_at(std::time::SystemTime::now());
     let deadline = k8s_openapi::jiff::Timestamp::try_from(refresh)
@@ -209,13 +67,13 @@ async fn start_pod(
         Err(kube::Error::Api(e)) => {
             let (anns, reason, message) = import::refused_pod(claim, &pod_name, &e.message);
             let claims: Api<PersistentVolumeClaim> = Api::namespaced(ctx.client.clone(), &ns);
-            crate::patch_claim(&claims, claim, &anns, &BTreeMap::new()).await?;
+            crate::objects::patch_claim(&claims, claim, &anns, &BTreeMap::new()).await?;
             ctx.events.record(claim, true, reason, &message).await;
             return Err(kube::Error::Api(e).into());
         }
         Err(e) => return Err(e.into()),
     };
-    crate::create(
+    crate::objects::create(
         &Api::<Service>::namespaced(ctx.client.clone(), &ns),
         &upload::service(claim, &pod_name),
     )
@@ -241,9 +99,12 @@ async fn pod_needs(ctx: &Context, claim: &PersistentVolumeClaim, pod: &Pod) -> R
         Some(s) if ours(s.metadata.owner_references.as_ref()) => {}
         found => {
             if found.is_some() {
-                crate::delete(&secrets, &pod_name).await?;
+                crate::objects::delete(&secrets, &pod_name).await?;
             }
-            let pki = pki(ctx).await?;
+            let pki = ctx
+                .upload_pki
+                .get(&ctx.client, &ctx.options.namespace)
+                .await?;
             let service = upload::service_name(&pod_name);
             let cert = pki
                 .server_ca
@@ -254,7 +115,7 @@ async fn pod_needs(ctx: &Context, claim: &PersistentVolumeClaim, pod: &Pod) -> R
                 .map_err(|e| Error::Other(e.to_string()))?;
             let secret =
                 upload::cert_secret(pod, &cert.cert_pem, &cert.key_pem, &pki.client_bundle);
-            crate::create(&secrets, &secret).await?;
+            crate::objects::create(&secrets, &secret).await?;
         }
     }
     if upload::wants_scratch(claim) {
@@ -265,7 +126,7 @@ async fn pod_needs(ctx: &Context, claim: &PersistentVolumeClaim, pod: &Pod) -> R
             // Another pod's, on its way out with it: made once it is gone.
             Some(_) => {}
             None => {
-                crate::create(&claims, &scratch).await?;
+                crate::objects::create(&claims, &scratch).await?;
                 tracing::info!(claim = %format!("{ns}/{}", import::scratch_name(claim)), "created scratch claim");
             }
         }
@@ -308,7 +169,7 @@ pub async fn reconcile(
             return Ok(Action::await_change());
         }
         // The claim as it is now decides (its change wakes us): see the import controller.
-        let Some(claim) = crate::live(&ctx.client, claim.as_ref()).await? else {
+        let Some(claim) = crate::objects::live(&ctx.client, claim.as_ref()).await? else {
             return Ok(Action::await_change());
         };
         if upload::next(&claim, gate_on) != next {
@@ -324,7 +185,7 @@ pub async fn reconcile(
             }
         }
         // Name the pod on the claim first, so a restart finds it.
-        crate::patch_claim(&claims, &claim, &anns, &BTreeMap::new()).await?;
+        crate::objects::patch_claim(&claims, &claim, &anns, &BTreeMap::new()).await?;
         // The pod is made from the claim as patched (a clone's client name).
         let mut claim = claim;
         claim
@@ -359,7 +220,7 @@ pub async fn reconcile(
         return Ok(Action::requeue(ctx.options.resync * 5));
     }
     if claim.metadata.deletion_timestamp.is_some() {
-        crate::delete(&pods, &pod_name).await?;
+        crate::objects::delete(&pods, &pod_name).await?;
         return Ok(Action::await_change());
     }
     let pending = pod.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Pending");
@@ -379,7 +240,7 @@ pub async fn reconcile(
             )
             .await;
     }
-    crate::patch_claim(&claims, &claim, &anns, &BTreeMap::new()).await?;
+    crate::objects::patch_claim(&claims, &claim, &anns, &BTreeMap::new()).await?;
     if let Some(message) = &outcome.failed {
         ctx.events
             .record(claim.as_ref(), true, "UploadFailed", message)
@@ -388,14 +249,14 @@ pub async fn reconcile(
     // An unused server past its deadline is replaced (with a fresh certificate), and one that
     // asked for scratch space by one that has it.
     if upload::deadline_passed(&pod) || import::scratch_just_requested(claim.annotations(), &anns) {
-        crate::delete(&pods, &pod_name).await?;
+        crate::objects::delete(&pods, &pod_name).await?;
         return Ok(Action::await_change());
     }
     if outcome.complete {
         if import::delete_pod_when_done(&anns) && pod.metadata.deletion_timestamp.is_none() {
-            crate::delete(&pods, &pod_name).await?;
+            crate::objects::delete(&pods, &pod_name).await?;
         }
-        crate::delete(
+        crate::objects::delete(
             &Api::<Service>::namespaced(ctx.client.clone(), &ns),
             &upload::service_name(&pod_name),
         )
@@ -441,7 +302,7 @@ async fn clone_target_checks(
         ]);
         let claims: Api<PersistentVolumeClaim> =
             Api::namespaced(ctx.client.clone(), &claim.namespace().unwrap_or_default());
-        if let Err(e) = crate::patch_claim(&claims, claim, &anns, &BTreeMap::new()).await {
+        if let Err(e) = crate::objects::patch_claim(&claims, claim, &anns, &BTreeMap::new()).await {
             tracing::warn!(error = %e, "writing the clone target's running condition");
         }
         ctx.events
@@ -450,11 +311,6 @@ async fn clone_target_checks(
         return None;
     }
     Some(hostclone::client_name(source, claim))
-}
-
-fn error_policy(claim: Arc<PersistentVolumeClaim>, error: &Error, ctx: Arc<Context>) -> Action {
-    tracing::warn!(claim = %claim.name_any(), error = %error, "upload reconcile failed");
-    Action::requeue(ctx.options.resync)
 }
 
 /// The cache subscriptions the controller is woken by.
@@ -477,7 +333,11 @@ pub async fn run(ctx: Context, triggers: Triggers) -> anyhow::Result<()> {
     // The proxy and the token API need the certificates and the key before any upload claim.
     let early = ctx.clone();
     tokio::spawn(async move {
-        while let Err(e) = pki(&early).await {
+        while let Err(e) = early
+            .upload_pki
+            .get(&early.client, &early.options.namespace)
+            .await
+        {
             tracing::warn!(error = %e, namespace = %early.options.namespace, "making the upload certificates; trying again");
             tokio::time::sleep(early.options.resync * 10).await;
         }
@@ -485,20 +345,7 @@ pub async fn run(ctx: Context, triggers: Triggers) -> anyhow::Result<()> {
     ctx.caches.ready().await;
     Controller::for_shared_stream(triggers.claims, ctx.caches.claims.clone())
         .owns_shared_stream(triggers.pods)
-        .run(
-            |o, c| {
-                let metrics = c.metrics.clone();
-                let object = format!("{}/{}", o.namespace().unwrap_or_default(), o.name_any());
-                async move { crate::guarded(&metrics, "upload", &object, reconcile(o, c)).await }
-            },
-            error_policy,
-            Arc::new(ctx),
-        )
-        .for_each(|r| async move {
-            if let Err(e) = r {
-                tracing::debug!(error = %e, "upload controller");
-            }
-        })
+        .run_as("upload", ctx.metrics.clone(), Arc::new(ctx), reconcile)
         .await;
     Ok(())
 }

@@ -19,12 +19,12 @@ use kube::api::{Patch, PatchParams, PostParams};
 use kube::{Api, Client, ResourceExt};
 use serde_json::json;
 
-use crate::Error;
-use crate::upload::{
+use crate::pki::names::{
     API_CERT, API_SERVICE, API_SIGNER, API_SIGNER_BUNDLE, BUNDLE_KEY, CLIENT_CERT, CLIENT_SIGNER,
     CLIENT_SIGNER_BUNDLE, PROXY_CERT, PROXY_SERVICE, PROXY_SIGNER, PROXY_SIGNER_BUNDLE,
     SERVER_SIGNER, SERVER_SIGNER_BUNDLE,
 };
+use crate::runtime::error::Error;
 
 /// What a pass does with certificates that exist.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
