@@ -4,15 +4,20 @@
 mod apiserver;
 mod cloner;
 mod controller;
+#[cfg(feature = "dev")]
 mod demo;
+#[cfg(feature = "dev")]
 mod demo_clone;
+#[cfg(feature = "dev")]
 mod demo_image;
+#[cfg(feature = "dev")]
 mod dev;
 mod doctor;
 mod image_upload;
 mod import;
 mod importer;
 mod install;
+#[cfg(feature = "dev")]
 mod launcher;
 mod size;
 mod upload_proxy;
@@ -55,6 +60,7 @@ enum Command {
     /// namespace that has not succeeded, one line each.
     Doctor(doctor::DoctorArgs),
     /// The embedded development cluster.
+    #[cfg(feature = "dev")]
     #[command(subcommand)]
     Dev(dev::DevCommand),
     /// The importer pod's entry point: reads upstream's IMPORTER_* environment, writes the
@@ -72,7 +78,8 @@ enum Command {
     /// The aggregated API of upload.cdi.kubevirt.io: UploadTokenRequests answered with an
     /// upload token for callers allowed to create them.
     Apiserver(apiserver::ApiServerArgs),
-    /// The seed's WaitForFirstConsumer story on an embedded three-node cluster: a VM whose disk
+    #[cfg(feature = "dev")]
+    /// The WaitForFirstConsumer story on an embedded three-node cluster: a VM whose disk
     /// is imported on the node the VM must run on; prints the timeline, exits 0 when it worked.
     Demo(demo::DemoArgs),
     /// Install CDI on the cluster of the current kubeconfig as a cluster admin would: the
@@ -96,6 +103,7 @@ fn main() -> ExitCode {
         Command::Size(args) => size::run(&args),
         Command::Import(args) => import::run(&args),
         Command::ImageUpload(args) => image_upload::run(&args),
+        #[cfg(feature = "dev")]
         Command::Dev(command) => dev::run(&command),
         Command::Doctor(args) => doctor::run(&args),
         Command::Controller(args) => controller::run(&args),
@@ -103,6 +111,7 @@ fn main() -> ExitCode {
         Command::Operator(args) => install::operator(&args),
         Command::UploadProxy(args) => upload_proxy::run(&args),
         Command::Apiserver(args) => apiserver::run(&args),
+        #[cfg(feature = "dev")]
         Command::Demo(args) => demo::run(&args),
     };
     match result {
@@ -185,6 +194,17 @@ fn crds(out_dir: Option<PathBuf>) -> anyhow::Result<()> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn dev_and_demo_are_commands_only_with_the_dev_feature() {
+        use clap::CommandFactory;
+        let cli = super::Cli::command();
+        let names: Vec<&str> = cli.get_subcommands().map(|c| c.get_name()).collect();
+        for name in ["dev", "demo"] {
+            assert_eq!(names.contains(&name), cfg!(feature = "dev"), "{name} in {names:?}");
+        }
+        assert!(names.contains(&"importer") && names.contains(&"controller"));
+    }
+
     #[test]
     fn api_errors_are_said_once_without_the_status_dump() {
         let status = kube::core::Status::failure(
