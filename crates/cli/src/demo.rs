@@ -3,7 +3,6 @@
 //! VM's launcher run as pods, that is as processes), serves a qcow2 of a small real filesystem
 //! on 127.0.0.1, applies the seed's VirtualMachine and prints what happens, in order.
 
-use std::collections::BTreeSet;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -25,6 +24,7 @@ use kubesim::cluster;
 use serde_json::json;
 
 use crate::demo_image;
+use crate::timeline::Timeline;
 
 #[derive(clap::Args)]
 pub struct DemoArgs {
@@ -85,20 +85,6 @@ fn seed_objects(url: Option<&str>, size: &str, class: &str) -> Vec<serde_json::V
                         "devices": {"disks": [{"name": "root", "disk": {"bus": "virtio"}}]}},
                     "volumes": [{"name": "root", "dataVolume": {"name": DV}}]}}}}),
     ]
-}
-
-pub(crate) struct Timeline {
-    start: Instant,
-    seen: BTreeSet<String>,
-}
-
-impl Timeline {
-    /// Print `line` once, with the time since the start.
-    pub(crate) fn say(&mut self, key: &str, line: String) {
-        if self.seen.insert(key.to_string()) {
-            println!("{:>7.2}s  {line}", self.start.elapsed().as_secs_f64());
-        }
-    }
 }
 
 fn gib(bytes: i64) -> String {
@@ -261,7 +247,7 @@ pub fn run(args: &DemoArgs) -> anyhow::Result<()> {
         };
         if args.clone {
             println!();
-            let mut t = Timeline { start: Instant::now(), seen: BTreeSet::new() };
+            let mut t = Timeline::new();
             let told = crate::demo_clone::story(&client, &running.kubeconfig, &url, &args.size, &raw, Duration::from_secs(args.timeout), &mut t).await;
             running.stop().await;
             return told;
@@ -272,7 +258,7 @@ pub fn run(args: &DemoArgs) -> anyhow::Result<()> {
         let what = if args.upload { "upload" } else { "http" };
         println!("  applied: CDIConfig gate HonorWaitForFirstConsumer (no CDI workload tolerations), class local-path-wffc, VirtualMachine {VM} ({} root disk on spec.pvc, class {class}, source {what})\n", args.size);
 
-        let mut t = Timeline { start: Instant::now(), seen: BTreeSet::new() };
+        let mut t = Timeline::new();
         let upload_lines = if args.upload {
             let image = dir.join("root.qcow2");
             std::fs::write(&image, &qcow2)?;
@@ -288,7 +274,7 @@ pub fn run(args: &DemoArgs) -> anyhow::Result<()> {
             Ok((node, path)) => {
                 let disk = std::fs::metadata(path.join("disk.img")).map(|m| m.len() as i64).unwrap_or(-1);
                 // Only the start holds data; the rest of the sparse image reads as zeros.
-                let head = read_head(&path.join("disk.img"), raw.len());
+                let head = crate::demo_image::read_head(&path.join("disk.img"), raw.len());
                 let same = head.as_deref() == Some(&raw[..]);
                 println!();
                 println!("disk image {}: virtual size {disk} bytes ({})", path.join("disk.img").display(), gib(disk));
@@ -392,13 +378,6 @@ async fn upload(
         }
     });
     Ok(rx)
-}
-
-pub(crate) fn read_head(path: &Path, len: usize) -> Option<Vec<u8>> {
-    use std::io::Read;
-    let mut buf = vec![0u8; len];
-    std::fs::File::open(path).ok()?.read_exact(&mut buf).ok()?;
-    Some(buf)
 }
 
 /// A temporary directory removed on drop (the demo's volumes live there).

@@ -20,7 +20,7 @@ use kube::api::{ListParams, PostParams};
 use kube::{Api, Client, ResourceExt};
 use serde_json::{Value, json};
 
-use crate::demo::Timeline;
+use crate::timeline::Timeline;
 
 const GOLDEN: &str = "golden";
 const VMS: &str = "vms";
@@ -404,7 +404,7 @@ pub async fn story(
     for (_, disk_name, _) in VM_DISKS {
         let claim = claims.get(disk_name).await?;
         let path = disk_image(client, &claim).await?;
-        let head = crate::demo::read_head(&path, raw.len());
+        let head = crate::demo_image::read_head(&path, raw.len());
         let same = head.as_deref() == Some(raw);
         println!(
             "{VMS}/{disk_name}: {} {}",

@@ -169,6 +169,14 @@ pub async fn serve(
     Ok((addr, task))
 }
 
+/// The first `len` bytes of the disk at `path`, to compare with the image served.
+pub(crate) fn read_head(path: &std::path::Path, len: usize) -> Option<Vec<u8>> {
+    use std::io::Read;
+    let mut buf = vec![0u8; len];
+    std::fs::File::open(path).ok()?.read_exact(&mut buf).ok()?;
+    Some(buf)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -20,6 +20,8 @@ mod install;
 #[cfg(feature = "dev")]
 mod launcher;
 mod size;
+#[cfg(feature = "dev")]
+mod timeline;
 mod upload_proxy;
 mod upload_server;
 
@@ -200,7 +202,11 @@ mod tests {
         let cli = super::Cli::command();
         let names: Vec<&str> = cli.get_subcommands().map(|c| c.get_name()).collect();
         for name in ["dev", "demo"] {
-            assert_eq!(names.contains(&name), cfg!(feature = "dev"), "{name} in {names:?}");
+            assert_eq!(
+                names.contains(&name),
+                cfg!(feature = "dev"),
+                "{name} in {names:?}"
+            );
         }
         assert!(names.contains(&"importer") && names.contains(&"controller"));
     }
