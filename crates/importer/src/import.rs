@@ -607,24 +607,7 @@ async fn convert_stream(
         hasher: hasher.clone(),
         progress: progress.clone(),
     });
-    let (detected, stream) = blocking(move || peek(counted, "reading the source")).await?;
-    let (compression, stream, inner) = match detected {
-        Detected::Compressed(c) => {
-            let decoded = decoder(c, stream)?;
-            let (inner, decoded) = blocking(move || peek(decoded, c.name())).await?;
-            match inner {
-                Detected::Image(f) => (Some(c), decoded, f),
-                Detected::Compressed(n) => {
-                    return Err(ImportError::Unsupported(format!(
-                        "{} inside {}: decompress one layer first",
-                        n.name(),
-                        c.name()
-                    )));
-                }
-            }
-        }
-        Detected::Image(f) => (None, stream, f),
-    };
+    let (compression, stream, inner) = detect_stream(counted).await?;
     let context = compression.map(|c| c.name()).unwrap_or("the source");
 
     let result = if formats::streams(inner) {
@@ -648,87 +631,12 @@ async fn convert_stream(
             scratch_used: false,
         }
     } else {
-        // Spool to scratch, bounded: a bomb cannot fill more than the target could hold.
-        if opts.scratch_mounted && !opts.scratch_dir.is_dir() {
-            return Err(ImportError::ScratchRequired(format!(
-                "a {inner} image read in order is converted from a copy"
-            )));
+        let converted =
+            convert_through_scratch(stream, inner, target, limit, opts, context).await?;
+        Converted {
+            compression,
+            ..converted
         }
-        std::fs::create_dir_all(&opts.scratch_dir)
-            .map_err(|e| ImportError::io(format!("creating {}", opts.scratch_dir.display()), e))?;
-        // A new file under a random name (O_CREAT|O_EXCL, so never through a link planted in
-        // a shared directory such as /tmp), removed when dropped however the import ends.
-        let scratch_file = tempfile::Builder::new()
-            .prefix("cdi-scratch-")
-            .suffix(".img")
-            .tempfile_in(&opts.scratch_dir)
-            .map_err(|e| {
-                ImportError::io(
-                    format!("creating a scratch file in {}", opts.scratch_dir.display()),
-                    e,
-                )
-            })?;
-        let scratch = scratch_file.path().to_path_buf();
-        let bound = limit
-            .map(|l| l.saturating_add(l / 8).saturating_add(64 << 20))
-            .unwrap_or(u64::MAX);
-        let dst = scratch.clone();
-        let mut out = scratch_file
-            .as_file()
-            .try_clone()
-            .map_err(|e| ImportError::io(format!("opening {}", dst.display()), e))?;
-        let mut stream = stream;
-        let window = opts.tuning.writeback_window;
-        let spooled = blocking(move || {
-            let written = |e| ImportError::io(format!("writing {}", dst.display()), e);
-            // The scratch copy is page cache too: paced like the target.
-            let mut pacer = crate::writer::Pacer::new(&out, window).map_err(written)?;
-            let mut total = 0u64;
-            let mut buf = vec![0u8; 1 << 20];
-            loop {
-                let n = read_full(&mut stream, &mut buf)
-                    .map_err(|e| ImportError::from_read(context, e))?;
-                if n == 0 {
-                    return pacer.finish().map_err(written);
-                }
-                total += n as u64;
-                if total > bound {
-                    return Err(ImportError::Damaged(format!(
-                        "the source expands past {bound} bytes, more than the target can hold"
-                    )));
-                }
-                std::io::Write::write_all(&mut out, &buf[..n]).map_err(written)?;
-                pacer.wrote(n as u64).map_err(written)?;
-            }
-        })
-        .await;
-        let result = match spooled {
-            Ok(()) => {
-                let inner_opts = ImportOptions {
-                    checksum: None,
-                    ..opts.clone()
-                };
-                let reader: Arc<dyn RangeReader> = Arc::new(FileReader::open(&scratch)?);
-                // The bytes were counted as they arrived; the scratch copy is not counted again.
-                let uncounted = Arc::new(Progress::default());
-                Box::pin(convert_random_access(
-                    reader,
-                    Some(&scratch),
-                    target,
-                    limit,
-                    &inner_opts,
-                    &uncounted,
-                ))
-                .await
-                .map(|c| Converted {
-                    compression,
-                    scratch_used: true,
-                    ..c
-                })
-            }
-            Err(e) => Err(e),
-        };
-        result?
     };
     if let Some(expected) = &opts.checksum {
         let actual = hasher
@@ -740,4 +648,125 @@ async fn convert_stream(
         verify(expected, &actual)?;
     }
     Ok(result)
+}
+
+/// What a stream is, read from its head: its compression if any, the (decompressed) stream from
+/// its first byte, and the image format inside. One layer of compression only.
+async fn detect_stream(
+    counted: Box<dyn Read + Send>,
+) -> Result<(Option<Compression>, Box<dyn Read + Send>, Format), ImportError> {
+    let (detected, stream) = blocking(move || peek(counted, "reading the source")).await?;
+    match detected {
+        Detected::Compressed(c) => {
+            let decoded = decoder(c, stream)?;
+            let (inner, decoded) = blocking(move || peek(decoded, c.name())).await?;
+            match inner {
+                Detected::Image(f) => Ok((Some(c), decoded, f)),
+                Detected::Compressed(n) => Err(ImportError::Unsupported(format!(
+                    "{} inside {}: decompress one layer first",
+                    n.name(),
+                    c.name()
+                ))),
+            }
+        }
+        Detected::Image(f) => Ok((None, stream, f)),
+    }
+}
+
+/// Spool a stream of an `inner` image to a scratch file, then convert that at random. The
+/// result says scratch was used; its compression is the caller's to fill in.
+async fn convert_through_scratch(
+    stream: Box<dyn Read + Send>,
+    inner: Format,
+    target: &Target,
+    limit: Option<u64>,
+    opts: &ImportOptions,
+    context: &'static str,
+) -> Result<Converted, ImportError> {
+    // The file is removed when this is dropped, after the conversion from it.
+    let scratch_file = spool(stream, inner, limit, opts, context).await?;
+    let scratch = scratch_file.path();
+    let inner_opts = ImportOptions {
+        checksum: None,
+        ..opts.clone()
+    };
+    let reader: Arc<dyn RangeReader> = Arc::new(FileReader::open(scratch)?);
+    // The bytes were counted as they arrived; the scratch copy is not counted again.
+    let uncounted = Arc::new(Progress::default());
+    let converted = Box::pin(convert_random_access(
+        reader,
+        Some(scratch),
+        target,
+        limit,
+        &inner_opts,
+        &uncounted,
+    ))
+    .await?;
+    Ok(Converted {
+        scratch_used: true,
+        ..converted
+    })
+}
+
+/// Copy a stream of an `inner` image to a new scratch file in the scratch directory, bounded: a
+/// bomb cannot fill more than the target could hold.
+async fn spool(
+    mut stream: Box<dyn Read + Send>,
+    inner: Format,
+    limit: Option<u64>,
+    opts: &ImportOptions,
+    context: &'static str,
+) -> Result<tempfile::NamedTempFile, ImportError> {
+    if opts.scratch_mounted && !opts.scratch_dir.is_dir() {
+        return Err(ImportError::ScratchRequired(format!(
+            "a {inner} image read in order is converted from a copy"
+        )));
+    }
+    std::fs::create_dir_all(&opts.scratch_dir)
+        .map_err(|e| ImportError::io(format!("creating {}", opts.scratch_dir.display()), e))?;
+    // A new file under a random name (O_CREAT|O_EXCL, so never through a link planted in
+    // a shared directory such as /tmp), removed when dropped however the import ends.
+    let scratch_file = tempfile::Builder::new()
+        .prefix("cdi-scratch-")
+        .suffix(".img")
+        .tempfile_in(&opts.scratch_dir)
+        .map_err(|e| {
+            ImportError::io(
+                format!("creating a scratch file in {}", opts.scratch_dir.display()),
+                e,
+            )
+        })?;
+    let bound = limit
+        .map(|l| l.saturating_add(l / 8).saturating_add(64 << 20))
+        .unwrap_or(u64::MAX);
+    let dst = scratch_file.path().to_path_buf();
+    let mut out = scratch_file
+        .as_file()
+        .try_clone()
+        .map_err(|e| ImportError::io(format!("opening {}", dst.display()), e))?;
+    let window = opts.tuning.writeback_window;
+    blocking(move || {
+        let written = |e| ImportError::io(format!("writing {}", dst.display()), e);
+        // The scratch copy is page cache too: paced like the target.
+        let mut pacer = crate::writer::Pacer::new(&out, window).map_err(written)?;
+        let mut total = 0u64;
+        let mut buf = vec![0u8; 1 << 20];
+        loop {
+            let n =
+                read_full(&mut stream, &mut buf).map_err(|e| ImportError::from_read(context, e))?;
+            if n == 0 {
+                return pacer.finish().map_err(written);
+            }
+            total += n as u64;
+            if total > bound {
+                return Err(ImportError::Damaged(format!(
+                    "the source expands past {bound} bytes, more than the target can hold"
+                )));
+            }
+            std::io::Write::write_all(&mut out, &buf[..n]).map_err(written)?;
+            pacer.wrote(n as u64).map_err(written)?;
+        }
+    })
+    .await?;
+    Ok(scratch_file)
 }
