@@ -2,6 +2,7 @@
 //! keyed so each is told once, and whether the story is over. Pure: the demo observes the
 //! cluster and prints; this decides what to print.
 
+use std::ops::ControlFlow;
 use std::path::PathBuf;
 
 use cdi_api::datavolume::DataVolume;
@@ -145,117 +146,170 @@ impl Narrator {
             .find(|v| v.metadata.name.as_deref() == Some(name))
     }
 
-    /// What `scene` adds to the story.
+    /// What `scene` adds to the story: the DataVolume, each pod, the worker pods' end, PVC
+    /// prime, the claim and the VM's instance, in that order. A failure told ends the chapter.
     pub fn observe(&mut self, scene: &Scene) -> Chapter {
         let mut out = Chapter::default();
-        let dv = &self.dv;
-        if let Some(d) = &scene.dv {
-            let status = d.status.as_ref();
-            let phase = status
-                .and_then(|s| s.phase.as_ref())
-                .map(|p| p.as_str().to_string())
-                .unwrap_or_default();
-            if !phase.is_empty() && phase != self.last_phase {
-                let progress = status.and_then(|s| s.progress.clone()).unwrap_or_default();
-                out.say(
-                    format!("dv-{phase}"),
-                    format!("DataVolume {dv}: {phase} ({progress})"),
-                );
-                self.last_phase = phase.clone();
-            }
-            if phase == "Failed" {
-                out.end = Some(Err(format!(
-                    "DataVolume {dv} failed; see `kubectl describe dv {dv}`"
-                )));
-                return out;
-            }
+        if self.tell_datavolume(scene, &mut out).is_break() {
+            return out;
         }
         let claim_phase = scene.claim.as_ref().map(phase_of).unwrap_or("");
         for p in &scene.pods {
-            let name = p.metadata.name.as_deref().unwrap_or("");
-            let node = p.spec.as_ref().and_then(|s| s.node_name.clone());
-            let phase = pod_phase(p);
-            if annotation(&p.metadata, EPHEMERAL_PROVISIONING_ANNOTATION).is_some() {
-                out.say(format!("{name}-created"), format!("temporary pod {name} created (the VM's constraints, {EPHEMERAL_PROVISIONING_ANNOTATION})"));
-                if let Some(n) = &node {
-                    out.say(
-                        format!("{name}-node"),
-                        format!("temporary pod {name} scheduled on {n}"),
-                    );
-                }
-                if phase == "Succeeded" {
-                    out.say(
-                        format!("{name}-done"),
-                        format!("temporary pod {name} Succeeded (bash -c echo \"bound PVCs\")"),
-                    );
-                }
-            } else if let Some(kind) = worker_kind(name) {
-                self.importer_seen = true;
-                if claim_phase != "Bound" && !self.populator {
-                    out.end = Some(Err(format!(
-                        "{kind} pod {name} exists while claim {dv} is {claim_phase:?}: the gate did not hold"
-                    )));
-                    return out;
-                }
-                let why = if self.populator {
-                    "for PVC prime; the VM's claim stays unbound".to_string()
-                } else {
-                    format!("(claim {dv} is Bound)")
-                };
-                out.say(
-                    format!("{name}-created"),
-                    format!("{kind} pod {name} created {why}"),
-                );
-                if let (Some(n), "Running") = (&node, phase) {
-                    let ip = p
-                        .status
-                        .as_ref()
-                        .and_then(|s| s.pod_ip.clone())
-                        .unwrap_or_default();
-                    out.say(
-                        format!("{name}-running"),
-                        format!("{kind} pod {name} running on {n}, IP {ip}"),
-                    );
-                }
-                if phase == "Succeeded" {
-                    let on = node.as_deref().unwrap_or("?");
-                    out.say(
-                        format!("{name}-done"),
-                        format!("{kind} pod {name} Succeeded on {on}"),
-                    );
-                }
-            } else if name.starts_with("virt-launcher-") && phase != "Running" {
-                out.say(
-                    format!("{name}-created"),
-                    format!("launcher pod {name} created: the first consumer of the claim"),
-                );
-                if let Some(n) = &node {
-                    out.say(
-                        format!("{name}-node"),
-                        format!("launcher pod {name} bound to {n}"),
-                    );
-                }
-            } else if name.starts_with("virt-launcher-")
-                && let Some(n) = &node
-            {
-                out.say("launcher", format!("launcher pod {name} Running on {n}"));
-                let path = scene
-                    .claim
-                    .as_ref()
-                    .and_then(volume_name)
-                    .and_then(|pv| self.volume(scene, pv))
-                    .and_then(volume_path);
-                out.end = Some(match path {
-                    Some(path) => Ok(Ending {
-                        node: n.clone(),
-                        path,
-                    }),
-                    None => Err(format!(
-                        "the launcher runs but claim {dv} has no volume with a path"
-                    )),
-                });
+            if self.tell_pod(scene, p, claim_phase, &mut out).is_break() {
+                return out;
             }
         }
+        self.tell_workers_gone(scene, &mut out);
+        self.tell_primes(scene, &mut out);
+        self.tell_claim(scene, claim_phase, &mut out);
+        self.tell_vmi(scene, &mut out);
+        out
+    }
+
+    /// A new phase of the DataVolume; a failed one ends the story.
+    fn tell_datavolume(&mut self, scene: &Scene, out: &mut Chapter) -> ControlFlow<()> {
+        let dv = &self.dv;
+        let Some(d) = &scene.dv else {
+            return ControlFlow::Continue(());
+        };
+        let status = d.status.as_ref();
+        let phase = status
+            .and_then(|s| s.phase.as_ref())
+            .map(|p| p.as_str().to_string())
+            .unwrap_or_default();
+        if !phase.is_empty() && phase != self.last_phase {
+            let progress = status.and_then(|s| s.progress.clone()).unwrap_or_default();
+            out.say(
+                format!("dv-{phase}"),
+                format!("DataVolume {dv}: {phase} ({progress})"),
+            );
+            self.last_phase = phase.clone();
+        }
+        if phase == "Failed" {
+            out.end = Some(Err(format!(
+                "DataVolume {dv} failed; see `kubectl describe dv {dv}`"
+            )));
+            return ControlFlow::Break(());
+        }
+        ControlFlow::Continue(())
+    }
+
+    /// A pod the story knows by its name or annotation: the temporary pod, a worker pod, the
+    /// VM's launcher. A worker pod before the claim is bound (off the populator path) ends the
+    /// story: the gate did not hold.
+    fn tell_pod(
+        &mut self,
+        scene: &Scene,
+        p: &Pod,
+        claim_phase: &str,
+        out: &mut Chapter,
+    ) -> ControlFlow<()> {
+        let name = p.metadata.name.as_deref().unwrap_or("");
+        let node = p.spec.as_ref().and_then(|s| s.node_name.clone());
+        let phase = pod_phase(p);
+        if annotation(&p.metadata, EPHEMERAL_PROVISIONING_ANNOTATION).is_some() {
+            tell_temporary_pod(name, node.as_deref(), phase, out);
+        } else if let Some(kind) = worker_kind(name) {
+            return self.tell_worker_pod(p, kind, node.as_deref(), claim_phase, out);
+        } else if name.starts_with("virt-launcher-") {
+            self.tell_launcher_pod(scene, name, node.as_deref(), phase, out);
+        }
+        ControlFlow::Continue(())
+    }
+
+    /// A worker pod (importer or upload): created, running, done.
+    fn tell_worker_pod(
+        &mut self,
+        p: &Pod,
+        kind: &str,
+        node: Option<&str>,
+        claim_phase: &str,
+        out: &mut Chapter,
+    ) -> ControlFlow<()> {
+        let dv = &self.dv;
+        let name = p.metadata.name.as_deref().unwrap_or("");
+        let phase = pod_phase(p);
+        self.importer_seen = true;
+        if claim_phase != "Bound" && !self.populator {
+            out.end = Some(Err(format!(
+                "{kind} pod {name} exists while claim {dv} is {claim_phase:?}: the gate did not hold"
+            )));
+            return ControlFlow::Break(());
+        }
+        let why = if self.populator {
+            "for PVC prime; the VM's claim stays unbound".to_string()
+        } else {
+            format!("(claim {dv} is Bound)")
+        };
+        out.say(
+            format!("{name}-created"),
+            format!("{kind} pod {name} created {why}"),
+        );
+        if let (Some(n), "Running") = (node, phase) {
+            let ip = p
+                .status
+                .as_ref()
+                .and_then(|s| s.pod_ip.clone())
+                .unwrap_or_default();
+            out.say(
+                format!("{name}-running"),
+                format!("{kind} pod {name} running on {n}, IP {ip}"),
+            );
+        }
+        if phase == "Succeeded" {
+            let on = node.unwrap_or("?");
+            out.say(
+                format!("{name}-done"),
+                format!("{kind} pod {name} Succeeded on {on}"),
+            );
+        }
+        ControlFlow::Continue(())
+    }
+
+    /// The launcher pod: created and placed, then running, which ends the story on the node
+    /// and volume path it runs over.
+    fn tell_launcher_pod(
+        &self,
+        scene: &Scene,
+        name: &str,
+        node: Option<&str>,
+        phase: &str,
+        out: &mut Chapter,
+    ) {
+        let dv = &self.dv;
+        if phase != "Running" {
+            out.say(
+                format!("{name}-created"),
+                format!("launcher pod {name} created: the first consumer of the claim"),
+            );
+            if let Some(n) = node {
+                out.say(
+                    format!("{name}-node"),
+                    format!("launcher pod {name} bound to {n}"),
+                );
+            }
+        } else if let Some(n) = node {
+            out.say("launcher", format!("launcher pod {name} Running on {n}"));
+            let path = scene
+                .claim
+                .as_ref()
+                .and_then(volume_name)
+                .and_then(|pv| self.volume(scene, pv))
+                .and_then(volume_path);
+            out.end = Some(match path {
+                Some(path) => Ok(Ending {
+                    node: n.to_string(),
+                    path,
+                }),
+                None => Err(format!(
+                    "the launcher runs but claim {dv} has no volume with a path"
+                )),
+            });
+        }
+    }
+
+    /// The worker pods gone after one was seen: deleted after success.
+    fn tell_workers_gone(&self, scene: &Scene, out: &mut Chapter) {
         let worker_left = scene.pods.iter().any(|p| {
             p.metadata
                 .name
@@ -265,6 +319,11 @@ impl Narrator {
         if self.importer_seen && !worker_left {
             out.say("importer-gone", "worker pod deleted after success".into());
         }
+    }
+
+    /// PVC prime: created on a node, bound, and lost when its volume is handed over.
+    fn tell_primes(&self, scene: &Scene, out: &mut Chapter) {
+        let dv = &self.dv;
         for prime in &scene.claims {
             let name = prime.metadata.name.as_deref().unwrap_or("");
             if !name.starts_with("prime-") {
@@ -290,64 +349,97 @@ impl Narrator {
                 _ => {}
             }
         }
-        if let Some(c) = &scene.claim {
-            if self.populator && claim_phase == "Bound" {
-                let pv = volume_name(c).unwrap_or("");
-                out.say(
-                    "rebind",
-                    format!("volume {pv} rebound: claimRef now {dv} (no data copied)"),
-                );
-            }
-            if let Some(n) = annotation(&c.metadata, cdi_api::ann::SELECTED_NODE) {
-                let consumer = if self.populator {
-                    "launcher pod"
-                } else {
-                    "temporary pod"
-                };
-                out.say("selected", format!("claim {dv}: volume.kubernetes.io/selected-node={n} (set by the scheduler for the {consumer})"));
-            }
-            if let Ok(Some(record)) = cdi_core::placement::recorded(c) {
-                out.say(
-                    "inherited",
-                    format!(
-                        "claim {dv}: its worker pods inherit {}, as the scheduler placed that pod \
-                         there ({}; no CDI spec.workload needed)",
-                        record.describe(),
-                        cdi_api::ext::WORKER_TOLERATIONS
-                    ),
-                );
-            }
-            if claim_phase == "Bound"
-                && let Some(pv) = volume_name(c)
-                && let Some(v) = self.volume(scene, pv)
-            {
-                out.say(
-                    "bound",
-                    format!("claim {dv} Bound to {pv}: node affinity {}", affinity(v)),
-                );
-            }
+    }
+
+    /// The VM's claim: its volume rebound (populator path), the node the scheduler selected,
+    /// the placement its worker pods inherit, and the volume it is bound to.
+    fn tell_claim(&self, scene: &Scene, claim_phase: &str, out: &mut Chapter) {
+        let dv = &self.dv;
+        let Some(c) = &scene.claim else {
+            return;
+        };
+        if self.populator && claim_phase == "Bound" {
+            let pv = volume_name(c).unwrap_or("");
+            out.say(
+                "rebind",
+                format!("volume {pv} rebound: claimRef now {dv} (no data copied)"),
+            );
         }
-        if let Some(vmi) = &scene.vmi {
-            let vm = &self.vm;
-            let status = vmi.status.as_ref();
-            let phase = status.and_then(|s| s.phase.clone()).unwrap_or_default();
-            let provisioning = status.and_then(|s| s.conditions.as_ref()).is_some_and(|c| {
-                c.iter()
-                    .any(|c| c["type"] == "Provisioning" && c["status"] == "True")
-            });
-            if provisioning {
-                out.say(
-                    "vmi-provisioning",
-                    format!("VirtualMachineInstance {vm}: {phase}, condition Provisioning=True"),
-                );
-            } else if !phase.is_empty() {
-                out.say(
-                    format!("vmi-{phase}"),
-                    format!("VirtualMachineInstance {vm}: {phase}"),
-                );
-            }
+        if let Some(n) = annotation(&c.metadata, cdi_api::ann::SELECTED_NODE) {
+            let consumer = if self.populator {
+                "launcher pod"
+            } else {
+                "temporary pod"
+            };
+            out.say("selected", format!("claim {dv}: volume.kubernetes.io/selected-node={n} (set by the scheduler for the {consumer})"));
         }
-        out
+        if let Ok(Some(record)) = cdi_core::placement::recorded(c) {
+            out.say(
+                "inherited",
+                format!(
+                    "claim {dv}: its worker pods inherit {}, as the scheduler placed that pod \
+                     there ({}; no CDI spec.workload needed)",
+                    record.describe(),
+                    cdi_api::ext::WORKER_TOLERATIONS
+                ),
+            );
+        }
+        if claim_phase == "Bound"
+            && let Some(pv) = volume_name(c)
+            && let Some(v) = self.volume(scene, pv)
+        {
+            out.say(
+                "bound",
+                format!("claim {dv} Bound to {pv}: node affinity {}", affinity(v)),
+            );
+        }
+    }
+
+    /// The VM's instance: provisioning, then its phases.
+    fn tell_vmi(&self, scene: &Scene, out: &mut Chapter) {
+        let Some(vmi) = &scene.vmi else {
+            return;
+        };
+        let vm = &self.vm;
+        let status = vmi.status.as_ref();
+        let phase = status.and_then(|s| s.phase.clone()).unwrap_or_default();
+        let provisioning = status.and_then(|s| s.conditions.as_ref()).is_some_and(|c| {
+            c.iter()
+                .any(|c| c["type"] == "Provisioning" && c["status"] == "True")
+        });
+        if provisioning {
+            out.say(
+                "vmi-provisioning",
+                format!("VirtualMachineInstance {vm}: {phase}, condition Provisioning=True"),
+            );
+        } else if !phase.is_empty() {
+            out.say(
+                format!("vmi-{phase}"),
+                format!("VirtualMachineInstance {vm}: {phase}"),
+            );
+        }
+    }
+}
+
+/// The temporary pod that stands in for the VM's constraints: created, placed, done.
+fn tell_temporary_pod(name: &str, node: Option<&str>, phase: &str, out: &mut Chapter) {
+    out.say(
+        format!("{name}-created"),
+        format!(
+            "temporary pod {name} created (the VM's constraints, {EPHEMERAL_PROVISIONING_ANNOTATION})"
+        ),
+    );
+    if let Some(n) = node {
+        out.say(
+            format!("{name}-node"),
+            format!("temporary pod {name} scheduled on {n}"),
+        );
+    }
+    if phase == "Succeeded" {
+        out.say(
+            format!("{name}-done"),
+            format!("temporary pod {name} Succeeded (bash -c echo \"bound PVCs\")"),
+        );
     }
 }
 

@@ -243,123 +243,7 @@ fn condition(type_: &str, status: &str, reason: &str, message: &str) -> Value {
 pub fn plan(view: &View) -> Vec<Action> {
     let mut out = Vec::new();
     for vm in &view.vms {
-        let ns = ns_of(vm);
-        let name = name_of(vm);
-        let uid = vm.metadata.uid.clone().unwrap_or_default();
-        let mut ready = true;
-        for t in vm.spec.data_volume_templates.iter().flatten() {
-            let dv_name = t.metadata.name.clone().unwrap_or_default();
-            match view
-                .dvs
-                .iter()
-                .find(|d| ns_of(*d) == ns && name_of(*d) == dv_name)
-            {
-                None => {
-                    ready = false;
-                    let mut labels = t.metadata.labels.clone().unwrap_or_default();
-                    labels.insert(CREATED_BY_LABEL.into(), uid.clone());
-                    let mut annotations = t.metadata.annotations.clone().unwrap_or_default();
-                    annotations.insert(cdi_api::ann::ALLOW_CLAIM_ADOPTION.into(), "true".into());
-                    let dv = json!({
-                        "apiVersion": "cdi.kubevirt.io/v1beta1", "kind": "DataVolume",
-                        "metadata": {"name": dv_name, "namespace": ns, "labels": labels,
-                            "annotations": annotations,
-                            "ownerReferences": [controller_ref("kubevirt.io/v1", "VirtualMachine", name, &uid)]},
-                        "spec": t.spec,
-                    });
-                    if let Ok(dv) = serde_json::from_value(strip_nulls(dv)) {
-                        out.push(Action::CreateDataVolume(Box::new(dv)));
-                    }
-                }
-                Some(dv) => {
-                    ready &= matches!(
-                        phase(dv),
-                        Some(
-                            DataVolumePhase::Succeeded
-                                | DataVolumePhase::WaitForFirstConsumer
-                                | DataVolumePhase::PendingPopulation
-                        )
-                    );
-                }
-            }
-        }
-        let vmi = view
-            .vmis
-            .iter()
-            .find(|v| ns_of(*v) == ns && name_of(*v) == name);
-        if runs(vm)
-            && ready
-            && vmi.is_none()
-            && let Some(template) = &vm.spec.template
-        {
-            let meta = template.metadata.clone().unwrap_or_default();
-            let vmi = json!({
-                "apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstance",
-                "metadata": {"name": name, "namespace": ns, "labels": meta.labels,
-                    "annotations": meta.annotations,
-                    "ownerReferences": [controller_ref("kubevirt.io/v1", "VirtualMachine", name, &uid)]},
-                "spec": template.spec,
-            });
-            if let Ok(vmi) = serde_json::from_value(strip_nulls(vmi)) {
-                out.push(Action::CreateVmi(Box::new(vmi)));
-            }
-        }
-        // VM status: the printable status of the handshake's stages.
-        let dvs: Vec<&DataVolume> = vm
-            .spec
-            .data_volume_templates
-            .iter()
-            .flatten()
-            .filter_map(|t| {
-                let n = t.metadata.name.as_deref()?;
-                view.dvs
-                    .iter()
-                    .find(|d| ns_of(*d) == ns && name_of(*d) == n)
-            })
-            .collect();
-        let vmi_phase = vmi.and_then(|v| v.status.as_ref()?.phase.clone());
-        let provisioning = dvs.iter().any(|d| {
-            !matches!(
-                phase(d),
-                Some(
-                    DataVolumePhase::Succeeded
-                        | DataVolumePhase::PendingPopulation
-                        | DataVolumePhase::WaitForFirstConsumer
-                )
-            )
-        });
-        let printable = if !runs(vm) {
-            "Stopped"
-        } else if vmi_phase.as_deref() == Some("Running") {
-            "Running"
-        } else if dvs
-            .iter()
-            .any(|d| phase(d) == Some(DataVolumePhase::Failed))
-        {
-            "DataVolumeError"
-        } else if provisioning {
-            "Provisioning"
-        } else if dvs
-            .iter()
-            .any(|d| phase(d) == Some(DataVolumePhase::WaitForFirstConsumer))
-        {
-            "WaitingForVolumeBinding"
-        } else {
-            "Starting"
-        };
-        let status = json!({"printableStatus": printable, "created": vmi.is_some(),
-            "ready": vmi_phase.as_deref() == Some("Running")});
-        let current = vm.status.as_ref().map(|s| {
-            json!({"printableStatus": s.printable_status,
-            "created": s.created.unwrap_or(false), "ready": s.ready.unwrap_or(false)})
-        });
-        if current.as_ref() != Some(&status) {
-            out.push(Action::VmStatus {
-                namespace: ns.into(),
-                name: name.into(),
-                status,
-            });
-        }
+        out.extend(plan_vm(view, vm));
     }
     for vmi in &view.vmis {
         out.extend(plan_vmi(view, vmi));
@@ -367,6 +251,156 @@ pub fn plan(view: &View) -> Vec<Action> {
     out
 }
 
+/// What one VirtualMachine needs: its missing DataVolumes, its instance once they are ready
+/// (and it runs), and its status.
+fn plan_vm(view: &View, vm: &VirtualMachine) -> Vec<Action> {
+    let mut out = Vec::new();
+    let ns = ns_of(vm);
+    let name = name_of(vm);
+    let ready = plan_datavolumes(view, vm, &mut out);
+    let vmi = view
+        .vmis
+        .iter()
+        .find(|v| ns_of(*v) == ns && name_of(*v) == name);
+    if runs(vm)
+        && ready
+        && vmi.is_none()
+        && let Some(vmi) = new_vmi(vm)
+    {
+        out.push(Action::CreateVmi(Box::new(vmi)));
+    }
+    out.extend(vm_status(view, vm, vmi));
+    out
+}
+
+/// Create the VM's `dataVolumeTemplates` that do not exist yet; whether every one exists and
+/// is far enough along for the instance (Succeeded, WaitForFirstConsumer or
+/// PendingPopulation).
+fn plan_datavolumes(view: &View, vm: &VirtualMachine, out: &mut Vec<Action>) -> bool {
+    let ns = ns_of(vm);
+    let name = name_of(vm);
+    let uid = vm.metadata.uid.clone().unwrap_or_default();
+    let mut ready = true;
+    for t in vm.spec.data_volume_templates.iter().flatten() {
+        let dv_name = t.metadata.name.clone().unwrap_or_default();
+        match view
+            .dvs
+            .iter()
+            .find(|d| ns_of(*d) == ns && name_of(*d) == dv_name)
+        {
+            None => {
+                ready = false;
+                let mut labels = t.metadata.labels.clone().unwrap_or_default();
+                labels.insert(CREATED_BY_LABEL.into(), uid.clone());
+                let mut annotations = t.metadata.annotations.clone().unwrap_or_default();
+                annotations.insert(cdi_api::ann::ALLOW_CLAIM_ADOPTION.into(), "true".into());
+                let dv = json!({
+                    "apiVersion": "cdi.kubevirt.io/v1beta1", "kind": "DataVolume",
+                    "metadata": {"name": dv_name, "namespace": ns, "labels": labels,
+                        "annotations": annotations,
+                        "ownerReferences": [controller_ref("kubevirt.io/v1", "VirtualMachine", name, &uid)]},
+                    "spec": t.spec,
+                });
+                if let Ok(dv) = serde_json::from_value(strip_nulls(dv)) {
+                    out.push(Action::CreateDataVolume(Box::new(dv)));
+                }
+            }
+            Some(dv) => {
+                ready &= matches!(
+                    phase(dv),
+                    Some(
+                        DataVolumePhase::Succeeded
+                            | DataVolumePhase::WaitForFirstConsumer
+                            | DataVolumePhase::PendingPopulation
+                    )
+                );
+            }
+        }
+    }
+    ready
+}
+
+/// The VM's instance from its template, if it has one.
+fn new_vmi(vm: &VirtualMachine) -> Option<VirtualMachineInstance> {
+    let template = vm.spec.template.as_ref()?;
+    let (ns, name) = (ns_of(vm), name_of(vm));
+    let uid = vm.metadata.uid.clone().unwrap_or_default();
+    let meta = template.metadata.clone().unwrap_or_default();
+    let vmi = json!({
+        "apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstance",
+        "metadata": {"name": name, "namespace": ns, "labels": meta.labels,
+            "annotations": meta.annotations,
+            "ownerReferences": [controller_ref("kubevirt.io/v1", "VirtualMachine", name, &uid)]},
+        "spec": template.spec,
+    });
+    serde_json::from_value(strip_nulls(vmi)).ok()
+}
+
+/// The VM's status, the printable status of the handshake's stages, when it is not what the
+/// VM says already.
+fn vm_status(
+    view: &View,
+    vm: &VirtualMachine,
+    vmi: Option<&VirtualMachineInstance>,
+) -> Option<Action> {
+    let (ns, name) = (ns_of(vm), name_of(vm));
+    let dvs: Vec<&DataVolume> = vm
+        .spec
+        .data_volume_templates
+        .iter()
+        .flatten()
+        .filter_map(|t| {
+            let n = t.metadata.name.as_deref()?;
+            view.dvs
+                .iter()
+                .find(|d| ns_of(*d) == ns && name_of(*d) == n)
+        })
+        .collect();
+    let vmi_phase = vmi.and_then(|v| v.status.as_ref()?.phase.clone());
+    let provisioning = dvs.iter().any(|d| {
+        !matches!(
+            phase(d),
+            Some(
+                DataVolumePhase::Succeeded
+                    | DataVolumePhase::PendingPopulation
+                    | DataVolumePhase::WaitForFirstConsumer
+            )
+        )
+    });
+    let printable = if !runs(vm) {
+        "Stopped"
+    } else if vmi_phase.as_deref() == Some("Running") {
+        "Running"
+    } else if dvs
+        .iter()
+        .any(|d| phase(d) == Some(DataVolumePhase::Failed))
+    {
+        "DataVolumeError"
+    } else if provisioning {
+        "Provisioning"
+    } else if dvs
+        .iter()
+        .any(|d| phase(d) == Some(DataVolumePhase::WaitForFirstConsumer))
+    {
+        "WaitingForVolumeBinding"
+    } else {
+        "Starting"
+    };
+    let status = json!({"printableStatus": printable, "created": vmi.is_some(),
+        "ready": vmi_phase.as_deref() == Some("Running")});
+    let current = vm.status.as_ref().map(|s| {
+        json!({"printableStatus": s.printable_status,
+        "created": s.created.unwrap_or(false), "ready": s.ready.unwrap_or(false)})
+    });
+    (current.as_ref() != Some(&status)).then(|| Action::VmStatus {
+        namespace: ns.into(),
+        name: name.into(),
+        status,
+    })
+}
+
+/// What one VirtualMachineInstance needs: its launcher pod (temporary while a volume waits for
+/// its first consumer), the temporary pod deleted once no volume waits, and its status.
 fn plan_vmi(view: &View, vmi: &VirtualMachineInstance) -> Vec<Action> {
     let mut out = Vec::new();
     let ns = ns_of(vmi);
@@ -385,8 +419,9 @@ fn plan_vmi(view: &View, vmi: &VirtualMachineInstance) -> Vec<Action> {
     };
     let launcher = pods
         .iter()
-        .find(|p| !is_temp(p) && p.metadata.deletion_timestamp.is_none());
-    let temp: Vec<&&Pod> = pods.iter().filter(|p| is_temp(p)).collect();
+        .find(|p| !is_temp(p) && p.metadata.deletion_timestamp.is_none())
+        .copied();
+    let temp: Vec<&Pod> = pods.iter().filter(|p| is_temp(p)).copied().collect();
     let state = volumes_state(view, vmi);
     let wffc = state.as_ref().is_some_and(|s| s.iter().any(|(_, _, w)| *w));
     let all_ready = state
@@ -404,13 +439,24 @@ fn plan_vmi(view: &View, vmi: &VirtualMachineInstance) -> Vec<Action> {
             {
                 out.push(Action::DeleteTempPod {
                     namespace: ns.into(),
-                    name: name_of(**p).into(),
+                    name: name_of(*p).into(),
                     vmi: name.into(),
                 });
             }
         }
     }
-    // Status.
+    out.extend(vmi_status(vmi, launcher, &temp, wffc));
+    out
+}
+
+/// The instance's status from its launcher pod and temporary pods (`wffc`: a volume waits for
+/// its first consumer), when it is not what the instance says already.
+fn vmi_status(
+    vmi: &VirtualMachineInstance,
+    launcher: Option<&Pod>,
+    temp: &[&Pod],
+    wffc: bool,
+) -> Option<Action> {
     let launcher_phase = launcher.and_then(|p| p.status.as_ref()?.phase.clone());
     let node = launcher.and_then(|p| p.spec.as_ref()?.node_name.clone());
     let pod_ready = launcher.is_some_and(|p| {
@@ -431,6 +477,34 @@ fn plan_vmi(view: &View, vmi: &VirtualMachineInstance) -> Vec<Action> {
         Some("Succeeded") => "Succeeded",
         _ => "Pending",
     };
+    let conditions = vmi_conditions(phase, temp, wffc);
+    let mut status = json!({"phase": phase, "conditions": conditions});
+    if let Some(n) = &node {
+        status["nodeName"] = json!(n);
+    }
+    if let Some(ip) = launcher.and_then(|p| p.status.as_ref()?.pod_ip.clone()) {
+        status["interfaces"] = json!([{"ipAddress": ip, "name": "default"}]);
+    }
+    let current = vmi
+        .status
+        .as_ref()
+        .map(|s| serde_json::to_value(s).unwrap_or_default());
+    let same = current.as_ref().is_some_and(|c| {
+        c["phase"] == status["phase"]
+            && c["conditions"] == status["conditions"]
+            && c["nodeName"] == status["nodeName"]
+            && c["interfaces"] == status["interfaces"]
+    });
+    (!same).then(|| Action::VmiStatus {
+        namespace: ns_of(vmi).into(),
+        name: name_of(vmi).into(),
+        status,
+    })
+}
+
+/// The instance's conditions in `phase`: Provisioning while a volume waits (with the temporary
+/// pod's scheduling trouble), and Ready.
+fn vmi_conditions(phase: &str, temp: &[&Pod], wffc: bool) -> Vec<Value> {
     let mut conditions = Vec::new();
     if phase == "Pending" && wffc {
         conditions.push(condition(CONDITION_PROVISIONING, "True", "", ""));
@@ -462,31 +536,7 @@ fn plan_vmi(view: &View, vmi: &VirtualMachineInstance) -> Vec<Action> {
             "virt-launcher pod has not yet been scheduled",
         ));
     }
-    let mut status = json!({"phase": phase, "conditions": conditions});
-    if let Some(n) = &node {
-        status["nodeName"] = json!(n);
-    }
-    if let Some(ip) = launcher.and_then(|p| p.status.as_ref()?.pod_ip.clone()) {
-        status["interfaces"] = json!([{"ipAddress": ip, "name": "default"}]);
-    }
-    let current = vmi
-        .status
-        .as_ref()
-        .map(|s| serde_json::to_value(s).unwrap_or_default());
-    let same = current.as_ref().is_some_and(|c| {
-        c["phase"] == status["phase"]
-            && c["conditions"] == status["conditions"]
-            && c["nodeName"] == status["nodeName"]
-            && c["interfaces"] == status["interfaces"]
-    });
-    if !same {
-        out.push(Action::VmiStatus {
-            namespace: ns.into(),
-            name: name.into(),
-            status,
-        });
-    }
-    out
+    conditions
 }
 
 /// The consumer as a loop over the API server.

@@ -8,8 +8,10 @@ use crate::checksum::{Checksum, Hasher};
 use crate::convert::Progress;
 use crate::error::ImportError;
 use crate::formats::probe::Detected;
-use crate::import::{Counting, blocking, decoder, peek, verify};
+use crate::import::verify;
+use crate::reading::{Counting, decoder, peek};
 use crate::sources::Source;
+use crate::task::blocking;
 
 /// Fails a read once more than `limit` bytes came through: an archive cannot expand past the
 /// volume.

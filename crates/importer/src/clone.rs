@@ -10,9 +10,10 @@ use bytes::Bytes;
 
 use crate::convert::{Progress, Tuning};
 use crate::error::ImportError;
-use crate::import::{Counting, blocking, read_full};
 use crate::pod::PodPaths;
+use crate::reading::{Counting, read_full};
 use crate::sources::Source;
+use crate::task::blocking;
 use crate::writer::{Op, Target, stopped};
 
 /// The member of a Filesystem volume's tar stream that a Block target takes (upstream takes the

@@ -1,7 +1,11 @@
 //! What every conversion shares, whatever the source and the format (see [`crate::formats`]):
-//! the bounds on work in flight, and the count of source bytes consumed.
+//! the bounds on work in flight, the count of source bytes consumed, and sizing the target for
+//! the image.
 
 use std::sync::atomic::{AtomicU64, Ordering};
+
+use crate::error::ImportError;
+use crate::writer::Target;
 
 /// Bounds on the work in flight.
 #[derive(Debug, Clone, Copy)]
@@ -48,4 +52,22 @@ impl Progress {
     pub fn add(&self, n: u64) {
         self.done.fetch_add(n, Ordering::Relaxed);
     }
+}
+
+/// Refuse an image of `virtual_size` larger than `limit`, and size the target for it: the image,
+/// or the limit when that is larger (an image is only ever grown).
+pub(crate) fn fit(
+    target: &Target,
+    virtual_size: u64,
+    limit: Option<u64>,
+) -> Result<(), ImportError> {
+    if let Some(usable) = limit
+        && virtual_size > usable
+    {
+        return Err(ImportError::TooLarge {
+            virtual_size,
+            usable,
+        });
+    }
+    target.set_len(virtual_size.max(limit.unwrap_or(0)))
 }

@@ -7,7 +7,7 @@
 //! qcow2 images as they arrive and spool anything else to scratch, and so a qcow2 image whose
 //! layout does not stream (see `formats::qcow2::stream`).
 
-use std::io::{Cursor, Read};
+use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -20,9 +20,14 @@ use crate::convert::{Progress, Tuning};
 use crate::error::ImportError;
 use crate::formats;
 use crate::formats::probe::{self, Compression, Detected, Format, PROBE_LEN};
+use crate::reading::{Counting, peek, read_full};
 use crate::sources::file::{FileReader, FileSource};
 use crate::sources::{RangeReader, Source};
+use crate::task::blocking;
 use crate::writer::{Target, TargetKind, WriteStats};
+
+// Its public path before it moved to `reading`.
+pub use crate::reading::decoder;
 
 /// Where the image goes.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -484,14 +489,6 @@ fn hash_file(path: &Path, checksum: &Checksum) -> Result<String, ImportError> {
     }
 }
 
-pub(crate) async fn blocking<T: Send + 'static>(
-    f: impl FnOnce() -> Result<T, ImportError> + Send + 'static,
-) -> Result<T, ImportError> {
-    tokio::task::spawn_blocking(f)
-        .await
-        .map_err(|e| ImportError::Internal(e.to_string()))?
-}
-
 /// Detect the format of a random-access source and convert it into the target. Formats that
 /// qemu-img converts, and compressed files, need `local_path`.
 async fn convert_random_access(
@@ -546,65 +543,6 @@ async fn convert_random_access(
             }
         }
     }
-}
-
-/// A reader that hashes and counts what passes through it.
-pub(crate) struct Counting<R> {
-    pub(crate) inner: R,
-    pub(crate) hasher: Arc<std::sync::Mutex<Option<Hasher>>>,
-    pub(crate) progress: Arc<Progress>,
-}
-
-impl<R: Read> Read for Counting<R> {
-    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        let n = self.inner.read(buf)?;
-        if let Some(h) = self.hasher.lock().expect("hasher lock").as_mut() {
-            h.update(&buf[..n]);
-        }
-        self.progress.add(n as u64);
-        Ok(n)
-    }
-}
-
-/// A decompressing reader for a stream compression.
-pub fn decoder<'a>(
-    compression: Compression,
-    input: Box<dyn Read + Send + 'a>,
-) -> Result<Box<dyn Read + Send + 'a>, ImportError> {
-    Ok(match compression {
-        Compression::Gzip => Box::new(flate2::read::MultiGzDecoder::new(input)),
-        Compression::Xz => Box::new(liblzma::read::XzDecoder::new_multi_decoder(input)),
-        Compression::Zstd => Box::new(
-            zstd::stream::read::Decoder::new(input)
-                .map_err(|e| ImportError::io("starting zstd", e))?,
-        ),
-    })
-}
-
-/// Read up to `buf.len()` bytes, stopping early only at the end of the stream.
-pub(crate) fn read_full(r: &mut dyn Read, buf: &mut [u8]) -> std::io::Result<usize> {
-    let mut done = 0;
-    while done < buf.len() {
-        match r.read(&mut buf[done..]) {
-            Ok(0) => break,
-            Ok(n) => done += n,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(done)
-}
-
-/// Peek at the head of a stream and give back a reader that still yields it.
-pub(crate) fn peek(
-    mut input: Box<dyn Read + Send>,
-    what: &str,
-) -> Result<(Detected, Box<dyn Read + Send>), ImportError> {
-    let mut head = vec![0u8; PROBE_LEN];
-    let n = read_full(&mut input, &mut head).map_err(|e| ImportError::from_read(what, e))?;
-    head.truncate(n);
-    let detected = probe::probe(&head);
-    Ok((detected, Box::new(Cursor::new(head).chain(input))))
 }
 
 /// How a stream of an image that is not raw is converted.
@@ -669,24 +607,7 @@ async fn convert_stream(
         hasher: hasher.clone(),
         progress: progress.clone(),
     });
-    let (detected, stream) = blocking(move || peek(counted, "reading the source")).await?;
-    let (compression, stream, inner) = match detected {
-        Detected::Compressed(c) => {
-            let decoded = decoder(c, stream)?;
-            let (inner, decoded) = blocking(move || peek(decoded, c.name())).await?;
-            match inner {
-                Detected::Image(f) => (Some(c), decoded, f),
-                Detected::Compressed(n) => {
-                    return Err(ImportError::Unsupported(format!(
-                        "{} inside {}: decompress one layer first",
-                        n.name(),
-                        c.name()
-                    )));
-                }
-            }
-        }
-        Detected::Image(f) => (None, stream, f),
-    };
+    let (compression, stream, inner) = detect_stream(counted).await?;
     let context = compression.map(|c| c.name()).unwrap_or("the source");
 
     let result = if formats::streams(inner) {
@@ -710,87 +631,12 @@ async fn convert_stream(
             scratch_used: false,
         }
     } else {
-        // Spool to scratch, bounded: a bomb cannot fill more than the target could hold.
-        if opts.scratch_mounted && !opts.scratch_dir.is_dir() {
-            return Err(ImportError::ScratchRequired(format!(
-                "a {inner} image read in order is converted from a copy"
-            )));
+        let converted =
+            convert_through_scratch(stream, inner, target, limit, opts, context).await?;
+        Converted {
+            compression,
+            ..converted
         }
-        std::fs::create_dir_all(&opts.scratch_dir)
-            .map_err(|e| ImportError::io(format!("creating {}", opts.scratch_dir.display()), e))?;
-        // A new file under a random name (O_CREAT|O_EXCL, so never through a link planted in
-        // a shared directory such as /tmp), removed when dropped however the import ends.
-        let scratch_file = tempfile::Builder::new()
-            .prefix("cdi-scratch-")
-            .suffix(".img")
-            .tempfile_in(&opts.scratch_dir)
-            .map_err(|e| {
-                ImportError::io(
-                    format!("creating a scratch file in {}", opts.scratch_dir.display()),
-                    e,
-                )
-            })?;
-        let scratch = scratch_file.path().to_path_buf();
-        let bound = limit
-            .map(|l| l.saturating_add(l / 8).saturating_add(64 << 20))
-            .unwrap_or(u64::MAX);
-        let dst = scratch.clone();
-        let mut out = scratch_file
-            .as_file()
-            .try_clone()
-            .map_err(|e| ImportError::io(format!("opening {}", dst.display()), e))?;
-        let mut stream = stream;
-        let window = opts.tuning.writeback_window;
-        let spooled = blocking(move || {
-            let written = |e| ImportError::io(format!("writing {}", dst.display()), e);
-            // The scratch copy is page cache too: paced like the target.
-            let mut pacer = crate::writer::Pacer::new(&out, window).map_err(written)?;
-            let mut total = 0u64;
-            let mut buf = vec![0u8; 1 << 20];
-            loop {
-                let n = read_full(&mut stream, &mut buf)
-                    .map_err(|e| ImportError::from_read(context, e))?;
-                if n == 0 {
-                    return pacer.finish().map_err(written);
-                }
-                total += n as u64;
-                if total > bound {
-                    return Err(ImportError::Damaged(format!(
-                        "the source expands past {bound} bytes, more than the target can hold"
-                    )));
-                }
-                std::io::Write::write_all(&mut out, &buf[..n]).map_err(written)?;
-                pacer.wrote(n as u64).map_err(written)?;
-            }
-        })
-        .await;
-        let result = match spooled {
-            Ok(()) => {
-                let inner_opts = ImportOptions {
-                    checksum: None,
-                    ..opts.clone()
-                };
-                let reader: Arc<dyn RangeReader> = Arc::new(FileReader::open(&scratch)?);
-                // The bytes were counted as they arrived; the scratch copy is not counted again.
-                let uncounted = Arc::new(Progress::default());
-                Box::pin(convert_random_access(
-                    reader,
-                    Some(&scratch),
-                    target,
-                    limit,
-                    &inner_opts,
-                    &uncounted,
-                ))
-                .await
-                .map(|c| Converted {
-                    compression,
-                    scratch_used: true,
-                    ..c
-                })
-            }
-            Err(e) => Err(e),
-        };
-        result?
     };
     if let Some(expected) = &opts.checksum {
         let actual = hasher
@@ -802,4 +648,125 @@ async fn convert_stream(
         verify(expected, &actual)?;
     }
     Ok(result)
+}
+
+/// What a stream is, read from its head: its compression if any, the (decompressed) stream from
+/// its first byte, and the image format inside. One layer of compression only.
+async fn detect_stream(
+    counted: Box<dyn Read + Send>,
+) -> Result<(Option<Compression>, Box<dyn Read + Send>, Format), ImportError> {
+    let (detected, stream) = blocking(move || peek(counted, "reading the source")).await?;
+    match detected {
+        Detected::Compressed(c) => {
+            let decoded = decoder(c, stream)?;
+            let (inner, decoded) = blocking(move || peek(decoded, c.name())).await?;
+            match inner {
+                Detected::Image(f) => Ok((Some(c), decoded, f)),
+                Detected::Compressed(n) => Err(ImportError::Unsupported(format!(
+                    "{} inside {}: decompress one layer first",
+                    n.name(),
+                    c.name()
+                ))),
+            }
+        }
+        Detected::Image(f) => Ok((None, stream, f)),
+    }
+}
+
+/// Spool a stream of an `inner` image to a scratch file, then convert that at random. The
+/// result says scratch was used; its compression is the caller's to fill in.
+async fn convert_through_scratch(
+    stream: Box<dyn Read + Send>,
+    inner: Format,
+    target: &Target,
+    limit: Option<u64>,
+    opts: &ImportOptions,
+    context: &'static str,
+) -> Result<Converted, ImportError> {
+    // The file is removed when this is dropped, after the conversion from it.
+    let scratch_file = spool(stream, inner, limit, opts, context).await?;
+    let scratch = scratch_file.path();
+    let inner_opts = ImportOptions {
+        checksum: None,
+        ..opts.clone()
+    };
+    let reader: Arc<dyn RangeReader> = Arc::new(FileReader::open(scratch)?);
+    // The bytes were counted as they arrived; the scratch copy is not counted again.
+    let uncounted = Arc::new(Progress::default());
+    let converted = Box::pin(convert_random_access(
+        reader,
+        Some(scratch),
+        target,
+        limit,
+        &inner_opts,
+        &uncounted,
+    ))
+    .await?;
+    Ok(Converted {
+        scratch_used: true,
+        ..converted
+    })
+}
+
+/// Copy a stream of an `inner` image to a new scratch file in the scratch directory, bounded: a
+/// bomb cannot fill more than the target could hold.
+async fn spool(
+    mut stream: Box<dyn Read + Send>,
+    inner: Format,
+    limit: Option<u64>,
+    opts: &ImportOptions,
+    context: &'static str,
+) -> Result<tempfile::NamedTempFile, ImportError> {
+    if opts.scratch_mounted && !opts.scratch_dir.is_dir() {
+        return Err(ImportError::ScratchRequired(format!(
+            "a {inner} image read in order is converted from a copy"
+        )));
+    }
+    std::fs::create_dir_all(&opts.scratch_dir)
+        .map_err(|e| ImportError::io(format!("creating {}", opts.scratch_dir.display()), e))?;
+    // A new file under a random name (O_CREAT|O_EXCL, so never through a link planted in
+    // a shared directory such as /tmp), removed when dropped however the import ends.
+    let scratch_file = tempfile::Builder::new()
+        .prefix("cdi-scratch-")
+        .suffix(".img")
+        .tempfile_in(&opts.scratch_dir)
+        .map_err(|e| {
+            ImportError::io(
+                format!("creating a scratch file in {}", opts.scratch_dir.display()),
+                e,
+            )
+        })?;
+    let bound = limit
+        .map(|l| l.saturating_add(l / 8).saturating_add(64 << 20))
+        .unwrap_or(u64::MAX);
+    let dst = scratch_file.path().to_path_buf();
+    let mut out = scratch_file
+        .as_file()
+        .try_clone()
+        .map_err(|e| ImportError::io(format!("opening {}", dst.display()), e))?;
+    let window = opts.tuning.writeback_window;
+    blocking(move || {
+        let written = |e| ImportError::io(format!("writing {}", dst.display()), e);
+        // The scratch copy is page cache too: paced like the target.
+        let mut pacer = crate::writer::Pacer::new(&out, window).map_err(written)?;
+        let mut total = 0u64;
+        let mut buf = vec![0u8; 1 << 20];
+        loop {
+            let n =
+                read_full(&mut stream, &mut buf).map_err(|e| ImportError::from_read(context, e))?;
+            if n == 0 {
+                return pacer.finish().map_err(written);
+            }
+            total += n as u64;
+            if total > bound {
+                return Err(ImportError::Damaged(format!(
+                    "the source expands past {bound} bytes, more than the target can hold"
+                )));
+            }
+            std::io::Write::write_all(&mut out, &buf[..n]).map_err(written)?;
+            pacer.wrote(n as u64).map_err(written)?;
+        }
+    })
+    .await?;
+    Ok(scratch_file)
 }

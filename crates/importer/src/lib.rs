@@ -9,7 +9,8 @@
 //! - The rest is neither: the import itself ([`import`]) with the tuning and progress every
 //!   conversion shares ([`convert`]), the target [`writer`], transfer [`buffer`]s,
 //!   [`checksum`]s, tar [`archive`]s, the pod contract ([`pod`]), the progress [`metrics`] and
-//!   the [`error`]; and the target side of a host-assisted [`clone`], which copies bytes as
+//!   the [`error`]; the helpers the import and the formats share for reading a stream in order
+//!   (`reading`) and for blocking work (`task`); and the target side of a host-assisted [`clone`], which copies bytes as
 //!   they are.
 
 pub mod archive;
@@ -22,7 +23,9 @@ pub mod formats;
 pub mod import;
 pub mod metrics;
 pub mod pod;
+mod reading;
 pub mod sources;
+mod task;
 pub mod writer;
 
 pub use error::ImportError;

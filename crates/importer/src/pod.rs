@@ -179,6 +179,30 @@ fn read_secret_headers(dir: &Path, out: &mut Vec<(String, String)>) -> Result<()
     Ok(())
 }
 
+/// The variable `name`, when set and not empty.
+fn env_str<'a>(env: &'a HashMap<String, String>, name: &str) -> Option<&'a str> {
+    env.get(name).map(String::as_str).filter(|v| !v.is_empty())
+}
+
+/// The source's endpoint (`IMPORTER_ENDPOINT`), which every kind but a blank image needs.
+fn endpoint<'a>(env: &'a HashMap<String, String>, kind: &str) -> Result<&'a str, ImportError> {
+    env_str(env, cdi_api::env::ENDPOINT).ok_or_else(|| {
+        ImportError::Config(format!(
+            "{} is required for {kind} source",
+            cdi_api::env::ENDPOINT
+        ))
+    })
+}
+
+/// The access key and secret key, when both are given.
+fn key_pair(env: &HashMap<String, String>) -> Option<(String, String)> {
+    use cdi_api::env as e;
+    match (env_str(env, e::ACCESS_KEY_ID), env_str(env, e::SECRET_KEY)) {
+        (Some(u), Some(p)) => Some((u.to_string(), p.to_string())),
+        _ => None,
+    }
+}
+
 impl PodConfig {
     /// Read the configuration from upstream's environment variables.
     pub fn from_env(
@@ -186,7 +210,7 @@ impl PodConfig {
         paths: &PodPaths,
     ) -> Result<PodConfig, ImportError> {
         use cdi_api::env as e;
-        let get = |k: &str| env.get(k).map(String::as_str).filter(|v| !v.is_empty());
+        let get = |k: &str| env_str(env, k);
         let content_type = match get(e::CONTENT_TYPE).unwrap_or("kubevirt") {
             "kubevirt" => ContentType::KubeVirt,
             "archive" => ContentType::Archive,
@@ -218,106 +242,7 @@ impl PodConfig {
                     .map_err(|err| ImportError::Config(format!("{}: {err}", e::CHECKSUM)))
             })
             .transpose()?;
-        let source = match get(e::SOURCE).unwrap_or("http") {
-            "none" => PodSource::Blank,
-            "http" => {
-                let url = get(e::ENDPOINT)
-                    .ok_or_else(|| {
-                        ImportError::Config(format!(
-                            "{} is required for an http source",
-                            e::ENDPOINT
-                        ))
-                    })?
-                    .to_string();
-                let basic_auth = match (get(e::ACCESS_KEY_ID), get(e::SECRET_KEY)) {
-                    (Some(u), Some(p)) => Some((u.to_string(), p.to_string())),
-                    _ => None,
-                };
-                let mut headers = Vec::new();
-                let mut numbered: Vec<(&String, &String)> = env
-                    .iter()
-                    .filter(|(k, _)| k.starts_with(e::EXTRA_HEADER_PREFIX))
-                    .collect();
-                numbered.sort();
-                for (name, value) in numbered {
-                    headers.push(split_header(value, name)?);
-                }
-                read_secret_headers(&paths.extra_headers_dir, &mut headers)?;
-                let ca_certs_pem = cert_dir(env, paths)?;
-                PodSource::Http(HttpSource {
-                    url,
-                    basic_auth,
-                    headers,
-                    ca_certs_pem,
-                    insecure: env_bool(env, e::INSECURE_TLS)?,
-                    retry: RetryPolicy::default(),
-                    signer: None,
-                })
-            }
-            "s3" => {
-                let url = get(e::ENDPOINT).ok_or_else(|| {
-                    ImportError::Config(format!("{} is required for an s3 source", e::ENDPOINT))
-                })?;
-                // Upstream has no anonymous S3 either.
-                let (Some(key), Some(secret)) = (get(e::ACCESS_KEY_ID), get(e::SECRET_KEY)) else {
-                    return Err(ImportError::Config(format!(
-                        "Unable to connect to s3 data source: no credentials ({} and {}); name a Secret with accessKeyId and secretKey in the DataVolume's spec.source.s3.secretRef",
-                        e::ACCESS_KEY_ID,
-                        e::SECRET_KEY
-                    )));
-                };
-                let ca_certs_pem = cert_dir(env, paths)?;
-                PodSource::Http(crate::sources::s3::source(url, key, secret, ca_certs_pem)?)
-            }
-            "gcs" => {
-                let url = get(e::ENDPOINT).ok_or_else(|| {
-                    ImportError::Config(format!("{} is required for a gcs source", e::ENDPOINT))
-                })?;
-                // The Secret's key file, where upstream mounts it; without one, anonymous.
-                let account = match get(e::GOOGLE_CREDENTIALS) {
-                    Some(file) => {
-                        let path =
-                            cdi_core::devpod::in_root(paths.root.as_deref(), Path::new(file));
-                        let json = std::fs::read(&path).map_err(|err| {
-                            ImportError::Config(format!(
-                                "Unable to connect to gcs data source: reading the service account key {file}: {err}; the DataVolume's secretRef must name a Secret holding credentials.json"
-                            ))
-                        })?;
-                        Some(crate::sources::gcs::ServiceAccount::from_json(&json, file)?)
-                    }
-                    None => None,
-                };
-                PodSource::Http(crate::sources::gcs::source(
-                    url,
-                    account,
-                    cert_dir(env, paths)?,
-                )?)
-            }
-            "registry" => {
-                let url = get(e::ENDPOINT).ok_or_else(|| {
-                    ImportError::Config(format!(
-                        "{} is required for a registry source",
-                        e::ENDPOINT
-                    ))
-                })?;
-                let credentials = match (get(e::ACCESS_KEY_ID), get(e::SECRET_KEY)) {
-                    (Some(u), Some(p)) => Some((u.to_string(), p.to_string())),
-                    _ => None,
-                };
-                PodSource::Registry(Arc::new(crate::sources::registry::RegistrySource::new(
-                    url,
-                    credentials,
-                    cert_dir(env, paths)?,
-                    env_bool(env, e::INSECURE_TLS)?,
-                    get(e::REGISTRY_IMAGE_ARCHITECTURE).map(str::to_string),
-                )?))
-            }
-            other => {
-                return Err(ImportError::Config(format!(
-                    "Unable to connect to {other} data source: cdi-rs does not import from {other} sources yet"
-                )));
-            }
-        };
+        let source = PodSource::from_env(env, paths)?;
         Ok(PodConfig {
             source,
             content_type,
@@ -328,6 +253,115 @@ impl PodConfig {
             owner_uid: env.get(e::OWNER_UID).cloned().unwrap_or_default(),
         })
     }
+}
+
+impl PodSource {
+    /// The source `IMPORTER_SOURCE` names (http when unset), with what its kind reads from the
+    /// environment and the mounted files.
+    fn from_env(env: &HashMap<String, String>, paths: &PodPaths) -> Result<PodSource, ImportError> {
+        match env_str(env, cdi_api::env::SOURCE).unwrap_or("http") {
+            "none" => Ok(PodSource::Blank),
+            "http" => http_source(env, paths),
+            "s3" => s3_source(env, paths),
+            "gcs" => gcs_source(env, paths),
+            "registry" => registry_source(env, paths),
+            other => Err(ImportError::Config(format!(
+                "Unable to connect to {other} data source: cdi-rs does not import from {other} sources yet"
+            ))),
+        }
+    }
+}
+
+/// An HTTP(S) URL, with basic auth from the key pair and extra headers from numbered variables
+/// and mounted secrets.
+fn http_source(env: &HashMap<String, String>, paths: &PodPaths) -> Result<PodSource, ImportError> {
+    use cdi_api::env as e;
+    let url = endpoint(env, "an http")?.to_string();
+    let basic_auth = key_pair(env);
+    let mut headers = Vec::new();
+    let mut numbered: Vec<(&String, &String)> = env
+        .iter()
+        .filter(|(k, _)| k.starts_with(e::EXTRA_HEADER_PREFIX))
+        .collect();
+    numbered.sort();
+    for (name, value) in numbered {
+        headers.push(split_header(value, name)?);
+    }
+    read_secret_headers(&paths.extra_headers_dir, &mut headers)?;
+    let ca_certs_pem = cert_dir(env, paths)?;
+    Ok(PodSource::Http(HttpSource {
+        url,
+        basic_auth,
+        headers,
+        ca_certs_pem,
+        insecure: env_bool(env, e::INSECURE_TLS)?,
+        retry: RetryPolicy::default(),
+        signer: None,
+    }))
+}
+
+/// An S3 object, signed with the key pair (required).
+fn s3_source(env: &HashMap<String, String>, paths: &PodPaths) -> Result<PodSource, ImportError> {
+    use cdi_api::env as e;
+    let url = endpoint(env, "an s3")?;
+    // Upstream has no anonymous S3 either.
+    let (Some(key), Some(secret)) = (env_str(env, e::ACCESS_KEY_ID), env_str(env, e::SECRET_KEY))
+    else {
+        return Err(ImportError::Config(format!(
+            "Unable to connect to s3 data source: no credentials ({} and {}); name a Secret with accessKeyId and secretKey in the DataVolume's spec.source.s3.secretRef",
+            e::ACCESS_KEY_ID,
+            e::SECRET_KEY
+        )));
+    };
+    let ca_certs_pem = cert_dir(env, paths)?;
+    Ok(PodSource::Http(crate::sources::s3::source(
+        url,
+        key,
+        secret,
+        ca_certs_pem,
+    )?))
+}
+
+/// A GCS object, signed with a mounted service account key, or read anonymously without one.
+fn gcs_source(env: &HashMap<String, String>, paths: &PodPaths) -> Result<PodSource, ImportError> {
+    let url = endpoint(env, "a gcs")?;
+    // The Secret's key file, where upstream mounts it; without one, anonymous.
+    let account = match env_str(env, cdi_api::env::GOOGLE_CREDENTIALS) {
+        Some(file) => {
+            let path = cdi_core::devpod::in_root(paths.root.as_deref(), Path::new(file));
+            let json = std::fs::read(&path).map_err(|err| {
+                ImportError::Config(format!(
+                    "Unable to connect to gcs data source: reading the service account key {file}: {err}; the DataVolume's secretRef must name a Secret holding credentials.json"
+                ))
+            })?;
+            Some(crate::sources::gcs::ServiceAccount::from_json(&json, file)?)
+        }
+        None => None,
+    };
+    Ok(PodSource::Http(crate::sources::gcs::source(
+        url,
+        account,
+        cert_dir(env, paths)?,
+    )?))
+}
+
+/// A containerDisk image in a registry, with the key pair as its credentials.
+fn registry_source(
+    env: &HashMap<String, String>,
+    paths: &PodPaths,
+) -> Result<PodSource, ImportError> {
+    use cdi_api::env as e;
+    let url = endpoint(env, "a registry")?;
+    let credentials = key_pair(env);
+    Ok(PodSource::Registry(Arc::new(
+        crate::sources::registry::RegistrySource::new(
+            url,
+            credentials,
+            cert_dir(env, paths)?,
+            env_bool(env, e::INSECURE_TLS)?,
+            env_str(env, e::REGISTRY_IMAGE_ARCHITECTURE).map(str::to_string),
+        )?,
+    )))
 }
 
 /// Free bytes of the filesystem holding `dir`.

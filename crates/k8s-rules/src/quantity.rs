@@ -128,13 +128,67 @@ impl FromStr for Quantity {
         if input.is_empty() {
             return Err(QuantityError::Empty);
         }
-        let syntax = || QuantityError::Syntax {
-            input: input.to_string(),
+        let written = Written::split(input).ok_or_else(|| syntax(input))?;
+        let mantissa = written.mantissa(input)?;
+        let frac_len = written.frac_digits.len() as i32;
+        let (format, nanos) = match binary_power(written.suffix) {
+            Some(power) => {
+                let scaled =
+                    scale_decimal(mantissa, 9 - frac_len).ok_or_else(|| too_large(input))?;
+                let nanos = scaled
+                    .checked_mul(1i128 << power)
+                    .ok_or_else(|| too_large(input))?;
+                (Format::BinarySi, nanos)
+            }
+            None => {
+                let (format, exp10) = decimal_suffix(input, written.suffix)?;
+                let shift = 9 - frac_len + exp10;
+                if mantissa != 0 && shift > 40 {
+                    return Err(too_large(input));
+                }
+                (
+                    format,
+                    scale_decimal(mantissa, shift).ok_or_else(|| too_large(input))?,
+                )
+            }
         };
-        let too_large = || QuantityError::TooLarge {
-            input: input.to_string(),
+        if nanos > MAX_NANOS {
+            return Err(too_large(input));
+        }
+        let nanos = if written.negative { -nanos } else { nanos };
+        // A binary quantity below one unit prints as decimal (apimachinery does the same).
+        let format = if format == Format::BinarySi && nanos.abs() < NANO && nanos != 0 {
+            Format::DecimalSi
+        } else {
+            format
         };
+        Ok(Quantity { nanos, format })
+    }
+}
 
+fn syntax(input: &str) -> QuantityError {
+    QuantityError::Syntax {
+        input: input.to_string(),
+    }
+}
+
+fn too_large(input: &str) -> QuantityError {
+    QuantityError::TooLarge {
+        input: input.to_string(),
+    }
+}
+
+/// A quantity as written, split into its parts: `[+-]? digits [. digits] suffix`.
+struct Written<'a> {
+    negative: bool,
+    int_digits: &'a str,
+    frac_digits: &'a str,
+    suffix: &'a str,
+}
+
+impl<'a> Written<'a> {
+    /// The parts of a non-empty `input`; `None` without a digit before the suffix.
+    fn split(input: &'a str) -> Option<Written<'a>> {
         let bytes = input.as_bytes();
         let mut pos = 0;
         let negative = match bytes[0] {
@@ -163,90 +217,74 @@ impl FromStr for Quantity {
             frac_digits = &input[frac_start..pos];
         }
         if int_digits.is_empty() && frac_digits.is_empty() {
-            return Err(syntax());
+            return None;
         }
-        let suffix = &input[pos..];
+        Some(Written {
+            negative,
+            int_digits,
+            frac_digits,
+            suffix: &input[pos..],
+        })
+    }
 
-        // mantissa × 10^-frac_len, without leading zeros so long zero-padded input still parses.
-        let digits = format!("{int_digits}{frac_digits}");
+    /// The digits as one integer: the value is mantissa × 10^-(fraction digits). Leading zeros
+    /// are dropped so long zero-padded input still parses.
+    fn mantissa(&self, input: &str) -> Result<i128, QuantityError> {
+        let digits = format!("{}{}", self.int_digits, self.frac_digits);
         let significant = digits.trim_start_matches('0');
         if significant.len() > 30 {
-            return Err(too_large());
+            return Err(too_large(input));
         }
-        let mantissa: i128 = if significant.is_empty() {
-            0
+        if significant.is_empty() {
+            Ok(0)
         } else {
-            significant.parse().map_err(|_| syntax())?
-        };
-        let frac_len = frac_digits.len() as i32;
-
-        let (format, nanos) = match suffix {
-            "Ki" | "Mi" | "Gi" | "Ti" | "Pi" | "Ei" => {
-                let power = match suffix {
-                    "Ki" => 10,
-                    "Mi" => 20,
-                    "Gi" => 30,
-                    "Ti" => 40,
-                    "Pi" => 50,
-                    _ => 60,
-                };
-                let scaled = scale_decimal(mantissa, 9 - frac_len).ok_or_else(too_large)?;
-                let nanos = scaled.checked_mul(1i128 << power).ok_or_else(too_large)?;
-                (Format::BinarySi, nanos)
-            }
-            _ => {
-                let (format, exp10) = match suffix {
-                    "n" => (Format::DecimalSi, -9),
-                    "u" => (Format::DecimalSi, -6),
-                    "m" => (Format::DecimalSi, -3),
-                    "" => (Format::DecimalSi, 0),
-                    "k" => (Format::DecimalSi, 3),
-                    "M" => (Format::DecimalSi, 6),
-                    "G" => (Format::DecimalSi, 9),
-                    "T" => (Format::DecimalSi, 12),
-                    "P" => (Format::DecimalSi, 15),
-                    "E" => (Format::DecimalSi, 18),
-                    s if s.starts_with(['e', 'E']) => {
-                        let exp = &s[1..];
-                        let unsigned = exp.strip_prefix(['+', '-']).unwrap_or(exp);
-                        if unsigned.is_empty() || !unsigned.bytes().all(|b| b.is_ascii_digit()) {
-                            return Err(QuantityError::Suffix {
-                                input: input.to_string(),
-                                suffix: s.to_string(),
-                            });
-                        }
-                        let value: i32 = exp.parse().map_err(|_| too_large())?;
-                        (Format::DecimalExponent, value)
-                    }
-                    s => {
-                        return Err(QuantityError::Suffix {
-                            input: input.to_string(),
-                            suffix: s.to_string(),
-                        });
-                    }
-                };
-                let shift = 9 - frac_len + exp10;
-                if mantissa != 0 && shift > 40 {
-                    return Err(too_large());
-                }
-                (
-                    format,
-                    scale_decimal(mantissa, shift).ok_or_else(too_large)?,
-                )
-            }
-        };
-        if nanos > MAX_NANOS {
-            return Err(too_large());
+            significant.parse().map_err(|_| syntax(input))
         }
-        let nanos = if negative { -nanos } else { nanos };
-        // A binary quantity below one unit prints as decimal (apimachinery does the same).
-        let format = if format == Format::BinarySi && nanos.abs() < NANO && nanos != 0 {
-            Format::DecimalSi
-        } else {
-            format
-        };
-        Ok(Quantity { nanos, format })
     }
+}
+
+/// The power of two a binary SI suffix stands for (`Ki` is 2^10), if it is one.
+fn binary_power(suffix: &str) -> Option<u32> {
+    Some(match suffix {
+        "Ki" => 10,
+        "Mi" => 20,
+        "Gi" => 30,
+        "Ti" => 40,
+        "Pi" => 50,
+        "Ei" => 60,
+        _ => return None,
+    })
+}
+
+/// The format and power of ten of a decimal SI suffix or a decimal exponent (`e3`, `E-2`);
+/// anything else is an unknown unit.
+fn decimal_suffix(input: &str, suffix: &str) -> Result<(Format, i32), QuantityError> {
+    let unknown = || QuantityError::Suffix {
+        input: input.to_string(),
+        suffix: suffix.to_string(),
+    };
+    Ok(match suffix {
+        "n" => (Format::DecimalSi, -9),
+        "u" => (Format::DecimalSi, -6),
+        "m" => (Format::DecimalSi, -3),
+        "" => (Format::DecimalSi, 0),
+        "k" => (Format::DecimalSi, 3),
+        "M" => (Format::DecimalSi, 6),
+        "G" => (Format::DecimalSi, 9),
+        "T" => (Format::DecimalSi, 12),
+        "P" => (Format::DecimalSi, 15),
+        "E" => (Format::DecimalSi, 18),
+        s if s.starts_with(['e', 'E']) => {
+            let exp = &s[1..];
+            let unsigned = exp.strip_prefix(['+', '-']).unwrap_or(exp);
+            if unsigned.is_empty() || !unsigned.bytes().all(|b| b.is_ascii_digit()) {
+                return Err(unknown());
+            }
+            let value: i32 = exp.parse().map_err(|_| too_large(input))?;
+            (Format::DecimalExponent, value)
+        }
+        _ => return Err(unknown()),
+    })
 }
 
 /// `mantissa × 10^shift`, rounding a negative shift up (away from zero).

@@ -310,16 +310,71 @@ fn basic(user: &str, pass: &str) -> String {
     format!("Basic {out}")
 }
 
+/// Serve one request on `stream` (one request per connection), logging it in `state`.
 async fn serve<S: AsyncRead + AsyncWrite + Unpin>(
     mut stream: S,
     state: Arc<Mutex<State>>,
 ) -> std::io::Result<()> {
-    // Read the request head.
+    let Some(head) = read_head(&mut stream).await? else {
+        return Ok(());
+    };
+    let request = Request::parse(&head);
+    let mut log = Logged {
+        method: request.method.clone(),
+        path: request.path.clone(),
+        range: request.header("range"),
+        status: 0,
+        sent: 0,
+        proxied: request.proxied,
+    };
+    let finish = |log: Logged| state.lock().unwrap().log.push(log);
+    let answer = route(&state, &request).and_then(|(data, behaviour)| {
+        let (status, start, end) = byte_range(log.range.as_deref(), &behaviour, data.len())?;
+        Ok((data, behaviour, status, start, end))
+    });
+    let (data, behaviour, status, start, end) = match answer {
+        Ok(served) => served,
+        Err(refusal) => {
+            log.status = refusal.status;
+            stream.write_all(refusal.response().as_bytes()).await?;
+            finish(log);
+            return Ok(());
+        }
+    };
+    let head = response_head(status, start, end, data.len(), &behaviour);
+    stream.write_all(head.as_bytes()).await?;
+    log.status = status;
+    if request.method == "HEAD" {
+        finish(log);
+        if behaviour.close_silently {
+            stream.flush().await?;
+            // The client takes the connection back into its pool meanwhile.
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        return Ok(());
+    }
+    if let Some(d) = behaviour.delay_body {
+        tokio::time::sleep(d).await;
+    }
+    let faults = faults_for(&state, &behaviour, end - start);
+    let (sent, result) = send_body(&mut stream, &data, start, end, faults, &state).await?;
+    let _ = stream.flush().await;
+    let _ = stream.shutdown().await;
+    log.sent = sent;
+    finish(log);
+    result
+}
+
+/// Read the request head up to its blank line; `None` when there is nothing to answer (the
+/// client left, the head is too long, or it was not HTTP and has been refused).
+async fn read_head<S: AsyncRead + AsyncWrite + Unpin>(
+    stream: &mut S,
+) -> std::io::Result<Option<Vec<u8>>> {
     let mut head = Vec::new();
     let mut byte = [0u8; 1];
     while !head.ends_with(b"\r\n\r\n") {
         if stream.read(&mut byte).await? == 0 || head.len() > 16384 {
-            return Ok(());
+            return Ok(None);
         }
         head.push(byte[0]);
         // Not HTTP (a TLS handshake to a plain server): refused at once, as nginx does.
@@ -329,112 +384,134 @@ async fn serve<S: AsyncRead + AsyncWrite + Unpin>(
                     b"HTTP/1.1 400 Bad Request\r\nConnection: close\r\nContent-Length: 0\r\n\r\n",
                 )
                 .await?;
-            return stream.shutdown().await;
+            stream.shutdown().await?;
+            return Ok(None);
         }
     }
-    let text = String::from_utf8_lossy(&head).to_string();
-    let mut lines = text.split("\r\n");
-    let mut first = lines.next().unwrap_or("").split(' ');
-    let method = first.next().unwrap_or("").to_string();
-    let target = first.next().unwrap_or("").to_string();
-    // As an HTTP proxy, the server gets absolute URIs; it serves them from its own files.
-    let (path, proxied) = match target.strip_prefix("http://") {
-        Some(rest) => (
-            rest.find('/')
-                .map(|i| rest[i..].to_string())
-                .unwrap_or_else(|| "/".into()),
-            true,
-        ),
-        None => (target.clone(), false),
-    };
-    let headers: Vec<(String, String)> = lines
-        .filter_map(|l| l.split_once(':'))
-        .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_string()))
-        .collect();
-    let header = |name: &str| {
-        headers
+    Ok(Some(head))
+}
+
+/// A request as the server reads it.
+struct Request {
+    method: String,
+    path: String,
+    /// Asked as an HTTP proxy, with an absolute URI.
+    proxied: bool,
+    /// Names in lower case.
+    headers: Vec<(String, String)>,
+}
+
+impl Request {
+    fn parse(head: &[u8]) -> Request {
+        let text = String::from_utf8_lossy(head).to_string();
+        let mut lines = text.split("\r\n");
+        let mut first = lines.next().unwrap_or("").split(' ');
+        let method = first.next().unwrap_or("").to_string();
+        let target = first.next().unwrap_or("").to_string();
+        // As an HTTP proxy, the server gets absolute URIs; it serves them from its own files.
+        let (path, proxied) = match target.strip_prefix("http://") {
+            Some(rest) => (
+                rest.find('/')
+                    .map(|i| rest[i..].to_string())
+                    .unwrap_or_else(|| "/".into()),
+                true,
+            ),
+            None => (target.clone(), false),
+        };
+        let headers = lines
+            .filter_map(|l| l.split_once(':'))
+            .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_string()))
+            .collect();
+        Request {
+            method,
+            path,
+            proxied,
+            headers,
+        }
+    }
+
+    /// The value of the header `name` (lower case).
+    fn header(&self, name: &str) -> Option<String> {
+        self.headers
             .iter()
             .find(|(k, _)| k == name)
             .map(|(_, v)| v.clone())
-    };
-    let range = header("range");
+    }
+}
 
-    let mut log = Logged {
-        method: method.clone(),
-        path: path.clone(),
-        range: range.clone(),
-        status: 0,
-        sent: 0,
-        proxied,
-    };
-    let respond = |status: u16, reason: &str, extra: &str| {
+/// A response without a body.
+struct Refusal {
+    status: u16,
+    reason: &'static str,
+    /// Header lines, each ending in CRLF.
+    extra: String,
+}
+
+impl Refusal {
+    fn new(status: u16, reason: &'static str, extra: impl Into<String>) -> Refusal {
+        Refusal {
+            status,
+            reason,
+            extra: extra.into(),
+        }
+    }
+
+    fn response(&self) -> String {
+        let Refusal {
+            status,
+            reason,
+            extra,
+        } = self;
         format!(
             "HTTP/1.1 {status} {reason}\r\nConnection: close\r\n{extra}Content-Length: 0\r\n\r\n"
         )
-    };
+    }
+}
 
+/// The file the request gets, or why it gets none: a redirect, no such path, missing
+/// credentials or headers, or a HEAD the file's server does not answer.
+fn route(state: &Mutex<State>, request: &Request) -> Result<(Body, Behaviour), Refusal> {
     let (file, redirect) = {
         let st = state.lock().unwrap();
         (
-            st.files.get(&path).cloned(),
-            st.redirects.get(&path).cloned(),
+            st.files.get(&request.path).cloned(),
+            st.redirects.get(&request.path).cloned(),
         )
     };
-    let finish = |log: Logged| state.lock().unwrap().log.push(log);
     if let Some(to) = redirect {
-        log.status = 302;
-        stream
-            .write_all(respond(302, "Found", &format!("Location: {to}\r\n")).as_bytes())
-            .await?;
-        finish(log);
-        return Ok(());
+        return Err(Refusal::new(302, "Found", format!("Location: {to}\r\n")));
     }
     let Some((data, behaviour)) = file else {
-        log.status = 404;
-        stream
-            .write_all(respond(404, "Not Found", "").as_bytes())
-            .await?;
-        finish(log);
-        return Ok(());
+        return Err(Refusal::new(404, "Not Found", ""));
     };
     if let Some((user, pass)) = &behaviour.basic_auth
-        && header("authorization").as_deref() != Some(basic(user, pass).as_str())
+        && request.header("authorization").as_deref() != Some(basic(user, pass).as_str())
     {
-        log.status = 401;
-        stream
-            .write_all(
-                respond(
-                    401,
-                    "Unauthorized",
-                    "WWW-Authenticate: Basic realm=\"cdi\"\r\n",
-                )
-                .as_bytes(),
-            )
-            .await?;
-        finish(log);
-        return Ok(());
+        return Err(Refusal::new(
+            401,
+            "Unauthorized",
+            "WWW-Authenticate: Basic realm=\"cdi\"\r\n",
+        ));
     }
     for (name, value) in &behaviour.required_headers {
-        if header(&name.to_ascii_lowercase()).as_deref() != Some(value.as_str()) {
-            log.status = 400;
-            stream
-                .write_all(respond(400, "Bad Request", "").as_bytes())
-                .await?;
-            finish(log);
-            return Ok(());
+        if request.header(&name.to_ascii_lowercase()).as_deref() != Some(value.as_str()) {
+            return Err(Refusal::new(400, "Bad Request", ""));
         }
     }
-    if method == "HEAD" && behaviour.no_head {
-        log.status = 405;
-        stream
-            .write_all(respond(405, "Method Not Allowed", "").as_bytes())
-            .await?;
-        finish(log);
-        return Ok(());
+    if request.method == "HEAD" && behaviour.no_head {
+        return Err(Refusal::new(405, "Method Not Allowed", ""));
     }
+    Ok((data, behaviour))
+}
 
-    let total = data.len();
-    let (status, start, end) = match range.as_deref().and_then(|r| r.strip_prefix("bytes=")) {
+/// The status and the byte range `[start, end)` of a body of `total` bytes that a `Range`
+/// header asks for (honoured only when the file serves ranges); 416 past the end.
+fn byte_range(
+    range: Option<&str>,
+    behaviour: &Behaviour,
+    total: u64,
+) -> Result<(u16, u64, u64), Refusal> {
+    match range.and_then(|r| r.strip_prefix("bytes=")) {
         Some(spec) if behaviour.ranges => {
             let (a, b) = spec.split_once('-').unwrap_or((spec, ""));
             let start: u64 = a.parse().unwrap_or(0);
@@ -444,24 +521,20 @@ async fn serve<S: AsyncRead + AsyncWrite + Unpin>(
                 b.parse::<u64>().unwrap_or(0).min(total.saturating_sub(1))
             };
             if start >= total {
-                log.status = 416;
-                stream
-                    .write_all(
-                        respond(
-                            416,
-                            "Range Not Satisfiable",
-                            &format!("Content-Range: bytes */{total}\r\n"),
-                        )
-                        .as_bytes(),
-                    )
-                    .await?;
-                finish(log);
-                return Ok(());
+                return Err(Refusal::new(
+                    416,
+                    "Range Not Satisfiable",
+                    format!("Content-Range: bytes */{total}\r\n"),
+                ));
             }
-            (206, start, end + 1)
+            Ok((206, start, end + 1))
         }
-        _ => (200, 0, total),
-    };
+        _ => Ok((200, 0, total)),
+    }
+}
+
+/// The head of a response carrying bytes `[start, end)` of a body of `total` bytes.
+fn response_head(status: u16, start: u64, end: u64, total: u64, behaviour: &Behaviour) -> String {
     let mut extra = String::new();
     if behaviour.ranges {
         extra.push_str("Accept-Ranges: bytes\r\n");
@@ -483,47 +556,55 @@ async fn serve<S: AsyncRead + AsyncWrite + Unpin>(
     } else {
         "Connection: close\r\n"
     };
-    let head = format!(
+    format!(
         "HTTP/1.1 {status} {reason}\r\n{connection}Content-Type: application/octet-stream\r\n{extra}Content-Length: {length}\r\n\r\n"
-    );
-    stream.write_all(head.as_bytes()).await?;
-    log.status = status;
-    if method == "HEAD" {
-        finish(log);
-        if behaviour.close_silently {
-            stream.flush().await?;
-            // The client takes the connection back into its pool meanwhile.
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-        return Ok(());
+    )
+}
+
+/// Where a body is cut short: dropped after so many bytes, or stalled after so many for a
+/// while.
+#[derive(Clone, Copy)]
+struct Faults {
+    drop_at: Option<u64>,
+    stall_at: Option<(u64, Duration)>,
+}
+
+/// The faults a body of `body_len` bytes meets. Faults apply only to responses long enough to
+/// hit them (not to probes).
+fn faults_for(state: &Mutex<State>, behaviour: &Behaviour, body_len: u64) -> Faults {
+    let mut st = state.lock().unwrap();
+    let mut drop_at = None;
+    if let Some((n, times)) = behaviour.drop_after
+        && body_len > n
+        && st.drops_done < times
+    {
+        st.drops_done += 1;
+        drop_at = Some(n);
     }
-    let body_len = end - start;
-    if let Some(d) = behaviour.delay_body {
-        tokio::time::sleep(d).await;
+    // Counted when it happens: a probe the client hangs up on early does not use it.
+    let mut stall_at = None;
+    if let Some((n, d)) = behaviour.stall_after
+        && body_len > n
+        && st.stalls_done == 0
+    {
+        stall_at = Some((n, d));
     }
-    // Faults apply only to responses long enough to hit them (not to probes).
-    let (drop_at, stall_at) = {
-        let mut st = state.lock().unwrap();
-        let mut drop_at = None;
-        if let Some((n, times)) = behaviour.drop_after
-            && body_len > n
-            && st.drops_done < times
-        {
-            st.drops_done += 1;
-            drop_at = Some(n);
-        }
-        // Counted when it happens: a probe the client hangs up on early does not use it.
-        let mut stall_at = None;
-        if let Some((n, d)) = behaviour.stall_after
-            && body_len > n
-            && st.stalls_done == 0
-        {
-            stall_at = Some((n, d));
-        }
-        (drop_at, stall_at)
-    };
+    Faults { drop_at, stall_at }
+}
+
+/// Send bytes `[start, end)` of `data` in chunks, meeting `faults` on the way; the bytes sent
+/// and how sending ended. A body that cannot be read is an error of the server itself: the
+/// request goes unlogged.
+async fn send_body<S: AsyncWrite + Unpin>(
+    stream: &mut S,
+    data: &Body,
+    start: u64,
+    end: u64,
+    faults: Faults,
+    state: &Mutex<State>,
+) -> std::io::Result<(u64, std::io::Result<()>)> {
+    let Faults { drop_at, stall_at } = faults;
     let mut sent = 0u64;
-    let mut result = Ok(());
     let mut offset = start;
     while offset < end {
         let mut n = (end - offset).min(256 * 1024);
@@ -548,8 +629,7 @@ async fn serve<S: AsyncRead + AsyncWrite + Unpin>(
         }
         let chunk = data.chunk(offset, n as usize)?;
         if let Err(e) = stream.write_all(&chunk).await {
-            result = Err(e);
-            break;
+            return Ok((sent, Err(e)));
         }
         sent += n;
         offset += n;
@@ -557,11 +637,7 @@ async fn serve<S: AsyncRead + AsyncWrite + Unpin>(
             break;
         }
     }
-    let _ = stream.flush().await;
-    let _ = stream.shutdown().await;
-    log.sent = sent;
-    finish(log);
-    result
+    Ok((sent, Ok(())))
 }
 
 #[cfg(test)]

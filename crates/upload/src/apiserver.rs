@@ -177,61 +177,65 @@ struct Api {
     webhook: crate::webhook::Webhook,
 }
 
+/// The answer to a health check or a discovery request (the API group, its resources, the
+/// OpenAPI document), if `path` is one.
+fn discovery(path: &str, get: bool) -> Option<Response<Body>> {
+    match path {
+        "/healthz" | "/readyz" | "/livez" => {
+            let mut r = Response::new(Full::new(Bytes::from_static(b"ok")));
+            *r.status_mut() = StatusCode::OK;
+            Some(r)
+        }
+        "/apis" if get => Some(json_answer(
+            StatusCode::OK,
+            &json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": [api_group()]}),
+        )),
+        p if get && p == format!("/apis/{GROUP}") => {
+            Some(json_answer(StatusCode::OK, &api_group()))
+        }
+        p if get && p == format!("/apis/{GROUP}/{VERSION}") => {
+            Some(json_answer(StatusCode::OK, &resource_list()))
+        }
+        "/openapi/v3" if get => {
+            let gv = format!("apis/{GROUP}/{VERSION}");
+            Some(json_answer(
+                StatusCode::OK,
+                &json!({"paths": {gv.clone(): {"serverRelativeURL": format!("/openapi/v3/{gv}")}}}),
+            ))
+        }
+        p if get && p == format!("/openapi/v3/apis/{GROUP}/{VERSION}") => {
+            Some(json_answer(StatusCode::OK, &openapi()))
+        }
+        _ => None,
+    }
+}
+
+/// Who judges the validating webhook at `path`, if it is one.
+fn judged_at(path: &str) -> Option<Judged> {
+    use crate::webhook as w;
+    match path {
+        p if p == w::VALIDATE_PATH => Some(Judged::DataVolume),
+        p if p == w::CRON_VALIDATE_PATH => Some(Judged::Other(w::validate_cron)),
+        p if p == w::CDI_VALIDATE_PATH => Some(Judged::Cdi),
+        p if p == w::PVC_MUTATE_PATH => Some(Judged::Claim),
+        p if p == w::POPULATOR_VALIDATE_PATH => Some(Judged::Other(w::validate_populator)),
+        _ => None,
+    }
+}
+
 impl Api {
     async fn handle(&self, req: Request<Incoming>, client_cn: Option<String>) -> Response<Body> {
         let path = req.uri().path().to_string();
-        let get = req.method() == Method::GET;
-        match path.as_str() {
-            "/healthz" | "/readyz" | "/livez" => {
-                let mut r = Response::new(Full::new(Bytes::from_static(b"ok")));
-                *r.status_mut() = StatusCode::OK;
-                return r;
-            }
-            "/apis" if get => {
-                return json_answer(
-                    StatusCode::OK,
-                    &json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": [api_group()]}),
-                );
-            }
-            p if get && p == format!("/apis/{GROUP}") => {
-                return json_answer(StatusCode::OK, &api_group());
-            }
-            p if get && p == format!("/apis/{GROUP}/{VERSION}") => {
-                return json_answer(StatusCode::OK, &resource_list());
-            }
-            "/openapi/v3" if get => {
-                let gv = format!("apis/{GROUP}/{VERSION}");
-                return json_answer(
-                    StatusCode::OK,
-                    &json!({"paths": {gv.clone(): {"serverRelativeURL": format!("/openapi/v3/{gv}")}}}),
-                );
-            }
-            p if get && p == format!("/openapi/v3/apis/{GROUP}/{VERSION}") => {
-                return json_answer(StatusCode::OK, &openapi());
-            }
-            p if p == crate::webhook::PATH && req.method() == Method::POST => {
+        if let Some(answer) = discovery(&path, req.method() == Method::GET) {
+            return answer;
+        }
+        if req.method() == Method::POST {
+            if path == crate::webhook::PATH {
                 return self.admission(req).await;
             }
-            p if p == crate::webhook::VALIDATE_PATH && req.method() == Method::POST => {
-                return self.validation(req, Judged::DataVolume).await;
+            if let Some(judged) = judged_at(&path) {
+                return self.validation(req, judged).await;
             }
-            p if p == crate::webhook::CRON_VALIDATE_PATH && req.method() == Method::POST => {
-                return self
-                    .validation(req, Judged::Other(crate::webhook::validate_cron))
-                    .await;
-            }
-            p if p == crate::webhook::CDI_VALIDATE_PATH && req.method() == Method::POST => {
-                return self.validation(req, Judged::Cdi).await;
-            }
-            p if p == crate::webhook::PVC_MUTATE_PATH && req.method() == Method::POST => {
-                return self.validation(req, Judged::Claim).await;
-            }
-            p if p == crate::webhook::POPULATOR_VALIDATE_PATH && req.method() == Method::POST => {
-                return self
-                    .validation(req, Judged::Other(crate::webhook::validate_populator))
-                    .await;
-            }
-            _ => {}
         }
         let Some(ns) = token_request_namespace(&path).map(str::to_string) else {
             return status(
@@ -247,6 +251,17 @@ impl Api {
                 &format!("{RESOURCE}.{GROUP} support only create"),
             );
         }
+        self.create_token(req, &ns, client_cn).await
+    }
+
+    /// Create an UploadTokenRequest in `ns`: who the caller is, whether they may, and the
+    /// token.
+    async fn create_token(
+        &self,
+        req: Request<Incoming>,
+        ns: &str,
+        client_cn: Option<String>,
+    ) -> Response<Body> {
         let headers: Vec<(String, String)> = req
             .headers()
             .iter()
@@ -260,11 +275,25 @@ impl Api {
             Ok(v) => v,
             Err(refused) => return refused,
         };
+        if let Err(refused) = self.authorize(&caller, ns).await {
+            return refused;
+        }
+        match tokenapi::answer(&request, ns, &self.signer) {
+            Ok(answer) => {
+                tracing::info!(user = %caller.user, namespace = %ns,
+                    claim = %request["spec"]["pvcName"].as_str().unwrap_or(""), "issued an upload token");
+                json_answer(StatusCode::CREATED, &answer)
+            }
+            Err(r) => status(r.code, "Invalid", &r.message),
+        }
+    }
+
+    /// Ask the cluster, with a SubjectAccessReview, whether `caller` may create a token in
+    /// `ns`; the answer refusing the request if not.
+    async fn authorize(&self, caller: &tokenapi::Caller, ns: &str) -> Result<(), Response<Body>> {
         let review: SubjectAccessReview =
-            match serde_json::from_value(tokenapi::access_review(&caller, &ns)) {
-                Ok(r) => r,
-                Err(e) => return status(500, "InternalError", &e.to_string()),
-            };
+            serde_json::from_value(tokenapi::access_review(caller, ns))
+                .map_err(|e| status(500, "InternalError", &e.to_string()))?;
         let reviews: kube::Api<SubjectAccessReview> = kube::Api::all(self.client.clone());
         let allowed = match reviews
             .create(&kube::api::PostParams::default(), &review)
@@ -273,32 +302,25 @@ impl Api {
             Ok(r) => r.status.is_some_and(|s| s.allowed),
             Err(e) => {
                 tracing::error!(error = %e, "the SubjectAccessReview failed");
-                return status(
+                return Err(status(
                     500,
                     "InternalError",
                     &format!("authorizing the request: {e}"),
-                );
+                ));
             }
         };
         if !allowed {
             tracing::info!(user = %caller.user, namespace = %ns, "refused an upload token");
-            return status(
+            return Err(status(
                 403,
                 "Forbidden",
                 &format!(
                     "{RESOURCE}.{GROUP} is forbidden: User \"{}\" cannot create resource \"{RESOURCE}\" in API group \"{GROUP}\" in the namespace \"{ns}\"",
                     caller.user
                 ),
-            );
+            ));
         }
-        match tokenapi::answer(&request, &ns, &self.signer) {
-            Ok(answer) => {
-                tracing::info!(user = %caller.user, namespace = %ns,
-                    claim = %request["spec"]["pvcName"].as_str().unwrap_or(""), "issued an upload token");
-                json_answer(StatusCode::CREATED, &answer)
-            }
-            Err(r) => status(r.code, "Invalid", &r.message),
-        }
+        Ok(())
     }
 }
 

@@ -1,7 +1,7 @@
 //! ISO 9660 images: recognised by the first volume descriptor, and copied as raw ([`super::raw`]):
 //! the disk a VM reads is the image's bytes as they are.
 
-use super::probe::magic_at;
+use super::kind::magic_at;
 
 /// The volume descriptor's identifier, after the 32 KiB system area and the descriptor's type
 /// byte: the furthest magic [`super::probe::PROBE_LEN`] must reach.

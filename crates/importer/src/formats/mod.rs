@@ -1,5 +1,5 @@
 //! What an image's bytes are, and how each format becomes raw: one module per format. A format
-//! is added as its module (its magic and its conversion), its [`Format`] and its place in
+//! is added as its module (its magic and its conversion), its [`Format`] (in [`kind`]) and its place in
 //! [`probe::probe`]'s order, and its line in `convert`, `converts_at_random` and `streams`
 //! below.
 
@@ -12,12 +12,14 @@ use crate::sources::RangeReader;
 use crate::writer::{Target, WriteStats};
 
 pub mod iso;
+pub mod kind;
 pub mod probe;
 pub mod qcow2;
 pub mod qemu;
 pub mod raw;
 
-use probe::{Detected, Format, PROBE_LEN};
+use kind::{Detected, Format};
+use probe::PROBE_LEN;
 
 /// What a source read at random holds: its head, and for a fixed-size VHD its footer.
 pub(crate) async fn detect(reader: &dyn RangeReader) -> Result<Detected, ImportError> {
@@ -66,22 +68,4 @@ pub(crate) fn converts_at_random(format: Format) -> bool {
 /// format is spooled to scratch and converted at random.
 pub(crate) fn streams(format: Format) -> bool {
     matches!(format, Format::Raw | Format::Iso)
-}
-
-/// Refuse an image of `virtual_size` larger than `limit`, and size the target for it: the image,
-/// or the limit when that is larger (an image is only ever grown).
-pub(crate) fn fit(
-    target: &Target,
-    virtual_size: u64,
-    limit: Option<u64>,
-) -> Result<(), ImportError> {
-    if let Some(usable) = limit
-        && virtual_size > usable
-    {
-        return Err(ImportError::TooLarge {
-            virtual_size,
-            usable,
-        });
-    }
-    target.set_len(virtual_size.max(limit.unwrap_or(0)))
 }

@@ -1,72 +1,13 @@
 //! Format and compression detection by magic bytes; each format's magic is in its module.
 
+use super::kind::magic_at;
 use super::{iso, qcow2, qemu};
+
+// The path crates/cli and the tests name them by.
+pub use super::kind::{Compression, Detected, Format};
 
 /// Bytes [`probe`] wants to see: enough for every magic, including ISO 9660's at 0x8001.
 pub const PROBE_LEN: usize = 0x8006;
-
-/// Whether `head` has `magic` at `offset`.
-pub(crate) fn magic_at(head: &[u8], offset: usize, magic: &[u8]) -> bool {
-    head.get(offset..offset + magic.len()) == Some(magic)
-}
-
-/// A disk image format.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Format {
-    Raw,
-    Qcow2,
-    Vmdk,
-    Vdi,
-    Vhd,
-    Vhdx,
-    /// An ISO 9660 image: copied as raw.
-    Iso,
-}
-
-impl Format {
-    pub const fn name(self) -> &'static str {
-        match self {
-            Format::Raw => "raw",
-            Format::Qcow2 => "qcow2",
-            Format::Vmdk => "vmdk",
-            Format::Vdi => "vdi",
-            Format::Vhd => "vpc",
-            Format::Vhdx => "vhdx",
-            Format::Iso => "iso",
-        }
-    }
-}
-
-impl std::fmt::Display for Format {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-/// A stream compression wrapped around an image.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Compression {
-    Gzip,
-    Xz,
-    Zstd,
-}
-
-impl Compression {
-    pub const fn name(self) -> &'static str {
-        match self {
-            Compression::Gzip => "gz",
-            Compression::Xz => "xz",
-            Compression::Zstd => "zstd",
-        }
-    }
-}
-
-/// What the first bytes of a stream are.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Detected {
-    Compressed(Compression),
-    Image(Format),
-}
 
 /// Detect a compression or image format from the first bytes. Anything unrecognised is raw,
 /// as upstream treats it. `head` may be shorter than [`PROBE_LEN`] for short files.

@@ -7,11 +7,10 @@ use std::process::Command;
 
 use serde::Deserialize;
 
-use crate::convert::Progress;
+use crate::convert::{Progress, fit};
 use crate::error::ImportError;
-use crate::formats::fit;
-use crate::formats::probe::{Format, magic_at};
-use crate::import::blocking;
+use crate::formats::kind::{Format, magic_at};
+use crate::task::blocking;
 use crate::writer::{Target, WriteStats};
 
 /// The qemu-img format `head` is the start of, if any. A fixed-size VHD has no header: it is

@@ -8,11 +8,11 @@ use bytes::Bytes;
 use futures::stream::{self, StreamExt, TryStreamExt};
 use tokio::sync::mpsc;
 
-use crate::convert::{Progress, Tuning};
+use crate::convert::{Progress, Tuning, fit};
 use crate::error::ImportError;
-use crate::formats::fit;
-use crate::import::{blocking, read_full};
+use crate::reading::read_full;
 use crate::sources::RangeReader;
+use crate::task::blocking;
 use crate::writer::{Op, Target, WriteStats, send, stopped};
 
 /// Copy the raw image `reader` holds into `target`, refusing one larger than `limit`; returns

@@ -10,7 +10,7 @@ use futures::future::BoxFuture;
 
 use crate::buffer::Buffer;
 use crate::error::ImportError;
-use crate::sources::{Opened, RangeReader, Source};
+use crate::sources::source::{Opened, RangeReader, Source};
 
 /// A local file or block device.
 #[derive(Debug, Clone, PartialEq, Eq)]

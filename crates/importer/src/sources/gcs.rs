@@ -19,7 +19,7 @@ use reqwest::Url;
 use serde::{Deserialize, Serialize};
 
 use crate::error::ImportError;
-use crate::sources::HttpSource;
+use crate::sources::http::HttpSource;
 use crate::sources::http::{Signer, redact, trusting};
 
 /// Google's endpoint for `gs://` URLs.

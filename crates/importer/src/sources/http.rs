@@ -14,7 +14,7 @@ use tokio::sync::mpsc;
 
 use crate::buffer::Buffer;
 use crate::error::ImportError;
-use crate::sources::{Opened, RangeReader, Source};
+use crate::sources::source::{Opened, RangeReader, Source};
 
 /// Where and how to fetch.
 #[derive(Clone, Default)]

@@ -12,8 +12,8 @@ use futures::StreamExt;
 use futures::stream::BoxStream;
 
 use crate::error::ImportError;
-use crate::sources::http::{HttpClient, HttpReader};
-use crate::sources::{HttpSource, RangeReader};
+use crate::sources::http::{HttpClient, HttpReader, HttpSource};
+use crate::sources::source::RangeReader;
 
 /// The largest `index.json`, manifest or config read whole.
 const SMALL: u64 = 4 << 20;

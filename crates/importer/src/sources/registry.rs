@@ -29,9 +29,10 @@ use tokio::runtime::Handle;
 use tokio::sync::{mpsc, oneshot};
 
 use crate::error::ImportError;
+use crate::sources::http::HttpSource;
 use crate::sources::http::StreamReader;
 use crate::sources::oci_archive::Archive;
-use crate::sources::{HttpSource, Opened, Source};
+use crate::sources::source::{Opened, Source};
 
 /// Upstream's messages for an image that holds no disk, or more than one.
 pub const NO_DISK: &str = "Failed to find VM disk image file in the container image";

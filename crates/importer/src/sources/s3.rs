@@ -23,7 +23,7 @@ use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
 use reqwest::Url;
 
 use crate::error::ImportError;
-use crate::sources::HttpSource;
+use crate::sources::http::HttpSource;
 use crate::sources::http::Signer;
 
 /// Where an object is.

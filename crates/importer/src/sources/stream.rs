@@ -11,7 +11,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use crate::error::ImportError;
 use crate::sources::http::StreamReader;
-use crate::sources::{Opened, Source};
+use crate::sources::source::{Opened, Source};
 
 /// Where the caller puts the stream's chunks; dropping it ends the stream.
 pub type Feeder = mpsc::Sender<Result<Bytes, ImportError>>;

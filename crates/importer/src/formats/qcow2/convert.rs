@@ -9,9 +9,8 @@ use futures::stream::{self, StreamExt, TryStreamExt};
 use tokio::sync::mpsc;
 
 use crate::buffer::Buffer;
-use crate::convert::{Progress, Tuning};
+use crate::convert::{Progress, Tuning, fit};
 use crate::error::ImportError;
-use crate::formats::fit;
 use crate::formats::qcow2::{self, Cluster, ClusterCompression, Header};
 use crate::sources::RangeReader;
 use crate::writer::{Op, Target, TargetKind, WriteStats, send};

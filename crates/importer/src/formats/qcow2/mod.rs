@@ -223,77 +223,20 @@ pub fn parse_header(head: &[u8], file_len: u64) -> Result<Header, Qcow2Error> {
     let cluster_size = 1u64 << cluster_bits;
 
     if backing_offset != 0 {
-        // Name it for the user; the bytes are untrusted, so only printable ASCII is shown.
-        let name = head
-            .get(
-                backing_offset as usize
-                    ..(backing_offset.saturating_add(backing_len.min(1023))) as usize,
-            )
-            .map(|b| {
-                b.iter()
-                    .map(|&c| {
-                        if c.is_ascii_graphic() || c == b' ' {
-                            c as char
-                        } else {
-                            '?'
-                        }
-                    })
-                    .collect()
-            })
-            .unwrap_or_else(|| "(outside the header)".to_string());
-        return Err(Qcow2Error::BackingFile(name));
+        return Err(Qcow2Error::BackingFile(backing_file_name(
+            head,
+            backing_offset,
+            backing_len,
+        )));
     }
     if crypt_method != 0 {
         return Err(Qcow2Error::Encrypted);
     }
 
-    let mut compression = ClusterCompression::Deflate;
-    let mut dirty = false;
-    let extensions_start = if version == 3 {
-        if head.len() < V3_MIN_HEADER_LEN {
-            return Err(Qcow2Error::Truncated(head.len()));
-        }
-        let incompatible = be64(head, 72);
-        let header_len = be32(head, 100) as usize;
-        if incompatible & !INCOMPAT_KNOWN != 0 {
-            return Err(Qcow2Error::UnknownFeatures(incompatible & !INCOMPAT_KNOWN));
-        }
-        if incompatible & INCOMPAT_CORRUPT != 0 {
-            return Err(Qcow2Error::Corrupt);
-        }
-        if incompatible & INCOMPAT_DATA_FILE != 0 {
-            return Err(Qcow2Error::ExternalDataFile);
-        }
-        if incompatible & INCOMPAT_EXTL2 != 0 {
-            return Err(Qcow2Error::ExtendedL2);
-        }
-        dirty = incompatible & INCOMPAT_DIRTY != 0;
-        if header_len < V3_MIN_HEADER_LEN
-            || header_len as u64 > cluster_size
-            || header_len > head.len()
-        {
-            return Err(Qcow2Error::Invalid(format!(
-                "the header length {header_len} is out of range"
-            )));
-        }
-        let compression_type = if header_len > V3_MIN_HEADER_LEN {
-            head[104]
-        } else {
-            0
-        };
-        compression = match compression_type {
-            0 => ClusterCompression::Deflate,
-            1 => ClusterCompression::Zstd,
-            other => return Err(Qcow2Error::CompressionType(other)),
-        };
-        if compression_type != 0 && incompatible & INCOMPAT_COMPRESSION == 0 {
-            return Err(Qcow2Error::Invalid(
-                "the header sets a compression type without its feature bit".into(),
-            ));
-        }
-        header_len
+    let (extensions_start, compression, dirty) = if version == 3 {
+        parse_v3_fields(head, cluster_size)?
     } else {
-        V2_HEADER_LEN
+        (V2_HEADER_LEN, ClusterCompression::Deflate, false)
     };
     check_extensions(head, extensions_start)?;
 
@@ -309,6 +252,87 @@ pub fn parse_header(head: &[u8], file_len: u64) -> Result<Header, Qcow2Error> {
         compression,
         dirty,
     };
+    check_l1_table(&header, file_len)?;
+    Ok(header)
+}
+
+/// The backing file's name as the header gives it, for the user; the bytes are untrusted, so
+/// only printable ASCII is shown.
+fn backing_file_name(head: &[u8], offset: u64, len: u64) -> String {
+    head.get(offset as usize..(offset.saturating_add(len.min(1023))) as usize)
+        .map(|b| {
+            b.iter()
+                .map(|&c| {
+                    if c.is_ascii_graphic() || c == b' ' {
+                        c as char
+                    } else {
+                        '?'
+                    }
+                })
+                .collect()
+        })
+        .unwrap_or_else(|| "(outside the header)".to_string())
+}
+
+/// The fields a version 3 header adds, checked: where the header extensions start (the header's
+/// length), how clusters are compressed, and whether the image was left dirty. Features this
+/// converter cannot honour are refused.
+fn parse_v3_fields(
+    head: &[u8],
+    cluster_size: u64,
+) -> Result<(usize, ClusterCompression, bool), Qcow2Error> {
+    if head.len() < V3_MIN_HEADER_LEN {
+        return Err(Qcow2Error::Truncated(head.len()));
+    }
+    let incompatible = be64(head, 72);
+    let header_len = be32(head, 100) as usize;
+    if incompatible & !INCOMPAT_KNOWN != 0 {
+        return Err(Qcow2Error::UnknownFeatures(incompatible & !INCOMPAT_KNOWN));
+    }
+    if incompatible & INCOMPAT_CORRUPT != 0 {
+        return Err(Qcow2Error::Corrupt);
+    }
+    if incompatible & INCOMPAT_DATA_FILE != 0 {
+        return Err(Qcow2Error::ExternalDataFile);
+    }
+    if incompatible & INCOMPAT_EXTL2 != 0 {
+        return Err(Qcow2Error::ExtendedL2);
+    }
+    let dirty = incompatible & INCOMPAT_DIRTY != 0;
+    if header_len < V3_MIN_HEADER_LEN || header_len as u64 > cluster_size || header_len > head.len()
+    {
+        return Err(Qcow2Error::Invalid(format!(
+            "the header length {header_len} is out of range"
+        )));
+    }
+    let compression_type = if header_len > V3_MIN_HEADER_LEN {
+        head[104]
+    } else {
+        0
+    };
+    let compression = match compression_type {
+        0 => ClusterCompression::Deflate,
+        1 => ClusterCompression::Zstd,
+        other => return Err(Qcow2Error::CompressionType(other)),
+    };
+    if compression_type != 0 && incompatible & INCOMPAT_COMPRESSION == 0 {
+        return Err(Qcow2Error::Invalid(
+            "the header sets a compression type without its feature bit".into(),
+        ));
+    }
+    Ok((header_len, compression, dirty))
+}
+
+/// Refuse an L1 table too small to map the virtual size, larger than qemu allows, or not
+/// cluster-aligned within the file.
+fn check_l1_table(header: &Header, file_len: u64) -> Result<(), Qcow2Error> {
+    let Header {
+        virtual_size,
+        l1_size,
+        l1_table_offset,
+        ..
+    } = *header;
+    let cluster_size = header.cluster_size();
     let needed = virtual_size.div_ceil(header.l2_span());
     if (l1_size as u64) < needed {
         return Err(Qcow2Error::L1TooSmall {
@@ -339,7 +363,7 @@ pub fn parse_header(head: &[u8], file_len: u64) -> Result<Header, Qcow2Error> {
             file_len,
         )?;
     }
-    Ok(header)
+    Ok(())
 }
 
 fn check_extensions(head: &[u8], start: usize) -> Result<(), Qcow2Error> {

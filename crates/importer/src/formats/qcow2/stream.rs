@@ -20,14 +20,14 @@ use std::io::Read;
 use bytes::Bytes;
 use tokio::sync::mpsc;
 
-use crate::convert::Tuning;
+use crate::convert::{Tuning, fit};
 use crate::error::ImportError;
-use crate::formats::fit;
 use crate::formats::qcow2::convert::Inflater;
 // Entries are checked against `OPEN_END` while the real length is unknown: past every offset a
 // table can hold, so only the checks made at the end can refuse on length.
 use crate::formats::qcow2::{self, Cluster, Header, OPEN_END, Qcow2Error};
-use crate::import::{blocking, read_full};
+use crate::reading::read_full;
+use crate::task::blocking;
 use crate::writer::{Op, Target, TargetKind, WriteStats, stopped};
 
 /// What one entry of the maps below costs in memory, roughly (key, value, tree overhead).
