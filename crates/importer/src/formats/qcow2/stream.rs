@@ -725,42 +725,48 @@ mod tests {
         done.map(|()| disk)
     }
 
-    #[test]
-    fn a_block_device_gets_every_byte_written() {
-        use cdi_testkit::images::{assert_same, oracle, pattern, qemu_img};
-        let dir = tempfile::tempdir().unwrap();
-        let raw = dir.path().join("src.raw");
-        std::fs::write(&raw, pattern(5 << 20)).unwrap();
-        for (name, opts) in [
-            ("plain", &[][..]),
-            ("c4k-zlib", &["-c", "-o", "cluster_size=4096"][..]),
-        ] {
-            let image = dir.path().join(name);
-            let mut args = vec!["convert", "-f", "raw", "-O", "qcow2"];
-            args.extend_from_slice(opts);
-            args.extend([raw.to_str().unwrap(), image.to_str().unwrap()]);
-            qemu_img(&args);
-            // Zero clusters, a discarded range and a grown tail with no L2 table at all.
-            let out = std::process::Command::new("qemu-io")
-                .args([
-                    "-f",
-                    "qcow2",
-                    "-c",
-                    "write -z 1M 1M",
-                    "-c",
-                    "discard 3M 64k",
-                ])
-                .arg(&image)
-                .output()
-                .unwrap();
-            assert!(
-                out.status.success(),
-                "{}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-            qemu_img(&["resize", image.to_str().unwrap(), "12M"]);
-            let disk = onto_garbage(&std::fs::read(&image).unwrap(), 64 << 20).unwrap();
-            assert_same(&disk, &oracle(&image, "qcow2"), name);
+    /// Checked against qemu-img and qemu-io: the quick tier (`scripts/test --quick`) skips
+    /// modules named `with_qemu`, the full suite runs them.
+    mod with_qemu {
+        use super::*;
+
+        #[test]
+        fn a_block_device_gets_every_byte_written() {
+            use cdi_testkit::images::{assert_same, oracle, pattern, qemu_img};
+            let dir = tempfile::tempdir().unwrap();
+            let raw = dir.path().join("src.raw");
+            std::fs::write(&raw, pattern(5 << 20)).unwrap();
+            for (name, opts) in [
+                ("plain", &[][..]),
+                ("c4k-zlib", &["-c", "-o", "cluster_size=4096"][..]),
+            ] {
+                let image = dir.path().join(name);
+                let mut args = vec!["convert", "-f", "raw", "-O", "qcow2"];
+                args.extend_from_slice(opts);
+                args.extend([raw.to_str().unwrap(), image.to_str().unwrap()]);
+                qemu_img(&args);
+                // Zero clusters, a discarded range and a grown tail with no L2 table at all.
+                let out = std::process::Command::new("qemu-io")
+                    .args([
+                        "-f",
+                        "qcow2",
+                        "-c",
+                        "write -z 1M 1M",
+                        "-c",
+                        "discard 3M 64k",
+                    ])
+                    .arg(&image)
+                    .output()
+                    .unwrap();
+                assert!(
+                    out.status.success(),
+                    "{}",
+                    String::from_utf8_lossy(&out.stderr)
+                );
+                qemu_img(&["resize", image.to_str().unwrap(), "12M"]);
+                let disk = onto_garbage(&std::fs::read(&image).unwrap(), 64 << 20).unwrap();
+                assert_same(&disk, &oracle(&image, "qcow2"), name);
+            }
         }
     }
 
