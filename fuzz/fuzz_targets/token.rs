@@ -4,7 +4,7 @@
 
 use std::sync::OnceLock;
 
-use cdi_upload::token::{API_ISSUER, Validator, generate_key};
+use cdi_pki::token::{API_ISSUER, Validator, generate_key};
 use libfuzzer_sys::fuzz_target;
 
 fn validator() -> &'static Validator {

@@ -9,10 +9,10 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use anyhow::Context as _;
+use cdi_apiserver::server::{self as apiserver, ApiServerConfig};
+use cdi_apiserver::tokenapi::{GROUP, RequestHeaders, VERSION};
 use cdi_controller::pki::names;
-use cdi_upload::apiserver::{self, ApiServerConfig};
-use cdi_upload::token::{API_ISSUER, Signer};
-use cdi_upload::tokenapi::{GROUP, RequestHeaders, VERSION};
+use cdi_pki::token::{API_ISSUER, Signer};
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::Api;
 use kube::api::{DynamicObject, Patch, PatchParams};
@@ -157,7 +157,7 @@ fn replace<T: PartialEq>(seen: &mut T, new: T) -> bool {
     changed
 }
 
-fn serving_pair(secret: &Secret) -> anyhow::Result<cdi_upload::pki::KeyPair> {
+fn serving_pair(secret: &Secret) -> anyhow::Result<cdi_pki::ca::KeyPair> {
     cdi_controller::pki::certs::pair_of(secret).with_context(|| {
         format!(
             "Secret {} holds no readable tls.crt and tls.key",
@@ -280,7 +280,7 @@ async fn register_webhook(
     loop {
         let ca = bundles.borrow_and_update().clone();
         // Each configuration by its kind and name (server-side apply: made or brought up to date).
-        for webhook in cdi_upload::webhook::configurations(&ns, &service, port, &ca) {
+        for webhook in cdi_apiserver::webhook::configurations(&ns, &service, port, &ca) {
             let kind = webhook["kind"].as_str().unwrap_or("").to_string();
             let resource = kube::core::ApiResource {
                 group: "admissionregistration.k8s.io".into(),

@@ -200,14 +200,14 @@ pub async fn story(
     let webhooks: Api<k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration> =
         Api::all(client.clone());
     while webhooks
-        .get_opt(cdi_upload::webhook::CONFIGURATION)
+        .get_opt(cdi_apiserver::webhook::CONFIGURATION)
         .await?
         .is_none()
     {
         if Instant::now() > deadline {
             bail!(
                 "CDI's DataVolume webhook ({}) was not registered in time",
-                cdi_upload::webhook::CONFIGURATION
+                cdi_apiserver::webhook::CONFIGURATION
             );
         }
         tokio::time::sleep(Duration::from_millis(100)).await;

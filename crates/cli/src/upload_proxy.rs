@@ -7,8 +7,8 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context as _;
 use cdi_core::devpod::DevPod;
+use cdi_pki::token::{API_ISSUER, Validator};
 use cdi_upload::proxy::{self, ProxyConfig, ProxyTls};
-use cdi_upload::token::{API_ISSUER, Validator};
 
 #[derive(clap::Args)]
 pub struct UploadProxyArgs {

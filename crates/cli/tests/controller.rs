@@ -2861,7 +2861,7 @@ fn upload_client(
     at: std::sync::Arc<std::sync::Mutex<ProxyAt>>,
     stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
 ) -> std::thread::JoinHandle<usize> {
-    use cdi_upload::token::{API_ISSUER, LIFETIME, Payload, Signer};
+    use cdi_pki::token::{API_ISSUER, LIFETIME, Payload, Signer};
     std::thread::spawn(move || {
         let signer = Signer::new(API_ISSUER, &key).unwrap();
         let mut attempts = 0;

@@ -1089,7 +1089,7 @@ fn pem_der(pem: &str) -> Vec<u8> {
 }
 
 fn ca_common_name(pem: &str) -> Option<String> {
-    cdi_upload::rotation::common_names(pem).into_iter().next()
+    cdi_pki::rotation::common_names(pem).into_iter().next()
 }
 
 /// The certificate `url`'s server presents (DER), or nothing when it cannot be reached.

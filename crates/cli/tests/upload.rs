@@ -326,7 +326,7 @@ fn upload_requests(dir: &Path, claim: &str) -> usize {
 #[tokio::test(flavor = "multi_thread")]
 async fn the_proxy_lets_only_valid_tokens_through() {
     let _one = ONE_CLUSTER.lock().unwrap_or_else(|p| p.into_inner());
-    use cdi_upload::token::Operation;
+    use cdi_pki::token::Operation;
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("cluster");
     let (ok, out, err) = cdi(&["dev", "up", "--addr", "127.0.0.1:0"], &dir);
@@ -362,7 +362,7 @@ async fn the_proxy_lets_only_valid_tokens_through() {
     // Refused by the proxy, before any upload server: missing, forged, expired, not an upload.
     let upload = "/v1beta1/upload";
     assert_eq!(proxy.post(None, upload, &xz).0, 401);
-    let (other_key, _) = cdi_upload::token::generate_key().unwrap();
+    let (other_key, _) = cdi_pki::token::generate_key().unwrap();
     let forged = proxy.token(Some(&other_key), Operation::Upload, "via-proxy", 0);
     assert_eq!(proxy.post(Some(&forged), upload, &xz).0, 401);
     let expired = proxy.token(None, Operation::Upload, "via-proxy", 20 * 60);
@@ -517,7 +517,7 @@ spec:
 #[tokio::test(flavor = "multi_thread")]
 async fn a_killed_upload_server_fails_the_upload_and_it_is_sent_again_and_archives_unpack() {
     let _one = ONE_CLUSTER.lock().unwrap_or_else(|p| p.into_inner());
-    use cdi_upload::token::Operation;
+    use cdi_pki::token::Operation;
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("cluster");
     let (ok, out, err) = cdi(&["dev", "up", "--addr", "127.0.0.1:0"], &dir);

@@ -31,7 +31,7 @@ use crate::cache::Changes;
 use crate::clonetoken::ClaimGrant;
 use crate::runtime::context::Context;
 use crate::runtime::error::Error;
-use cdi_upload::token::Resource;
+use cdi_pki::token::Resource;
 
 /// Write `wanted` over the target's annotations (only what changed).
 async fn annotate(

@@ -167,7 +167,7 @@ async fn ensure_secret(
         .client_cert(
             &hostclone::client_name(source_ref, claim),
             // Made once for the pod, which may wait long to start: not renewed, so long-lived.
-            cdi_upload::pki::CLIENT_LIFETIME,
+            cdi_pki::ca::CLIENT_LIFETIME,
         )
         .map_err(|e| Error::Other(e.to_string()))?;
     crate::objects::create(

@@ -9,7 +9,7 @@
 use cdi_api::datavolume::DataVolume;
 use cdi_api::keys::ann;
 use cdi_core::source::Refusal;
-use cdi_upload::token::{EXTENDED_LIFETIME, Payload, Resource};
+use cdi_pki::token::{EXTENDED_LIFETIME, Payload, Resource};
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Secret};
 use kube::{Api, ResourceExt};
 
@@ -223,11 +223,11 @@ pub async fn claim_allowed(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use cdi_upload::token::{API_ISSUER, Signer};
+    use cdi_pki::token::{API_ISSUER, Signer};
     use std::time::{Duration, SystemTime};
 
     fn keys() -> (CloneTokens, Signer) {
-        let (private, public) = cdi_upload::token::generate_key().unwrap();
+        let (private, public) = cdi_pki::token::generate_key().unwrap();
         (
             CloneTokens::new(&private, &public).unwrap(),
             Signer::new(API_ISSUER, &private).unwrap(),
@@ -272,7 +272,7 @@ mod tests {
     fn short(signer: &Signer) -> String {
         signer.sign(
             &Payload::for_clone(("golden", "img"), Resource::claims(), ("vms", "disk")),
-            cdi_upload::token::LIFETIME,
+            cdi_pki::token::LIFETIME,
         )
     }
 
@@ -317,7 +317,7 @@ mod tests {
         let old = apiserver.sign_at(
             &Payload::for_clone(("golden", "img"), Resource::claims(), ("vms", "disk")),
             SystemTime::now() - Duration::from_secs(3600),
-            cdi_upload::token::LIFETIME,
+            cdi_pki::token::LIFETIME,
         );
         assert!(matches!(
             check_dv(&tokens, &dv(&[(ann::CLONE_TOKEN, &old)]), &source(), Resource::claims()),
@@ -328,7 +328,7 @@ mod tests {
         for token in [
             apiserver.sign(
                 &Payload::for_clone(("golden", "other"), Resource::claims(), ("vms", "disk")),
-                cdi_upload::token::LIFETIME,
+                cdi_pki::token::LIFETIME,
             ),
             short(&stranger),
         ] {

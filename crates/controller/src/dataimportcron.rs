@@ -258,15 +258,15 @@ async fn reconcile(cron: Arc<DataImportCron>, ctx: Arc<Context>) -> Result<Actio
     let clone_denied = match dic::claim_source(&cron) {
         Some((at, claim_name)) => {
             let (user, groups) = dic::service_account_user(&cron);
-            let source = cdi_upload::webhook::CloneSource {
+            let source = cdi_apiserver::webhook::CloneSource {
                 snapshot: false,
                 namespace: at.clone(),
                 name: claim_name,
             };
             let who = json!({"username": user, "groups": groups});
-            match cdi_upload::webhook::may_clone(&ctx.client, &source, &who).await {
+            match cdi_apiserver::webhook::may_clone(&ctx.client, &source, &who).await {
                 Ok(true) => None,
-                Ok(false) => Some(cdi_upload::webhook::insufficient(&user, &at)),
+                Ok(false) => Some(cdi_apiserver::webhook::insufficient(&user, &at)),
                 Err(e) => return Err(Error::Other(e)),
             }
         }

@@ -17,7 +17,7 @@ use cdi_api::storageprofile::StorageProfile;
 use cdi_core::datavolume::{
     self, ClaimStep, Companion, Leftover, Plan, PodStep, Requeue, Snapshot,
 };
-use cdi_upload::token::Resource;
+use cdi_pki::token::Resource;
 use k8s_openapi::api::core::v1::{Event, PersistentVolumeClaim, Pod};
 use k8s_openapi::api::storage::v1::StorageClass;
 use kube::api::{ListParams, Patch, PatchParams};

@@ -9,7 +9,7 @@ use std::time::{Duration, SystemTime};
 
 use cdi_api::config::CDI;
 use cdi_core::install::{self, Release};
-use cdi_upload::rotation::Lifetimes;
+use cdi_pki::rotation::Lifetimes;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Pod, Secret, Service};
 use k8s_openapi::api::scheduling::v1::PriorityClass;

@@ -32,10 +32,10 @@ use crate::runtime::error::Error;
 /// The lifetimes the active CDI resource's `spec.certConfig` asks for (upstream's defaults
 /// without one, or with one the operator reports unusable): upload servers' certificates follow
 /// `server`.
-pub(crate) fn lifetimes(ctx: &Context) -> cdi_upload::rotation::Lifetimes {
+pub(crate) fn lifetimes(ctx: &Context) -> cdi_pki::rotation::Lifetimes {
     let cdis = ctx.caches.cdis();
     let spec = cdi_core::install::active(&cdis).and_then(|c| c.spec.cert_config.as_ref());
-    cdi_upload::rotation::Lifetimes::from_spec(spec).unwrap_or_default()
+    cdi_pki::rotation::Lifetimes::from_spec(spec).unwrap_or_default()
 }
 
 /// Create the upload pod, then what it needs: its Service, its certificate Secret and (when a

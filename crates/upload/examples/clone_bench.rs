@@ -12,8 +12,8 @@ use std::time::Instant;
 
 use cdi_importer::convert::Progress;
 use cdi_importer::pod::PodPaths;
+use cdi_pki::ca::{self as pki, Ca};
 use cdi_upload::cloner::{self, CloneSource, ClonerConfig};
-use cdi_upload::pki::{self, Ca};
 use cdi_upload::server::{self, Config, Tls};
 
 const CLIENT: &str = "bench/source-bench/target";

@@ -1,18 +1,9 @@
-//! cdi-upload: the upload path. Its [`token`]s — what `cdi apiserver` signs for an
-//! UploadTokenRequest (and the DataVolume webhook for a clone), and what the upload proxy and
-//! the clone controller check —, the token API's logic ([`tokenapi`]), the upload server each
-//! upload pod runs ([`server`]), the upload proxy in front of them ([`proxy`]), and their
-//! certificates ([`pki`]), and the aggregated API that hands out tokens ([`apiserver`]). Also
-//! the source side of a host-assisted clone ([`cloner`], packing its volume with [`pack`]),
-//! which streams into an upload server.
+//! cdi-upload: the upload data path. The upload server each upload pod runs ([`server`]), the
+//! upload proxy in front of them ([`proxy`]), and the source side of a host-assisted clone
+//! ([`cloner`], packing its volume with [`pack`]), which streams into an upload server. Their
+//! certificates and tokens are cdi-pki's; the API that hands out tokens is cdi-apiserver.
 
-pub mod apiserver;
 pub mod cloner;
 pub mod pack;
-pub mod pki;
 pub mod proxy;
-pub mod rotation;
 pub mod server;
-pub mod token;
-pub mod tokenapi;
-pub mod webhook;

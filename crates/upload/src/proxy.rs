@@ -17,7 +17,7 @@ use hyper::{Method, Request, Response, StatusCode};
 use k8s_openapi::api::core::v1::{Endpoints, PersistentVolumeClaim};
 
 use crate::server::{HEALTHZ, Lingering, UPLOAD_PATHS, linger};
-use crate::token::{Operation, TokenError, Validator};
+use cdi_pki::token::{Operation, TokenError, Validator};
 
 /// How long a request waits for its upload server to be ready, and how often it looks.
 pub const WAIT_READY: Duration = Duration::from_secs(10);
@@ -53,7 +53,7 @@ struct Material {
 
 impl Material {
     fn build(tls: &ProxyTls) -> Result<Material, String> {
-        let serving = crate::server::tls_config(&crate::server::Tls {
+        let serving = cdi_pki::tls::tls_config(&cdi_pki::tls::Tls {
             cert_pem: tls.cert_pem.clone(),
             key_pem: tls.key_pem.clone(),
             client_ca_pem: None,
@@ -142,7 +142,7 @@ fn preflight(req: &Request<Incoming>) -> Option<Response<Body>> {
 struct Proxy {
     client: kube::Client,
     validator: Validator,
-    tls: crate::server::Following<Material>,
+    tls: cdi_pki::tls::Following<Material>,
 }
 
 /// Why a claim cannot take an upload: the status to answer and upstream's words.
@@ -483,12 +483,8 @@ pub async fn run(
     let proxy = Arc::new(Proxy {
         client,
         validator: config.validator,
-        tls: crate::server::Following::new(
-            config.tls,
-            "upload proxy certificates",
-            Material::build,
-        )
-        .map_err(ProxyError)?,
+        tls: cdi_pki::tls::Following::new(config.tls, "upload proxy certificates", Material::build)
+            .map_err(ProxyError)?,
     });
     loop {
         let (tcp, _) = listener

@@ -31,6 +31,10 @@ use hyper::body::Incoming;
 use hyper::{Method, Request, Response, StatusCode};
 use tokio::sync::Notify;
 
+/// The server's TLS material (PEM): cdi-pki's, named here for the server's callers.
+pub use cdi_pki::tls::Tls;
+use cdi_pki::tls::{common_name, tls_config};
+
 /// The port upstream's upload server listens on.
 pub const PORT: u16 = 8443;
 /// The client common name the controller gives upload pods (the upload proxy's certificate).
@@ -92,16 +96,6 @@ pub const UPLOAD_PATHS: [&str; 10] = [
     "/v1beta1/upload-form-async",
     "/v1alpha1/upload-form-async",
 ];
-
-/// The server's TLS material (PEM).
-#[derive(Debug, Clone)]
-pub struct Tls {
-    pub cert_pem: Vec<u8>,
-    pub key_pem: Vec<u8>,
-    /// The CA client certificates must be signed by; without it no client is verified, and
-    /// uploads are refused.
-    pub client_ca_pem: Option<Vec<u8>>,
-}
 
 /// How the server runs (upstream's environment).
 #[derive(Debug, Clone)]
@@ -315,102 +309,6 @@ impl Server {
     }
 }
 
-/// The rustls configuration: the server's certificate, and client certificates verified against
-/// the client CA when one is given (but not required: the readiness probe has none).
-pub fn tls_config(tls: &Tls) -> Result<Arc<rustls::ServerConfig>, ServerError> {
-    use rustls::pki_types::pem::PemObject;
-    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
-    let certs = CertificateDer::pem_slice_iter(&tls.cert_pem)
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| config_error(format!("TLS_CERT_FILE: {e}")))?;
-    let key = PrivateKeyDer::from_pem_slice(&tls.key_pem)
-        .map_err(|e| config_error(format!("TLS_KEY_FILE: {e}")))?;
-    let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
-    let builder = rustls::ServerConfig::builder_with_provider(provider.clone())
-        .with_safe_default_protocol_versions()
-        .map_err(config_error)?;
-    let builder = match &tls.client_ca_pem {
-        Some(pem) => {
-            let mut roots = rustls::RootCertStore::empty();
-            for cert in CertificateDer::pem_slice_iter(pem) {
-                let cert = cert.map_err(|e| config_error(format!("CLIENT_CERT_FILE: {e}")))?;
-                roots
-                    .add(cert)
-                    .map_err(|e| config_error(format!("CLIENT_CERT_FILE: {e}")))?;
-            }
-            let verifier =
-                rustls::server::WebPkiClientVerifier::builder_with_provider(roots.into(), provider)
-                    .allow_unauthenticated()
-                    .build()
-                    .map_err(|e| config_error(format!("CLIENT_CERT_FILE: {e}")))?;
-            builder.with_client_cert_verifier(verifier)
-        }
-        None => builder.with_no_client_auth(),
-    };
-    let mut config = builder
-        .with_single_cert(certs, key)
-        .map_err(|e| config_error(format!("TLS_CERT_FILE/TLS_KEY_FILE: {e}")))?;
-    // HTTP/1.1 only: an upload is one long stream (HTTP/2's flow control only slows it), and a
-    // refusal answered before the body is read ends an HTTP/2 stream with a reset that clients
-    // such as curl report as a failure instead of the answer.
-    config.alpn_protocols = vec![b"http/1.1".to_vec()];
-    Ok(Arc::new(config))
-}
-
-/// What is built from TLS material that may be replaced while serving (a rotated
-/// certificate): the next connections take what the newest material built; material that
-/// cannot be used is logged and what was built before is kept.
-pub struct Following<T>(Arc<std::sync::RwLock<Arc<T>>>);
-
-impl<T> Clone for Following<T> {
-    fn clone(&self) -> Self {
-        Following(self.0.clone())
-    }
-}
-
-impl<T: Send + Sync + 'static> Following<T> {
-    /// Built from `material` now (an error if it cannot be), then again on each change.
-    pub fn new<M, F>(
-        mut material: tokio::sync::watch::Receiver<M>,
-        what: &'static str,
-        build: F,
-    ) -> Result<Following<T>, String>
-    where
-        M: Clone + Send + Sync + 'static,
-        F: Fn(&M) -> Result<T, String> + Send + 'static,
-    {
-        let first = build(&material.borrow_and_update().clone())?;
-        let shared = Following(Arc::new(std::sync::RwLock::new(Arc::new(first))));
-        let inner = shared.clone();
-        tokio::spawn(async move {
-            while material.changed().await.is_ok() {
-                let next = material.borrow_and_update().clone();
-                match build(&next) {
-                    Ok(built) => {
-                        *inner.0.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(built);
-                        tracing::info!("now using the new {what}");
-                    }
-                    Err(error) => {
-                        tracing::warn!(%error, "the new {what} cannot be used; keeping the one before")
-                    }
-                }
-            }
-        });
-        Ok(shared)
-    }
-
-    pub fn get(&self) -> Arc<T> {
-        self.0.read().unwrap_or_else(|p| p.into_inner()).clone()
-    }
-}
-
-/// The common name of a (verified) client certificate.
-pub fn common_name(der: &[u8]) -> Option<String> {
-    let (_, cert) = x509_parser::parse_x509_certificate(der).ok()?;
-    let cn = cert.subject().iter_common_name().next()?;
-    cn.as_str().ok().map(str::to_string)
-}
-
 type Body = Full<Bytes>;
 
 fn answer(status: StatusCode, text: impl Into<Bytes>) -> Response<Body> {
@@ -424,7 +322,7 @@ pub async fn run(
     config: Config,
     listener: tokio::net::TcpListener,
 ) -> Result<RunResult, ServerError> {
-    let acceptor = tokio_rustls::TlsAcceptor::from(tls_config(&config.tls)?);
+    let acceptor = tokio_rustls::TlsAcceptor::from(tls_config(&config.tls).map_err(config_error)?);
     let deadline = config.deadline;
     let server = Arc::new(Server {
         config,

@@ -9,8 +9,8 @@ use std::sync::Arc;
 
 use cdi_importer::convert::Progress;
 use cdi_importer::pod::PodPaths;
+use cdi_pki::ca::{self as pki, Ca};
 use cdi_upload::cloner::{self, CloneSource, ClonerConfig, ClonerError};
-use cdi_upload::pki::{self, Ca};
 use cdi_upload::server::{self, Config, Tls};
 
 const MIB: u64 = 1 << 20;

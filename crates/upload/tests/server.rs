@@ -6,8 +6,8 @@ use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
 use cdi_importer::pod::PodPaths;
+use cdi_pki::ca::{self as pki, Ca, KeyPair};
 use cdi_testkit::images;
-use cdi_upload::pki::{self, Ca, KeyPair};
 use cdi_upload::server::{self, Config, RunResult, Tls};
 
 const MIB: u64 = 1 << 20;

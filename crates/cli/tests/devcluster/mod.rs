@@ -367,11 +367,11 @@ impl UploadProxy {
     pub fn token(
         &self,
         key: Option<&str>,
-        op: cdi_upload::token::Operation,
+        op: cdi_pki::token::Operation,
         claim: &str,
         ago: u64,
     ) -> String {
-        use cdi_upload::token::{API_ISSUER, LIFETIME, Payload, Signer};
+        use cdi_pki::token::{API_ISSUER, LIFETIME, Payload, Signer};
         let signer = Signer::new(API_ISSUER, key.unwrap_or(&self.signing_key)).unwrap();
         let mut payload = Payload::upload("default", claim);
         payload.operation = op;

@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use cdi_upload::pki::Ca;
+use cdi_pki::ca::Ca;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 
@@ -114,7 +114,7 @@ async fn ensure_signing_key(secrets: &Api<Secret>) -> Result<(), Error> {
         return Ok(());
     }
     let (private, public) =
-        cdi_upload::token::generate_key().map_err(|e| Error::Other(e.to_string()))?;
+        cdi_pki::token::generate_key().map_err(|e| Error::Other(e.to_string()))?;
     let secret = Secret {
         metadata: kube::api::ObjectMeta {
             name: Some(SIGNING_KEY.into()),

@@ -10,8 +10,8 @@ use std::collections::BTreeMap;
 use std::time::SystemTime;
 
 use cdi_core::upload;
-use cdi_upload::pki::{Ca, KeyPair};
-use cdi_upload::rotation::{self, Lifetime, Lifetimes, Validity};
+use cdi_pki::ca::{Ca, KeyPair};
+use cdi_pki::rotation::{self, Lifetime, Lifetimes, Validity};
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret, Service};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
@@ -76,8 +76,8 @@ const CHAINS: [Chain; 4] = [
 /// development cluster never sees them end.
 pub fn unmanaged() -> Lifetimes {
     let year = Lifetime {
-        lifetime: cdi_upload::pki::CA_LIFETIME,
-        refresh: cdi_upload::pki::CA_LIFETIME,
+        lifetime: cdi_pki::ca::CA_LIFETIME,
+        refresh: cdi_pki::ca::CA_LIFETIME,
     };
     Lifetimes {
         ca: year,

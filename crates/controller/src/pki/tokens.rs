@@ -1,6 +1,6 @@
 //! The keys that check and make clone tokens, from the token signing key.
 
-use cdi_upload::token::{API_ISSUER, EXTENDED_ISSUER, Signer, Validator};
+use cdi_pki::token::{API_ISSUER, EXTENDED_ISSUER, Signer, Validator};
 
 use crate::runtime::error::Error;
 
@@ -13,7 +13,7 @@ pub struct CloneTokens {
 
 impl CloneTokens {
     pub fn new(private_pem: &str, public_pem: &str) -> Result<CloneTokens, Error> {
-        let e = |e: cdi_upload::token::TokenError| Error::Other(format!("the token key: {e}"));
+        let e = |e: cdi_pki::token::TokenError| Error::Other(format!("the token key: {e}"));
         Ok(CloneTokens {
             short: Validator::new(API_ISSUER, public_pem).map_err(e)?,
             long: Validator::new(EXTENDED_ISSUER, public_pem).map_err(e)?,

@@ -11,7 +11,7 @@ use k8s_openapi::api::authorization::v1::SubjectAccessReview;
 use k8s_openapi::api::core::v1::{Namespace, PersistentVolumeClaim};
 use serde_json::{Value, json};
 
-use crate::token::{LIFETIME, Payload, Resource, Signer};
+use cdi_pki::token::{LIFETIME, Payload, Resource, Signer};
 
 /// Where the webhook is served.
 pub const PATH: &str = "/datavolume-mutate";

@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 
 use serde_json::{Value, json};
 
-use crate::token::{LIFETIME, Payload, Signer};
+use cdi_pki::token::{LIFETIME, Payload, Signer};
 
 /// The API group, version and resource served.
 pub const GROUP: &str = "upload.cdi.kubevirt.io";
@@ -160,7 +160,7 @@ pub fn answer(request: &Value, namespace: &str, signer: &Signer) -> Result<Value
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::token::{API_ISSUER, Validator, generate_key};
+    use cdi_pki::token::{API_ISSUER, Validator, generate_key};
 
     /// What the development cluster's API server publishes, as kube-apiserver does.
     fn published() -> RequestHeaders {

@@ -14,8 +14,20 @@ use hyper::{Method, Request, Response, StatusCode};
 use k8s_openapi::api::authorization::v1::SubjectAccessReview;
 use serde_json::{Value, json};
 
-use crate::token::Signer;
 use crate::tokenapi::{self, GROUP, RESOURCE, RequestHeaders, VERSION};
+use cdi_pki::token::Signer;
+
+/// Why the server could not run.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    #[error("{0}")]
+    Config(String),
+    #[error("{context}: {error}")]
+    Io {
+        context: String,
+        error: std::io::Error,
+    },
+}
 
 /// The largest request body taken (an UploadTokenRequest is a few hundred bytes).
 const MAX_BODY: usize = 1 << 20;
@@ -24,7 +36,7 @@ pub struct ApiServerConfig {
     pub listen: SocketAddr,
     /// The serving certificate and key (PEM) as they are now, the APIService's caBundle
     /// vouching for them; a new value (a rotation) serves the next connections.
-    pub serving: tokio::sync::watch::Receiver<crate::pki::KeyPair>,
+    pub serving: tokio::sync::watch::Receiver<cdi_pki::ca::KeyPair>,
     /// The CA of the aggregator's front-proxy client certificate
     /// (`requestheader-client-ca-file`).
     pub front_proxy_ca_pem: Vec<u8>,
@@ -394,11 +406,11 @@ pub async fn run(
     config: ApiServerConfig,
     client: kube::Client,
     listener: tokio::net::TcpListener,
-) -> Result<(), crate::server::ServerError> {
+) -> Result<(), ServeError> {
     let front_proxy_ca = config.front_proxy_ca_pem;
     let acceptor =
-        crate::server::Following::new(config.serving, "serving certificate", move |pair| {
-            let tls = crate::server::tls_config(&crate::server::Tls {
+        cdi_pki::tls::Following::new(config.serving, "serving certificate", move |pair| {
+            let tls = cdi_pki::tls::tls_config(&cdi_pki::tls::Tls {
                 cert_pem: pair.cert_pem.clone().into_bytes(),
                 key_pem: pair.key_pem.clone().into_bytes(),
                 client_ca_pem: Some(front_proxy_ca.clone()),
@@ -406,7 +418,7 @@ pub async fn run(
             .map_err(|e| e.to_string())?;
             Ok(tokio_rustls::TlsAcceptor::from(tls))
         })
-        .map_err(crate::server::ServerError::Config)?;
+        .map_err(ServeError::Config)?;
     let api = Arc::new(Api {
         webhook: crate::webhook::Webhook {
             client: client.clone(),
@@ -416,13 +428,10 @@ pub async fn run(
         signer: config.signer,
     });
     loop {
-        let (tcp, _) = listener
-            .accept()
-            .await
-            .map_err(|error| crate::server::ServerError::Io {
-                context: "accepting".into(),
-                error,
-            })?;
+        let (tcp, _) = listener.accept().await.map_err(|error| ServeError::Io {
+            context: "accepting".into(),
+            error,
+        })?;
         let acceptor = acceptor.get().as_ref().clone();
         let api = api.clone();
         tokio::spawn(async move {
@@ -434,7 +443,7 @@ pub async fn run(
                 .1
                 .peer_certificates()
                 .and_then(|c| c.first())
-                .and_then(|c| crate::server::common_name(c));
+                .and_then(|c| cdi_pki::tls::common_name(c));
             let service = hyper::service::service_fn(move |req| {
                 let api = api.clone();
                 let cn = client_cn.clone();

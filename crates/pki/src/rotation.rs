@@ -409,7 +409,7 @@ pub fn bundle(published: &str, ca_pem: &str, now: SystemTime) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::pki::Ca;
+    use crate::ca::Ca;
 
     fn anns(pairs: &[(&str, String)]) -> BTreeMap<String, String> {
         pairs

@@ -120,7 +120,7 @@ mod tests {
         let der =
             rustls::pki_types::CertificateDer::from_pem_slice(client.cert_pem.as_bytes()).unwrap();
         assert_eq!(
-            crate::server::common_name(&der).as_deref(),
+            crate::tls::common_name(&der).as_deref(),
             Some("client.upload-server.cdi.kubevirt.io")
         );
         assert!(
