@@ -427,34 +427,19 @@ pub async fn run(
         headers: config.headers,
         signer: config.signer,
     });
-    loop {
-        let (tcp, _) = listener.accept().await.map_err(|error| ServeError::Io {
-            context: "accepting".into(),
-            error,
-        })?;
-        let acceptor = acceptor.get().as_ref().clone();
-        let api = api.clone();
-        tokio::spawn(async move {
-            let Ok(tls) = acceptor.accept(tcp).await else {
-                return;
-            };
-            let client_cn = tls
-                .get_ref()
-                .1
-                .peer_certificates()
-                .and_then(|c| c.first())
-                .and_then(|c| cdi_pki::tls::common_name(c));
-            let service = hyper::service::service_fn(move |req| {
-                let api = api.clone();
-                let cn = client_cn.clone();
-                async move { Ok::<_, std::convert::Infallible>(api.handle(req, cn).await) }
-            });
-            let _ =
-                hyper_util::server::conn::auto::Builder::new(hyper_util::rt::TokioExecutor::new())
-                    .serve_connection(hyper_util::rt::TokioIo::new(tls), service)
-                    .await;
-        });
-    }
+    let error = cdi_pki::tls::serve(
+        listener,
+        || acceptor.get().as_ref().clone(),
+        move |req, client_cn| {
+            let api = api.clone();
+            async move { api.handle(req, client_cn).await }
+        },
+    )
+    .await;
+    Err(ServeError::Io {
+        context: "accepting".into(),
+        error,
+    })
 }
 
 #[cfg(test)]

@@ -109,3 +109,73 @@ pub fn common_name(der: &[u8]) -> Option<String> {
     let cn = cert.subject().iter_common_name().next()?;
     cn.as_str().ok().map(str::to_string)
 }
+
+/// Serve one accepted connection: the TLS handshake, then HTTP/1.1 or HTTP/2 (as ALPN and the
+/// client's preface say) with `handle`, which is given each request and the common name of the
+/// client's verified certificate, if it showed one. A failed handshake (a port scan, a probe
+/// speaking plain HTTP) ends the connection quietly. Under `graceful`, a shutdown waits for the
+/// connection's requests under way.
+pub async fn serve_connection<H, F, B>(
+    tcp: tokio::net::TcpStream,
+    acceptor: tokio_rustls::TlsAcceptor,
+    handle: H,
+    graceful: Option<hyper_util::server::graceful::Watcher>,
+) where
+    H: Fn(hyper::Request<hyper::body::Incoming>, Option<String>) -> F + Send + Sync + 'static,
+    F: std::future::Future<Output = hyper::Response<B>> + Send + 'static,
+    B: hyper::body::Body + Send + 'static,
+    B::Data: Send,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    let Ok(tls) = acceptor.accept(tcp).await else {
+        return;
+    };
+    let client_cn = tls
+        .get_ref()
+        .1
+        .peer_certificates()
+        .and_then(|c| c.first())
+        .and_then(|c| common_name(c));
+    let handle = Arc::new(handle);
+    let service = hyper::service::service_fn(move |req| {
+        let reply = handle(req, client_cn.clone());
+        async move { Ok::<_, std::convert::Infallible>(reply.await) }
+    });
+    let builder =
+        hyper_util::server::conn::auto::Builder::new(hyper_util::rt::TokioExecutor::new());
+    let conn = builder.serve_connection(hyper_util::rt::TokioIo::new(tls), service);
+    let _ = match graceful {
+        Some(watcher) => watcher.watch(conn.into_owned()).await,
+        None => conn.await,
+    };
+}
+
+/// Accept connections on `listener` until it fails, serving each on a task of its own as
+/// [`serve_connection`] does, with the acceptor `acceptor` gives at the time (so a renewed
+/// certificate serves the next connections). Returns the listener's error.
+pub async fn serve<A, H, F, B>(
+    listener: tokio::net::TcpListener,
+    acceptor: A,
+    handle: H,
+) -> std::io::Error
+where
+    A: Fn() -> tokio_rustls::TlsAcceptor,
+    H: Fn(hyper::Request<hyper::body::Incoming>, Option<String>) -> F
+        + Clone
+        + Send
+        + Sync
+        + 'static,
+    F: std::future::Future<Output = hyper::Response<B>> + Send + 'static,
+    B: hyper::body::Body + Send + 'static,
+    B::Data: Send,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    loop {
+        match listener.accept().await {
+            Ok((tcp, _)) => {
+                tokio::spawn(serve_connection(tcp, acceptor(), handle.clone(), None));
+            }
+            Err(e) => return e,
+        }
+    }
+}

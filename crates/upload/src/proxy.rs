@@ -486,27 +486,17 @@ pub async fn run(
         tls: cdi_pki::tls::Following::new(config.tls, "upload proxy certificates", Material::build)
             .map_err(ProxyError)?,
     });
-    loop {
-        let (tcp, _) = listener
-            .accept()
-            .await
-            .map_err(|e| ProxyError(format!("accepting: {e}")))?;
-        let acceptor = proxy.tls.get().acceptor.clone();
-        let proxy = proxy.clone();
-        tokio::spawn(async move {
-            let Ok(tls) = acceptor.accept(tcp).await else {
-                return;
-            };
-            let service = hyper::service::service_fn(move |req| {
-                let proxy = proxy.clone();
-                async move { Ok::<_, std::convert::Infallible>(proxy.handle(req).await) }
-            });
-            let _ =
-                hyper_util::server::conn::auto::Builder::new(hyper_util::rt::TokioExecutor::new())
-                    .serve_connection(hyper_util::rt::TokioIo::new(tls), service)
-                    .await;
-        });
-    }
+    let tls = proxy.tls.clone();
+    let error = cdi_pki::tls::serve(
+        listener,
+        || tls.get().acceptor.clone(),
+        move |req, _| {
+            let proxy = proxy.clone();
+            async move { proxy.handle(req).await }
+        },
+    )
+    .await;
+    Err(ProxyError(format!("accepting: {error}")))
 }
 
 #[cfg(test)]

@@ -33,7 +33,7 @@ use tokio::sync::Notify;
 
 /// The server's TLS material (PEM): cdi-pki's, named here for the server's callers.
 pub use cdi_pki::tls::Tls;
-use cdi_pki::tls::{common_name, tls_config};
+use cdi_pki::tls::tls_config;
 
 /// The port upstream's upload server listens on.
 pub const PORT: u16 = 8443;
@@ -360,28 +360,15 @@ pub async fn run(
         tokio::select! {
             accepted = listener.accept() => {
                 let Ok((tcp, _)) = accepted else { continue };
-                let acceptor = acceptor.clone();
                 let server = server.clone();
-                let watcher = graceful.watcher();
-                tokio::spawn(async move {
-                    let Ok(tls) = acceptor.accept(tcp).await else { return };
-                    let client_cn = tls
-                        .get_ref()
-                        .1
-                        .peer_certificates()
-                        .and_then(|c| c.first())
-                        .and_then(|c| common_name(c));
-                    let service = hyper::service::service_fn(move |req| {
-                        let server = server.clone();
-                        let cn = client_cn.clone();
-                        async move { Ok::<_, std::convert::Infallible>(handle(server, cn, req).await) }
-                    });
-                    let builder = hyper_util::server::conn::auto::Builder::new(
-                        hyper_util::rt::TokioExecutor::new(),
-                    );
-                    let conn = builder.serve_connection(hyper_util::rt::TokioIo::new(tls), service);
-                    let _ = watcher.watch(conn.into_owned()).await;
-                });
+                let handler = move |req, client_cn| handle(server.clone(), client_cn, req);
+                let connection = cdi_pki::tls::serve_connection(
+                    tcp,
+                    acceptor.clone(),
+                    handler,
+                    Some(graceful.watcher()),
+                );
+                tokio::spawn(connection);
             }
             _ = &mut changed => {}
             _ = &mut until_deadline, if !deadline_passed => {
