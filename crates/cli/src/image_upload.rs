@@ -761,9 +761,7 @@ async fn send(
             if claim.as_ref().is_some_and(cdi_core::import::is_complete) {
                 bar.abandon();
                 if broke_off {
-                    println!(
-                        "The volume was filled meanwhile (by a try whose answer was lost, or another upload)"
-                    );
+                    say_filled_meanwhile();
                     return Ok(restarts);
                 }
                 return Err(already_uploaded(c, target_kind(c)));
@@ -785,17 +783,11 @@ async fn send(
         if code == 409 {
             // Filled after a try that broke off: that try's, most likely.
             bar.abandon();
-            println!(
-                "The volume was filled meanwhile (by a try whose answer was lost, or another upload)"
-            );
+            say_filled_meanwhile();
             return Ok(restarts);
         }
         broke_off |= code == 0;
-        let err = match code {
-            0 => anyhow::anyhow!("the upload broke off: {text}"),
-            _ if text.is_empty() => anyhow::anyhow!("the upload proxy answered {code}"),
-            _ => anyhow::anyhow!("the upload proxy answered {code}: {text}"),
-        };
+        let err = try_failed(code, &text);
         if code == 401 {
             // A 401 at once is a refusal; later, the token may have expired meanwhile.
             if attempt == 0 || refreshes == 0 {
@@ -819,6 +811,20 @@ async fn send(
     bar.abandon();
     let err = last.unwrap_or_else(|| anyhow::anyhow!("no attempt was made"));
     Err(err.context(format!("the upload failed {tries} times (--retry)")))
+}
+
+/// Say that the volume was filled while this upload was trying.
+fn say_filled_meanwhile() {
+    println!("The volume was filled meanwhile (by a try whose answer was lost, or another upload)");
+}
+
+/// The error of a failed try: its answer's code (0: it broke off) and what it said.
+fn try_failed(code: u16, text: &str) -> anyhow::Error {
+    match code {
+        0 => anyhow::anyhow!("the upload broke off: {text}"),
+        _ if text.is_empty() => anyhow::anyhow!("the upload proxy answered {code}"),
+        _ => anyhow::anyhow!("the upload proxy answered {code}: {text}"),
+    }
 }
 
 /// The progress bar of the upload, `length` bytes long.
