@@ -171,29 +171,8 @@ async fn follow(
 }
 
 pub fn run(args: &DemoArgs) -> anyhow::Result<()> {
-    let request: Quantity = args
-        .size
-        .parse()
-        .map_err(|e| anyhow::anyhow!("--size {}: {e}", args.size))?;
-    let bytes = request.value();
-    let plan = size::plan(
-        ClaimApi::Pvc,
-        VolumeMode::Filesystem,
-        bytes,
-        size::DEFAULT_OVERHEAD,
-    )
-    .context("a spec.pvc claim is the request itself")?;
-    let tmp;
-    let dir = match &args.dir {
-        Some(d) => {
-            std::fs::create_dir_all(d).with_context(|| format!("creating {}", d.display()))?;
-            d.clone()
-        }
-        None => {
-            tmp = TempDir::new()?;
-            tmp.0.clone()
-        }
-    };
+    let plan = size_plan(args)?;
+    let (dir, _tmp) = demo_dir(args)?;
     let runtime = tokio::runtime::Runtime::new().context("starting the runtime")?;
     runtime.block_on(async {
         if args.clone {
@@ -221,30 +200,7 @@ pub fn run(args: &DemoArgs) -> anyhow::Result<()> {
         let running = cluster::start(&config).await?;
         let client = running.client.clone();
         println!("  cluster: {} (kubeconfig {})", running.url, running.kubeconfig.display());
-        // The upload path needs CDI's token API and upload proxy, a clone from another
-        // namespace its admission webhook: CDI runs in the cluster, as `cdi dev up --cdi`
-        // installs it. Otherwise the controllers run in this process.
-        let controllers = if args.upload || args.clone {
-            crate::dev::install_cdi(&client).await?;
-            if args.clone {
-                // The golden image is imported before any VM uses it: no consumer to wait for.
-                crate::dev::set_feature_gates(&client, &[]).await?;
-            }
-            println!("  CDI: controller, token API (with the DataVolume webhook) and upload proxy running in namespace cdi");
-            None
-        } else {
-            let ctx = Context::new(
-                client.clone(),
-                Options {
-                    importer_image: "quay.io/kubevirt/cdi-importer:v1.66.0".into(),
-                    resync: Duration::from_millis(500),
-                    ..Options::default()
-                },
-                Arc::new(serve::Metrics::default()),
-            );
-            crate::controller::install_crds(&client).await?;
-            Some(tokio::spawn(cdi_controller::run_controllers(ctx)))
-        };
+        let controllers = start_cdi(args, &client).await?;
         if args.clone {
             println!();
             let mut t = Timeline::new();
@@ -270,33 +226,134 @@ pub fn run(args: &DemoArgs) -> anyhow::Result<()> {
         if let Some(c) = controllers {
             c.abort();
         }
-        let outcome = match result {
-            Ok((node, path)) => {
-                let disk = std::fs::metadata(path.join("disk.img")).map(|m| m.len() as i64).unwrap_or(-1);
-                // Only the start holds data; the rest of the sparse image reads as zeros.
-                let head = crate::demo_image::read_head(&path.join("disk.img"), raw.len());
-                let same = head.as_deref() == Some(&raw[..]);
-                println!();
-                println!("disk image {}: virtual size {disk} bytes ({})", path.join("disk.img").display(), gib(disk));
-                println!("size math for spec.pvc {}: claim {} bytes, disk {} bytes ({})", args.size, plan.pvc_request, plan.disk_image, gib(plan.disk_image));
-                println!("contents: {}", if same { "the served filesystem, byte for byte" } else { "DIFFERENT from the served filesystem" });
-                if node != "node-2" {
-                    Err(anyhow::anyhow!("the launcher runs on {node}, not on node-2 where the VM belongs"))
-                } else if disk != plan.disk_image {
-                    Err(anyhow::anyhow!("the disk is {disk} bytes, the size math says {}", plan.disk_image))
-                } else if !same {
-                    Err(anyhow::anyhow!("the imported disk does not hold the served image"))
-                } else {
-                    let how = if args.upload { "uploaded" } else { "imported" };
-                    println!("\nOK: the VM runs on node-2 with its {} disk on node-2, {how} after the VM's constraints chose the node.", args.size);
-                    Ok(())
-                }
-            }
-            Err(e) => Err(e),
-        };
+        let outcome = result.and_then(|(node, path)| check_disk(args, &plan, &raw, &node, &path));
         running.stop().await;
         outcome
     })
+}
+
+/// The size math for the root disk's `--size` on spec.pvc.
+fn size_plan(args: &DemoArgs) -> anyhow::Result<size::SizePlan> {
+    let request: Quantity = args
+        .size
+        .parse()
+        .map_err(|e| anyhow::anyhow!("--size {}: {e}", args.size))?;
+    let bytes = request.value();
+    size::plan(
+        ClaimApi::Pvc,
+        VolumeMode::Filesystem,
+        bytes,
+        size::DEFAULT_OVERHEAD,
+    )
+    .context("a spec.pvc claim is the request itself")
+}
+
+/// The cluster's directory: `--dir` (made if missing), else a temporary one, kept as long as
+/// the returned guard.
+fn demo_dir(args: &DemoArgs) -> anyhow::Result<(PathBuf, Option<TempDir>)> {
+    Ok(match &args.dir {
+        Some(d) => {
+            std::fs::create_dir_all(d).with_context(|| format!("creating {}", d.display()))?;
+            (d.clone(), None)
+        }
+        None => {
+            let tmp = TempDir::new()?;
+            (tmp.0.clone(), Some(tmp))
+        }
+    })
+}
+
+/// Run CDI: in the cluster for an upload or a clone (their handle is `None`), else its
+/// controllers in this process.
+async fn start_cdi(
+    args: &DemoArgs,
+    client: &Client,
+) -> anyhow::Result<Option<tokio::task::JoinHandle<anyhow::Result<()>>>> {
+    // The upload path needs CDI's token API and upload proxy, a clone from another
+    // namespace its admission webhook: CDI runs in the cluster, as `cdi dev up --cdi`
+    // installs it. Otherwise the controllers run in this process.
+    if args.upload || args.clone {
+        crate::dev::install_cdi(client).await?;
+        if args.clone {
+            // The golden image is imported before any VM uses it: no consumer to wait for.
+            crate::dev::set_feature_gates(client, &[]).await?;
+        }
+        println!(
+            "  CDI: controller, token API (with the DataVolume webhook) and upload proxy running in namespace cdi"
+        );
+        Ok(None)
+    } else {
+        let ctx = Context::new(
+            client.clone(),
+            Options {
+                importer_image: "quay.io/kubevirt/cdi-importer:v1.66.0".into(),
+                resync: Duration::from_millis(500),
+                ..Options::default()
+            },
+            Arc::new(serve::Metrics::default()),
+        );
+        crate::controller::install_crds(client).await?;
+        Ok(Some(tokio::spawn(cdi_controller::run_controllers(ctx))))
+    }
+}
+
+/// Print the disk the VM runs on (its size, the size math, its contents) and decide: the VM on
+/// node-2, the disk the size math says, holding the served image.
+fn check_disk(
+    args: &DemoArgs,
+    plan: &size::SizePlan,
+    raw: &[u8],
+    node: &str,
+    path: &Path,
+) -> anyhow::Result<()> {
+    let disk = std::fs::metadata(path.join("disk.img"))
+        .map(|m| m.len() as i64)
+        .unwrap_or(-1);
+    // Only the start holds data; the rest of the sparse image reads as zeros.
+    let head = crate::demo_image::read_head(&path.join("disk.img"), raw.len());
+    let same = head.as_deref() == Some(raw);
+    println!();
+    println!(
+        "disk image {}: virtual size {disk} bytes ({})",
+        path.join("disk.img").display(),
+        gib(disk)
+    );
+    println!(
+        "size math for spec.pvc {}: claim {} bytes, disk {} bytes ({})",
+        args.size,
+        plan.pvc_request,
+        plan.disk_image,
+        gib(plan.disk_image)
+    );
+    println!(
+        "contents: {}",
+        if same {
+            "the served filesystem, byte for byte"
+        } else {
+            "DIFFERENT from the served filesystem"
+        }
+    );
+    if node != "node-2" {
+        Err(anyhow::anyhow!(
+            "the launcher runs on {node}, not on node-2 where the VM belongs"
+        ))
+    } else if disk != plan.disk_image {
+        Err(anyhow::anyhow!(
+            "the disk is {disk} bytes, the size math says {}",
+            plan.disk_image
+        ))
+    } else if !same {
+        Err(anyhow::anyhow!(
+            "the imported disk does not hold the served image"
+        ))
+    } else {
+        let how = if args.upload { "uploaded" } else { "imported" };
+        println!(
+            "\nOK: the VM runs on node-2 with its {} disk on node-2, {how} after the VM's constraints chose the node.",
+            args.size
+        );
+        Ok(())
+    }
 }
 
 /// `cdi image-upload` as a user runs it: first into a DataVolume that waits for a first consumer

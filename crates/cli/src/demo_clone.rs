@@ -185,6 +185,13 @@ async fn disk_image(client: &Client, claim: &PersistentVolumeClaim) -> anyhow::R
     Ok(PathBuf::from(path).join("disk.img"))
 }
 
+/// A RoleBinding in `ns` giving the demo's user the ClusterRole `role`.
+fn binding(ns: &str, name: &str, role: &str) -> Value {
+    json!({"metadata": {"name": name, "namespace": ns},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": USER}]})
+}
+
 /// Run the story on a cluster where CDI runs (its webhook on); `raw` is the image's content.
 pub async fn story(
     client: &Client,
@@ -196,7 +203,22 @@ pub async fn story(
     t: &mut Timeline,
 ) -> anyhow::Result<()> {
     let deadline = Instant::now() + timeout;
-    // The webhook is registered once CDI's API server is reachable through its Service.
+    wait_for_webhook(client, deadline).await?;
+    set_up(client, url, size, t).await?;
+    wait_for_golden(client, deadline, t).await?;
+    alice_clones(client, kubeconfig, t).await?;
+    follow_disks(client, deadline, timeout, t).await?;
+    println!();
+    check_disks(client, raw).await?;
+    println!(
+        "\nOK: both VMs run on disks cloned from {GOLDEN}/{IMAGE} through its DataSource, after {USER} was allowed to read namespace {GOLDEN}."
+    );
+    Ok(())
+}
+
+/// Wait until CDI's DataVolume webhook is registered (once CDI's API server is reachable
+/// through its Service).
+async fn wait_for_webhook(client: &Client, deadline: Instant) -> anyhow::Result<()> {
     let webhooks: Api<k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration> =
         Api::all(client.clone());
     while webhooks
@@ -212,6 +234,12 @@ pub async fn story(
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+    Ok(())
+}
+
+/// Apply the namespaces, the golden image's DataVolume and DataSource, the user's right to
+/// edit `vms`, and KubeVirt's share of `edit`.
+async fn set_up(client: &Client, url: &str, size: &str, t: &mut Timeline) -> anyhow::Result<()> {
     let namespaces: Api<Namespace> = Api::all(client.clone());
     for ns in [GOLDEN, VMS] {
         create(&namespaces, json!({"metadata": {"name": ns}})).await?;
@@ -234,11 +262,6 @@ pub async fn story(
             "spec": {"source": {"pvc": {"namespace": GOLDEN, "name": IMAGE}}}}),
     )
     .await?;
-    let binding = |ns: &str, name: &str, role: &str| {
-        json!({"metadata": {"name": name, "namespace": ns},
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
-            "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": USER}]})
-    };
     create(
         &Api::<RoleBinding>::namespaced(client.clone(), VMS),
         binding(VMS, "alice-edits", "edit"),
@@ -260,8 +283,17 @@ pub async fn story(
              {GOLDEN}/{IMAGE} naming its claim; {USER} may edit namespace {VMS}"
         ),
     );
+    Ok(())
+}
 
-    // The golden image, then its DataSource.
+/// Follow the golden image's import, then its DataSource, until the DataSource is Ready.
+async fn wait_for_golden(
+    client: &Client,
+    deadline: Instant,
+    t: &mut Timeline,
+) -> anyhow::Result<()> {
+    let golden_dvs: Api<DataVolume> = Api::namespaced(client.clone(), GOLDEN);
+    let sources: Api<DataSource> = Api::namespaced(client.clone(), GOLDEN);
     loop {
         if Instant::now() > deadline {
             bail!("the golden image was not imported in time");
@@ -286,12 +318,15 @@ pub async fn story(
                 "golden/ready",
                 format!("DataSource {GOLDEN}/{IMAGE}: Ready ({message})"),
             );
-            break;
+            return Ok(());
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+}
 
-    // Alice asks for a clone of another namespace's image: refused until she may read it.
+/// Alice asks for a clone of another namespace's image: refused until she may read it; then,
+/// allowed, she creates both disks and their VMs.
+async fn alice_clones(client: &Client, kubeconfig: &Path, t: &mut Timeline) -> anyhow::Result<()> {
     let alice = client_as(kubeconfig, USER).await?;
     let alice_dvs: Api<DataVolume> = Api::namespaced(alice.clone(), VMS);
     let (_, disk_name, class) = VM_DISKS[0];
@@ -334,72 +369,95 @@ pub async fn story(
             ),
         );
     }
+    Ok(())
+}
 
-    // Follow both disks until both VMs run.
-    let dvs: Api<DataVolume> = Api::namespaced(client.clone(), VMS);
-    let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), VMS);
-    let pods: Api<Pod> = Api::namespaced(client.clone(), VMS);
+/// Follow both disks until both VMs run.
+async fn follow_disks(
+    client: &Client,
+    deadline: Instant,
+    timeout: Duration,
+    t: &mut Timeline,
+) -> anyhow::Result<()> {
     let events: Api<Event> = Api::namespaced(client.clone(), VMS);
     loop {
         if Instant::now() > deadline {
             bail!("the VMs were not running after {} s", timeout.as_secs());
         }
         let all_events = events.list(&ListParams::default()).await?.items;
-        let mut done = 0;
-        for (_, disk_name, _) in VM_DISKS {
-            let Some(dv) = dvs.get_opt(disk_name).await? else {
-                continue;
-            };
-            let claim = claims.get_opt(disk_name).await?;
-            let class = claim
-                .as_ref()
-                .and_then(|c| c.spec.as_ref()?.storage_class_name.clone())
-                .unwrap_or_default();
-            let chosen_by = if class.is_empty() {
-                String::new()
-            } else {
-                chosen_by(client, &class).await?
-            };
-            for (key, line) in disk_lines(&dv, claim.as_ref(), &chosen_by, &all_events) {
-                t.say(&key, line);
-            }
-            if dv
-                .status
-                .as_ref()
-                .and_then(|s| s.phase.clone())
-                .map(|p| p.to_string())
-                == Some("Failed".into())
-            {
-                bail!("DataVolume {VMS}/{disk_name} failed");
-            }
-        }
-        for pod in pods.list(&ListParams::default()).await?.items {
-            let name = pod.name_any();
-            let running = pod.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running");
-            if let Some((vm_name, _, _)) = VM_DISKS
-                .iter()
-                .find(|(vm, _, _)| name.starts_with(&format!("virt-launcher-{vm}-")))
-                && running
-            {
-                let node = pod
-                    .spec
-                    .as_ref()
-                    .and_then(|s| s.node_name.clone())
-                    .unwrap_or_default();
-                t.say(
-                    &format!("running/{vm_name}"),
-                    format!("VirtualMachine {VMS}/{vm_name}: launcher {name} running on {node}"),
-                );
-                done += 1;
-            }
-        }
-        if done == VM_DISKS.len() {
-            break;
+        say_disks(client, &all_events, t).await?;
+        if running_vms(client, t).await? == VM_DISKS.len() {
+            return Ok(());
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+}
 
-    println!();
+/// Say what each disk there is does (phases, strategy, events); a failed disk fails the story.
+async fn say_disks(client: &Client, all_events: &[Event], t: &mut Timeline) -> anyhow::Result<()> {
+    let dvs: Api<DataVolume> = Api::namespaced(client.clone(), VMS);
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), VMS);
+    for (_, disk_name, _) in VM_DISKS {
+        let Some(dv) = dvs.get_opt(disk_name).await? else {
+            continue;
+        };
+        let claim = claims.get_opt(disk_name).await?;
+        let class = claim
+            .as_ref()
+            .and_then(|c| c.spec.as_ref()?.storage_class_name.clone())
+            .unwrap_or_default();
+        let chosen_by = if class.is_empty() {
+            String::new()
+        } else {
+            chosen_by(client, &class).await?
+        };
+        for (key, line) in disk_lines(&dv, claim.as_ref(), &chosen_by, all_events) {
+            t.say(&key, line);
+        }
+        if dv
+            .status
+            .as_ref()
+            .and_then(|s| s.phase.clone())
+            .map(|p| p.to_string())
+            == Some("Failed".into())
+        {
+            bail!("DataVolume {VMS}/{disk_name} failed");
+        }
+    }
+    Ok(())
+}
+
+/// Say each VM whose launcher runs, and count them.
+async fn running_vms(client: &Client, t: &mut Timeline) -> anyhow::Result<usize> {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), VMS);
+    let mut done = 0;
+    for pod in pods.list(&ListParams::default()).await?.items {
+        let name = pod.name_any();
+        let running = pod.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running");
+        if let Some((vm_name, _, _)) = VM_DISKS
+            .iter()
+            .find(|(vm, _, _)| name.starts_with(&format!("virt-launcher-{vm}-")))
+            && running
+        {
+            let node = pod
+                .spec
+                .as_ref()
+                .and_then(|s| s.node_name.clone())
+                .unwrap_or_default();
+            t.say(
+                &format!("running/{vm_name}"),
+                format!("VirtualMachine {VMS}/{vm_name}: launcher {name} running on {node}"),
+            );
+            done += 1;
+        }
+    }
+    Ok(done)
+}
+
+/// Print whether each disk's volume holds the golden image byte for byte; any that does not
+/// fails the story.
+async fn check_disks(client: &Client, raw: &[u8]) -> anyhow::Result<()> {
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), VMS);
     let mut wrong = Vec::new();
     for (_, disk_name, _) in VM_DISKS {
         let claim = claims.get(disk_name).await?;
@@ -422,9 +480,6 @@ pub async fn story(
     if !wrong.is_empty() {
         bail!("{} do not hold the golden image", wrong.join(", "));
     }
-    println!(
-        "\nOK: both VMs run on disks cloned from {GOLDEN}/{IMAGE} through its DataSource, after {USER} was allowed to read namespace {GOLDEN}."
-    );
     Ok(())
 }
 

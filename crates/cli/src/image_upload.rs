@@ -741,13 +741,7 @@ async fn send(
     length: u64,
 ) -> anyhow::Result<i64> {
     let client = http_client(c.args.insecure, ca)?;
-    let bar = indicatif::ProgressBar::new(length);
-    bar.set_style(
-        indicatif::ProgressStyle::with_template(
-            "{bytes} / {total_bytes} [{wide_bar}] {percent}% {binary_bytes_per_sec} {eta}",
-        )?
-        .progress_chars("=> "),
-    );
+    let bar = progress_bar(length)?;
     println!();
     let mut token = first_token;
     let mut refreshes = 3;
@@ -767,9 +761,7 @@ async fn send(
             if claim.as_ref().is_some_and(cdi_core::import::is_complete) {
                 bar.abandon();
                 if broke_off {
-                    println!(
-                        "The volume was filled meanwhile (by a try whose answer was lost, or another upload)"
-                    );
+                    say_filled_meanwhile();
                     return Ok(restarts);
                 }
                 return Err(already_uploaded(c, target_kind(c)));
@@ -777,44 +769,12 @@ async fn send(
         }
         // A restart after this attempt's start is a failure the wait for processing reports.
         restarts = restarts_of(claim.as_ref(), restarts);
-        // The async endpoint when the proxy answers for it, else the sync one.
-        let async_url = with_path(url, ASYNC_PATH);
-        let head = client
-            .head(&async_url)
-            .bearer_auth(&token)
-            .send()
-            .await
-            .ok()
-            .filter(|r| r.status() == 200);
-        let target = if head.is_some() {
-            async_url
-        } else {
-            with_path(url, SYNC_PATH)
-        };
-        let result = client
-            .post(&target)
-            .bearer_auth(&token)
-            .header("Content-Type", "application/octet-stream")
-            .header("Content-Length", length)
-            .body(body(&c.plan.image, &bar).await?)
-            .send()
-            .await;
-        let (code, text) = match result {
-            Ok(r) if r.status() == 200 => {
-                bar.finish();
-                println!();
-                // A restart of an earlier try is counted by now (the proxy let this one
-                // through once the restarted server was ready, which the same count records).
-                return Ok(restarts_of(target_claim(c).await.as_ref(), restarts));
-            }
-            Ok(r) => {
-                let code = r.status().as_u16();
-                (
-                    code,
-                    one_line(&said_in(&r.text().await.unwrap_or_default())),
-                )
-            }
-            Err(e) => (0, one_line(&causes(&e))),
+        let Some((code, text)) = post_image(c, &client, url, &token, length, &bar).await? else {
+            bar.finish();
+            println!();
+            // A restart of an earlier try is counted by now (the proxy let this one
+            // through once the restarted server was ready, which the same count records).
+            return Ok(restarts_of(target_claim(c).await.as_ref(), restarts));
         };
         if let Some(end) = final_answer(c, code, &text, broke_off) {
             bar.abandon();
@@ -823,17 +783,11 @@ async fn send(
         if code == 409 {
             // Filled after a try that broke off: that try's, most likely.
             bar.abandon();
-            println!(
-                "The volume was filled meanwhile (by a try whose answer was lost, or another upload)"
-            );
+            say_filled_meanwhile();
             return Ok(restarts);
         }
         broke_off |= code == 0;
-        let err = match code {
-            0 => anyhow::anyhow!("the upload broke off: {text}"),
-            _ if text.is_empty() => anyhow::anyhow!("the upload proxy answered {code}"),
-            _ => anyhow::anyhow!("the upload proxy answered {code}: {text}"),
-        };
+        let err = try_failed(code, &text);
         if code == 401 {
             // A 401 at once is a refusal; later, the token may have expired meanwhile.
             if attempt == 0 || refreshes == 0 {
@@ -849,26 +803,111 @@ async fn send(
             bar.abandon();
             return Err(err);
         }
-        if code == 503 && attempt + 1 < tries {
-            // The server may be on its way out, or restarting (with scratch space, when the
-            // image needs it): the next attempt waits for the next one.
-            println!("{err:#}; waiting for the upload server to be ready again");
-            if c.plan.create_pvc {
-                wait_server_ready(c).await?;
-            } else {
-                wait_dv_upload_ready(c).await?;
-            }
-        } else if attempt + 1 < tries {
-            println!(
-                "{err:#}; trying again in {} s",
-                backoff(attempt + 1).as_secs()
-            );
+        if attempt + 1 < tries {
+            before_next_try(c, code, &err, attempt).await?;
         }
         last = Some(err);
     }
     bar.abandon();
     let err = last.unwrap_or_else(|| anyhow::anyhow!("no attempt was made"));
     Err(err.context(format!("the upload failed {tries} times (--retry)")))
+}
+
+/// Say that the volume was filled while this upload was trying.
+fn say_filled_meanwhile() {
+    println!("The volume was filled meanwhile (by a try whose answer was lost, or another upload)");
+}
+
+/// The error of a failed try: its answer's code (0: it broke off) and what it said.
+fn try_failed(code: u16, text: &str) -> anyhow::Error {
+    match code {
+        0 => anyhow::anyhow!("the upload broke off: {text}"),
+        _ if text.is_empty() => anyhow::anyhow!("the upload proxy answered {code}"),
+        _ => anyhow::anyhow!("the upload proxy answered {code}: {text}"),
+    }
+}
+
+/// The progress bar of the upload, `length` bytes long.
+fn progress_bar(length: u64) -> anyhow::Result<indicatif::ProgressBar> {
+    let bar = indicatif::ProgressBar::new(length);
+    bar.set_style(
+        indicatif::ProgressStyle::with_template(
+            "{bytes} / {total_bytes} [{wide_bar}] {percent}% {binary_bytes_per_sec} {eta}",
+        )?
+        .progress_chars("=> "),
+    );
+    Ok(bar)
+}
+
+/// One try: post the image to the async endpoint when the proxy answers for it, else to the
+/// sync one. `None` when the proxy took it; else the answer's code (0 when the try broke off)
+/// and what it said, on one line.
+async fn post_image(
+    c: &Ctx<'_>,
+    client: &reqwest::Client,
+    url: &str,
+    token: &str,
+    length: u64,
+    bar: &indicatif::ProgressBar,
+) -> anyhow::Result<Option<(u16, String)>> {
+    let async_url = with_path(url, ASYNC_PATH);
+    let head = client
+        .head(&async_url)
+        .bearer_auth(token)
+        .send()
+        .await
+        .ok()
+        .filter(|r| r.status() == 200);
+    let target = if head.is_some() {
+        async_url
+    } else {
+        with_path(url, SYNC_PATH)
+    };
+    let result = client
+        .post(&target)
+        .bearer_auth(token)
+        .header("Content-Type", "application/octet-stream")
+        .header("Content-Length", length)
+        .body(body(&c.plan.image, bar).await?)
+        .send()
+        .await;
+    Ok(match result {
+        Ok(r) if r.status() == 200 => None,
+        Ok(r) => {
+            let code = r.status().as_u16();
+            Some((
+                code,
+                one_line(&said_in(&r.text().await.unwrap_or_default())),
+            ))
+        }
+        Err(e) => Some((0, one_line(&causes(&e)))),
+    })
+}
+
+/// Before a try that follows a failed one: after a 503, wait for the upload server to be
+/// ready again (it may be on its way out, or restarting); else say when the next try is.
+async fn before_next_try(
+    c: &Ctx<'_>,
+    code: u16,
+    err: &anyhow::Error,
+    attempt: u32,
+) -> anyhow::Result<()> {
+    if code == 503 {
+        // The server may be on its way out, or restarting (with scratch space, when the
+        // image needs it): the next attempt waits for the next one.
+        println!("{err:#}; waiting for the upload server to be ready again");
+        if c.plan.create_pvc {
+            wait_server_ready(c).await?;
+        } else {
+            wait_dv_upload_ready(c).await?;
+        }
+    } else {
+        println!(
+            "{err:#}; trying again in {} s",
+            backoff(attempt + 1).as_secs()
+        );
+    }
+    Ok(())
 }
 
 /// An error and its sources, each once (reqwest's own text names only the URL).

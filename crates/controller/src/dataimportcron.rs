@@ -135,20 +135,47 @@ async fn poll(ctx: &Context, cron: &DataImportCron) -> Poll {
     }
 }
 
-/// One pass over a DataImportCron.
-async fn reconcile(cron: Arc<DataImportCron>, ctx: Arc<Context>) -> Result<Action, Error> {
-    ctx.caches.ready().await;
-    let ns = cron.namespace().unwrap_or_default();
-    let name = cron.name_any();
-    if cron.metadata.deletion_timestamp.is_some() {
-        ctx.metrics.remove_cron_outdated(&ns, &name);
-        return Ok(Action::await_change());
+/// The cron's namespaced APIs this controller reads and writes.
+struct Apis {
+    dvs: Api<DataVolume>,
+    claims: Api<PersistentVolumeClaim>,
+    sources: Api<DataSource>,
+    crons: Api<DataImportCron>,
+    snapshots: Api<DynamicObject>,
+}
+
+impl Apis {
+    /// The APIs in the cron's namespace (no call is made).
+    fn new(ctx: &Context, ns: &str) -> Self {
+        Apis {
+            dvs: Api::namespaced(ctx.client.clone(), ns),
+            claims: Api::namespaced(ctx.client.clone(), ns),
+            sources: Api::namespaced(ctx.client.clone(), ns),
+            crons: Api::namespaced(ctx.client.clone(), ns),
+            snapshots: Api::namespaced_with(
+                ctx.client.clone(),
+                ns,
+                &crate::objects::snapshot_api("VolumeSnapshot", "volumesnapshots"),
+            ),
+        }
     }
-    let now = k8s_openapi::jiff::Timestamp::now();
-    let dvs: Api<DataVolume> = Api::namespaced(ctx.client.clone(), &ns);
-    let claims: Api<PersistentVolumeClaim> = Api::namespaced(ctx.client.clone(), &ns);
-    let sources: Api<DataSource> = Api::namespaced(ctx.client.clone(), &ns);
-    let crons: Api<DataImportCron> = Api::namespaced(ctx.client.clone(), &ns);
+}
+
+/// What exists of the cron's current import and of its managed DataSource.
+struct Existing {
+    /// The DataVolume named by `status.currentImports[0]`.
+    current: Option<String>,
+    dv: Option<DataVolume>,
+    claim: Option<PersistentVolumeClaim>,
+    ds_name: String,
+    ds: Option<DataSource>,
+    /// Another cron that still manages the DataSource.
+    other_manager: Option<String>,
+}
+
+/// Read the current import's DataVolume and claim, the managed DataSource, and whether
+/// another cron manages that DataSource.
+async fn read_existing(cron: &DataImportCron, apis: &Apis, name: &str) -> Result<Existing, Error> {
     let current = cron
         .status
         .as_ref()
@@ -157,14 +184,14 @@ async fn reconcile(cron: Arc<DataImportCron>, ctx: Arc<Context>) -> Result<Actio
         .map(|i| i.data_volume_name.clone())
         .filter(|n| !n.is_empty());
     let (dv, claim) = match &current {
-        Some(n) => (dvs.get_opt(n).await?, claims.get_opt(n).await?),
+        Some(n) => (apis.dvs.get_opt(n).await?, apis.claims.get_opt(n).await?),
         None => (None, None),
     };
     let ds_name = cron.spec.managed_data_source.clone();
     let ds = if ds_name.is_empty() {
         None
     } else {
-        sources.get_opt(&ds_name).await?
+        apis.sources.get_opt(&ds_name).await?
     };
     // A DataSource another cron (that still manages it) made is that cron's.
     let mut other_manager = None;
@@ -173,33 +200,44 @@ async fn reconcile(cron: Arc<DataImportCron>, ctx: Arc<Context>) -> Result<Actio
         .and_then(|d| d.labels().get(label::DATA_IMPORT_CRON))
         // An empty label is none (and no name to get).
         .filter(|o| !o.is_empty() && **o != name)
-        && let Some(other) = crons.get_opt(owner).await?
+        && let Some(other) = apis.crons.get_opt(owner).await?
         && other.spec.managed_data_source == ds_name
     {
         other_manager = Some(owner.clone());
     }
-    // Another cron's DataSource: this pass only says so, without a digest.
-    let polled = if other_manager.is_none() && dic::poll_due(&cron, now) {
-        poll(&ctx, &cron).await
-    } else {
-        Poll::NotDue
-    };
-    if let Poll::Failed(e) = &polled {
-        tracing::info!(cron = %format!("{ns}/{name}"), error = %e, "polling the source failed");
-    }
-    let selector = format!("{}={name}", label::DATA_IMPORT_CRON);
+    Ok(Existing {
+        current,
+        dv,
+        claim,
+        ds_name,
+        ds,
+        other_manager,
+    })
+}
+
+/// The claims labelled as the cron's (metadata only).
+async fn labelled_claims(
+    claims: &Api<PersistentVolumeClaim>,
+    selector: &str,
+) -> Result<Vec<PersistentVolumeClaim>, Error> {
     let labelled = claims
-        .list_metadata(&ListParams::default().labels(&selector))
+        .list_metadata(&ListParams::default().labels(selector))
         .await?;
-    let labelled: Vec<PersistentVolumeClaim> = labelled
+    Ok(labelled
         .items
         .into_iter()
         .map(|m| PersistentVolumeClaim {
             metadata: m.metadata,
             ..Default::default()
         })
-        .collect();
-    // The source format of the class the imports go to (its StorageProfile's).
+        .collect())
+}
+
+/// The class the imports go to, and its StorageProfile's source format and snapshot class.
+fn import_storage(
+    ctx: &Context,
+    cron: &DataImportCron,
+) -> (Option<String>, DataImportCronSourceFormat, Option<String>) {
     let template = &cron.spec.template.spec;
     let class = template
         .storage
@@ -227,18 +265,22 @@ async fn reconcile(cron: Arc<DataImportCron>, ctx: Arc<Context>) -> Result<Actio
         .and_then(|s| s.data_import_cron_source_format)
         .unwrap_or(DataImportCronSourceFormat::Pvc);
     let snapshot_class = profile_status.and_then(|s| s.snapshot_class);
-    let snapshots: Api<DynamicObject> = Api::namespaced_with(
-        ctx.client.clone(),
-        &ns,
-        &crate::objects::snapshot_api("VolumeSnapshot", "volumesnapshots"),
-    );
-    // No snapshot API served is no snapshots.
-    let snapshot = match &current {
+    (class, format, snapshot_class)
+}
+
+/// The current import's VolumeSnapshot and the snapshots labelled as the cron's (name and
+/// last use time). No snapshot API served is no snapshots.
+async fn read_snapshots(
+    snapshots: &Api<DynamicObject>,
+    current: Option<&String>,
+    selector: &str,
+) -> (Option<DynamicObject>, Vec<(String, String)>) {
+    let snapshot = match current {
         Some(n) => snapshots.get_opt(n).await.unwrap_or(None),
         None => None,
     };
-    let labelled_snapshots: Vec<(String, String)> = snapshots
-        .list_metadata(&ListParams::default().labels(&selector))
+    let labelled = snapshots
+        .list_metadata(&ListParams::default().labels(selector))
         .await
         .map(|l| l.items)
         .unwrap_or_default()
@@ -254,10 +296,20 @@ async fn reconcile(cron: Arc<DataImportCron>, ctx: Arc<Context>) -> Result<Actio
             (m.metadata.name.unwrap_or_default(), used)
         })
         .collect();
-    // Upstream's AuthorizeSA: a cron cloning a claim does so as its ServiceAccount.
-    let clone_denied = match dic::claim_source(&cron) {
+    (snapshot, labelled)
+}
+
+/// Upstream's AuthorizeSA: a cron cloning a claim does so as its ServiceAccount. The reason
+/// its ServiceAccount may not, logged; `None` when it may or the cron clones nothing.
+async fn clone_denied(
+    ctx: &Context,
+    cron: &DataImportCron,
+    ns: &str,
+    name: &str,
+) -> Result<Option<String>, Error> {
+    let clone_denied = match dic::claim_source(cron) {
         Some((at, claim_name)) => {
-            let (user, groups) = dic::service_account_user(&cron);
+            let (user, groups) = dic::service_account_user(cron);
             let source = cdi_apiserver::webhook::CloneSource {
                 snapshot: false,
                 namespace: at.clone(),
@@ -275,14 +327,45 @@ async fn reconcile(cron: Arc<DataImportCron>, ctx: Arc<Context>) -> Result<Actio
     if let Some(why) = &clone_denied {
         tracing::info!(cron = %format!("{ns}/{name}"), reason = %why, "not authorized to create DataVolume");
     }
+    Ok(clone_denied)
+}
+
+/// One pass over a DataImportCron.
+async fn reconcile(cron: Arc<DataImportCron>, ctx: Arc<Context>) -> Result<Action, Error> {
+    ctx.caches.ready().await;
+    let ns = cron.namespace().unwrap_or_default();
+    let name = cron.name_any();
+    if cron.metadata.deletion_timestamp.is_some() {
+        ctx.metrics.remove_cron_outdated(&ns, &name);
+        return Ok(Action::await_change());
+    }
+    let now = k8s_openapi::jiff::Timestamp::now();
+    let apis = Apis::new(&ctx, &ns);
+    let existing = read_existing(&cron, &apis, &name).await?;
+    // Another cron's DataSource: this pass only says so, without a digest.
+    let polled = if existing.other_manager.is_none() && dic::poll_due(&cron, now) {
+        poll(&ctx, &cron).await
+    } else {
+        Poll::NotDue
+    };
+    if let Poll::Failed(e) = &polled {
+        tracing::info!(cron = %format!("{ns}/{name}"), error = %e, "polling the source failed");
+    }
+    let selector = format!("{}={name}", label::DATA_IMPORT_CRON);
+    let labelled = labelled_claims(&apis.claims, &selector).await?;
+    // The source format of the class the imports go to (its StorageProfile's).
+    let (class, format, snapshot_class) = import_storage(&ctx, &cron);
+    let (snapshot, labelled_snapshots) =
+        read_snapshots(&apis.snapshots, existing.current.as_ref(), &selector).await;
+    let clone_denied = clone_denied(&ctx, &cron, &ns, &name).await?;
     let observed = Observed {
         cron: &cron,
         now,
         poll: polled,
-        dv: dv.as_ref(),
-        claim: claim.as_ref(),
-        data_source: ds.as_ref(),
-        other_manager,
+        dv: existing.dv.as_ref(),
+        claim: existing.claim.as_ref(),
+        data_source: existing.ds.as_ref(),
+        other_manager: existing.other_manager.clone(),
         claims: labelled.iter().collect(),
         class,
         format,
@@ -302,19 +385,37 @@ async fn reconcile(cron: Arc<DataImportCron>, ctx: Arc<Context>) -> Result<Actio
             .record(cron.as_ref(), true, reason, message)
             .await;
     }
+    write_imports(&apis, &plan).await?;
+    if let Some(used) = &plan.touch {
+        touch(&apis, used, existing.claim.as_ref(), snapshot.as_ref(), now).await?;
+    }
+    write_data_source(&apis.sources, &existing.ds_name, &plan).await?;
+    write_cron(&apis.crons, &cron, &name, &plan).await?;
+    ctx.metrics
+        .set_cron_outdated(&ns, &name, plan.outdated.0, plan.outdated.1);
+    Ok(match plan.requeue_after {
+        Some(after) => Action::requeue(after),
+        None => Action::await_change(),
+    })
+}
+
+/// Create the plan's import DataVolume (one there already is fine), delete the imports it
+/// collects (the claim when no DataVolume is left), take its VolumeSnapshot and delete the
+/// old ones.
+async fn write_imports(apis: &Apis, plan: &dic::Plan) -> Result<(), Error> {
     if let Some(new) = &plan.create_dv {
-        match dvs.create(&PostParams::default(), new).await {
+        match apis.dvs.create(&PostParams::default(), new).await {
             Ok(_) => {}
             Err(kube::Error::Api(e)) if e.code == 409 => {}
             Err(e) => return Err(e.into()),
         }
     }
     for import in &plan.delete {
-        match dvs.delete(import, &DeleteParams::default()).await {
+        match apis.dvs.delete(import, &DeleteParams::default()).await {
             Ok(_) => {}
             // No DataVolume (adopted, or deleted before): the claim itself.
             Err(kube::Error::Api(e)) if e.code == 404 => {
-                match claims.delete(import, &DeleteParams::default()).await {
+                match apis.claims.delete(import, &DeleteParams::default()).await {
                     Ok(_) => {}
                     Err(kube::Error::Api(e)) if e.code == 404 => {}
                     Err(e) => return Err(e.into()),
@@ -326,49 +427,66 @@ async fn reconcile(cron: Arc<DataImportCron>, ctx: Arc<Context>) -> Result<Actio
     if let Some(new) = &plan.create_snapshot {
         let object: DynamicObject = serde_json::from_value(new.clone())
             .map_err(|e| Error::Other(format!("a VolumeSnapshot: {e}")))?;
-        match snapshots.create(&PostParams::default(), &object).await {
+        match apis.snapshots.create(&PostParams::default(), &object).await {
             Ok(_) => {}
             Err(kube::Error::Api(e)) if e.code == 409 => {}
             Err(e) => return Err(e.into()),
         }
     }
     for old in &plan.delete_snapshots {
-        match snapshots.delete(old, &DeleteParams::default()).await {
+        match apis.snapshots.delete(old, &DeleteParams::default()).await {
             Ok(_) => {}
             Err(kube::Error::Api(e)) if e.code == 404 => {}
             Err(e) => return Err(e.into()),
         }
     }
-    if let Some(used) = &plan.touch {
-        let stamp = json!({"metadata": {"annotations": {(dic::LAST_USE_TIME): now.to_string()}}});
-        // Only as often as the cron is looked at: a timestamp per pass would wake it again.
-        let stale = |anns: Option<&BTreeMap<String, String>>| {
-            anns.and_then(|a| a.get(dic::LAST_USE_TIME))
-                .and_then(|t| t.parse::<k8s_openapi::jiff::Timestamp>().ok())
-                .is_none_or(|t| now.duration_since(t).as_secs() >= 60)
-        };
-        if claim
-            .as_ref()
-            .is_some_and(|c| stale(c.metadata.annotations.as_ref()))
+    Ok(())
+}
+
+/// Stamp the last use time on the import in use (its claim, and its snapshot), only when
+/// the stamp there is a minute old or missing.
+async fn touch(
+    apis: &Apis,
+    used: &str,
+    claim: Option<&PersistentVolumeClaim>,
+    snapshot: Option<&DynamicObject>,
+    now: k8s_openapi::jiff::Timestamp,
+) -> Result<(), Error> {
+    let stamp = json!({"metadata": {"annotations": {(dic::LAST_USE_TIME): now.to_string()}}});
+    // Only as often as the cron is looked at: a timestamp per pass would wake it again.
+    let stale = |anns: Option<&BTreeMap<String, String>>| {
+        anns.and_then(|a| a.get(dic::LAST_USE_TIME))
+            .and_then(|t| t.parse::<k8s_openapi::jiff::Timestamp>().ok())
+            .is_none_or(|t| now.duration_since(t).as_secs() >= 60)
+    };
+    if claim.is_some_and(|c| stale(c.metadata.annotations.as_ref())) {
+        apis.claims
+            .patch(used, &PatchParams::default(), &Patch::Merge(&stamp))
+            .await?;
+    }
+    // The snapshot of the import too: its garbage collection goes by the same time.
+    if let Some(snap) = snapshot
+        && stale(snap.metadata.annotations.as_ref())
+    {
+        match apis
+            .snapshots
+            .patch(used, &PatchParams::default(), &Patch::Merge(&stamp))
+            .await
         {
-            claims
-                .patch(used, &PatchParams::default(), &Patch::Merge(&stamp))
-                .await?;
-        }
-        // The snapshot of the import too: its garbage collection goes by the same time.
-        if let Some(snap) = &snapshot
-            && stale(snap.metadata.annotations.as_ref())
-        {
-            match snapshots
-                .patch(used, &PatchParams::default(), &Patch::Merge(&stamp))
-                .await
-            {
-                Ok(_) => {}
-                Err(kube::Error::Api(e)) if e.code == 404 => {}
-                Err(e) => return Err(e.into()),
-            }
+            Ok(_) => {}
+            Err(kube::Error::Api(e)) if e.code == 404 => {}
+            Err(e) => return Err(e.into()),
         }
     }
+    Ok(())
+}
+
+/// Create or patch the managed DataSource as the plan says (one created already is fine).
+async fn write_data_source(
+    sources: &Api<DataSource>,
+    ds_name: &str,
+    plan: &dic::Plan,
+) -> Result<(), Error> {
     match &plan.data_source {
         Some(DataSourceChange::Create(new)) => {
             match sources.create(&PostParams::default(), new).await {
@@ -379,11 +497,22 @@ async fn reconcile(cron: Arc<DataImportCron>, ctx: Arc<Context>) -> Result<Actio
         }
         Some(DataSourceChange::Patch(patch)) => {
             sources
-                .patch(&ds_name, &PatchParams::default(), &Patch::Merge(patch))
+                .patch(ds_name, &PatchParams::default(), &Patch::Merge(patch))
                 .await?;
         }
         None => {}
     }
+    Ok(())
+}
+
+/// Patch the cron's annotations and status (on the object: no status subresource) when the
+/// plan changes them.
+async fn write_cron(
+    crons: &Api<DataImportCron>,
+    cron: &DataImportCron,
+    name: &str,
+    plan: &dic::Plan,
+) -> Result<(), Error> {
     let mut patch = serde_json::Map::new();
     if !plan.annotations.is_empty() {
         patch.insert("metadata".into(), json!({"annotations": plan.annotations}));
@@ -395,18 +524,13 @@ async fn reconcile(cron: Arc<DataImportCron>, ctx: Arc<Context>) -> Result<Actio
     if !patch.is_empty() {
         crons
             .patch(
-                &name,
+                name,
                 &PatchParams::default(),
                 &Patch::Merge(&serde_json::Value::Object(patch)),
             )
             .await?;
     }
-    ctx.metrics
-        .set_cron_outdated(&ns, &name, plan.outdated.0, plan.outdated.1);
-    Ok(match plan.requeue_after {
-        Some(after) => Action::requeue(after),
-        None => Action::await_change(),
-    })
+    Ok(())
 }
 
 /// The cron a labelled object belongs to (the label names it, in the object's namespace).

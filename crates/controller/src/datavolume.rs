@@ -138,21 +138,53 @@ async fn execute(
     if plan.finalizer == Some(true) {
         crate::objects::set_finalizer(&dvs, dv, finalizer::DATA_VOLUME, true).await?;
     }
-    let sources: Api<VolumeImportSource> = Api::namespaced(ctx.client.clone(), &ns);
-    for c in &plan.create {
+    create_companions(ctx, &ns, &plan.create).await?;
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(ctx.client.clone(), &ns);
+    write_claim(ctx, dv, &claims, claim_version, &plan.claim).await?;
+    first_consumer(ctx, &ns, plan.first_consumer.as_ref()).await?;
+    if !plan.claim_annotations.is_empty() {
+        let patch = json!({"metadata": {"annotations": plan.claim_annotations}});
+        merge(&claims, &name, patch).await?;
+    }
+    if !plan.dv_annotations.is_empty() {
+        let patch = json!({"metadata": {"annotations": plan.dv_annotations}});
+        merge(&dvs, &name, patch).await?;
+    }
+    delete_leftovers(ctx, &plan.delete).await?;
+    if plan.finalizer == Some(false) {
+        crate::objects::set_finalizer(&dvs, dv, finalizer::DATA_VOLUME, false).await?;
+    }
+    for e in &plan.events {
+        ctx.events
+            .record(dv, e.warning, &e.reason, &e.message)
+            .await;
+    }
+    if let Some(computed) = &plan.status {
+        write_status(ctx, dv, computed).await?;
+    }
+    Ok(match plan.requeue {
+        Requeue::Soon => Action::requeue(ctx.options.resync),
+        Requeue::OnChange => Action::await_change(),
+    })
+}
+
+/// Create the plan's companion objects (populator sources, restore claims), each in its
+/// namespace (the DataVolume's unless it names one).
+async fn create_companions(ctx: &Context, ns: &str, create: &[Companion]) -> Result<(), Error> {
+    let sources: Api<VolumeImportSource> = Api::namespaced(ctx.client.clone(), ns);
+    for c in create {
         match c {
             Companion::ImportSource(s) => crate::objects::create(&sources, s.as_ref()).await?,
             Companion::UploadSource(s) => {
-                crate::objects::create(&Api::namespaced(ctx.client.clone(), &ns), s.as_ref())
-                    .await?
+                crate::objects::create(&Api::namespaced(ctx.client.clone(), ns), s.as_ref()).await?
             }
             Companion::CloneSource(s) => {
-                let at = s.namespace().unwrap_or_else(|| ns.clone());
+                let at = s.namespace().unwrap_or_else(|| ns.to_string());
                 crate::objects::create(&Api::namespaced(ctx.client.clone(), &at), s.as_ref())
                     .await?
             }
             Companion::RestoreClaim(c) => {
-                let at = c.namespace().unwrap_or_else(|| ns.clone());
+                let at = c.namespace().unwrap_or_else(|| ns.to_string());
                 crate::objects::create(
                     &Api::<PersistentVolumeClaim>::namespaced(ctx.client.clone(), &at),
                     c.as_ref(),
@@ -161,10 +193,21 @@ async fn execute(
             }
         }
     }
-    let claims: Api<PersistentVolumeClaim> = Api::namespaced(ctx.client.clone(), &ns);
-    match &plan.claim {
+    Ok(())
+}
+
+/// Create the DataVolume's claim (a quota refusal said on the DataVolume) or adopt the one
+/// there, as the plan says.
+async fn write_claim(
+    ctx: &Context,
+    dv: &DataVolume,
+    claims: &Api<PersistentVolumeClaim>,
+    claim_version: Option<&str>,
+    step: &ClaimStep,
+) -> Result<(), Error> {
+    match step {
         ClaimStep::Keep => {}
-        ClaimStep::Create(claim) => match crate::objects::create(&claims, claim.as_ref()).await {
+        ClaimStep::Create(claim) => match crate::objects::create(claims, claim.as_ref()).await {
             Err(kube::Error::Api(e))
                 if cdi_core::import::refusal_reason(&e.message)
                     == cdi_core::import::ERR_EXCEEDED_QUOTA =>
@@ -183,26 +226,31 @@ async fn execute(
             // The list replaces the claim's: from the cached claim, so only onto that version
             // (a newer one says 409, and the pass is retried with it).
             merge(
-                &claims,
-                &name,
+                claims,
+                &dv.name_any(),
                 json!({"metadata": {"ownerReferences": owners, "resourceVersion": claim_version}}),
             )
             .await?;
             tracing::info!("adopted claim");
         }
     }
-    match &plan.first_consumer {
+    Ok(())
+}
+
+/// Create or delete the first-consumer pod, as the plan says (one gone already is fine).
+async fn first_consumer(ctx: &Context, ns: &str, step: Option<&PodStep>) -> Result<(), Error> {
+    match step {
         None => {}
         Some(PodStep::Create(pod)) => {
             crate::objects::create(
-                &Api::<Pod>::namespaced(ctx.client.clone(), &ns),
+                &Api::<Pod>::namespaced(ctx.client.clone(), ns),
                 pod.as_ref(),
             )
             .await?;
             tracing::info!(pod = %pod.name_any(), "created the first-consumer pod");
         }
         Some(PodStep::Delete(pod)) => {
-            let pods = Api::<Pod>::namespaced(ctx.client.clone(), &ns);
+            let pods = Api::<Pod>::namespaced(ctx.client.clone(), ns);
             match pods.delete(pod, &Default::default()).await {
                 Err(kube::Error::Api(e)) if e.code == 404 => {}
                 Err(e) => return Err(e.into()),
@@ -210,15 +258,12 @@ async fn execute(
             }
         }
     }
-    if !plan.claim_annotations.is_empty() {
-        let patch = json!({"metadata": {"annotations": plan.claim_annotations}});
-        merge(&claims, &name, patch).await?;
-    }
-    if !plan.dv_annotations.is_empty() {
-        let patch = json!({"metadata": {"annotations": plan.dv_annotations}});
-        merge(&dvs, &name, patch).await?;
-    }
-    for l in &plan.delete {
+    Ok(())
+}
+
+/// Delete what the DataVolume no longer needs (populator sources, restore claims).
+async fn delete_leftovers(ctx: &Context, delete: &[Leftover]) -> Result<(), Error> {
+    for l in delete {
         let client = ctx.client.clone();
         match l {
             Leftover::ImportSource { namespace, name } => {
@@ -245,21 +290,7 @@ async fn execute(
         }
         tracing::info!(?l, "deleted");
     }
-    if plan.finalizer == Some(false) {
-        crate::objects::set_finalizer(&dvs, dv, finalizer::DATA_VOLUME, false).await?;
-    }
-    for e in &plan.events {
-        ctx.events
-            .record(dv, e.warning, &e.reason, &e.message)
-            .await;
-    }
-    if let Some(computed) = &plan.status {
-        write_status(ctx, dv, computed).await?;
-    }
-    Ok(match plan.requeue {
-        Requeue::Soon => Action::requeue(ctx.options.resync),
-        Requeue::OnChange => Action::await_change(),
-    })
+    Ok(())
 }
 
 /// Write the computed status when it changed, then record its events.

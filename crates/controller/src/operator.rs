@@ -163,6 +163,8 @@ impl Extensions {
     }
 }
 
+/// One pass over a CDI resource: uninstall it when deleted, else (when it is the active one)
+/// hold it, install the release, write its status and prune what earlier releases left.
 async fn reconcile(cdi: Arc<CDI>, ctx: Arc<Ctx>) -> Result<Action, Error> {
     let client = &ctx.client;
     let api: Api<CDI> = Api::all(client.clone());
@@ -170,20 +172,7 @@ async fn reconcile(cdi: Arc<CDI>, ctx: Arc<Ctx>) -> Result<Action, Error> {
     let now = Time(k8s_openapi::jiff::Timestamp::now());
     if cdi.metadata.deletion_timestamp.is_some() {
         if cdi.finalizers().iter().any(|f| f == install::FINALIZER) {
-            uninstall(&ctx, &cdi).await?;
-            let rest: Vec<&String> = cdi
-                .finalizers()
-                .iter()
-                .filter(|f| *f != install::FINALIZER)
-                .collect();
-            api.patch(
-                &name,
-                &PatchParams::default(),
-                &Patch::Merge(json!({"metadata": {"finalizers": rest,
-                    "resourceVersion": cdi.resource_version()}})),
-            )
-            .await?;
-            tracing::info!(cdi = %name, "uninstalled");
+            release_finalizer(&ctx, &api, &cdi).await?;
         }
         return Ok(Action::await_change());
     }
@@ -198,66 +187,14 @@ async fn reconcile(cdi: Arc<CDI>, ctx: Arc<Ctx>) -> Result<Action, Error> {
     let holds = cdi.finalizers().iter().any(|f| f == install::FINALIZER);
     let authority = cdi.annotations().contains_key(install::CONFIG_AUTHORITY);
     if !holds || !authority {
-        let mut finalizers: Vec<String> = cdi.finalizers().to_vec();
-        if !holds {
-            finalizers.push(install::FINALIZER.into());
-        }
-        let mut patch = json!({"metadata": {"finalizers": finalizers,
-            "annotations": {install::CONFIG_AUTHORITY: ""},
-            "resourceVersion": cdi.resource_version()}});
-        // Becoming the authority on CDIConfig must not undo what an admin set there before
-        // (upstream's rule): a spec there moves into spec.config first.
-        if !authority && cdi.spec.config.is_none() {
-            let configs: Api<cdi_api::config::CDIConfig> = Api::all(client.clone());
-            if let Some(c) = configs.get_opt(cdi_api::name::CDI_CONFIG).await?
-                && c.spec != Default::default()
-            {
-                patch["spec"] = json!({"config": c.spec});
-            }
-        }
-        api.patch(&name, &PatchParams::default(), &Patch::Merge(patch))
-            .await?;
+        take_hold(client, &api, &cdi, holds, authority).await?;
         // The change wakes the next pass.
         return Ok(Action::await_change());
     }
     // The Deployments last: their pods mount the certificates, which name the Services'
     // addresses.
     let extensions = Extensions::read(client).await?;
-    // The components' PriorityClass, left out when the cluster has none of that name
-    // (upstream's rule): a pod naming a missing class would be refused.
-    let wanted = install::priority_class(&cdi);
-    let mut placed = (*cdi).clone();
-    placed.spec.priority_class = Api::<PriorityClass>::all(client.clone())
-        .get_opt(wanted)
-        .await?
-        .map(|_| wanted.to_string());
-    let wanted = match desired(&ctx.release, &placed, &extensions) {
-        Ok(w) => w,
-        Err(why) => {
-            // Nothing is applied: half a customization could undo what an admin relies on.
-            // The certificates still are kept: they must not expire meanwhile.
-            ctx.events
-                .record(cdi.as_ref(), true, "InvalidCustomization", &why)
-                .await;
-            certificates(&ctx, &cdi).await?;
-            return Err(Error::Other(why));
-        }
-    };
-    let (deployments, rest): (Vec<Value>, Vec<Value>) =
-        wanted.into_iter().partition(|o| o["kind"] == "Deployment");
-    let mut applied = Ok(());
-    for o in &rest {
-        applied = apply(client, o).await;
-        if applied.is_err() {
-            break;
-        }
-    }
-    // Whatever else failed, the certificates are kept (the Services they name came first).
-    let next_due = certificates(&ctx, &cdi).await?;
-    applied?;
-    for o in &deployments {
-        apply(client, o).await?;
-    }
+    let next_due = install_all(&ctx, &cdi, &extensions).await?;
     let deployments: Vec<Deployment> =
         Api::<Deployment>::namespaced(client.clone(), &ctx.release.namespace)
             .list(&ListParams::default().labels(&format!(
@@ -284,6 +221,109 @@ async fn reconcile(cdi: Arc<CDI>, ctx: Arc<Ctx>) -> Result<Action, Error> {
     Ok(Action::requeue(
         until_due.clamp(Duration::from_secs(1), POLL),
     ))
+}
+
+/// A CDI being deleted that holds the finalizer: uninstall, then drop the finalizer (only
+/// from the version seen).
+async fn release_finalizer(ctx: &Ctx, api: &Api<CDI>, cdi: &CDI) -> Result<(), Error> {
+    let name = cdi.name_any();
+    uninstall(ctx, cdi).await?;
+    let rest: Vec<&String> = cdi
+        .finalizers()
+        .iter()
+        .filter(|f| *f != install::FINALIZER)
+        .collect();
+    api.patch(
+        &name,
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"finalizers": rest,
+            "resourceVersion": cdi.resource_version()}})),
+    )
+    .await?;
+    tracing::info!(cdi = %name, "uninstalled");
+    Ok(())
+}
+
+/// Add the finalizer and the CDIConfig authority annotation the CDI lacks (from the version
+/// seen), moving a CDIConfig spec an admin set into `spec.config` first.
+async fn take_hold(
+    client: &Client,
+    api: &Api<CDI>,
+    cdi: &CDI,
+    holds: bool,
+    authority: bool,
+) -> Result<(), Error> {
+    let mut finalizers: Vec<String> = cdi.finalizers().to_vec();
+    if !holds {
+        finalizers.push(install::FINALIZER.into());
+    }
+    let mut patch = json!({"metadata": {"finalizers": finalizers,
+        "annotations": {install::CONFIG_AUTHORITY: ""},
+        "resourceVersion": cdi.resource_version()}});
+    // Becoming the authority on CDIConfig must not undo what an admin set there before
+    // (upstream's rule): a spec there moves into spec.config first.
+    if !authority && cdi.spec.config.is_none() {
+        let configs: Api<cdi_api::config::CDIConfig> = Api::all(client.clone());
+        if let Some(c) = configs.get_opt(cdi_api::name::CDI_CONFIG).await?
+            && c.spec != Default::default()
+        {
+            patch["spec"] = json!({"config": c.spec});
+        }
+    }
+    api.patch(
+        &cdi.name_any(),
+        &PatchParams::default(),
+        &Patch::Merge(patch),
+    )
+    .await?;
+    Ok(())
+}
+
+/// Apply what the release wants (the Deployments last) and keep the certificates, even when
+/// the rest failed; a customization that does not apply is said and nothing is applied.
+/// When the next certificate falls due.
+async fn install_all(
+    ctx: &Ctx,
+    cdi: &Arc<CDI>,
+    extensions: &Extensions,
+) -> Result<Option<SystemTime>, Error> {
+    let client = &ctx.client;
+    // The components' PriorityClass, left out when the cluster has none of that name
+    // (upstream's rule): a pod naming a missing class would be refused.
+    let wanted = install::priority_class(cdi);
+    let mut placed = (**cdi).clone();
+    placed.spec.priority_class = Api::<PriorityClass>::all(client.clone())
+        .get_opt(wanted)
+        .await?
+        .map(|_| wanted.to_string());
+    let wanted = match desired(&ctx.release, &placed, extensions) {
+        Ok(w) => w,
+        Err(why) => {
+            // Nothing is applied: half a customization could undo what an admin relies on.
+            // The certificates still are kept: they must not expire meanwhile.
+            ctx.events
+                .record(cdi.as_ref(), true, "InvalidCustomization", &why)
+                .await;
+            certificates(ctx, cdi).await?;
+            return Err(Error::Other(why));
+        }
+    };
+    let (deployments, rest): (Vec<Value>, Vec<Value>) =
+        wanted.into_iter().partition(|o| o["kind"] == "Deployment");
+    let mut applied = Ok(());
+    for o in &rest {
+        applied = apply(client, o).await;
+        if applied.is_err() {
+            break;
+        }
+    }
+    // Whatever else failed, the certificates are kept (the Services they name came first).
+    let next_due = certificates(ctx, cdi).await?;
+    applied?;
+    for o in &deployments {
+        apply(client, o).await?;
+    }
+    Ok(next_due)
 }
 
 /// Delete what `cdi` owns that an earlier release made and this one does not (its version

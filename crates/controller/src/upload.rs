@@ -14,6 +14,7 @@ use crate::runtime::run::RunAs;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use cdi_api::config::CDIConfig;
 use cdi_api::{ann, gate};
 use cdi_core::import::{self, Next, Settings};
 use cdi_core::{hostclone, upload};
@@ -149,116 +150,160 @@ pub async fn reconcile(
         return Ok(Action::await_change());
     }
     let ns = claim.namespace().unwrap_or_default();
-    let name = claim.name_any();
     let claims: Api<PersistentVolumeClaim> = Api::namespaced(ctx.client.clone(), &ns);
     let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
     let pod_name = upload::pod_name(&claim);
     ctx.caches.ready().await;
     let pod = ctx.caches.pod(&ns, &pod_name);
     let cfg = ctx.caches.config();
-    let gate_on = cfg
-        .as_ref()
-        .is_some_and(|c| c.spec.gate_enabled(gate::HONOR_WAIT_FOR_FIRST_CONSUMER));
-
     let Some(pod) = pod else {
-        let next = upload::next(&claim, gate_on);
-        if next == Next::Nothing {
-            return Ok(Action::await_change());
-        }
-        if crate::placement::record(&ctx, &claim).await? || next == Next::WaitForConsumer {
-            return Ok(Action::await_change());
-        }
-        // The claim as it is now decides (its change wakes us): see the import controller.
-        let Some(claim) = crate::objects::live(&ctx.client, claim.as_ref()).await? else {
-            return Ok(Action::await_change());
-        };
-        if upload::next(&claim, gate_on) != next {
-            return Ok(Action::await_change());
-        }
-        let mut anns = BTreeMap::from([(ann::UPLOAD_POD_NAME.to_string(), pod_name.clone())]);
-        if let Some(source) = hostclone::clone_request(&claim) {
-            match clone_target_checks(&ctx, &claim, &source).await {
-                Some(client) => {
-                    anns.insert(ann::UPLOAD_CLIENT_NAME.into(), client);
-                }
-                None => return Ok(Action::requeue(ctx.options.resync * 5)),
-            }
-        }
-        // Name the pod on the claim first, so a restart finds it.
-        crate::objects::patch_claim(&claims, &claim, &anns, &BTreeMap::new()).await?;
-        // The pod is made from the claim as patched (a clone's client name).
-        let mut claim = claim;
-        claim
-            .metadata
-            .annotations
-            .get_or_insert_with(BTreeMap::new)
-            .extend(anns);
-        let placement = ctx.caches.cdis().into_iter().find_map(|c| c.spec.workload);
-        let worker = import::Worker {
-            image: ctx.options.upload_server_image.clone(),
-            pull_policy: ctx.options.pull_policy.clone(),
-            verbosity: ctx.options.verbosity,
-        };
-        crate::placement::check(&ctx, &claim).await;
-        let settings = Settings::for_claim(&worker, cfg.as_ref(), &claim, placement);
-        start_pod(&ctx, &claim, &settings).await?;
-        let over = import::refusal_over(&claim);
-        if !over.is_empty() {
-            let patch = json!({"metadata": {"annotations": over}});
-            claims
-                .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
-                .await?;
-        }
-        // The pod's creation wakes this claim.
+        return make_pod(&ctx, &claim, &claims, &pod_name, cfg.as_ref()).await;
+    };
+    follow_pod(&ctx, &claim, &claims, &pods, &pod_name, &pod).await
+}
+
+/// No upload pod: decide whether one is due, on the claim as it is now, and create it.
+async fn make_pod(
+    ctx: &Context,
+    claim: &PersistentVolumeClaim,
+    claims: &Api<PersistentVolumeClaim>,
+    pod_name: &str,
+    cfg: Option<&CDIConfig>,
+) -> Result<Action, Error> {
+    let gate_on = cfg.is_some_and(|c| c.spec.gate_enabled(gate::HONOR_WAIT_FOR_FIRST_CONSUMER));
+    let next = upload::next(claim, gate_on);
+    if next == Next::Nothing {
+        return Ok(Action::await_change());
+    }
+    if crate::placement::record(ctx, claim).await? || next == Next::WaitForConsumer {
+        return Ok(Action::await_change());
+    }
+    // The claim as it is now decides (its change wakes us): see the import controller.
+    let Some(claim) = crate::objects::live(&ctx.client, claim).await? else {
         return Ok(Action::await_change());
     };
+    if upload::next(&claim, gate_on) != next {
+        return Ok(Action::await_change());
+    }
+    create_pod(ctx, claim, claims, pod_name, cfg).await
+}
 
-    if let Some(message) = upload::foreign_pod(&claim, &pod) {
+/// Name the upload pod on the claim (and a clone target's client, once its source checks
+/// out), then start the pod from the claim as patched.
+async fn create_pod(
+    ctx: &Context,
+    claim: PersistentVolumeClaim,
+    claims: &Api<PersistentVolumeClaim>,
+    pod_name: &str,
+    cfg: Option<&CDIConfig>,
+) -> Result<Action, Error> {
+    let mut anns = BTreeMap::from([(ann::UPLOAD_POD_NAME.to_string(), pod_name.to_string())]);
+    if let Some(source) = hostclone::clone_request(&claim) {
+        match clone_target_checks(ctx, &claim, &source).await {
+            Some(client) => {
+                anns.insert(ann::UPLOAD_CLIENT_NAME.into(), client);
+            }
+            None => return Ok(Action::requeue(ctx.options.resync * 5)),
+        }
+    }
+    // Name the pod on the claim first, so a restart finds it.
+    crate::objects::patch_claim(claims, &claim, &anns, &BTreeMap::new()).await?;
+    // The pod is made from the claim as patched (a clone's client name).
+    let mut claim = claim;
+    claim
+        .metadata
+        .annotations
+        .get_or_insert_with(BTreeMap::new)
+        .extend(anns);
+    let placement = ctx.caches.cdis().into_iter().find_map(|c| c.spec.workload);
+    let worker = import::Worker {
+        image: ctx.options.upload_server_image.clone(),
+        pull_policy: ctx.options.pull_policy.clone(),
+        verbosity: ctx.options.verbosity,
+    };
+    crate::placement::check(ctx, &claim).await;
+    let settings = Settings::for_claim(&worker, cfg, &claim, placement);
+    start_pod(ctx, &claim, &settings).await?;
+    let over = import::refusal_over(&claim);
+    if !over.is_empty() {
+        let patch = json!({"metadata": {"annotations": over}});
+        claims
+            .patch(
+                &claim.name_any(),
+                &PatchParams::default(),
+                &Patch::Merge(&patch),
+            )
+            .await?;
+    }
+    // The pod's creation wakes this claim.
+    Ok(Action::await_change())
+}
+
+/// The upload pod there: a pod not the claim's is said; a deleted claim takes its pod; a
+/// pending pod gets what it needs; then its state is written onto the claim.
+async fn follow_pod(
+    ctx: &Context,
+    claim: &PersistentVolumeClaim,
+    claims: &Api<PersistentVolumeClaim>,
+    pods: &Api<Pod>,
+    pod_name: &str,
+    pod: &Pod,
+) -> Result<Action, Error> {
+    if let Some(message) = upload::foreign_pod(claim, pod) {
         ctx.events
-            .record(claim.as_ref(), true, "UploadTargetInUse", &message)
+            .record(claim, true, "UploadTargetInUse", &message)
             .await;
         return Ok(Action::requeue(ctx.options.resync * 5));
     }
     if claim.metadata.deletion_timestamp.is_some() {
-        crate::objects::delete(&pods, &pod_name).await?;
+        crate::objects::delete(pods, pod_name).await?;
         return Ok(Action::await_change());
     }
     let pending = pod.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Pending");
     if pending && pod.metadata.deletion_timestamp.is_none() {
-        pod_needs(&ctx, &claim, &pod).await?;
+        pod_needs(ctx, claim, pod).await?;
     }
+    write_outcome(ctx, claim, claims, pods, pod_name, pod).await
+}
+
+/// Write the pod's state onto the claim with its events; replace a server past its deadline
+/// or asking for scratch space; once done, delete the pod (unless retained) and its Service.
+async fn write_outcome(
+    ctx: &Context,
+    claim: &PersistentVolumeClaim,
+    claims: &Api<PersistentVolumeClaim>,
+    pods: &Api<Pod>,
+    pod_name: &str,
+    pod: &Pod,
+) -> Result<Action, Error> {
     let mut anns = claim.annotations().clone();
-    let outcome = upload::update_from_pod(&mut anns, &pod);
+    let outcome = upload::update_from_pod(&mut anns, pod);
     // A clone's completion is told by the clone controller.
-    if outcome.complete && !upload::is_complete(&claim) && !upload::is_clone_target(&claim) {
+    if outcome.complete && !upload::is_complete(claim) && !upload::is_clone_target(claim) {
         ctx.events
-            .record(
-                claim.as_ref(),
-                false,
-                "UploadSucceeded",
-                "Upload Successful",
-            )
+            .record(claim, false, "UploadSucceeded", "Upload Successful")
             .await;
     }
-    crate::objects::patch_claim(&claims, &claim, &anns, &BTreeMap::new()).await?;
+    crate::objects::patch_claim(claims, claim, &anns, &BTreeMap::new()).await?;
     if let Some(message) = &outcome.failed {
         ctx.events
-            .record(claim.as_ref(), true, "UploadFailed", message)
+            .record(claim, true, "UploadFailed", message)
             .await;
     }
     // An unused server past its deadline is replaced (with a fresh certificate), and one that
     // asked for scratch space by one that has it.
-    if upload::deadline_passed(&pod) || import::scratch_just_requested(claim.annotations(), &anns) {
-        crate::objects::delete(&pods, &pod_name).await?;
+    if upload::deadline_passed(pod) || import::scratch_just_requested(claim.annotations(), &anns) {
+        crate::objects::delete(pods, pod_name).await?;
         return Ok(Action::await_change());
     }
     if outcome.complete {
         if import::delete_pod_when_done(&anns) && pod.metadata.deletion_timestamp.is_none() {
-            crate::objects::delete(&pods, &pod_name).await?;
+            crate::objects::delete(pods, pod_name).await?;
         }
+        let ns = claim.namespace().unwrap_or_default();
         crate::objects::delete(
             &Api::<Service>::namespaced(ctx.client.clone(), &ns),
-            &upload::service_name(&pod_name),
+            &upload::service_name(pod_name),
         )
         .await?;
     }
