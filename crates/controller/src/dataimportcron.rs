@@ -1,9 +1,9 @@
 //! The DataImportCron controller (cdi-core `dataimportcron`): polls a cron's registry image for
 //! its digest when its schedule says so (the Secret's credentials, the certConfigMap's CAs,
-//! CDIConfig's insecure registries, as the importer reaches it), then writes what the decision
-//! says: the cron's annotations and status, the import DataVolume, the managed DataSource,
-//! the imports garbage-collected, the outdated metric. Upstream's DataImportCron CRD has no
-//! status subresource: the status is patched on the object.
+//! CDIConfig's insecure registries, through cdi-registry as the importer reaches it), then
+//! writes what the decision says: the cron's annotations and status, the import DataVolume, the
+//! managed DataSource, the imports garbage-collected, the outdated metric. Upstream's
+//! DataImportCron CRD has no status subresource: the status is patched on the object.
 
 use crate::runtime::run::RunAs;
 use std::collections::BTreeMap;
@@ -119,17 +119,12 @@ async fn poll(ctx: &Context, cron: &DataImportCron) -> Poll {
         .iter()
         .any(|h| h == host);
     let architecture = registry.platform.and_then(|p| p.architecture);
-    let source = match cdi_importer::sources::registry::RegistrySource::new(
-        url,
-        credentials,
-        cas,
-        insecure,
-        architecture,
-    ) {
-        Ok(s) => s,
+    // cdi-registry is the importer's registry client too: the same reach, the same messages.
+    let image = match cdi_registry::Image::new(url, credentials, cas, insecure, architecture) {
+        Ok(i) => i,
         Err(e) => return Poll::Failed(e.to_string()),
     };
-    match source.digest().await {
+    match image.digest().await {
         Ok(d) => Poll::Digest(d),
         Err(e) => Poll::Failed(e.to_string()),
     }

@@ -6,8 +6,10 @@
 //! image's config is read first: its architecture, the bootc labels upstream refuses, and the
 //! `*_KUBEVIRT_IO_*` environment that becomes claim labels.
 //!
-//! The registry client is oci-client (manifests, indexes, token and basic authentication); the
-//! blob download resumes by range after a broken connection and is checked against its digest.
+//! Reaching the registry, authenticating and reading the manifest (an index's entry by
+//! architecture) is cdi-registry's, which the controller shares for digests; here the layers are
+//! streamed with its client, each download resumed by range after a broken connection and
+//! checked against its digest.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::Read;
@@ -15,15 +17,12 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
+use cdi_registry::oci_client::client::BlobResponse;
+use cdi_registry::oci_client::manifest::{OciDescriptor, OciImageIndex, OciImageManifest};
+use cdi_registry::{Connection, chain, speaks_tls};
 use futures::StreamExt;
 use futures::future::BoxFuture;
 use futures::stream::BoxStream;
-use oci_client::client::{BlobResponse, Certificate, CertificateEncoding, ClientConfig};
-use oci_client::manifest::{
-    ImageIndexEntry, OciDescriptor, OciImageIndex, OciImageManifest, OciManifest,
-};
-use oci_client::secrets::RegistryAuth;
-use oci_client::{Client, Reference};
 use sha2::Digest;
 use tokio::runtime::Handle;
 use tokio::sync::{mpsc, oneshot};
@@ -33,6 +32,9 @@ use crate::sources::http::HttpSource;
 use crate::sources::http::StreamReader;
 use crate::sources::oci_archive::Archive;
 use crate::sources::source::{Opened, Source};
+
+/// Where callers have always found it; the registry crate picks index entries by it.
+pub use cdi_registry::host_architecture;
 
 /// Upstream's messages for an image that holds no disk, or more than one.
 pub const NO_DISK: &str = "Failed to find VM disk image file in the container image";
@@ -60,6 +62,8 @@ pub struct RegistrySource {
     /// Secret).
     url: String,
     origin: Origin,
+    /// CAs trusted besides the system's (the registry's copy is in its `cdi_registry::Image`;
+    /// this one reaches an oci-archive's server).
     ca_certs_pem: Vec<Vec<u8>>,
     /// Upstream's INSECURE_TLS: the registry is listed in CDIConfig's insecureRegistries, so
     /// its certificate is not checked, and plain HTTP is used when it speaks no TLS.
@@ -84,10 +88,8 @@ impl std::fmt::Debug for RegistrySource {
 
 /// Where the image is.
 enum Origin {
-    Registry {
-        reference: Reference,
-        auth: RegistryAuth,
-    },
+    /// An image in a registry, with what reaches it.
+    Registry(cdi_registry::Image),
     /// An oci-archive served over HTTP(S): its location (`https://…`, `http://…`, or
     /// `//host/path` to be reached as an insecure registry would be), and the Secret's
     /// credentials as basic auth.
@@ -101,11 +103,7 @@ enum Origin {
 #[derive(Clone)]
 #[allow(clippy::large_enum_variant)]
 enum Store {
-    Registry {
-        client: Client,
-        reference: Reference,
-        auth: RegistryAuth,
-    },
+    Registry(Connection),
     Archive(Arc<Archive>),
 }
 
@@ -115,14 +113,22 @@ struct State {
     verdict: Option<oneshot::Receiver<Result<(), ImportError>>>,
 }
 
-/// The registry's name for this machine's architecture (Go's GOARCH).
-pub fn host_architecture() -> &'static str {
-    match std::env::consts::ARCH {
-        "x86_64" => "amd64",
-        "aarch64" => "arm64",
-        "powerpc64" => "ppc64le",
-        "x86" => "386",
-        other => other,
+/// A registry failure as the import reports it, word for word what cdi-registry says.
+impl From<cdi_registry::Error> for ImportError {
+    fn from(e: cdi_registry::Error) -> ImportError {
+        match e {
+            cdi_registry::Error::Reference(m) => ImportError::Config(m),
+            cdi_registry::Error::Pull {
+                url,
+                status,
+                message,
+            } => ImportError::Http {
+                url,
+                status,
+                message,
+            },
+            cdi_registry::Error::Unsupported(m) => ImportError::Unsupported(m),
+        }
     }
 }
 
@@ -149,19 +155,13 @@ impl RegistrySource {
                 credentials,
             }
         } else {
-            let name = url.strip_prefix("docker://").ok_or_else(|| {
-                ImportError::Config(format!(
-                    "{url}: a registry image is docker://host/repository:tag (or @sha256:…)"
-                ))
-            })?;
-            let reference: Reference = name.parse().map_err(|e| {
-                ImportError::Config(format!("{url} does not name a registry image: {e}"))
-            })?;
-            let auth = match credentials {
-                Some((user, password)) => RegistryAuth::Basic(user, password),
-                None => RegistryAuth::Anonymous,
-            };
-            Origin::Registry { reference, auth }
+            Origin::Registry(cdi_registry::Image::new(
+                url,
+                credentials,
+                ca_certs_pem.clone(),
+                insecure,
+                architecture.clone(),
+            )?)
         };
         Ok(RegistrySource {
             url: url.to_string(),
@@ -201,14 +201,7 @@ impl RegistrySource {
     /// upstream's poller reads it to see whether the image changed.
     pub async fn digest(&self) -> Result<String, ImportError> {
         match self.store().await? {
-            Store::Registry {
-                client,
-                reference,
-                auth,
-            } => client
-                .fetch_manifest_digest(&reference, &auth)
-                .await
-                .map_err(|e| self.error(e)),
+            Store::Registry(connection) => Ok(connection.digest().await?),
             Store::Archive(archive) => Ok(self.top(&archive).await?.0),
         }
     }
@@ -220,11 +213,7 @@ impl RegistrySource {
     /// The image reached: a registry client, or the archive's entries listed.
     async fn store(&self) -> Result<Store, ImportError> {
         match &self.origin {
-            Origin::Registry { reference, auth } => Ok(Store::Registry {
-                client: self.client(reference).await?,
-                reference: reference.clone(),
-                auth: auth.clone(),
-            }),
+            Origin::Registry(image) => Ok(Store::Registry(image.connect().await?)),
             Origin::Archive {
                 location,
                 credentials,
@@ -331,37 +320,6 @@ impl RegistrySource {
         }
     }
 
-    /// The index entry of the wanted architecture.
-    fn choose<'a>(&self, index: &'a OciImageIndex) -> Result<&'a ImageIndexEntry, ImportError> {
-        let wanted = self.wanted_architecture();
-        let entry = index.manifests.iter().find(|m| {
-            m.platform.as_ref().is_some_and(|p| {
-                p.architecture.to_string() == wanted && p.os.to_string() == "linux"
-            })
-        });
-        entry.ok_or_else(|| {
-            let offered: Vec<String> = index
-                .manifests
-                .iter()
-                .filter_map(|m| m.platform.as_ref())
-                .map(|p| format!("{}/{}", p.os, p.architecture))
-                .collect();
-            // Upstream's words (containers/image's), then what there is.
-            ImportError::Unsupported(format!(
-                "{}: Error retrieving image: choosing image instance: no image found in image \
-                 index for architecture {wanted:?}, variant \"\", OS \"linux\" (it has {}); \
-                 name one of its architectures in the DataVolume's \
-                 spec.source.registry.platform.architecture",
-                self.url,
-                if offered.is_empty() {
-                    "none named".to_string()
-                } else {
-                    offered.join(", ")
-                }
-            ))
-        })
-    }
-
     /// The archive's image manifest for the wanted architecture.
     async fn archive_manifest(&self, archive: &Archive) -> Result<OciImageManifest, ImportError> {
         let (_, top) = self.top(archive).await?;
@@ -373,7 +331,7 @@ impl RegistrySource {
                     self.url
                 ))
             })?;
-            let entry = self.choose(&index)?;
+            let entry = cdi_registry::choose(&index, &self.url, self.wanted_architecture())?;
             let doc = self
                 .archive_json(archive, &blob_path(&entry.digest, &self.url)?)
                 .await?;
@@ -396,59 +354,11 @@ impl RegistrySource {
         })
     }
 
-    /// A client for the registry; with `insecure`, plain HTTP when the registry speaks no TLS.
-    async fn client(&self, reference: &Reference) -> Result<Client, ImportError> {
-        let registry = reference.resolve_registry().to_string();
-        let mut config = ClientConfig {
-            extra_root_certificates: self
-                .ca_certs_pem
-                .iter()
-                .map(|pem| Certificate {
-                    encoding: CertificateEncoding::Pem,
-                    data: pem.clone(),
-                })
-                .collect(),
-            connect_timeout: Some(Duration::from_secs(30)),
-            read_timeout: Some(Duration::from_secs(60)),
-            ..Default::default()
-        };
-        if self.insecure {
-            config.accept_invalid_certificates = true;
-            if !speaks_tls(&registry).await {
-                config.protocol = oci_client::client::ClientProtocol::Http;
-            }
-        }
-        Ok(Client::new(config))
-    }
-
     /// The image manifest for the wanted architecture.
     async fn manifest(&self, store: &Store) -> Result<OciImageManifest, ImportError> {
-        let (client, reference, auth) = match store {
-            Store::Registry {
-                client,
-                reference,
-                auth,
-            } => (client, reference, auth),
-            Store::Archive(archive) => return self.archive_manifest(archive).await,
-        };
-        let (manifest, _) = client
-            .pull_manifest(reference, auth)
-            .await
-            .map_err(|e| self.error(e))?;
-        let index = match manifest {
-            OciManifest::Image(image) => return Ok(image),
-            OciManifest::ImageIndex(index) => index,
-        };
-        let wanted = self.wanted_architecture();
-        let entry = self.choose(&index)?;
-        let pinned = reference.clone_with_digest(entry.digest.clone());
-        match client.pull_manifest(&pinned, auth).await {
-            Ok((OciManifest::Image(image), _)) => Ok(image),
-            Ok((OciManifest::ImageIndex(_), _)) => Err(ImportError::Unsupported(format!(
-                "{}: the index's linux/{wanted} entry is another index",
-                self.url
-            ))),
-            Err(e) => Err(self.error(e)),
+        match store {
+            Store::Registry(connection) => Ok(connection.manifest().await?),
+            Store::Archive(archive) => self.archive_manifest(archive).await,
         }
     }
 
@@ -459,16 +369,7 @@ impl RegistrySource {
         manifest: &OciImageManifest,
     ) -> Result<BTreeMap<String, String>, ImportError> {
         let raw = match store {
-            Store::Registry {
-                client, reference, ..
-            } => {
-                let mut raw = Vec::new();
-                client
-                    .pull_blob(reference, &manifest.config, &mut raw)
-                    .await
-                    .map_err(|e| self.error(e))?;
-                raw
-            }
+            Store::Registry(connection) => connection.blob(&manifest.config).await?,
             Store::Archive(archive) => archive
                 .read(&blob_path(&manifest.config.digest, &self.url)?)
                 .await
@@ -495,80 +396,12 @@ impl RegistrySource {
         }
         Ok(facts.kubevirt_labels)
     }
-
-    /// A registry error as the import reports it: the image, and the status when there is one.
-    fn error(&self, e: oci_client::errors::OciDistributionError) -> ImportError {
-        use oci_client::errors::OciDistributionError as E;
-        let status = match &e {
-            E::UnauthorizedError { .. } | E::AuthenticationFailure(_) => Some(401),
-            E::ServerError { code, .. } => Some(*code),
-            E::ImageManifestNotFoundError(_) => Some(404),
-            E::RegistryError { envelope, .. } => envelope
-                .errors
-                .iter()
-                .any(|e| {
-                    matches!(
-                        e.code,
-                        oci_client::errors::OciErrorCode::ManifestUnknown
-                            | oci_client::errors::OciErrorCode::NameUnknown
-                            | oci_client::errors::OciErrorCode::BlobUnknown
-                    )
-                })
-                .then_some(404),
-            _ => None,
-        };
-        let hint = match status {
-            Some(401) => {
-                "; the registry refused the credentials (or wants some): check the Secret \
-                 named by spec.source.registry.secretRef (accessKeyId, secretKey)"
-            }
-            Some(404) => "; check the image's name and tag",
-            _ => "",
-        };
-        // "failed to pull image" is what upstream's controller reads as ImagePullFailed.
-        ImportError::Http {
-            url: self.url.clone(),
-            status,
-            message: format!("failed to pull image: {}{hint}", chain(&e)),
-        }
-    }
 }
 
 /// Where a blob is in an OCI layout.
 fn blob_path(digest: &str, url: &str) -> Result<String, ImportError> {
     Archive::blob_path(digest)
         .ok_or_else(|| ImportError::Damaged(format!("{url}: {digest:?} is not a digest")))
-}
-
-/// An error and its causes on one line (reqwest hides the useful part in its sources).
-fn chain(e: &dyn std::error::Error) -> String {
-    let mut text = e.to_string();
-    let mut cause = e.source();
-    while let Some(c) = cause {
-        let more = c.to_string();
-        if !text.contains(&more) {
-            text = format!("{text}: {more}");
-        }
-        cause = c.source();
-    }
-    text
-}
-
-/// Whether a TLS handshake with `host` (host:port, 443 by default) succeeds, certificate
-/// unchecked: containers/image tries TLS first for an insecure registry and falls back to HTTP.
-async fn speaks_tls(host: &str) -> bool {
-    let Ok(client) = reqwest::Client::builder()
-        .tls_danger_accept_invalid_certs(true)
-        .timeout(Duration::from_secs(10))
-        .build()
-    else {
-        return false;
-    };
-    client
-        .get(format!("https://{host}/v2/"))
-        .send()
-        .await
-        .is_ok()
 }
 
 /// What the importer reads from an image's config.
@@ -890,11 +723,9 @@ impl BlobReader {
     /// (Re)start the download at `offset`.
     fn connect(&mut self) -> Result<(), ImportError> {
         let (client, reference, layer, offset) = match &self.store {
-            Store::Registry {
-                client, reference, ..
-            } => (
-                client.clone(),
-                reference.clone(),
+            Store::Registry(connection) => (
+                connection.client().clone(),
+                connection.reference().clone(),
                 self.layer.clone(),
                 self.offset,
             ),
@@ -1139,12 +970,12 @@ mod tests {
             None,
         )
         .unwrap();
-        let Origin::Registry { reference, .. } = &s.origin else {
+        let Origin::Registry(image) = &s.origin else {
             panic!("a registry")
         };
-        assert_eq!(reference.registry(), "127.0.0.1:5000");
-        assert_eq!(reference.repository(), "vm/disk");
-        assert_eq!(reference.tag(), Some("v1"));
+        assert_eq!(image.reference().registry(), "127.0.0.1:5000");
+        assert_eq!(image.reference().repository(), "vm/disk");
+        assert_eq!(image.reference().tag(), Some("v1"));
         let err = RegistrySource::new("http://x/y", None, vec![], false, None)
             .err()
             .unwrap();
