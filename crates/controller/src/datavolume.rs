@@ -6,7 +6,7 @@
 use crate::runtime::run::RunAs;
 use std::sync::Arc;
 
-use crate::clonetoken::DvGrant;
+use crate::clone::token::DvGrant;
 use cdi_api::config::CDIConfig;
 use cdi_api::datavolume::DataVolume;
 use cdi_api::enums::DataVolumePhase;
@@ -356,8 +356,8 @@ async fn authorize_clone(
     if !ours {
         return Ok(());
     }
-    let tokens = crate::clonetoken::tokens(ctx).await?;
-    if let Some(token) = crate::clonetoken::claim_token(tokens, claim, source, resource) {
+    let tokens = crate::clone::token::tokens(ctx).await?;
+    if let Some(token) = crate::clone::token::claim_token(tokens, claim, source, resource) {
         let patch = json!({"metadata": {"annotations": {ann::EXTENDED_CLONE_TOKEN: token}}});
         merge(
             &Api::<PersistentVolumeClaim>::namespaced(ctx.client.clone(), &ns),
@@ -460,8 +460,8 @@ pub async fn reconcile(dv: Arc<DataVolume>, ctx: Arc<Context>) -> Result<Action,
     if let Some(source) = &clone_source
         && Some(&source.0) != dv.metadata.namespace.as_ref()
     {
-        let tokens = crate::clonetoken::tokens(&ctx).await?;
-        grant = crate::clonetoken::check_dv(tokens, decided, source, resource.clone());
+        let tokens = crate::clone::token::tokens(&ctx).await?;
+        grant = crate::clone::token::check_dv(tokens, decided, source, resource.clone());
     }
     // The snapshot a snapshot clone restores, read until its claim is made (snapshots are not
     // in the caches).

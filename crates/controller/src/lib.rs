@@ -19,9 +19,7 @@
 //! starting it again converges.
 
 pub mod cache;
-pub mod clonepop;
-pub mod clonesource;
-pub mod clonetoken;
+pub mod clone;
 pub mod config;
 pub mod dataimportcron;
 pub mod datasource;

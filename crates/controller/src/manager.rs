@@ -4,8 +4,8 @@
 use crate::runtime::context::Context;
 use crate::runtime::lease::{Lease, lead};
 use crate::{
-    cache, clonepop, clonesource, config, dataimportcron, datasource, datavolume, import,
-    populator, storageprofile, upload,
+    cache, clone, config, dataimportcron, datasource, datavolume, import, populator,
+    storageprofile, upload,
 };
 
 /// Run every controller until one of them stops (they do not, unless the client fails).
@@ -24,8 +24,8 @@ pub async fn run_controllers(ctx: Context) -> anyhow::Result<()> {
     let import_triggers = import::Triggers::subscribe(&mut feeds);
     let populator_triggers = populator::Triggers::subscribe(&mut feeds);
     let upload_triggers = upload::Triggers::subscribe(&mut feeds);
-    let clone_source_triggers = clonesource::Triggers::subscribe(&mut feeds);
-    let clone_populator_triggers = clonepop::Triggers::subscribe(&mut feeds);
+    let clone_source_triggers = clone::source::Triggers::subscribe(&mut feeds);
+    let clone_populator_triggers = clone::populator::Triggers::subscribe(&mut feeds);
     let datasource_triggers = datasource::Triggers::subscribe(&mut feeds);
     // Reconciles wait for the caches' first list themselves: the subscriptions must be read
     // from the start.
@@ -37,8 +37,8 @@ pub async fn run_controllers(ctx: Context) -> anyhow::Result<()> {
         r = import::run(ctx.clone(), import_triggers) => r,
         r = populator::run(ctx.clone(), populator_triggers) => r,
         r = upload::run(ctx.clone(), upload_triggers) => r,
-        r = clonesource::run(ctx.clone(), clone_source_triggers) => r,
-        r = clonepop::run(ctx.clone(), clone_populator_triggers) => r,
+        r = clone::source::run(ctx.clone(), clone_source_triggers) => r,
+        r = clone::populator::run(ctx.clone(), clone_populator_triggers) => r,
         r = datasource::run(ctx.clone(), datasource_triggers) => r,
         r = dataimportcron::run(ctx.clone()) => r,
     }

@@ -320,8 +320,8 @@ async fn clone_target_checks(
     claim: &PersistentVolumeClaim,
     source: &(String, String),
 ) -> Option<String> {
-    let (granted, resource) = crate::clonetoken::grant_of(ctx, source);
-    match crate::clonetoken::claim_allowed(ctx, claim, &granted, resource).await {
+    let (granted, resource) = crate::clone::token::grant_of(ctx, source);
+    match crate::clone::token::claim_allowed(ctx, claim, &granted, resource).await {
         Ok(true) => {}
         Ok(false) => return None,
         Err(e) => {

@@ -28,7 +28,7 @@ use kube::runtime::reflector::ObjectRef;
 use kube::{Api, ResourceExt};
 
 use crate::cache::Changes;
-use crate::clonetoken::ClaimGrant;
+use crate::clone::token::ClaimGrant;
 use crate::runtime::context::Context;
 use crate::runtime::error::Error;
 use cdi_pki::token::Resource;
@@ -338,17 +338,17 @@ pub async fn reconcile(
     }
     // Nothing of the source is looked at before the claim is shown to be allowed to copy it.
     let source = (source_ns.clone(), vcs.spec.source.name.clone());
-    let tokens = crate::clonetoken::tokens(&ctx).await?;
+    let tokens = crate::clone::token::tokens(&ctx).await?;
     let resource = if from_snapshot {
         Resource::snapshots()
     } else {
         Resource::claims()
     };
-    match crate::clonetoken::check_claim(tokens, &target, &source, resource) {
+    match crate::clone::token::check_claim(tokens, &target, &source, resource) {
         ClaimGrant::Allowed => {}
         ClaimGrant::Wait => return Ok(Action::await_change()),
         ClaimGrant::Refused(message) => {
-            return fail(&ctx, &target, crate::clonetoken::NOT_AUTHORIZED, &message).await;
+            return fail(&ctx, &target, crate::clone::token::NOT_AUTHORIZED, &message).await;
         }
     }
     let strategy = anns
@@ -479,10 +479,10 @@ async fn source_unready(
         return Ok(Some(later));
     };
     // Bound is not filled: a DataVolume's claim is populated once the DataVolume succeeded.
-    if !crate::clonesource::populated(ctx, &source).await? {
+    if !crate::clone::source::populated(ctx, &source).await? {
         return Ok(Some(later));
     }
-    if let Some(message) = crate::clonesource::source_in_use(ctx, &source) {
+    if let Some(message) = crate::clone::source::source_in_use(ctx, &source) {
         ctx.events
             .record(
                 target,

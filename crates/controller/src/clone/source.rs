@@ -73,8 +73,8 @@ async fn start_source_pod(
 ) -> Result<Action, Error> {
     let later = Action::requeue(ctx.options.resync * 2);
     // Checked again here: nothing reads a source the claim may not copy.
-    let (granted, resource) = crate::clonetoken::grant_of(ctx, source_ref);
-    if !crate::clonetoken::claim_allowed(ctx, claim, &granted, resource).await? {
+    let (granted, resource) = crate::clone::token::grant_of(ctx, source_ref);
+    if !crate::clone::token::claim_allowed(ctx, claim, &granted, resource).await? {
         return Ok(Action::await_change());
     }
     let Some(source) = ctx.caches.claim(&source_ref.0, &source_ref.1) else {
@@ -268,8 +268,8 @@ pub async fn reconcile(
         return release(&ctx, &claim, &source.0, holds).await;
     }
     // Nothing of another namespace is touched (no pod read, made or deleted there).
-    let (granted, resource) = crate::clonetoken::grant_of(&ctx, &source);
-    if !crate::clonetoken::claim_allowed(&ctx, &claim, &granted, resource).await? {
+    let (granted, resource) = crate::clone::token::grant_of(&ctx, &source);
+    if !crate::clone::token::claim_allowed(&ctx, &claim, &granted, resource).await? {
         return Ok(Action::await_change());
     }
     let pod_name = hostclone::source_pod_name(&claim);
