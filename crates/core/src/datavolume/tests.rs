@@ -1,8 +1,16 @@
 //! The DataVolume decision, row by row: new claims on each path, clones and snapshots, adoption,
 //! what a Pending claim waits for, first-consumer pods, finalizers and polling.
 
+use super::bound::with_annotations;
 use super::*;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use crate::source::Refusal;
+use cdi_api::ann;
+use cdi_api::config::CDIConfig;
+use cdi_api::storageprofile::StorageProfile;
+use k8s_openapi::api::core::v1::{Event as ClaimEvent, Pod};
+use k8s_openapi::api::storage::v1::StorageClass;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+use k8s_openapi::jiff::Timestamp;
 use serde_json::{Value, json};
 
 fn dv(source: Value, annotations: Value) -> DataVolume {
