@@ -49,7 +49,7 @@ pub fn waiting_for_source(
     claim: &PersistentVolumeClaim,
     source_exists: bool,
 ) -> Option<PersistentVolumeClaim> {
-    let (ns, name) = crate::datavolume::clone_source_of(dv)?;
+    let (ns, name) = crate::datavolume::refs::clone_source_of(dv)?;
     if source_exists || !source_needed(claim) {
         return None;
     }

@@ -608,7 +608,7 @@ fn worker_status(o: &Observed<'_>, worker_phase: WorkerPhase) -> Computed {
 
 /// `<namespace>/<name>` of a clone DataVolume's source and of the DataVolume, for its events.
 fn clone_names(dv: &DataVolume) -> (String, String) {
-    let (ns, name) = crate::datavolume::clone_source_of(dv).unwrap_or_default();
+    let (ns, name) = crate::datavolume::refs::clone_source_of(dv).unwrap_or_default();
     let own = format!(
         "{}/{}",
         dv.metadata.namespace.as_deref().unwrap_or(""),
