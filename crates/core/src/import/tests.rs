@@ -14,14 +14,19 @@ fn insecure_registries_name_registry_and_archive_hosts() {
         ("http://files:8080/disk.img", false),
     ] {
         assert_eq!(
-            super::insecure_registry(endpoint, &insecure),
+            super::pod::insecure_registry(endpoint, &insecure),
             want,
             "{endpoint}"
         );
     }
 }
 
+use std::collections::BTreeMap;
+
 use super::*;
+use cdi_api::ann;
+use cdi_api::config::CDIConfig;
+use k8s_openapi::api::core::v1::{LocalObjectReference, PersistentVolumeClaim, Pod};
 use serde_json::json;
 
 fn claim(anns: serde_json::Value, phase: &str) -> PersistentVolumeClaim {
