@@ -37,25 +37,80 @@ pub const CONTAINER: &str = "importer";
 /// device, upstream's environment built from the claim's annotations.
 pub fn importer_pod(claim: &PersistentVolumeClaim, s: &Settings) -> Pod {
     let anns = annotations(claim);
-    let name = claim.metadata.name.clone().unwrap_or_default();
-    let a = |k: &str| get(&anns, k).unwrap_or("").to_string();
+    let source = match get(&anns, ann::IMPORT_SOURCE) {
+        Some(src) if !src.is_empty() => src.to_string(),
+        _ => "http".into(),
+    };
+    let secret = get(&anns, ann::IMPORT_SECRET).unwrap_or("").to_string();
+    let mut parts = Parts {
+        envs: environment(claim, &anns, &source, s),
+        volumes: vec![claim_volume(
+            DATA_VOLUME_NAME,
+            claim.metadata.name.clone().unwrap_or_default(),
+        )],
+        mounts: Vec::new(),
+    };
+    if !secret.is_empty() && source != "gcs" {
+        parts
+            .envs
+            .push(secret_var(env::ACCESS_KEY_ID, &secret, "accessKeyId"));
+        parts
+            .envs
+            .push(secret_var(env::SECRET_KEY, &secret, "secretKey"));
+    }
+    parts.add_certificates(&anns);
+    parts.add_extra_headers(&anns);
+    // A GCS key is a file (upstream's mount and variable), not key/secret variables.
+    if !secret.is_empty() && source == "gcs" {
+        parts.add_gcs_key(secret);
+    }
+    if get(&anns, ann::REQUIRES_SCRATCH) == Some("true") {
+        parts.add_scratch(claim);
+    }
+    let container = container(claim, s, parts.envs, parts.mounts);
+    Pod {
+        metadata: ObjectMeta {
+            name: Some(pod_name(claim)),
+            namespace: claim.metadata.namespace.clone(),
+            annotations: Some(worker_pod_annotations(&anns, ann::CREATED_BY)),
+            labels: Some(BTreeMap::from([
+                (label::APP.into(), label::APP_VALUE.into()),
+                (label::COMPONENT.into(), label::IMPORTER_COMPONENT.into()),
+                (label::PROMETHEUS.into(), "true".into()),
+            ])),
+            owner_references: Some(vec![controlled_by(
+                "PersistentVolumeClaim",
+                &claim.metadata,
+            )]),
+            ..Default::default()
+        },
+        spec: Some(worker_pod_spec(claim, s, vec![container], parts.volumes)),
+        status: None,
+    }
+}
+
+/// The importer's environment from the claim's annotations and the cluster settings: what to
+/// import from and how, where progress goes, the proxy, checkpoints, preallocation.
+fn environment(
+    claim: &PersistentVolumeClaim,
+    anns: &BTreeMap<String, String>,
+    source: &str,
+    s: &Settings,
+) -> Vec<EnvVar> {
+    let a = |k: &str| get(anns, k).unwrap_or("").to_string();
     let size = claim
         .spec
         .as_ref()
         .and_then(|sp| sp.resources.as_ref()?.requests.as_ref()?.get("storage"))
         .map(|q| q.0.clone())
         .unwrap_or_default();
-    let source = match get(&anns, ann::IMPORT_SOURCE) {
-        Some(src) if !src.is_empty() => src.to_string(),
-        _ => "http".into(),
-    };
-    let preallocation = match get(&anns, ann::PREALLOCATION_REQUESTED) {
+    let preallocation = match get(anns, ann::PREALLOCATION_REQUESTED) {
         Some(v) => v == "true",
         None => s.preallocation,
     };
     let proxy = s.import_proxy.clone().unwrap_or_default();
-    let mut envs = vec![
-        var(env::SOURCE, source.clone()),
+    vec![
+        var(env::SOURCE, source),
         var(env::ENDPOINT, a(ann::IMPORT_ENDPOINT)),
         var(env::CONTENT_TYPE, {
             let c = a(ann::CONTENT_TYPE);
@@ -97,102 +152,115 @@ pub fn importer_pod(claim: &PersistentVolumeClaim, s: &Settings) -> Pod {
             a(ann::REGISTRY_IMAGE_ARCHITECTURE),
         ),
         var(env::CHECKSUM, a(ann::IMPORT_CHECKSUM)),
-    ];
-    let secret = a(ann::IMPORT_SECRET);
-    if !secret.is_empty() && source != "gcs" {
-        envs.push(secret_var(env::ACCESS_KEY_ID, &secret, "accessKeyId"));
-        envs.push(secret_var(env::SECRET_KEY, &secret, "secretKey"));
+    ]
+}
+
+/// What the importer gets beyond its base environment, in the order it gets it: variables,
+/// the pod's volumes and the container's mounts (the claim's own mount or device aside).
+struct Parts {
+    envs: Vec<EnvVar>,
+    volumes: Vec<Volume>,
+    mounts: Vec<VolumeMount>,
+}
+
+impl Parts {
+    /// A volume mounted at `path` in the container.
+    fn mount(&mut self, volume: Volume, path: String, read_only: Option<bool>) {
+        self.mounts.push(VolumeMount {
+            name: volume.name.clone(),
+            mount_path: path,
+            read_only,
+            ..Default::default()
+        });
+        self.volumes.push(volume);
     }
-    let mut volumes = vec![Volume {
-        name: DATA_VOLUME_NAME.into(),
+
+    /// The ConfigMap of certificates the source is checked against.
+    fn add_certificates(&mut self, anns: &BTreeMap<String, String>) {
+        let cert_map = get(anns, ann::IMPORT_CERT_CONFIG_MAP).unwrap_or("");
+        if cert_map.is_empty() {
+            return;
+        }
+        self.envs.push(var(env::CERT_DIR, CERT_DIR));
+        let volume = Volume {
+            name: "cdi-cert-vol".into(),
+            config_map: Some(k8s_openapi::api::core::v1::ConfigMapVolumeSource {
+                name: cert_map.to_string(),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        self.mount(volume, CERT_DIR.into(), None);
+    }
+
+    /// Extra request headers: plain ones as variables, those in Secrets mounted in order.
+    fn add_extra_headers(&mut self, anns: &BTreeMap<String, String>) {
+        for (i, header) in indexed(anns, ann::IMPORT_EXTRA_HEADERS_PREFIX)
+            .into_iter()
+            .enumerate()
+        {
+            self.envs
+                .push(var(&format!("{}{i}", env::EXTRA_HEADER_PREFIX), header));
+        }
+        for (i, secret) in indexed(anns, ann::IMPORT_SECRET_EXTRA_HEADERS_PREFIX)
+            .into_iter()
+            .enumerate()
+        {
+            let volume = secret_volume(format!("sec-extra-header-{i}"), secret);
+            self.mount(volume, format!("/extraheaders/{i}"), Some(true));
+        }
+    }
+
+    /// A GCS source's Secret, mounted where upstream mounts it, its key file named by a variable.
+    fn add_gcs_key(&mut self, secret: String) {
+        self.envs
+            .push(var(env::GOOGLE_CREDENTIALS, GOOGLE_CREDENTIALS_FILE));
+        let volume = secret_volume(SECRET_VOLUME_NAME.into(), secret);
+        self.mount(volume, GOOGLE_CREDENTIALS_DIR.into(), Some(true));
+    }
+
+    /// The scratch claim the importer asked for.
+    fn add_scratch(&mut self, claim: &PersistentVolumeClaim) {
+        let volume = claim_volume(SCRATCH_VOLUME_NAME, scratch_name(claim));
+        self.mount(volume, SCRATCH_MOUNT.into(), None);
+    }
+}
+
+/// A volume of the claim `claim_name`, writable.
+fn claim_volume(name: &str, claim_name: String) -> Volume {
+    Volume {
+        name: name.into(),
         persistent_volume_claim: Some(
             k8s_openapi::api::core::v1::PersistentVolumeClaimVolumeSource {
-                claim_name: name.clone(),
+                claim_name,
                 read_only: Some(false),
             },
         ),
         ..Default::default()
-    }];
+    }
+}
+
+/// A volume of the Secret `secret`.
+fn secret_volume(name: String, secret: String) -> Volume {
+    Volume {
+        name,
+        secret: Some(k8s_openapi::api::core::v1::SecretVolumeSource {
+            secret_name: Some(secret),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+/// The importer container: the claim as a block device or mounted at `/data` (before the other
+/// mounts), the metrics port, the restricted security context.
+fn container(
+    claim: &PersistentVolumeClaim,
+    s: &Settings,
+    envs: Vec<EnvVar>,
+    mounts: Vec<VolumeMount>,
+) -> Container {
     let block = claim.spec.as_ref().and_then(|sp| sp.volume_mode.as_deref()) == Some("Block");
-    let mut mounts = Vec::new();
-    let cert_map = a(ann::IMPORT_CERT_CONFIG_MAP);
-    if !cert_map.is_empty() {
-        envs.push(var(env::CERT_DIR, CERT_DIR));
-        volumes.push(Volume {
-            name: "cdi-cert-vol".into(),
-            config_map: Some(k8s_openapi::api::core::v1::ConfigMapVolumeSource {
-                name: cert_map,
-                ..Default::default()
-            }),
-            ..Default::default()
-        });
-        mounts.push(VolumeMount {
-            name: "cdi-cert-vol".into(),
-            mount_path: CERT_DIR.into(),
-            ..Default::default()
-        });
-    }
-    for (i, header) in indexed(&anns, ann::IMPORT_EXTRA_HEADERS_PREFIX)
-        .into_iter()
-        .enumerate()
-    {
-        envs.push(var(&format!("{}{i}", env::EXTRA_HEADER_PREFIX), header));
-    }
-    for (i, secret) in indexed(&anns, ann::IMPORT_SECRET_EXTRA_HEADERS_PREFIX)
-        .into_iter()
-        .enumerate()
-    {
-        let vol = format!("sec-extra-header-{i}");
-        volumes.push(Volume {
-            name: vol.clone(),
-            secret: Some(k8s_openapi::api::core::v1::SecretVolumeSource {
-                secret_name: Some(secret),
-                ..Default::default()
-            }),
-            ..Default::default()
-        });
-        mounts.push(VolumeMount {
-            name: vol,
-            mount_path: format!("/extraheaders/{i}"),
-            read_only: Some(true),
-            ..Default::default()
-        });
-    }
-    // A GCS key is a file (upstream's mount and variable), not key/secret variables.
-    if !secret.is_empty() && source == "gcs" {
-        envs.push(var(env::GOOGLE_CREDENTIALS, GOOGLE_CREDENTIALS_FILE));
-        volumes.push(Volume {
-            name: SECRET_VOLUME_NAME.into(),
-            secret: Some(k8s_openapi::api::core::v1::SecretVolumeSource {
-                secret_name: Some(secret.clone()),
-                ..Default::default()
-            }),
-            ..Default::default()
-        });
-        mounts.push(VolumeMount {
-            name: SECRET_VOLUME_NAME.into(),
-            mount_path: GOOGLE_CREDENTIALS_DIR.into(),
-            read_only: Some(true),
-            ..Default::default()
-        });
-    }
-    if get(&anns, ann::REQUIRES_SCRATCH) == Some("true") {
-        volumes.push(Volume {
-            name: SCRATCH_VOLUME_NAME.into(),
-            persistent_volume_claim: Some(
-                k8s_openapi::api::core::v1::PersistentVolumeClaimVolumeSource {
-                    claim_name: scratch_name(claim),
-                    read_only: Some(false),
-                },
-            ),
-            ..Default::default()
-        });
-        mounts.push(VolumeMount {
-            name: SCRATCH_VOLUME_NAME.into(),
-            mount_path: SCRATCH_MOUNT.into(),
-            ..Default::default()
-        });
-    }
     let (volume_devices, data_mounts) = if block {
         (
             Some(vec![VolumeDevice {
@@ -211,7 +279,7 @@ pub fn importer_pod(claim: &PersistentVolumeClaim, s: &Settings) -> Pod {
             }],
         )
     };
-    let container = Container {
+    Container {
         name: CONTAINER.into(),
         image: Some(s.image.clone()),
         image_pull_policy: Some(s.pull_policy.clone()).filter(|p| !p.is_empty()),
@@ -230,26 +298,6 @@ pub fn importer_pod(claim: &PersistentVolumeClaim, s: &Settings) -> Pod {
         resources: s.resources.clone(),
         security_context: Some(worker_security_context()),
         ..Default::default()
-    };
-    let pod_anns = worker_pod_annotations(&anns, ann::CREATED_BY);
-    Pod {
-        metadata: ObjectMeta {
-            name: Some(pod_name(claim)),
-            namespace: claim.metadata.namespace.clone(),
-            annotations: Some(pod_anns),
-            labels: Some(BTreeMap::from([
-                (label::APP.into(), label::APP_VALUE.into()),
-                (label::COMPONENT.into(), label::IMPORTER_COMPONENT.into()),
-                (label::PROMETHEUS.into(), "true".into()),
-            ])),
-            owner_references: Some(vec![controlled_by(
-                "PersistentVolumeClaim",
-                &claim.metadata,
-            )]),
-            ..Default::default()
-        },
-        spec: Some(worker_pod_spec(claim, s, vec![container], volumes)),
-        status: None,
     }
 }
 
