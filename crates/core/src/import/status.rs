@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 
 use cdi_api::{FailureReason, TerminationMessage, ann};
-use k8s_openapi::api::core::v1::{ContainerStateTerminated, Pod};
+use k8s_openapi::api::core::v1::{ContainerStateTerminated, ContainerStatus, Pod, PodStatus};
 
 use super::claim::get;
 
@@ -38,121 +38,178 @@ pub fn update_from_worker(
     pod: &Pod,
     pod_name_key: &str,
 ) -> Outcome {
-    // Who the pod's messages name.
-    let who = if pod_name_key == ann::UPLOAD_POD_NAME {
-        "upload server"
-    } else {
-        "importer"
-    };
-    let mut out = Outcome::default();
-    let restarted = pod.spec.as_ref().and_then(|s| s.restart_policy.as_deref()) != Some("Never");
     let status = pod.status.clone().unwrap_or_default();
     let containers = status.container_statuses.clone().unwrap_or_default();
     let first = containers.first();
     let term_state = first.and_then(|c| c.state.as_ref()?.terminated.clone());
-    let term_msg: Option<TerminationMessage> = term_state
-        .as_ref()
-        .filter(|t| t.exit_code == 0)
-        .and_then(|t| t.message.as_deref())
-        .map(TerminationMessage::parse);
-
+    let seen = Seen {
+        // Who the pod's messages name.
+        who: if pod_name_key == ann::UPLOAD_POD_NAME {
+            "upload server"
+        } else {
+            "importer"
+        },
+        restarted: pod.spec.as_ref().and_then(|s| s.restart_policy.as_deref()) != Some("Never"),
+        term_msg: term_state
+            .as_ref()
+            .filter(|t| t.exit_code == 0)
+            .and_then(|t| t.message.as_deref())
+            .map(TerminationMessage::parse),
+        term_state,
+    };
+    let mut out = Outcome::default();
     if let Some(c) = first {
-        let restarts: i32 = anns
-            .get(ann::POD_RESTARTS)
-            .and_then(|r| r.parse().ok())
-            .unwrap_or(0);
-        if c.restart_count >= restarts {
-            anns.insert(ann::POD_RESTARTS.into(), c.restart_count.to_string());
-        }
-        let set =
-            |anns: &mut BTreeMap<String, String>, running: &str, message: &str, reason: &str| {
-                anns.insert(ann::RUNNING_CONDITION.into(), running.into());
-                anns.insert(ann::RUNNING_CONDITION_MESSAGE.into(), message.into());
-                anns.insert(ann::RUNNING_CONDITION_REASON.into(), reason.into());
-            };
-        let state = c.state.clone().unwrap_or_default();
+        record_restarts(anns, c);
         let all_running = containers
             .iter()
             .all(|c| c.state.as_ref().is_some_and(|s| s.running.is_some()));
-        let waiting = state.waiting.as_ref();
-        let waiting_reason = waiting.and_then(|w| w.reason.as_deref()).unwrap_or("");
-        if all_running {
-            set(anns, "true", "", POD_RUNNING_REASON);
-        } else if matches!(
-            waiting_reason,
-            "ImagePullBackOff" | "ErrImagePull" | "InvalidImageName"
-        ) {
-            let image = &c.image;
-            set(
-                anns,
-                "false",
-                &format!("failed to pull image: {image}"),
-                "ImagePullFailed",
-            );
-        } else if waiting.is_some() && waiting_reason != "CrashLoopBackOff" {
-            let message = waiting.and_then(|w| w.message.as_deref()).unwrap_or("");
-            set(anns, "false", message, waiting_reason);
-        } else {
-            // Terminated now, or waiting to be restarted after a termination.
-            let last = c.last_state.as_ref().and_then(|s| s.terminated.clone());
-            let ended: Option<ContainerStateTerminated> = term_state.clone().or(last);
-            if let Some(t) = ended {
-                let reason = t.reason.clone().unwrap_or_default();
-                match &term_msg {
-                    Some(m) if m.scratch_space_required == Some(true) => {
-                        anns.insert(ann::REQUIRES_SCRATCH.into(), "true".into());
-                        set(
-                            anns,
-                            "false",
-                            "Scratch space required",
-                            "Scratch space required",
-                        );
-                    }
-                    Some(m) => {
-                        if m.preallocation_applied == Some(true) {
-                            anns.insert(ann::PREALLOCATION_APPLIED.into(), "true".into());
-                        }
-                        let message = said(m);
-                        set(anns, "false", &message, known_reason(&message, &reason));
-                        out.labels = m.labels.clone().unwrap_or_default();
-                    }
-                    None => {
-                        let message = exit_message(&t, restarted, who);
-                        set(anns, "false", &message, known_reason(&message, &reason));
-                    }
-                }
-                if t.exit_code != 0 {
-                    out.failed = Some(exit_message(&t, restarted, who));
-                }
-            }
-        }
+        record_container(anns, c, all_running, &seen, &mut out);
     }
-
     // A failure the importer says no retry can mend: the pod is done, the import failed.
-    if let Some(m) = term_msg.as_ref().filter(|m| m.is_fatal()) {
-        let message = said(m);
-        anns.insert(ann::POD_PHASE.into(), "Failed".into());
-        anns.insert(ann::IMPORT_FATAL_ERROR.into(), "true".into());
-        anns.insert(ann::RUNNING_CONDITION.into(), "false".into());
-        anns.insert(ann::RUNNING_CONDITION_MESSAGE.into(), message.clone());
-        let reason = match m.reason {
-            Some(FailureReason::ChecksumMismatch) => "ChecksumError".to_string(),
-            Some(r) => format!("{r:?}"),
-            None => String::new(),
-        };
-        anns.insert(ann::RUNNING_CONDITION_REASON.into(), reason);
-        out.fatal = true;
-        out.failed = Some(message);
+    if let Some(m) = seen.term_msg.as_ref().filter(|m| m.is_fatal()) {
+        record_fatal(anns, m, &mut out);
     }
-    let scratch = term_msg.as_ref().and_then(|m| m.scratch_space_required) == Some(true);
+    let scratch = seen
+        .term_msg
+        .as_ref()
+        .and_then(|m| m.scratch_space_required)
+        == Some(true);
     anns.insert(
         pod_name_key.into(),
         pod.metadata.name.clone().unwrap_or_default(),
     );
-    let phase = status.phase.clone().unwrap_or_default();
     if !scratch && !out.fatal {
-        anns.insert(ann::POD_PHASE.into(), phase.clone());
+        anns.insert(
+            ann::POD_PHASE.into(),
+            status.phase.clone().unwrap_or_default(),
+        );
     }
+    record_schedulable(anns, &status);
+    out.complete = !out.fatal && anns.get(ann::POD_PHASE).map(String::as_str) == Some("Succeeded");
+    out
+}
+
+/// The worker pod as [`update_from_worker`] reads it: who its messages name, whether it
+/// restarts, and how its first container ended (the message only of a clean exit).
+struct Seen {
+    who: &'static str,
+    restarted: bool,
+    term_state: Option<ContainerStateTerminated>,
+    term_msg: Option<TerminationMessage>,
+}
+
+/// The container's restart count, unless the claim already says more.
+fn record_restarts(anns: &mut BTreeMap<String, String>, c: &ContainerStatus) {
+    let restarts: i32 = anns
+        .get(ann::POD_RESTARTS)
+        .and_then(|r| r.parse().ok())
+        .unwrap_or(0);
+    if c.restart_count >= restarts {
+        anns.insert(ann::POD_RESTARTS.into(), c.restart_count.to_string());
+    }
+}
+
+/// The claim's Running condition.
+fn set_running(anns: &mut BTreeMap<String, String>, running: &str, message: &str, reason: &str) {
+    anns.insert(ann::RUNNING_CONDITION.into(), running.into());
+    anns.insert(ann::RUNNING_CONDITION_MESSAGE.into(), message.into());
+    anns.insert(ann::RUNNING_CONDITION_REASON.into(), reason.into());
+}
+
+/// The Running condition from the first container's state: running, an image that cannot be
+/// pulled, waiting for another reason, or ended (now, or before a CrashLoopBackOff restart).
+fn record_container(
+    anns: &mut BTreeMap<String, String>,
+    c: &ContainerStatus,
+    all_running: bool,
+    seen: &Seen,
+    out: &mut Outcome,
+) {
+    let state = c.state.clone().unwrap_or_default();
+    let waiting = state.waiting.as_ref();
+    let waiting_reason = waiting.and_then(|w| w.reason.as_deref()).unwrap_or("");
+    if all_running {
+        set_running(anns, "true", "", POD_RUNNING_REASON);
+    } else if matches!(
+        waiting_reason,
+        "ImagePullBackOff" | "ErrImagePull" | "InvalidImageName"
+    ) {
+        let image = &c.image;
+        set_running(
+            anns,
+            "false",
+            &format!("failed to pull image: {image}"),
+            "ImagePullFailed",
+        );
+    } else if waiting.is_some() && waiting_reason != "CrashLoopBackOff" {
+        let message = waiting.and_then(|w| w.message.as_deref()).unwrap_or("");
+        set_running(anns, "false", message, waiting_reason);
+    } else {
+        // Terminated now, or waiting to be restarted after a termination.
+        let last = c.last_state.as_ref().and_then(|s| s.terminated.clone());
+        if let Some(t) = seen.term_state.clone().or(last) {
+            record_ended(anns, &t, seen, out);
+        }
+    }
+}
+
+/// What an ended container said: it needs scratch space, it finished (with preallocation and
+/// labels), or, without a message, why it ended; a non-zero exit is a failure to report.
+fn record_ended(
+    anns: &mut BTreeMap<String, String>,
+    t: &ContainerStateTerminated,
+    seen: &Seen,
+    out: &mut Outcome,
+) {
+    let reason = t.reason.clone().unwrap_or_default();
+    match &seen.term_msg {
+        Some(m) if m.scratch_space_required == Some(true) => {
+            anns.insert(ann::REQUIRES_SCRATCH.into(), "true".into());
+            set_running(
+                anns,
+                "false",
+                "Scratch space required",
+                "Scratch space required",
+            );
+        }
+        Some(m) => {
+            if m.preallocation_applied == Some(true) {
+                anns.insert(ann::PREALLOCATION_APPLIED.into(), "true".into());
+            }
+            let message = said(m);
+            set_running(anns, "false", &message, known_reason(&message, &reason));
+            out.labels = m.labels.clone().unwrap_or_default();
+        }
+        None => {
+            let message = exit_message(t, seen.restarted, seen.who);
+            set_running(anns, "false", &message, known_reason(&message, &reason));
+        }
+    }
+    if t.exit_code != 0 {
+        out.failed = Some(exit_message(t, seen.restarted, seen.who));
+    }
+}
+
+/// A failure no retry can mend: the pod phase is Failed, the import fatally so, and why.
+fn record_fatal(anns: &mut BTreeMap<String, String>, m: &TerminationMessage, out: &mut Outcome) {
+    let message = said(m);
+    anns.insert(ann::POD_PHASE.into(), "Failed".into());
+    anns.insert(ann::IMPORT_FATAL_ERROR.into(), "true".into());
+    anns.insert(ann::RUNNING_CONDITION.into(), "false".into());
+    anns.insert(ann::RUNNING_CONDITION_MESSAGE.into(), message.clone());
+    let reason = match m.reason {
+        Some(FailureReason::ChecksumMismatch) => "ChecksumError".to_string(),
+        Some(r) => format!("{r:?}"),
+        None => String::new(),
+    };
+    anns.insert(ann::RUNNING_CONDITION_REASON.into(), reason);
+    out.fatal = true;
+    out.failed = Some(message);
+}
+
+/// Whether the pod can be scheduled: false only while it is Pending and the scheduler said it
+/// is Unschedulable.
+fn record_schedulable(anns: &mut BTreeMap<String, String>, status: &PodStatus) {
     let unschedulable = status
         .conditions
         .iter()
@@ -168,8 +225,6 @@ pub fn update_from_worker(
         }
         .into(),
     );
-    out.complete = !out.fatal && anns.get(ann::POD_PHASE).map(String::as_str) == Some("Succeeded");
-    out
 }
 
 /// Whether the worker pod goes once it is done.
