@@ -3,7 +3,11 @@
 //! CDI resource is the installation.
 
 use super::*;
-use k8s_openapi::api::apps::v1::{DeploymentSpec, DeploymentStatus};
+use cdi_api::config::{CDI, CDIStatus};
+use cdi_api::enums::{CdiPhase, ConditionStatus};
+use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec, DeploymentStatus};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use serde_json::{Value, json};
 
 fn release(version: &str) -> Release {
     Release::tagged("reg", version, "cdi")
