@@ -85,8 +85,6 @@ fn parse_time(text: &str) -> Option<Timestamp> {
     text.parse().ok()
 }
 
-/// Whether this pass polls the source: the cron has a schedule, and its next time is unset
-/// (a new cron polls at once), unreadable, or past.
 /// The prefix of a claim source's "digest": its uid (upstream's).
 pub const UID_PREFIX: &str = "uid:";
 
@@ -126,6 +124,8 @@ pub fn claim_source(cron: &DataImportCron) -> Option<(String, String)> {
     Some((ns, pvc.name.clone()))
 }
 
+/// Whether this pass polls the source: the cron has a schedule, and its next time is unset
+/// (a new cron polls at once), unreadable, or past.
 pub fn poll_due(cron: &DataImportCron, now: Timestamp) -> bool {
     matches!(schedule(cron), Ok(Some(_)))
         && annotation(cron, NEXT_CRON_TIME)
