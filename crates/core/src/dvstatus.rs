@@ -279,6 +279,9 @@ fn condition_status(value: &str) -> ConditionStatus {
     }
 }
 
+/// Bound from the claim (one not bound sets Ready False first, as upstream's), Ready from the
+/// phase, Running from the worker's annotations on the claim (a running transfer leaves Ready
+/// False, `TransferRunning`).
 fn update_conditions(
     conditions: &mut Vec<DataVolumeCondition>,
     phase: &Phase,
@@ -286,169 +289,87 @@ fn update_conditions(
     anns: &BTreeMap<String, String>,
     now: &Time,
 ) {
-    let get = |k: &str| anns.get(k).map(String::as_str).unwrap_or("");
     use ConditionStatus::{False, True, Unknown};
-    // Bound.
-    let mut ready_false = false;
-    match claim {
-        Some(c) => {
-            let name = c.metadata.name.as_deref().unwrap_or("");
-            let claim_cond = anns.get(ann::BOUND_CONDITION).map(|v| condition_status(v));
-            match c.status.as_ref().and_then(|s| s.phase.as_deref()) {
-                Some("Bound") => match claim_cond {
-                    None | Some(True) => set(
-                        conditions,
-                        Type::Bound,
-                        True,
-                        &format!("PVC {name} Bound"),
-                        "Bound",
-                        now,
-                    ),
-                    Some(_) => {
-                        set(
-                            conditions,
-                            Type::Bound,
-                            False,
-                            get(ann::BOUND_CONDITION_MESSAGE),
-                            get(ann::BOUND_CONDITION_REASON),
-                            now,
-                        );
-                        ready_false = true;
-                    }
-                },
-                Some("Pending") => {
-                    match claim_cond {
-                        None | Some(True) => set(
-                            conditions,
-                            Type::Bound,
-                            False,
-                            &format!("PVC {name} Pending"),
-                            "Pending",
-                            now,
-                        ),
-                        Some(_) => {
-                            let prime = anns
-                                .get(ann::PVC_PRIME_NAME)
-                                .map(|p| format!("[{p}] : "))
-                                .unwrap_or_default();
-                            let message = format!(
-                                "target PVC {name} Pending and {prime}{}",
-                                get(ann::BOUND_CONDITION_MESSAGE)
-                            );
-                            set(
-                                conditions,
-                                Type::Bound,
-                                False,
-                                &message,
-                                get(ann::BOUND_CONDITION_REASON),
-                                now,
-                            )
-                        }
-                    }
-                    ready_false = true;
-                }
-                Some("Lost") => {
-                    set(
-                        conditions,
-                        Type::Bound,
-                        False,
-                        "Claim Lost",
-                        "ClaimLost",
-                        now,
-                    );
-                    ready_false = true;
-                }
-                _ => {
-                    set(conditions, Type::Bound, False, "", "", now);
-                    ready_false = true;
-                }
-            }
-        }
-        None => {
-            set(
-                conditions,
-                Type::Bound,
-                False,
-                "No PVC found",
-                "NotFound",
-                now,
-            );
-            ready_false = true;
-        }
-    }
-    if ready_false {
+    let (bound, message, reason) = bound(claim, anns);
+    set(conditions, Type::Bound, bound, &message, &reason, now);
+    if bound != True {
         set(conditions, Type::Ready, False, "", "", now);
     }
-    // Ready from the phase.
     let ready = match phase {
         Phase::Succeeded => True,
         Phase::Unknown => Unknown,
         _ => False,
     };
     set(conditions, Type::Ready, ready, "", "", now);
-    // Running.
+    let (running, message, reason) = running(anns);
+    set(conditions, Type::Running, running, message, reason, now);
+    if running == True {
+        set(conditions, Type::Ready, False, "", "TransferRunning", now);
+    }
+}
+
+/// The Bound condition (status, message, reason) from the claim's phase, and what binding
+/// waits for (its Bound condition annotations).
+fn bound(
+    claim: Option<&PersistentVolumeClaim>,
+    anns: &BTreeMap<String, String>,
+) -> (ConditionStatus, String, String) {
+    use ConditionStatus::{False, True};
+    let get = |k: &str| anns.get(k).cloned().unwrap_or_default();
+    let Some(c) = claim else {
+        return (False, "No PVC found".into(), "NotFound".into());
+    };
+    let name = c.metadata.name.as_deref().unwrap_or("");
+    let claim_cond = anns.get(ann::BOUND_CONDITION).map(|v| condition_status(v));
+    match c.status.as_ref().and_then(|s| s.phase.as_deref()) {
+        Some("Bound") => match claim_cond {
+            None | Some(True) => (True, format!("PVC {name} Bound"), "Bound".into()),
+            Some(_) => (
+                False,
+                get(ann::BOUND_CONDITION_MESSAGE),
+                get(ann::BOUND_CONDITION_REASON),
+            ),
+        },
+        Some("Pending") => match claim_cond {
+            None | Some(True) => (False, format!("PVC {name} Pending"), "Pending".into()),
+            Some(_) => {
+                let prime = anns
+                    .get(ann::PVC_PRIME_NAME)
+                    .map(|p| format!("[{p}] : "))
+                    .unwrap_or_default();
+                let message = format!(
+                    "target PVC {name} Pending and {prime}{}",
+                    get(ann::BOUND_CONDITION_MESSAGE)
+                );
+                (False, message, get(ann::BOUND_CONDITION_REASON))
+            }
+        },
+        Some("Lost") => (False, "Claim Lost".into(), "ClaimLost".into()),
+        _ => (False, String::new(), String::new()),
+    }
+}
+
+/// The Running condition (status, message, reason): the worker pod cannot be scheduled, the
+/// clone populator stopped for good, or what the worker's Running condition annotations say.
+fn running(anns: &BTreeMap<String, String>) -> (ConditionStatus, &str, &str) {
+    let get = |k: &str| anns.get(k).map(String::as_str).unwrap_or("");
     let running_message = get(ann::RUNNING_CONDITION_MESSAGE);
     let running_reason = get(ann::RUNNING_CONDITION_REASON);
     if get(ann::POD_SCHEDULABLE) == "false" {
-        set(
-            conditions,
-            Type::Running,
-            False,
+        (
+            ConditionStatus::False,
             "Importer pod cannot be scheduled",
             "Unschedulable",
-            now,
-        );
+        )
     } else if get(ann::CLONE_PHASE) == crate::clonepop::phase::ERROR {
         // The clone populator stopped for good (a target too small, a refused token): its
         // phase keeps the DataVolume's, so the reason is said here, as upstream's populator
         // writes cloneError as the claim's running condition.
-        set(
-            conditions,
-            Type::Running,
-            False,
-            get(ann::CLONE_ERROR),
-            "Error",
-            now,
-        );
+        (ConditionStatus::False, get(ann::CLONE_ERROR), "Error")
     } else if let Some(v) = anns.get(ann::RUNNING_CONDITION) {
-        match condition_status(v) {
-            True => {
-                set(
-                    conditions,
-                    Type::Running,
-                    True,
-                    running_message,
-                    running_reason,
-                    now,
-                );
-                set(conditions, Type::Ready, False, "", "TransferRunning", now);
-            }
-            False => set(
-                conditions,
-                Type::Running,
-                False,
-                running_message,
-                running_reason,
-                now,
-            ),
-            Unknown => set(
-                conditions,
-                Type::Running,
-                Unknown,
-                running_message,
-                running_reason,
-                now,
-            ),
-        }
+        (condition_status(v), running_message, running_reason)
     } else {
-        set(
-            conditions,
-            Type::Running,
-            False,
-            running_message,
-            running_reason,
-            now,
-        );
+        (ConditionStatus::False, running_message, running_reason)
     }
 }
 
