@@ -679,45 +679,19 @@ pub fn external_status(o: &Observed<'_>, external: External) -> Computed {
 fn computed(o: &Observed<'_>, kind_phase: KindPhase<'_>) -> Computed {
     let current = o.dv.status.clone().unwrap_or_default();
     let mut status = current.clone();
-    let now = Time(o.now);
     let anns = annotations(o.claim);
     let mut events = Vec::new();
     let mut phase = current.phase.clone().unwrap_or(Phase::Other(String::new()));
-    let unset = matches!(&phase, Phase::Other(p) if p.is_empty());
     match o.claim {
         None => {
-            if unset {
+            if matches!(&phase, Phase::Other(p) if p.is_empty()) {
                 phase = Phase::Pending;
             }
         }
         Some(c) if c.metadata.deletion_timestamp.is_none() => {
             status.claim_name = c.metadata.name.clone();
-            let claim_phase = c.status.as_ref().and_then(|s| s.phase.as_deref());
-            let mut event = None;
-            let decided = if o.populated {
-                // Adopted or pre-populated: nothing to fill.
-                matches!(claim_phase, Some("Pending") | Some("Bound"))
-                    .then_some((Phase::Succeeded, None))
-            } else {
-                kind_phase(c, &anns, phase.clone(), unset)
-            };
-            match decided {
-                Some(d) => (phase, event) = d,
-                None => match claim_phase {
-                    Some("Lost") => {
-                        phase = Phase::Failed;
-                        let name = c.metadata.name.clone().unwrap_or_default();
-                        event = Some(Event::warning("ErrClaimLost", format!("PVC {name} lost")));
-                    }
-                    Some(p) if !p.is_empty() => phase = Phase::Unknown,
-                    _ => {}
-                },
-            }
-            // Nothing above decided (a claim and its PVC prime still waiting to be provisioned):
-            // Pending, never no phase at all.
-            if matches!(&phase, Phase::Other(p) if p.is_empty()) {
-                phase = Phase::Pending;
-            }
+            let event;
+            (phase, event) = phase_from_claim(o, c, &anns, kind_phase, phase);
             if let Some(restarts) = anns
                 .get(ann::POD_RESTARTS)
                 .and_then(|r| r.parse::<i32>().ok())
@@ -734,7 +708,67 @@ fn computed(o: &Observed<'_>, kind_phase: KindPhase<'_>) -> Computed {
         }
         Some(_) => {}
     }
-    status.progress = Some(match &phase {
+    status.progress = Some(progress(o, &phase, &anns, current.progress.as_ref()));
+    if status.restart_count.is_none() {
+        status.restart_count = Some(0);
+    }
+    let before = current.conditions.clone().unwrap_or_default();
+    let mut conditions = before.clone();
+    update_conditions(&mut conditions, &phase, o.claim, &anns, &Time(o.now));
+    events.extend(condition_events(&before, &conditions, &phase));
+    status.phase = Some(phase);
+    status.conditions = Some(conditions);
+    Computed { status, events }
+}
+
+/// The phase a claim (not being deleted) gives the DataVolume, and the event of a change: an
+/// adopted claim has nothing to fill, else the kind decides; a lost claim fails, a phase
+/// nobody knows is Unknown, and nothing decided is Pending.
+fn phase_from_claim(
+    o: &Observed<'_>,
+    c: &PersistentVolumeClaim,
+    anns: &BTreeMap<String, String>,
+    kind_phase: KindPhase<'_>,
+    mut phase: Phase,
+) -> (Phase, Option<Event>) {
+    let unset = matches!(&phase, Phase::Other(p) if p.is_empty());
+    let claim_phase = c.status.as_ref().and_then(|s| s.phase.as_deref());
+    let mut event = None;
+    let decided = if o.populated {
+        // Adopted or pre-populated: nothing to fill.
+        matches!(claim_phase, Some("Pending") | Some("Bound")).then_some((Phase::Succeeded, None))
+    } else {
+        kind_phase(c, anns, phase.clone(), unset)
+    };
+    match decided {
+        Some(d) => (phase, event) = d,
+        None => match claim_phase {
+            Some("Lost") => {
+                phase = Phase::Failed;
+                let name = c.metadata.name.clone().unwrap_or_default();
+                event = Some(Event::warning("ErrClaimLost", format!("PVC {name} lost")));
+            }
+            Some(p) if !p.is_empty() => phase = Phase::Unknown,
+            _ => {}
+        },
+    }
+    // Nothing above decided (a claim and its PVC prime still waiting to be provisioned):
+    // Pending, never no phase at all.
+    if matches!(&phase, Phase::Other(p) if p.is_empty()) {
+        phase = Phase::Pending;
+    }
+    (phase, event)
+}
+
+/// The progress shown: whole once succeeded; while in progress what the worker (or the
+/// populator, through the claim) reports, else the last known.
+fn progress(
+    o: &Observed<'_>,
+    phase: &Phase,
+    anns: &BTreeMap<String, String>,
+    last: Option<&String>,
+) -> String {
+    match phase {
         Phase::Succeeded => "100.0%".into(),
         Phase::ImportInProgress | Phase::CloneInProgress => o
             .progress
@@ -745,19 +779,22 @@ fn computed(o: &Observed<'_>, kind_phase: KindPhase<'_>) -> Computed {
                     .then(|| anns.get(ann::POPULATOR_PROGRESS).cloned())
                     .flatten()
             })
-            .or(current.progress.clone())
+            .or(last.cloned())
             .unwrap_or_else(|| "N/A".into()),
-        _ => current.progress.clone().unwrap_or_else(|| "N/A".into()),
-    });
-    if status.restart_count.is_none() {
-        status.restart_count = Some(0);
+        _ => last.cloned().unwrap_or_else(|| "N/A".into()),
     }
-    let before = current.conditions.clone().unwrap_or_default();
-    let mut conditions = before.clone();
-    update_conditions(&mut conditions, &phase, o.claim, &anns, &now);
-    // Bound condition changes are events; so is a stop that says why.
-    if let Some(b) = find(&conditions, Type::Bound) {
-        let old = find(&before, Type::Bound);
+}
+
+/// Bound condition changes are events; so is a stop that says why (Running False while the
+/// work is under way, with a new message).
+fn condition_events(
+    before: &[DataVolumeCondition],
+    conditions: &[DataVolumeCondition],
+    phase: &Phase,
+) -> Vec<Event> {
+    let mut events = Vec::new();
+    if let Some(b) = find(conditions, Type::Bound) {
+        let old = find(before, Type::Bound);
         let changed = old
             .is_none_or(|o| o.status != b.status || o.reason != b.reason || o.message != b.message);
         if changed && let (Some(r), Some(m)) = (&b.reason, &b.message) {
@@ -765,9 +802,9 @@ fn computed(o: &Observed<'_>, kind_phase: KindPhase<'_>) -> Computed {
         }
     }
     if let (Some(ready), Some(bound), Some(running)) = (
-        find(&conditions, Type::Ready),
-        find(&conditions, Type::Bound),
-        find(&conditions, Type::Running),
+        find(conditions, Type::Ready),
+        find(conditions, Type::Bound),
+        find(conditions, Type::Running),
     ) {
         let in_progress = bound.status == ConditionStatus::True
             || matches!(
@@ -778,7 +815,7 @@ fn computed(o: &Observed<'_>, kind_phase: KindPhase<'_>) -> Computed {
                     | Phase::UploadScheduled
                     | Phase::UploadReady
             );
-        let old_message = find(&before, Type::Running).and_then(|c| c.message.clone());
+        let old_message = find(before, Type::Running).and_then(|c| c.message.clone());
         if ready.status == ConditionStatus::False
             && running.status == ConditionStatus::False
             && in_progress
@@ -794,9 +831,7 @@ fn computed(o: &Observed<'_>, kind_phase: KindPhase<'_>) -> Computed {
             events.push(Event::warning(&reason, m.clone()));
         }
     }
-    status.phase = Some(phase);
-    status.conditions = Some(conditions);
-    Computed { status, events }
+    events
 }
 
 #[cfg(test)]
