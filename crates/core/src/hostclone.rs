@@ -360,61 +360,7 @@ pub fn source_pod(
     let claim_ns = claim.metadata.namespace.clone().unwrap_or_default();
     let claim_name = claim.metadata.name.clone().unwrap_or_default();
     let source_uid = source.metadata.uid.clone().unwrap_or_default();
-    let block = volume_mode(source) == crate::size::VolumeMode::Block;
-    let owner_uid = get(&anns, ann::OWNER_UID)
-        .map(str::to_string)
-        .unwrap_or_else(|| import::owner_uid(claim));
-    let mut env = vec![
-        secret_var("CLIENT_KEY", &name, "tls.key"),
-        secret_var("CLIENT_CERT", &name, "tls.crt"),
-        var("SERVER_CA_CERT", server_ca_pem),
-        var(
-            "UPLOAD_URL",
-            crate::upload::server_url(&claim_ns, &claim_name, UPLOAD_PATH),
-        ),
-        var(cdi_api::env::OWNER_UID, owner_uid),
-        var(
-            cdi_api::env::PREALLOCATION,
-            get(&anns, ann::PREALLOCATION_REQUESTED).unwrap_or("false"),
-        ),
-    ];
-    let (mut mounts, mut devices) = (None, None);
-    if block {
-        env.push(var("VOLUME_MODE", "block"));
-        env.push(var("MOUNT_POINT", import::BLOCK_DEVICE));
-        devices = Some(vec![VolumeDevice {
-            name: import::DATA_VOLUME_NAME.into(),
-            device_path: import::BLOCK_DEVICE.into(),
-        }]);
-    } else {
-        env.push(var("VOLUME_MODE", "filesystem"));
-        env.push(var("MOUNT_POINT", SOURCE_MOUNT));
-        mounts = Some(vec![VolumeMount {
-            name: import::DATA_VOLUME_NAME.into(),
-            mount_path: SOURCE_MOUNT.into(),
-            read_only: Some(true),
-            ..Default::default()
-        }]);
-    }
-    let container = Container {
-        name: CONTAINER.into(),
-        image: Some(s.image.clone()),
-        image_pull_policy: Some(s.pull_policy.clone()).filter(|p| !p.is_empty()),
-        args: Some(vec![format!("-v={}", s.verbosity)]),
-        env: Some(env),
-        ports: Some(vec![ContainerPort {
-            name: Some(import::METRICS_PORT_NAME.into()),
-            container_port: import::METRICS_PORT,
-            protocol: Some("TCP".into()),
-            ..Default::default()
-        }]),
-        termination_message_policy: Some("FallbackToLogsOnError".into()),
-        volume_mounts: mounts,
-        volume_devices: devices,
-        resources: s.resources.clone(),
-        security_context: Some(import::worker_security_context()),
-        ..Default::default()
-    };
+    let container = source_container(claim, source, s, server_ca_pem);
     let volumes = vec![Volume {
         name: import::DATA_VOLUME_NAME.into(),
         persistent_volume_claim: Some(PersistentVolumeClaimVolumeSource {
@@ -426,43 +372,11 @@ pub fn source_pod(
     let mut spec = import::worker_pod_spec(claim, s, vec![container], volumes);
     // The source pod goes where the source is, never to the target's node.
     spec.node_name = None;
-    let hostname = "kubernetes.io/hostname".to_string();
-    let rwo_only = source
-        .spec
-        .as_ref()
-        .and_then(|sp| sp.access_modes.as_deref())
-        == Some(&["ReadWriteOnce".to_string()][..]);
-    let mut affinity = spec.affinity.take().unwrap_or_default();
-    let pod_affinity = affinity
-        .pod_affinity
-        .get_or_insert_with(PodAffinity::default);
-    if rwo_only {
-        pod_affinity
-            .required_during_scheduling_ignored_during_execution
-            .get_or_insert_with(Vec::new)
-            .push(PodAffinityTerm {
-                label_selector: Some(expression(SOURCE_CLAIM_UID, &source_uid)),
-                namespaces: Some(vec![source.metadata.namespace.clone().unwrap_or_default()]),
-                topology_key: hostname.clone(),
-                ..Default::default()
-            });
-    }
-    pod_affinity
-        .preferred_during_scheduling_ignored_during_execution
-        .get_or_insert_with(Vec::new)
-        .push(WeightedPodAffinityTerm {
-            weight: 100,
-            pod_affinity_term: PodAffinityTerm {
-                label_selector: Some(expression(
-                    label::UPLOAD_TARGET,
-                    claim.metadata.uid.as_deref().unwrap_or(""),
-                )),
-                namespaces: Some(vec![claim_ns.clone()]),
-                topology_key: hostname,
-                ..Default::default()
-            },
-        });
-    spec.affinity = Some(Affinity { ..affinity });
+    spec.affinity = Some(near_upload_pod(
+        spec.affinity.take().unwrap_or_default(),
+        claim,
+        source,
+    ));
     if !mounts_any(&spec) {
         // fsGroup only matters for a mounted filesystem.
         if let Some(sc) = spec.security_context.as_mut() {
@@ -491,6 +405,120 @@ pub fn source_pod(
         spec: Some(spec),
         status: None,
     }
+}
+
+/// The `cdi cloner` container: where to send the data and with which certificates, for whom,
+/// and the source as the block device or mounted read-only.
+fn source_container(
+    claim: &PersistentVolumeClaim,
+    source: &PersistentVolumeClaim,
+    s: &Settings,
+    server_ca_pem: &str,
+) -> Container {
+    let anns = annotations(claim);
+    let name = source_pod_name(claim);
+    let claim_ns = claim.metadata.namespace.clone().unwrap_or_default();
+    let claim_name = claim.metadata.name.clone().unwrap_or_default();
+    let owner_uid = get(&anns, ann::OWNER_UID)
+        .map(str::to_string)
+        .unwrap_or_else(|| import::owner_uid(claim));
+    let mut env = vec![
+        secret_var("CLIENT_KEY", &name, "tls.key"),
+        secret_var("CLIENT_CERT", &name, "tls.crt"),
+        var("SERVER_CA_CERT", server_ca_pem),
+        var(
+            "UPLOAD_URL",
+            crate::upload::server_url(&claim_ns, &claim_name, UPLOAD_PATH),
+        ),
+        var(cdi_api::env::OWNER_UID, owner_uid),
+        var(
+            cdi_api::env::PREALLOCATION,
+            get(&anns, ann::PREALLOCATION_REQUESTED).unwrap_or("false"),
+        ),
+    ];
+    let (mut mounts, mut devices) = (None, None);
+    if volume_mode(source) == crate::size::VolumeMode::Block {
+        env.push(var("VOLUME_MODE", "block"));
+        env.push(var("MOUNT_POINT", import::BLOCK_DEVICE));
+        devices = Some(vec![VolumeDevice {
+            name: import::DATA_VOLUME_NAME.into(),
+            device_path: import::BLOCK_DEVICE.into(),
+        }]);
+    } else {
+        env.push(var("VOLUME_MODE", "filesystem"));
+        env.push(var("MOUNT_POINT", SOURCE_MOUNT));
+        mounts = Some(vec![VolumeMount {
+            name: import::DATA_VOLUME_NAME.into(),
+            mount_path: SOURCE_MOUNT.into(),
+            read_only: Some(true),
+            ..Default::default()
+        }]);
+    }
+    Container {
+        name: CONTAINER.into(),
+        image: Some(s.image.clone()),
+        image_pull_policy: Some(s.pull_policy.clone()).filter(|p| !p.is_empty()),
+        args: Some(vec![format!("-v={}", s.verbosity)]),
+        env: Some(env),
+        ports: Some(vec![ContainerPort {
+            name: Some(import::METRICS_PORT_NAME.into()),
+            container_port: import::METRICS_PORT,
+            protocol: Some("TCP".into()),
+            ..Default::default()
+        }]),
+        termination_message_policy: Some("FallbackToLogsOnError".into()),
+        volume_mounts: mounts,
+        volume_devices: devices,
+        resources: s.resources.clone(),
+        security_context: Some(import::worker_security_context()),
+        ..Default::default()
+    }
+}
+
+/// `affinity` with the source pod preferring the upload pod's node, and, for a source only
+/// ReadWriteOnce, required on the node of the other source pods of the same source.
+fn near_upload_pod(
+    mut affinity: Affinity,
+    claim: &PersistentVolumeClaim,
+    source: &PersistentVolumeClaim,
+) -> Affinity {
+    let hostname = "kubernetes.io/hostname".to_string();
+    let source_uid = source.metadata.uid.clone().unwrap_or_default();
+    let rwo_only = source
+        .spec
+        .as_ref()
+        .and_then(|sp| sp.access_modes.as_deref())
+        == Some(&["ReadWriteOnce".to_string()][..]);
+    let pod_affinity = affinity
+        .pod_affinity
+        .get_or_insert_with(PodAffinity::default);
+    if rwo_only {
+        pod_affinity
+            .required_during_scheduling_ignored_during_execution
+            .get_or_insert_with(Vec::new)
+            .push(PodAffinityTerm {
+                label_selector: Some(expression(SOURCE_CLAIM_UID, &source_uid)),
+                namespaces: Some(vec![source.metadata.namespace.clone().unwrap_or_default()]),
+                topology_key: hostname.clone(),
+                ..Default::default()
+            });
+    }
+    pod_affinity
+        .preferred_during_scheduling_ignored_during_execution
+        .get_or_insert_with(Vec::new)
+        .push(WeightedPodAffinityTerm {
+            weight: 100,
+            pod_affinity_term: PodAffinityTerm {
+                label_selector: Some(expression(
+                    label::UPLOAD_TARGET,
+                    claim.metadata.uid.as_deref().unwrap_or(""),
+                )),
+                namespaces: Some(vec![claim.metadata.namespace.clone().unwrap_or_default()]),
+                topology_key: hostname,
+                ..Default::default()
+            },
+        });
+    affinity
 }
 
 fn mounts_any(spec: &k8s_openapi::api::core::v1::PodSpec) -> bool {
