@@ -361,7 +361,7 @@ fn running(anns: &BTreeMap<String, String>) -> (ConditionStatus, &str, &str) {
             "Importer pod cannot be scheduled",
             "Unschedulable",
         )
-    } else if get(ann::CLONE_PHASE) == crate::clonepop::phase::ERROR {
+    } else if get(ann::CLONE_PHASE) == crate::clone::populator::phase::ERROR {
         // The clone populator stopped for good (a target too small, a refused token): its
         // phase keeps the DataVolume's, so the reason is said here, as upstream's populator
         // writes cloneError as the claim's running condition.

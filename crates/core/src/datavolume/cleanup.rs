@@ -33,7 +33,7 @@ pub(super) fn finished(
     status: &Computed,
 ) -> Vec<Leftover> {
     let mut delete = kind.finished(s.dv, claim, status);
-    if crate::hostclone::is_done(claim) {
+    if crate::clone::host::is_done(claim) {
         delete.extend(
             s.leftovers
                 .iter()

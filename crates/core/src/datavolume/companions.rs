@@ -162,7 +162,7 @@ pub fn snapshot_fallback_claim(
             format!("{own_ns}/{}", dv.metadata.name.as_deref().unwrap_or("")),
         );
     }
-    crate::hostclone::restored_claim(
+    crate::clone::host::restored_claim(
         meta,
         &snapshot.1,
         class,

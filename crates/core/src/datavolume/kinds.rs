@@ -132,10 +132,9 @@ impl Kind for Clone {
 
     fn status(&self, o: &Observed<'_>, s: &Snapshot<'_>) -> Computed {
         // A source gone before the clone read it: the status says the clone waits for it.
-        let waiting = o
-            .claim
-            .filter(|_| !o.populated)
-            .and_then(|c| crate::clonewait::waiting_for_source(o.dv, c, s.clone_source.is_some()));
+        let waiting = o.claim.filter(|_| !o.populated).and_then(|c| {
+            crate::clone::wait::waiting_for_source(o.dv, c, s.clone_source.is_some())
+        });
         match &waiting {
             Some(claim) => dvstatus::clone_status(&Observed {
                 claim: Some(claim),

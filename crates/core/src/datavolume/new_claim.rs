@@ -103,7 +103,7 @@ fn source_claim<'a>(
         Some(source) => Continue(source),
         None => {
             let refusal =
-                crate::clonewait::source_missing(s.dv, (src_ns.as_str(), src_name.as_str()));
+                crate::clone::wait::source_missing(s.dv, (src_ns.as_str(), src_name.as_str()));
             // A claim made in another namespace wakes nothing here.
             Break(Plan::refused(
                 s.dv,
@@ -174,7 +174,7 @@ fn ready_snapshot(
             ),
         ));
     };
-    match crate::clonepop::restore_size(snapshot) {
+    match crate::clone::populator::restore_size(snapshot) {
         Some(size) if snapshot["status"]["readyToUse"] == true => Continue(size),
         _ => Break(waiting(
             "SnapshotNotReady",
@@ -222,10 +222,10 @@ fn clone_refusal(
     source: Option<&PersistentVolumeClaim>,
     claim: &PersistentVolumeClaim,
 ) -> Option<Plan> {
-    let why = crate::hostclone::validate_with(source?, claim, s.config).err()?;
+    let why = crate::clone::host::validate_with(source?, claim, s.config).err()?;
     let refusal = Refusal {
         reason: "CloneValidationFailed",
-        message: format!("{}: {why}", crate::hostclone::VALIDATION_FAILED),
+        message: format!("{}: {why}", crate::clone::host::VALIDATION_FAILED),
     };
     // A source elsewhere wakes nothing here.
     Some(Plan::refused(
@@ -247,14 +247,14 @@ fn restore_for_copy(
 ) -> ControlFlow<Plan, PersistentVolumeClaim> {
     let dv = s.dv;
     let driver = s.clone_snapshot_driver.unwrap_or("");
-    let Some(class) = crate::hostclone::restore_class(s.classes, driver) else {
+    let Some(class) = crate::clone::host::restore_class(s.classes, driver) else {
         let refusal = Refusal {
             reason: "CloneValidationFailed",
             message: format!(
                 "DataVolume {}/{}: no StorageClass of the CSI driver {} of VolumeSnapshot {}/{} to restore it into for a copy; create one",
                 dv.metadata.namespace.as_deref().unwrap_or(""),
                 dv.metadata.name.as_deref().unwrap_or(""),
-                crate::hostclone::driver_name(driver),
+                crate::clone::host::driver_name(driver),
                 snapshot.0,
                 snapshot.1
             ),

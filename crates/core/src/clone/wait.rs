@@ -7,7 +7,7 @@ use cdi_api::ann;
 use cdi_api::datavolume::DataVolume;
 use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 
-use crate::clonepop::phase;
+use crate::clone::populator::phase;
 use crate::source::Refusal;
 
 /// Upstream's reason for a clone whose source does not exist.

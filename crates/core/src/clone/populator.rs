@@ -103,7 +103,7 @@ pub fn tmp_source_claim(
         ..Default::default()
     };
     let target_mode = target.spec.as_ref().and_then(|s| s.volume_mode.clone());
-    crate::hostclone::restored_claim(
+    crate::clone::host::restored_claim(
         meta,
         &source.spec.source.name,
         class,
@@ -508,7 +508,7 @@ mod tests {
             Some("tmp-source-pvc-t-uid")
         );
         assert_eq!(restored.metadata.namespace.as_deref(), Some("vms"));
-        assert!(crate::hostclone::restored_for_copy(&restored).is_some());
+        assert!(crate::clone::host::restored_for_copy(&restored).is_some());
         let spec = restored.spec.unwrap();
         assert_eq!(spec.volume_mode.as_deref(), Some("Filesystem"));
         assert_eq!(spec.storage_class_name.as_deref(), Some("csi"));
