@@ -6,9 +6,9 @@
 //! the populator), upload and external population today; clone and snapshot are more kinds, not
 //! branches of these.
 //!
-//! [`decide`] reads as its steps, one file each: [`refused`] (stop before any claim),
-//! [`new_claim`] or [`existing_claim`] (plan the claim), the kind's status, [`cleanup`] (what
-//! goes, the finalizer) and [`consumer`] (the first-consumer pod). What goes in is
+//! [`decide`] reads as its steps, one file each: `refused` (stop before any claim),
+//! `new_claim` or `existing_claim` (plan the claim), the kind's status, `cleanup` (what
+//! goes, the finalizer) and `consumer` (the first-consumer pod). What goes in is
 //! [`Snapshot`], what comes out is [`Plan`]; [`refs`] holds what a DataVolume names, shared
 //! with the status, clone and first-consumer modules.
 

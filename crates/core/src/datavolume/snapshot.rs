@@ -42,9 +42,10 @@ pub struct Snapshot<'a> {
     pub clone_snapshot: Option<&'a serde_json::Value>,
     /// The CSI driver that took that snapshot (its VolumeSnapshotContent's), when known.
     pub clone_snapshot_driver: Option<&'a str>,
-    /// Objects made for this DataVolume outside what it owns (see [`made_for`]): the claim a
-    /// snapshot was restored into for a copy, whenever it exists; while the DataVolume holds
-    /// its finalizer and is being deleted or succeeded, also its VolumeCloneSource.
+    /// Objects made for this DataVolume outside what it owns (see
+    /// [`made_for`](super::refs::made_for)): the claim a snapshot was restored into for a copy,
+    /// whenever it exists; while the DataVolume holds its finalizer and is being deleted or
+    /// succeeded, also its VolumeCloneSource.
     pub leftovers: &'a [Leftover],
     /// The image worker pods run (the first consumer's too).
     pub worker_image: &'a str,

@@ -3,9 +3,9 @@
 //! resource (each component's ServiceAccount, least-privilege RBAC, Service and Deployment), and
 //! the resource's status from what it observes. Pure: `cdi operator` applies and writes.
 //!
-//! One file per part: [`names`], [`release`], [`operator`] (its own manifests),
-//! [`components`] (what it keeps, from [`rbac`] and [`deployments`]), [`crds`] (and the
-//! optional objects their presence adds), [`status`], [`uninstall`] (leftovers).
+//! One file per part: `names`, `release`, `operator` (its own manifests),
+//! `components` (what it keeps, from `rbac` and `deployments`), `crds` (and the
+//! optional objects their presence adds), `status`, `uninstall` (leftovers).
 
 mod components;
 mod crds;
