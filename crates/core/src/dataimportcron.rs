@@ -85,8 +85,6 @@ fn parse_time(text: &str) -> Option<Timestamp> {
     text.parse().ok()
 }
 
-/// Whether this pass polls the source: the cron has a schedule, and its next time is unset
-/// (a new cron polls at once), unreadable, or past.
 /// The prefix of a claim source's "digest": its uid (upstream's).
 pub const UID_PREFIX: &str = "uid:";
 
@@ -126,6 +124,8 @@ pub fn claim_source(cron: &DataImportCron) -> Option<(String, String)> {
     Some((ns, pvc.name.clone()))
 }
 
+/// Whether this pass polls the source: the cron has a schedule, and its next time is unset
+/// (a new cron polls at once), unreadable, or past.
 pub fn poll_due(cron: &DataImportCron, now: Timestamp) -> bool {
     matches!(schedule(cron), Ok(Some(_)))
         && annotation(cron, NEXT_CRON_TIME)
@@ -384,163 +384,252 @@ fn last_use(claim: &PersistentVolumeClaim) -> String {
         .unwrap_or_default()
 }
 
-/// Decide one pass.
+/// Decide one pass: follow the schedule, follow a change of class, see where the current
+/// import stands (and record its success), keep the DataSource on the last good import, start
+/// a new import when the digest moved, and say whether the cron is up to date.
 pub fn decide(o: &Observed) -> Plan {
-    let cron = o.cron;
-    let now = o.now;
-    let mut plan = Plan {
-        status: cron.status.clone().unwrap_or_default(),
-        ..Default::default()
-    };
-    let mut conditions = plan.status.conditions.take().unwrap_or_default();
-    let holder = ownership::holder(cron, o.data_source, o.other_manager.as_deref());
+    let holder = ownership::holder(o.cron, o.data_source, o.other_manager.as_deref());
     // Another cron's DataSource: this cron does nothing else (upstream skips the pass) but
     // says so, on the cron as well as in an event.
     if let Some(h @ ownership::Holder::Cron(_)) = &holder {
-        let (reason, message) = ownership::conflict(cron, h);
-        set_condition(
-            &mut conditions,
-            DataImportCronConditionType::UpToDate,
-            ConditionStatus::False,
-            reason,
-            &message,
-            now,
-        );
-        ownership::warn(&mut plan, (reason, message));
-        plan.status.conditions = Some(conditions);
-        plan.outdated = (true, false);
-        return plan;
+        return held_by_another_cron(o, h);
     }
-    let mut imports = plan.status.current_imports.take().unwrap_or_default();
+    let mut pass = Pass::new(o);
+    pass.follow_schedule();
+    if pass.class_changed() {
+        return pass.stopped();
+    }
+    let current = pass.imports.first().cloned();
+    let succeeded = current.as_ref().is_some_and(|c| pass.import_succeeded(c));
+    if succeeded && let Some(c) = &current {
+        pass.record_success(c);
+    }
+    // The managed DataSource names the last successful import.
+    pass.plan.data_source = data_source_change(o.cron, o.data_source, &pass.plan.status, o.format);
+    let up = pass.next_import(succeeded);
+    pass.finish(up, holder)
+}
 
-    // The schedule: poll at once when new, then at each time it names.
-    let mut poll_error = None;
-    let mut desired = annotation(cron, DESIRED_DIGEST).unwrap_or("").to_string();
-    match schedule(cron) {
-        Err(e) => poll_error = Some(e),
-        Ok(None) => {}
-        Ok(Some(s)) => {
-            match &o.poll {
-                Poll::Digest(d) => {
-                    plan.annotations
-                        .insert(LAST_CRON_TIME.into(), Some(now.to_string()));
-                    if *d != desired {
-                        plan.annotations
-                            .insert(DESIRED_DIGEST.into(), Some(d.clone()));
-                        desired = d.clone();
-                    }
-                }
-                Poll::Failed(e) => poll_error = Some(format!("Failed to get image digest: {e}")),
-                // The last poll's failure stands until a poll succeeds.
-                Poll::NotDue => {
-                    poll_error = conditions
-                        .iter()
-                        .find(|c| {
-                            c.type_ == DataImportCronConditionType::UpToDate
-                                && c.reason.as_deref() == Some(POLL_FAILED)
-                        })
-                        .and_then(|c| c.message.clone())
+/// The pass when the managed DataSource is another cron's: only `UpToDate` says so, with a
+/// warning.
+fn held_by_another_cron(o: &Observed, holder: &ownership::Holder) -> Plan {
+    let mut plan = Plan {
+        status: o.cron.status.clone().unwrap_or_default(),
+        ..Default::default()
+    };
+    let mut conditions = plan.status.conditions.take().unwrap_or_default();
+    let (reason, message) = ownership::conflict(o.cron, holder);
+    set_condition(
+        &mut conditions,
+        DataImportCronConditionType::UpToDate,
+        ConditionStatus::False,
+        reason,
+        &message,
+        o.now,
+    );
+    ownership::warn(&mut plan, (reason, message));
+    plan.status.conditions = Some(conditions);
+    plan.outdated = (true, false);
+    plan
+}
+
+/// One pass in the making: the plan, and the parts of the status it changes before they go
+/// back into it.
+struct Pass<'a> {
+    o: &'a Observed<'a>,
+    plan: Plan,
+    conditions: Vec<DataImportCronCondition>,
+    imports: Vec<ImportStatus>,
+    /// The digest to import: the cron's, or the one just polled.
+    desired: String,
+    /// Why the source cannot be polled (it stands until a poll succeeds).
+    poll_error: Option<String>,
+}
+
+impl<'a> Pass<'a> {
+    fn new(o: &'a Observed<'a>) -> Pass<'a> {
+        let mut plan = Plan {
+            status: o.cron.status.clone().unwrap_or_default(),
+            ..Default::default()
+        };
+        let conditions = plan.status.conditions.take().unwrap_or_default();
+        let imports = plan.status.current_imports.take().unwrap_or_default();
+        Pass {
+            o,
+            plan,
+            conditions,
+            imports,
+            desired: annotation(o.cron, DESIRED_DIGEST).unwrap_or("").to_string(),
+            poll_error: None,
+        }
+    }
+
+    fn condition(
+        &mut self,
+        type_: DataImportCronConditionType,
+        status: ConditionStatus,
+        reason: &str,
+        message: &str,
+    ) {
+        set_condition(
+            &mut self.conditions,
+            type_,
+            status,
+            reason,
+            message,
+            self.o.now,
+        );
+    }
+
+    /// Look again no later than `wait` from now.
+    fn wake_within(&mut self, wait: Duration) {
+        self.plan.requeue_after = Some(self.plan.requeue_after.map_or(wait, |r| r.min(wait)));
+    }
+
+    /// The schedule: poll at once when new, then at each time it names.
+    fn follow_schedule(&mut self) {
+        let (cron, now) = (self.o.cron, self.o.now);
+        let schedule = match schedule(cron) {
+            Err(e) => {
+                self.poll_error = Some(e);
+                return;
+            }
+            Ok(None) => return,
+            Ok(Some(s)) => s,
+        };
+        self.take_poll();
+        let next = match (
+            &self.o.poll,
+            annotation(cron, NEXT_CRON_TIME).and_then(parse_time),
+        ) {
+            (Poll::NotDue, Some(next)) if next > now => Some(next),
+            _ => next_time(&schedule, now),
+        };
+        if let Some(next) = next {
+            let text = next.to_string();
+            if annotation(cron, NEXT_CRON_TIME) != Some(text.as_str()) {
+                self.plan
+                    .annotations
+                    .insert(NEXT_CRON_TIME.into(), Some(text));
+            }
+            let wait = next.duration_since(now).as_secs_f64().max(1.0);
+            self.plan.requeue_after = Some(Duration::from_secs_f64(wait));
+        }
+    }
+
+    /// What this pass's poll gave: a digest (recorded), or why there is none.
+    fn take_poll(&mut self) {
+        match &self.o.poll {
+            Poll::Digest(d) => {
+                self.plan
+                    .annotations
+                    .insert(LAST_CRON_TIME.into(), Some(self.o.now.to_string()));
+                if *d != self.desired {
+                    self.plan
+                        .annotations
+                        .insert(DESIRED_DIGEST.into(), Some(d.clone()));
+                    self.desired = d.clone();
                 }
             }
-            let next = match (
-                &o.poll,
-                annotation(cron, NEXT_CRON_TIME).and_then(parse_time),
-            ) {
-                (Poll::NotDue, Some(next)) if next > now => Some(next),
-                _ => next_time(&s, now),
-            };
-            if let Some(next) = next {
-                let text = next.to_string();
-                if annotation(cron, NEXT_CRON_TIME) != Some(text.as_str()) {
-                    plan.annotations.insert(NEXT_CRON_TIME.into(), Some(text));
-                }
-                let wait = next.duration_since(now).as_secs_f64().max(1.0);
-                plan.requeue_after = Some(Duration::from_secs_f64(wait));
+            Poll::Failed(e) => self.poll_error = Some(format!("Failed to get image digest: {e}")),
+            // The last poll's failure stands until a poll succeeds.
+            Poll::NotDue => {
+                self.poll_error = self
+                    .conditions
+                    .iter()
+                    .find(|c| {
+                        c.type_ == DataImportCronConditionType::UpToDate
+                            && c.reason.as_deref() == Some(POLL_FAILED)
+                    })
+                    .and_then(|c| c.message.clone())
             }
         }
     }
 
-    // The class imports go to changed (the template's, or the default): the current import on
-    // the old class goes first, then the class is recorded and the image imported anew
-    // (upstream's). A claim of the cron's still pending on another class just goes.
-    if let Some(desired_class) = &o.class {
+    /// The class imports go to changed (the template's, or the default): the current import on
+    /// the old class goes first, then the class is recorded and the image imported anew
+    /// (upstream's). A claim of the cron's still pending on another class just goes. True
+    /// when something goes: the pass stops there.
+    fn class_changed(&mut self) -> bool {
+        let o = self.o;
+        let Some(desired_class) = &o.class else {
+            return false;
+        };
         let claim_class =
             |c: &PersistentVolumeClaim| c.spec.as_ref().and_then(|s| s.storage_class_name.clone());
-        let cron_name = cron.metadata.name.as_deref().unwrap_or("");
+        let cron_name = o.cron.metadata.name.as_deref().unwrap_or("");
         if let Some(claim) = o.claim.filter(|c| {
             c.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Pending")
                 && made_by(c.metadata.labels.as_ref(), cron_name)
                 && claim_class(c).is_some_and(|sc| sc != *desired_class)
         }) {
-            plan.delete
+            self.plan
+                .delete
                 .push(claim.metadata.name.clone().unwrap_or_default());
-            plan.requeue_after = Some(Duration::from_secs(1));
-            plan.status.conditions = Some(conditions);
-            plan.status.current_imports = Some(imports);
-            return plan;
+            self.plan.requeue_after = Some(Duration::from_secs(1));
+            return true;
         }
-        match annotation(cron, STORAGE_CLASS) {
+        match annotation(o.cron, STORAGE_CLASS) {
             Some(recorded) if recorded != desired_class => {
-                let old = imports.first().map(|i| i.data_volume_name.clone());
+                let old = self.imports.first().map(|i| i.data_volume_name.clone());
                 if let Some(old) =
                     old.filter(|_| o.dv.is_some() || o.claim.is_some() || o.snapshot.is_some())
                 {
                     if o.dv.is_some() || o.claim.is_some() {
-                        plan.delete.push(old.clone());
+                        self.plan.delete.push(old.clone());
                     }
                     if o.snapshot.is_some() {
-                        plan.delete_snapshots.push(old);
+                        self.plan.delete_snapshots.push(old);
                     }
-                    plan.requeue_after = Some(Duration::from_secs(1));
-                    plan.status.conditions = Some(conditions);
-                    plan.status.current_imports = Some(imports);
-                    return plan;
+                    self.plan.requeue_after = Some(Duration::from_secs(1));
+                    return true;
                 }
-                plan.annotations
+                self.plan
+                    .annotations
                     .insert(STORAGE_CLASS.into(), Some(desired_class.clone()));
             }
             Some(_) => {}
             None => {
-                plan.annotations
+                self.plan
+                    .annotations
                     .insert(STORAGE_CLASS.into(), Some(desired_class.clone()));
             }
         }
+        false
     }
 
-    // Where the current import stands.
-    let current = imports.first().cloned();
-    let mut succeeded = false;
-    let snapshots_wanted = o.format == DataImportCronSourceFormat::Snapshot;
-    if current.is_some() {
-        let progressing = |c: &mut Vec<_>, status, reason: &str, message: &str| {
-            set_condition(
-                c,
-                DataImportCronConditionType::Progressing,
-                status,
-                reason,
-                message,
-                now,
-            )
-        };
+    /// The plan of a pass that stops once something is deleted for a change of class.
+    fn stopped(mut self) -> Plan {
+        self.plan.status.conditions = Some(self.conditions);
+        self.plan.status.current_imports = Some(self.imports);
+        self.plan
+    }
+
+    /// Where the current import stands: whether it succeeded, else what `Progressing` says;
+    /// an import that is gone is forgotten, to be imported again.
+    fn import_succeeded(&mut self, current: &ImportStatus) -> bool {
+        let o = self.o;
+        let snapshots_wanted = o.format == DataImportCronSourceFormat::Snapshot;
+        let progressing = DataImportCronConditionType::Progressing;
         match (o.dv, o.claim) {
             (Some(dv), _) => match dv_phase(dv) {
-                Some(DataVolumePhase::Succeeded) => succeeded = true,
-                Some(DataVolumePhase::ImportScheduled) => progressing(
-                    &mut conditions,
+                Some(DataVolumePhase::Succeeded) => return true,
+                Some(DataVolumePhase::ImportScheduled) => self.condition(
+                    progressing,
                     ConditionStatus::False,
                     "ImportScheduled",
                     "Import is scheduled",
                 ),
-                Some(DataVolumePhase::ImportInProgress) => progressing(
-                    &mut conditions,
+                Some(DataVolumePhase::ImportInProgress) => self.condition(
+                    progressing,
                     ConditionStatus::True,
                     "ImportProgressing",
                     "Import is progressing",
                 ),
                 phase => {
                     let phase = phase.map(|p| p.as_str().to_string()).unwrap_or_default();
-                    progressing(
-                        &mut conditions,
+                    self.condition(
+                        progressing,
                         ConditionStatus::False,
                         &phase,
                         &format!("Import DataVolume phase {phase}"),
@@ -560,190 +649,203 @@ pub fn decide(o: &Observed) -> Plan {
                         .and_then(|a| a.get(cdi_api::ann::POD_PHASE))
                         .is_none_or(|p| p != "Failed") =>
             {
-                succeeded = true
+                return true;
             }
             // Only the snapshot of an import is left: it is the import.
-            (None, None) if o.snapshot.is_some() && snapshots_wanted => succeeded = true,
+            (None, None) if o.snapshot.is_some() && snapshots_wanted => return true,
             // Snapshots no longer wanted: the image is imported again as a claim.
             (None, None) if o.snapshot.is_some() => {
-                if let Some(c) = &current {
-                    plan.delete_snapshots.push(c.data_volume_name.clone());
-                }
-                imports.clear();
+                self.plan
+                    .delete_snapshots
+                    .push(current.data_volume_name.clone());
+                self.imports.clear();
             }
             _ => {
                 // The import is gone: imported again below.
-                imports.clear();
-                progressing(
-                    &mut conditions,
+                self.imports.clear();
+                self.condition(
+                    progressing,
                     ConditionStatus::False,
                     "NoImport",
                     "No current import",
                 );
             }
         }
+        false
     }
-    if succeeded && let Some(c) = &current {
-        let ns = cron.metadata.namespace.clone().unwrap_or_default();
+
+    /// The current import succeeded: it is the last import, in use now; what is beyond
+    /// `importsToKeep` goes; with the snapshot format, it is snapshotted and the claim goes
+    /// once the snapshot is ready.
+    fn record_success(&mut self, c: &ImportStatus) {
+        let o = self.o;
+        let ns = o.cron.metadata.namespace.clone().unwrap_or_default();
         let last = DataVolumeSourcePvc {
             namespace: ns,
             name: c.data_volume_name.clone(),
         };
-        if plan.status.last_imported_pvc.as_ref() != Some(&last) {
-            plan.status.last_import_timestamp = Some(time(now));
-            plan.status.last_imported_pvc = Some(last);
+        if self.plan.status.last_imported_pvc.as_ref() != Some(&last) {
+            self.plan.status.last_import_timestamp = Some(time(o.now));
+            self.plan.status.last_imported_pvc = Some(last);
         }
-        plan.touch = Some(c.data_volume_name.clone());
-        set_condition(
-            &mut conditions,
+        self.plan.touch = Some(c.data_volume_name.clone());
+        self.condition(
             DataImportCronConditionType::Progressing,
             ConditionStatus::False,
             "NoImport",
             "No current import",
-            now,
         );
-        plan.delete = garbage(o, &c.data_volume_name);
-        if snapshots_wanted {
-            plan.delete_snapshots
+        self.plan.delete = garbage(o, &c.data_volume_name);
+        if o.format == DataImportCronSourceFormat::Snapshot {
+            self.plan
+                .delete_snapshots
                 .extend(garbage_snapshots(o, &c.data_volume_name));
             match o.snapshot {
                 // Taken of the claim, which goes once the snapshot is ready (upstream's).
-                None => plan.create_snapshot = Some(snapshot_of(o, &c.data_volume_name)),
+                None => self.plan.create_snapshot = Some(snapshot_of(o, &c.data_volume_name)),
                 Some(true) if o.dv.is_some() || o.claim.is_some() => {
-                    plan.delete.push(c.data_volume_name.clone())
+                    self.plan.delete.push(c.data_volume_name.clone())
                 }
                 _ => {}
             }
         }
     }
-    let snapshot_ready = o.snapshot == Some(true);
 
-    // The managed DataSource names the last successful import.
-    plan.data_source = data_source_change(cron, o.data_source, &plan.status, o.format);
-
-    // A new digest is imported once the current import is done (never in its middle).
-    // `UpToDate` is set once, below: set here and then overridden, its times would move each
-    // pass.
-    let up: (ConditionStatus, &str, String);
-    let digest_updated = !desired.is_empty() && imports.first().is_none_or(|i| i.digest != desired);
-    if digest_updated {
-        up = (
-            ConditionStatus::False,
-            "Outdated",
-            "Source digest updated since last import".into(),
-        );
-        let mut restart = false;
-        if let Some(dv) = o.dv.filter(|dv| erroneous(dv))
-            && !imports.is_empty()
-        {
-            plan.delete
-                .push(dv.metadata.name.clone().unwrap_or_default());
-            imports.clear();
-            restart = true;
+    /// A new digest is imported once the current import is done (never in its middle); what
+    /// `UpToDate` says of where the imports stand.
+    fn next_import(&mut self, succeeded: bool) -> (ConditionStatus, &'static str, String) {
+        let snapshots_wanted = self.o.format == DataImportCronSourceFormat::Snapshot;
+        let snapshot_ready = self.o.snapshot == Some(true);
+        let digest_updated = !self.desired.is_empty()
+            && self
+                .imports
+                .first()
+                .is_none_or(|i| i.digest != self.desired);
+        if digest_updated {
+            self.import_new_digest(succeeded);
+            (
+                ConditionStatus::False,
+                "Outdated",
+                "Source digest updated since last import".into(),
+            )
+        } else if succeeded && snapshots_wanted && !snapshot_ready {
+            // Nothing wakes the cron when a snapshot becomes ready (upstream's either).
+            self.wake_within(SNAPSHOT_WAIT);
+            (
+                ConditionStatus::False,
+                "ImportProgressing",
+                "Snapshot of imported data is progressing".into(),
+            )
+        } else if succeeded {
+            self.plan.status.source_format = Some(self.o.format);
+            (
+                ConditionStatus::True,
+                "UpToDate",
+                "Latest import is up to date".into(),
+            )
+        } else if !self.imports.is_empty() {
+            (
+                ConditionStatus::False,
+                "ImportProgressing",
+                "Import is progressing".into(),
+            )
+        } else {
+            (
+                ConditionStatus::False,
+                "NoDigest",
+                "No source digest".into(),
+            )
         }
-        if !restart && (succeeded || imports.is_empty()) {
-            match import_name(cron, &desired) {
-                // Upstream's AuthorizeSA: the cron's ServiceAccount must be allowed to clone.
-                Some(_) if o.clone_denied.is_some() => {
-                    set_condition(
-                        &mut conditions,
-                        DataImportCronConditionType::Progressing,
-                        ConditionStatus::False,
-                        NOT_AUTHORIZED,
-                        "Not authorized to create DataVolume",
-                        now,
-                    );
-                    plan.requeue_after = Some(
-                        plan.requeue_after
-                            .map_or(AUTHORIZATION_WAIT, |r| r.min(AUTHORIZATION_WAIT)),
-                    );
-                }
-                Some(name) => {
-                    plan.create_dv = Some(import_dv(cron, &name, &desired, now));
-                    imports = vec![ImportStatus {
-                        data_volume_name: name,
-                        digest: desired.clone(),
-                    }];
-                }
-                None => {
-                    poll_error = Some(format!(
-                        "the source digest {desired:?} is not sha256:<hex> (or uid:<uid> for a claim); it is what {DESIRED_DIGEST} says"
-                    ))
-                }
+    }
+
+    /// The digest moved: an import that failed the way a new digest may mend goes; once the
+    /// current import is done (or there is none), the new digest is imported, if the cron's
+    /// ServiceAccount may.
+    fn import_new_digest(&mut self, succeeded: bool) {
+        let o = self.o;
+        if let Some(dv) = o.dv.filter(|dv| erroneous(dv))
+            && !self.imports.is_empty()
+        {
+            self.plan
+                .delete
+                .push(dv.metadata.name.clone().unwrap_or_default());
+            self.imports.clear();
+            return;
+        }
+        if !succeeded && !self.imports.is_empty() {
+            return;
+        }
+        let desired = self.desired.clone();
+        match import_name(o.cron, &desired) {
+            // Upstream's AuthorizeSA: the cron's ServiceAccount must be allowed to clone.
+            Some(_) if o.clone_denied.is_some() => {
+                self.condition(
+                    DataImportCronConditionType::Progressing,
+                    ConditionStatus::False,
+                    NOT_AUTHORIZED,
+                    "Not authorized to create DataVolume",
+                );
+                self.wake_within(AUTHORIZATION_WAIT);
+            }
+            Some(name) => {
+                self.plan.create_dv = Some(import_dv(o.cron, &name, &desired, o.now));
+                self.imports = vec![ImportStatus {
+                    data_volume_name: name,
+                    digest: desired,
+                }];
+            }
+            None => {
+                self.poll_error = Some(format!(
+                    "the source digest {desired:?} is not sha256:<hex> (or uid:<uid> for a claim); it is what {DESIRED_DIGEST} says"
+                ))
             }
         }
-    } else if succeeded && snapshots_wanted && !snapshot_ready {
-        up = (
-            ConditionStatus::False,
-            "ImportProgressing",
-            "Snapshot of imported data is progressing".into(),
-        );
-        // Nothing wakes the cron when a snapshot becomes ready (upstream's either).
-        plan.requeue_after = Some(
-            plan.requeue_after
-                .map_or(SNAPSHOT_WAIT, |r| r.min(SNAPSHOT_WAIT)),
-        );
-    } else if succeeded {
-        up = (
-            ConditionStatus::True,
-            "UpToDate",
-            "Latest import is up to date".into(),
-        );
-        plan.status.source_format = Some(o.format);
-    } else if !imports.is_empty() {
-        up = (
-            ConditionStatus::False,
-            "ImportProgressing",
-            "Import is progressing".into(),
-        );
-    } else {
-        up = (
-            ConditionStatus::False,
-            "NoDigest",
-            "No source digest".into(),
-        );
     }
-    // A DataSource not the cron's (unlabelled, or labelled for a cron that no longer names
-    // it): the imports go on as upstream's do, but VMs get what the DataSource names, so the
-    // cron is not up to date, and an event says why.
-    let conflict = holder.as_ref().map(|h| ownership::conflict(cron, h));
-    let up = match (poll_error, &conflict) {
-        // A source that cannot be polled (beyond upstream, whose poller job just fails): the
-        // cron says why, and the next scheduled time tries again. It stands until a poll
-        // succeeds, so it keeps the condition; the event says the conflict meanwhile.
-        (Some(e), _) => (ConditionStatus::False, POLL_FAILED, e),
-        (None, Some((reason, message))) => (ConditionStatus::False, *reason, message.clone()),
-        (None, None) => up,
-    };
-    set_condition(
-        &mut conditions,
-        DataImportCronConditionType::UpToDate,
-        up.0,
-        up.1,
-        &up.2,
-        now,
-    );
-    let up_to_date = up.0 == ConditionStatus::True;
-    if let Some(conflict) = conflict {
-        ownership::warn(&mut plan, conflict);
+
+    /// `UpToDate` (a poll error, or a DataSource not the cron's, says more than where the
+    /// imports stand), the last poll's time, the imports, and whether the cron is outdated.
+    fn finish(
+        mut self,
+        up: (ConditionStatus, &'static str, String),
+        holder: Option<ownership::Holder>,
+    ) -> Plan {
+        let cron = self.o.cron;
+        // A DataSource not the cron's (unlabelled, or labelled for a cron that no longer names
+        // it): the imports go on as upstream's do, but VMs get what the DataSource names, so
+        // the cron is not up to date, and an event says why.
+        let conflict = holder.as_ref().map(|h| ownership::conflict(cron, h));
+        let up = match (self.poll_error.take(), &conflict) {
+            // A source that cannot be polled (beyond upstream, whose poller job just fails):
+            // the cron says why, and the next scheduled time tries again. It stands until a
+            // poll succeeds, so it keeps the condition; the event says the conflict meanwhile.
+            (Some(e), _) => (ConditionStatus::False, POLL_FAILED, e),
+            (None, Some((reason, message))) => (ConditionStatus::False, *reason, message.clone()),
+            (None, None) => up,
+        };
+        self.condition(DataImportCronConditionType::UpToDate, up.0, up.1, &up.2);
+        let up_to_date = up.0 == ConditionStatus::True;
+        let mut plan = self.plan;
+        if let Some(conflict) = conflict {
+            ownership::warn(&mut plan, conflict);
+        }
+        if let Some(last) = plan
+            .annotations
+            .get(LAST_CRON_TIME)
+            .cloned()
+            .flatten()
+            .or_else(|| annotation(cron, LAST_CRON_TIME).map(str::to_string))
+            .as_deref()
+            .and_then(parse_time)
+        {
+            plan.status.last_execution_timestamp = Some(time(last));
+        }
+        plan.status.current_imports = (!self.imports.is_empty()).then_some(self.imports);
+        plan.status.conditions = Some(self.conditions);
+        // Pending: it waits for a default storage class (its template names none, and there is
+        // none), which upstream's alert leaves out.
+        plan.outdated = (!up_to_date, !up_to_date && self.o.class.is_none());
+        plan
     }
-    if let Some(last) = plan
-        .annotations
-        .get(LAST_CRON_TIME)
-        .cloned()
-        .flatten()
-        .or_else(|| annotation(cron, LAST_CRON_TIME).map(str::to_string))
-        .as_deref()
-        .and_then(parse_time)
-    {
-        plan.status.last_execution_timestamp = Some(time(last));
-    }
-    plan.status.current_imports = (!imports.is_empty()).then_some(imports);
-    plan.status.conditions = Some(conditions);
-    // Pending: it waits for a default storage class (its template names none, and there is
-    // none), which upstream's alert leaves out.
-    plan.outdated = (!up_to_date, !up_to_date && o.class.is_none());
-    plan
 }
 
 /// Imports beyond `importsToKeep`, least recently used first (never `current`), unless the

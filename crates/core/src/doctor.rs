@@ -396,89 +396,167 @@ pub fn diagnose(s: &Scene<'_>) -> Diagnosis {
     }
 }
 
+/// The first cause that applies, in this order: from what stops everything (a failure) to what
+/// only slows things down (a clone's fallback).
 fn find(s: &Scene<'_>, ns: &str, name: &str, phase: &str) -> Option<Finding> {
-    let dv = s.dv;
-    let id = format!("{ns}/{name}");
-    let claim_name = dv
-        .status
-        .as_ref()
-        .and_then(|st| st.claim_name.as_deref())
-        .unwrap_or(name);
-    let claim = s.claims.iter().find(|c| name_of(&c.metadata) == claim_name);
-    let prime = claim.and_then(|c| {
-        let by_ann = anns(&c.metadata).get(ann::PVC_PRIME_NAME).cloned();
-        let uid = c.metadata.uid.as_deref().unwrap_or("");
-        let by_uid = (!uid.is_empty()).then(|| format!("prime-{uid}"));
-        s.claims.iter().find(|p| {
-            let n = name_of(&p.metadata);
-            Some(n) == by_ann.as_deref() || Some(n) == by_uid.as_deref()
-        })
-    });
-    let (_, run_reason, run_message) = condition(dv, "Running");
-    let run_message = clause(run_message);
+    let l = Look::new(s, ns, name, phase);
+    failed(&l)
+        .or_else(|| consumer_blocked(s, &l.id, l.claim))
+        .or_else(|| succeeded(&l))
+        .or_else(|| no_default_class(&l))
+        .or_else(|| claim_not_valid(&l))
+        .or_else(|| provisioning_failed(&l))
+        .or_else(|| quota(&l))
+        .or_else(|| worker_refused(&l))
+        .or_else(|| source::find(s, &l.id, l.claim, l.prime, (l.run_reason, l.run_message)))
+        .or_else(|| worker_trouble(&l))
+        .or_else(|| waiting_for_consumer(s, &l.id, phase, l.claim, l.prime))
+        .or_else(|| upload_waiting(&l))
+        .or_else(|| clone_fallback(&l))
+        .or_else(|| progressing(&l))
+}
 
-    if phase == "Failed" {
-        let why = if run_message.is_empty() {
-            clause(condition(dv, "Ready").2)
-        } else {
-            run_message
-        };
-        return finding(
-            Cause::Failed,
-            format!("failed for good: {why}"),
-            format!(
-                "DataVolume {id} failed and CDI will not try again: {why}. Fix what the message \
-                 names (the source, its checksum or the image), then delete the DataVolume and \
-                 create it again (kubectl delete dv -n {ns} {name}; kubectl apply -f …)."
-            ),
-        );
+/// What every check of [`find`] reads: the DataVolume, its claim and PVC prime, and its
+/// Running condition.
+struct Look<'a> {
+    s: &'a Scene<'a>,
+    dv: &'a DataVolume,
+    /// `namespace/name`.
+    id: String,
+    ns: &'a str,
+    name: &'a str,
+    phase: &'a str,
+    claim_name: &'a str,
+    claim: Option<&'a PersistentVolumeClaim>,
+    prime: Option<&'a PersistentVolumeClaim>,
+    run_reason: &'a str,
+    /// As a clause.
+    run_message: &'a str,
+}
+
+impl<'a> Look<'a> {
+    fn new(s: &'a Scene<'a>, ns: &'a str, name: &'a str, phase: &'a str) -> Look<'a> {
+        let dv = s.dv;
+        let claim_name = dv
+            .status
+            .as_ref()
+            .and_then(|st| st.claim_name.as_deref())
+            .unwrap_or(name);
+        let claim = s.claims.iter().find(|c| name_of(&c.metadata) == claim_name);
+        let prime = claim.and_then(|c| {
+            let by_ann = anns(&c.metadata).get(ann::PVC_PRIME_NAME).cloned();
+            let uid = c.metadata.uid.as_deref().unwrap_or("");
+            let by_uid = (!uid.is_empty()).then(|| format!("prime-{uid}"));
+            s.claims.iter().find(|p| {
+                let n = name_of(&p.metadata);
+                Some(n) == by_ann.as_deref() || Some(n) == by_uid.as_deref()
+            })
+        });
+        let (_, run_reason, run_message) = condition(dv, "Running");
+        Look {
+            s,
+            dv,
+            id: format!("{ns}/{name}"),
+            ns,
+            name,
+            phase,
+            claim_name,
+            claim,
+            prime,
+            run_reason,
+            run_message: clause(run_message),
+        }
     }
 
-    if let Some(f) = consumer_blocked(s, &id, claim) {
-        return Some(f);
-    }
-    if phase == "Succeeded" {
-        return finding(
-            Cause::Succeeded,
-            format!("succeeded: claim {claim_name} holds the disk"),
-            format!(
-                "DataVolume {id} succeeded: claim {claim_name} holds the disk, and every pod \
-                 using it can be scheduled. Nothing to do."
-            ),
-        );
+    /// The claim and PVC prime, those that exist.
+    fn claims(&self) -> impl Iterator<Item = &'a PersistentVolumeClaim> {
+        [self.claim, self.prime].into_iter().flatten()
     }
 
+    /// The first of the claims' annotation `key`, empty when none has it.
+    fn claim_running(&self, key: &str) -> String {
+        self.claims()
+            .find_map(|c| anns(&c.metadata).get(key).cloned())
+            .unwrap_or_default()
+    }
+}
+
+fn failed(l: &Look<'_>) -> Option<Finding> {
+    if l.phase != "Failed" {
+        return None;
+    }
+    let (id, ns, name) = (&l.id, l.ns, l.name);
+    let why = if l.run_message.is_empty() {
+        clause(condition(l.dv, "Ready").2)
+    } else {
+        l.run_message
+    };
+    finding(
+        Cause::Failed,
+        format!("failed for good: {why}"),
+        format!(
+            "DataVolume {id} failed and CDI will not try again: {why}. Fix what the message \
+             names (the source, its checksum or the image), then delete the DataVolume and \
+             create it again (kubectl delete dv -n {ns} {name}; kubectl apply -f …)."
+        ),
+    )
+}
+
+fn succeeded(l: &Look<'_>) -> Option<Finding> {
+    if l.phase != "Succeeded" {
+        return None;
+    }
+    let (id, claim_name) = (&l.id, l.claim_name);
+    finding(
+        Cause::Succeeded,
+        format!("succeeded: claim {claim_name} holds the disk"),
+        format!(
+            "DataVolume {id} succeeded: claim {claim_name} holds the disk, and every pod \
+             using it can be scheduled. Nothing to do."
+        ),
+    )
+}
+
+fn no_default_class(l: &Look<'_>) -> Option<Finding> {
+    let (id, claim, claim_name) = (&l.id, l.claim, l.claim_name);
     let pending_claim = claim.is_none_or(|c| claim_phase(c) == "Pending");
-    if pending_claim
-        && requested_class(dv).is_none()
-        && crate::render::default_storage_class(s.classes, true).is_none()
+    let no_class = pending_claim
+        && requested_class(l.dv).is_none()
+        && crate::render::default_storage_class(l.s.classes, true).is_none()
         && claim.is_none_or(|c| {
             c.spec
                 .as_ref()
                 .and_then(|sp| sp.storage_class_name.as_deref())
                 .is_none()
-        })
-    {
-        return finding(
-            Cause::NoDefaultStorageClass,
-            "no StorageClass named and none is the default",
-            format!(
-                "DataVolume {id} names no StorageClass and no class is marked default, so its \
-                 claim {} Name one in spec.storage.storageClassName (or spec.pvc), or make one \
-                 the default: kubectl patch storageclass CLASS -p \
-                 '{{\"metadata\":{{\"annotations\":{{\"storageclass.kubernetes.io/is-default-class\":\"true\"}}}}}}'.",
-                if claim.is_some() {
-                    format!("{claim_name} has no class and nothing binds it.")
-                } else {
-                    "cannot be made.".to_string()
-                }
-            ),
-        );
+        });
+    if !no_class {
+        return None;
     }
+    finding(
+        Cause::NoDefaultStorageClass,
+        "no StorageClass named and none is the default",
+        format!(
+            "DataVolume {id} names no StorageClass and no class is marked default, so its \
+             claim {} Name one in spec.storage.storageClassName (or spec.pvc), or make one \
+             the default: kubectl patch storageclass CLASS -p \
+             '{{\"metadata\":{{\"annotations\":{{\"storageclass.kubernetes.io/is-default-class\":\"true\"}}}}}}'.",
+            if claim.is_some() {
+                format!("{claim_name} has no class and nothing binds it.")
+            } else {
+                "cannot be made.".to_string()
+            }
+        ),
+    )
+}
 
-    if run_reason == "ErrClaimNotValid" {
+/// CDI cannot make the claim: a profile without claimPropertySets, no class, another render
+/// error, or a clone its source could never fill (no claim is made until the DataVolume
+/// changes).
+fn claim_not_valid(l: &Look<'_>) -> Option<Finding> {
+    let (id, run_message) = (&l.id, l.run_message);
+    if l.run_reason == "ErrClaimNotValid" {
         if run_message.contains("claimPropertySet") {
-            let class = class_of(s, claim);
+            let class = class_of(l.s, l.claim);
             let class_name = class.map(|c| name_of(&c.metadata)).unwrap_or("");
             let provisioner = class.map(|c| c.provisioner.as_str()).unwrap_or("");
             return finding(
@@ -512,8 +590,7 @@ fn find(s: &Scene<'_>, ns: &str, name: &str, phase: &str) -> Option<Finding> {
             format!("DataVolume {id} has no claim because CDI cannot make one: {run_message}."),
         );
     }
-    // A clone its source could never fill: no claim is made until the DataVolume changes.
-    if run_reason == "CloneValidationFailed" {
+    if l.run_reason == "CloneValidationFailed" {
         return finding(
             Cause::ClaimNotValid,
             format!("its clone cannot be made: {run_message}"),
@@ -525,11 +602,15 @@ fn find(s: &Scene<'_>, ns: &str, name: &str, phase: &str) -> Option<Finding> {
             ),
         );
     }
+    None
+}
 
-    for c in [claim, prime].into_iter().flatten() {
+fn provisioning_failed(l: &Look<'_>) -> Option<Finding> {
+    let (id, ns) = (&l.id, l.ns);
+    for c in l.claims() {
         let cname = name_of(&c.metadata);
         if claim_phase(c) == "Pending"
-            && let Some(m) = last_warning(s, "PersistentVolumeClaim", cname, "ProvisioningFailed")
+            && let Some(m) = last_warning(l.s, "PersistentVolumeClaim", cname, "ProvisioningFailed")
         {
             let class = c
                 .spec
@@ -548,84 +629,81 @@ fn find(s: &Scene<'_>, ns: &str, name: &str, phase: &str) -> Option<Finding> {
             );
         }
     }
+    None
+}
 
-    let claim_running = |key: &str| {
-        [claim, prime]
-            .into_iter()
-            .flatten()
-            .find_map(|c| anns(&c.metadata).get(key).cloned())
-            .unwrap_or_default()
-    };
+fn quota(l: &Look<'_>) -> Option<Finding> {
+    let (id, ns) = (&l.id, l.ns);
     let refused = [
-        run_message.to_string(),
-        clause(&claim_running(ann::RUNNING_CONDITION_MESSAGE)).to_string(),
+        l.run_message.to_string(),
+        clause(&l.claim_running(ann::RUNNING_CONDITION_MESSAGE)).to_string(),
     ];
     // A claim a quota refuses is said by an event on the DataVolume, as upstream does.
-    let claim_refused = claim
+    let claim_refused = l
+        .claim
         .is_none()
-        .then(|| last_warning(s, "DataVolume", name, crate::import::ERR_EXCEEDED_QUOTA))
+        .then(|| last_warning(l.s, "DataVolume", l.name, crate::import::ERR_EXCEEDED_QUOTA))
         .flatten()
         .map(|m| m.to_string());
-    if let Some(m) = refused
+    let m = refused
         .iter()
         .chain(claim_refused.iter())
-        .find(|m| m.contains("exceeded quota") || m.contains("failed quota"))
-    {
-        return finding(
-            Cause::Quota,
-            "a ResourceQuota refuses its claim or worker pod",
-            format!(
-                "DataVolume {id} cannot start its work: a ResourceQuota of namespace {ns} \
-                 refuses its claim or worker pod ({m}). Raise the quota (kubectl describe resourcequota -n {ns}), or \
-                 lower what CDI's worker pods ask for with CDIConfig \
-                 spec.podResourceRequirements; CDI tries again on its own."
-            ),
-        );
-    }
+        .find(|m| m.contains("exceeded quota") || m.contains("failed quota"))?;
+    finding(
+        Cause::Quota,
+        "a ResourceQuota refuses its claim or worker pod",
+        format!(
+            "DataVolume {id} cannot start its work: a ResourceQuota of namespace {ns} \
+             refuses its claim or worker pod ({m}). Raise the quota (kubectl describe resourcequota -n {ns}), or \
+             lower what CDI's worker pods ask for with CDIConfig \
+             spec.podResourceRequirements; CDI tries again on its own."
+        ),
+    )
+}
 
-    let refused_reason = run_reason == crate::import::ERR_CREATING_POD
-        || claim_running(ann::RUNNING_CONDITION_REASON) == crate::import::ERR_CREATING_POD;
-    // (A quota's refusal, ErrExceededQuota, was said above.)
-    if refused_reason {
-        let claims: Vec<&PersistentVolumeClaim> = [claim, prime].into_iter().flatten().collect();
-        let m = worker::refusal(s, &claims, (run_reason, run_message));
-        return finding(
-            Cause::WorkerRefused,
-            format!("the API server refuses the worker pod: {m}"),
-            format!(
-                "DataVolume {id} cannot start its worker pod: the API server refuses it ({m}). \
-                 CDI builds worker pods from CDIConfig spec.podResourceRequirements and the CDI \
-                 resource's spec.workload: fix the setting the message names there; CDI tries \
-                 again on its own."
-            ),
-        );
+/// The API server refused the worker pod. (A quota's refusal, ErrExceededQuota, is [`quota`]'s.)
+fn worker_refused(l: &Look<'_>) -> Option<Finding> {
+    let refused_reason = l.run_reason == crate::import::ERR_CREATING_POD
+        || l.claim_running(ann::RUNNING_CONDITION_REASON) == crate::import::ERR_CREATING_POD;
+    if !refused_reason {
+        return None;
     }
+    let id = &l.id;
+    let claims: Vec<&PersistentVolumeClaim> = l.claims().collect();
+    let m = worker::refusal(l.s, &claims, (l.run_reason, l.run_message));
+    finding(
+        Cause::WorkerRefused,
+        format!("the API server refuses the worker pod: {m}"),
+        format!(
+            "DataVolume {id} cannot start its worker pod: the API server refuses it ({m}). \
+             CDI builds worker pods from CDIConfig spec.podResourceRequirements and the CDI \
+             resource's spec.workload: fix the setting the message names there; CDI tries \
+             again on its own."
+        ),
+    )
+}
 
-    if let Some(f) = source::find(s, &id, claim, prime, (run_reason, run_message)) {
-        return Some(f);
-    }
-
-    // The pods that fill the claims.
-    let workers: Vec<&Pod> = s
-        .pods
-        .iter()
-        .filter(|p| is_cdis(p) && !is_first_consumer(p) && !finished(p))
-        .filter(|p| {
-            [claim, prime]
-                .into_iter()
-                .flatten()
-                .any(|c| crate::placement::mounts(p, name_of(&c.metadata)))
-        })
-        .collect();
+/// The pods that fill the claims: one that cannot be scheduled, else one in a crash loop.
+fn worker_trouble(l: &Look<'_>) -> Option<Finding> {
+    let (id, ns) = (&l.id, l.ns);
+    let workers: Vec<&Pod> =
+        l.s.pods
+            .iter()
+            .filter(|p| is_cdis(p) && !is_first_consumer(p) && !finished(p))
+            .filter(|p| {
+                l.claims()
+                    .any(|c| crate::placement::mounts(p, name_of(&c.metadata)))
+            })
+            .collect();
     for pod in &workers {
         if let Some(why) = unschedulable(pod) {
-            return Some(worker_unschedulable(s, &id, pod, why, claim, prime));
+            return Some(worker_unschedulable(l.s, id, pod, why, l.claim, l.prime));
         }
     }
     for pod in &workers {
         if let Some((count, last)) = worker::crash_loop(pod) {
             let last = last
-                .or_else(|| (!run_message.is_empty()).then(|| run_message.to_string()))
+                .or_else(|| (!l.run_message.is_empty()).then(|| l.run_message.to_string()))
                 .unwrap_or_else(|| "no message".into());
             let last = clause(&last);
             let pod_name = name_of(&pod.metadata);
@@ -645,39 +723,47 @@ fn find(s: &Scene<'_>, ns: &str, name: &str, phase: &str) -> Option<Finding> {
             );
         }
     }
+    None
+}
 
-    if let Some(f) = waiting_for_consumer(s, &id, phase, claim, prime) {
-        return Some(f);
+fn upload_waiting(l: &Look<'_>) -> Option<Finding> {
+    if l.phase != "UploadReady" {
+        return None;
     }
+    let (id, ns, name) = (&l.id, l.ns, l.name);
+    finding(
+        Cause::UploadWaiting,
+        "the upload pod is ready and waits for a client",
+        format!(
+            "DataVolume {id} is UploadReady: its upload pod waits for the image. Send it: \
+             cdi image-upload dv {name} -n {ns} --no-create --image-path FILE (or virtctl \
+             image-upload with the same arguments)."
+        ),
+    )
+}
 
-    if phase == "UploadReady" {
-        return finding(
-            Cause::UploadWaiting,
-            "the upload pod is ready and waits for a client",
-            format!(
-                "DataVolume {id} is UploadReady: its upload pod waits for the image. Send it: \
-                 cdi image-upload dv {name} -n {ns} --no-create --image-path FILE (or virtctl \
-                 image-upload with the same arguments)."
-            ),
-        );
+fn clone_fallback(l: &Look<'_>) -> Option<Finding> {
+    let fallback = clause(&l.claim_running(ann::CLONE_FALLBACK_REASON)).to_string();
+    if fallback.is_empty() {
+        return None;
     }
+    let id = &l.id;
+    finding(
+        Cause::CloneFallback,
+        format!("cloning by a host-assisted copy: {fallback}"),
+        format!(
+            "DataVolume {id} is cloned by copying the data through pods (slower than a CSI \
+             clone or snapshot) because: {fallback}. It goes on; for a faster clone next \
+             time, fix what the reason names (a VolumeSnapshotClass for the driver, the same \
+             provisioner and volume mode on both sides)."
+        ),
+    )
+}
 
-    let fallback = clause(&claim_running(ann::CLONE_FALLBACK_REASON)).to_string();
-    if !fallback.is_empty() {
-        return finding(
-            Cause::CloneFallback,
-            format!("cloning by a host-assisted copy: {fallback}"),
-            format!(
-                "DataVolume {id} is cloned by copying the data through pods (slower than a CSI \
-                 clone or snapshot) because: {fallback}. It goes on; for a faster clone next \
-                 time, fix what the reason names (a VolumeSnapshotClass for the driver, the same \
-                 provisioner and volume mode on both sides)."
-            ),
-        );
-    }
-
-    let (running, _, _) = condition(dv, "Running");
-    if running == "True"
+fn progressing(l: &Look<'_>) -> Option<Finding> {
+    let (id, phase, run_message) = (&l.id, l.phase, l.run_message);
+    let (running, _, _) = condition(l.dv, "Running");
+    let moving = running == "True"
         || matches!(
             phase,
             "ImportInProgress"
@@ -693,28 +779,28 @@ fn find(s: &Scene<'_>, ns: &str, name: &str, phase: &str) -> Option<Finding> {
                 | "PrepClaimInProgress"
                 | "RebindInProgress"
                 | "PVCBound"
-        )
-    {
-        return finding(
-            Cause::Progressing,
-            format!(
-                "{phase}, progress {}",
-                dv.status
-                    .as_ref()
-                    .and_then(|st| st.progress.as_deref())
-                    .unwrap_or("N/A")
-            ),
-            format!(
-                "DataVolume {id} is {phase} and nothing stops it{}.",
-                if run_message.is_empty() {
-                    String::new()
-                } else {
-                    format!(" ({run_message})")
-                }
-            ),
         );
+    if !moving {
+        return None;
     }
-    None
+    finding(
+        Cause::Progressing,
+        format!(
+            "{phase}, progress {}",
+            l.dv.status
+                .as_ref()
+                .and_then(|st| st.progress.as_deref())
+                .unwrap_or("N/A")
+        ),
+        format!(
+            "DataVolume {id} is {phase} and nothing stops it{}.",
+            if run_message.is_empty() {
+                String::new()
+            } else {
+                format!(" ({run_message})")
+            }
+        ),
+    )
 }
 
 /// A pod using the bound claim that cannot be scheduled, and why the volume is where it is.

@@ -279,6 +279,9 @@ fn condition_status(value: &str) -> ConditionStatus {
     }
 }
 
+/// Bound from the claim (one not bound sets Ready False first, as upstream's), Ready from the
+/// phase, Running from the worker's annotations on the claim (a running transfer leaves Ready
+/// False, `TransferRunning`).
 fn update_conditions(
     conditions: &mut Vec<DataVolumeCondition>,
     phase: &Phase,
@@ -286,169 +289,87 @@ fn update_conditions(
     anns: &BTreeMap<String, String>,
     now: &Time,
 ) {
-    let get = |k: &str| anns.get(k).map(String::as_str).unwrap_or("");
     use ConditionStatus::{False, True, Unknown};
-    // Bound.
-    let mut ready_false = false;
-    match claim {
-        Some(c) => {
-            let name = c.metadata.name.as_deref().unwrap_or("");
-            let claim_cond = anns.get(ann::BOUND_CONDITION).map(|v| condition_status(v));
-            match c.status.as_ref().and_then(|s| s.phase.as_deref()) {
-                Some("Bound") => match claim_cond {
-                    None | Some(True) => set(
-                        conditions,
-                        Type::Bound,
-                        True,
-                        &format!("PVC {name} Bound"),
-                        "Bound",
-                        now,
-                    ),
-                    Some(_) => {
-                        set(
-                            conditions,
-                            Type::Bound,
-                            False,
-                            get(ann::BOUND_CONDITION_MESSAGE),
-                            get(ann::BOUND_CONDITION_REASON),
-                            now,
-                        );
-                        ready_false = true;
-                    }
-                },
-                Some("Pending") => {
-                    match claim_cond {
-                        None | Some(True) => set(
-                            conditions,
-                            Type::Bound,
-                            False,
-                            &format!("PVC {name} Pending"),
-                            "Pending",
-                            now,
-                        ),
-                        Some(_) => {
-                            let prime = anns
-                                .get(ann::PVC_PRIME_NAME)
-                                .map(|p| format!("[{p}] : "))
-                                .unwrap_or_default();
-                            let message = format!(
-                                "target PVC {name} Pending and {prime}{}",
-                                get(ann::BOUND_CONDITION_MESSAGE)
-                            );
-                            set(
-                                conditions,
-                                Type::Bound,
-                                False,
-                                &message,
-                                get(ann::BOUND_CONDITION_REASON),
-                                now,
-                            )
-                        }
-                    }
-                    ready_false = true;
-                }
-                Some("Lost") => {
-                    set(
-                        conditions,
-                        Type::Bound,
-                        False,
-                        "Claim Lost",
-                        "ClaimLost",
-                        now,
-                    );
-                    ready_false = true;
-                }
-                _ => {
-                    set(conditions, Type::Bound, False, "", "", now);
-                    ready_false = true;
-                }
-            }
-        }
-        None => {
-            set(
-                conditions,
-                Type::Bound,
-                False,
-                "No PVC found",
-                "NotFound",
-                now,
-            );
-            ready_false = true;
-        }
-    }
-    if ready_false {
+    let (bound, message, reason) = bound(claim, anns);
+    set(conditions, Type::Bound, bound, &message, &reason, now);
+    if bound != True {
         set(conditions, Type::Ready, False, "", "", now);
     }
-    // Ready from the phase.
     let ready = match phase {
         Phase::Succeeded => True,
         Phase::Unknown => Unknown,
         _ => False,
     };
     set(conditions, Type::Ready, ready, "", "", now);
-    // Running.
+    let (running, message, reason) = running(anns);
+    set(conditions, Type::Running, running, message, reason, now);
+    if running == True {
+        set(conditions, Type::Ready, False, "", "TransferRunning", now);
+    }
+}
+
+/// The Bound condition (status, message, reason) from the claim's phase, and what binding
+/// waits for (its Bound condition annotations).
+fn bound(
+    claim: Option<&PersistentVolumeClaim>,
+    anns: &BTreeMap<String, String>,
+) -> (ConditionStatus, String, String) {
+    use ConditionStatus::{False, True};
+    let get = |k: &str| anns.get(k).cloned().unwrap_or_default();
+    let Some(c) = claim else {
+        return (False, "No PVC found".into(), "NotFound".into());
+    };
+    let name = c.metadata.name.as_deref().unwrap_or("");
+    let claim_cond = anns.get(ann::BOUND_CONDITION).map(|v| condition_status(v));
+    match c.status.as_ref().and_then(|s| s.phase.as_deref()) {
+        Some("Bound") => match claim_cond {
+            None | Some(True) => (True, format!("PVC {name} Bound"), "Bound".into()),
+            Some(_) => (
+                False,
+                get(ann::BOUND_CONDITION_MESSAGE),
+                get(ann::BOUND_CONDITION_REASON),
+            ),
+        },
+        Some("Pending") => match claim_cond {
+            None | Some(True) => (False, format!("PVC {name} Pending"), "Pending".into()),
+            Some(_) => {
+                let prime = anns
+                    .get(ann::PVC_PRIME_NAME)
+                    .map(|p| format!("[{p}] : "))
+                    .unwrap_or_default();
+                let message = format!(
+                    "target PVC {name} Pending and {prime}{}",
+                    get(ann::BOUND_CONDITION_MESSAGE)
+                );
+                (False, message, get(ann::BOUND_CONDITION_REASON))
+            }
+        },
+        Some("Lost") => (False, "Claim Lost".into(), "ClaimLost".into()),
+        _ => (False, String::new(), String::new()),
+    }
+}
+
+/// The Running condition (status, message, reason): the worker pod cannot be scheduled, the
+/// clone populator stopped for good, or what the worker's Running condition annotations say.
+fn running(anns: &BTreeMap<String, String>) -> (ConditionStatus, &str, &str) {
+    let get = |k: &str| anns.get(k).map(String::as_str).unwrap_or("");
     let running_message = get(ann::RUNNING_CONDITION_MESSAGE);
     let running_reason = get(ann::RUNNING_CONDITION_REASON);
     if get(ann::POD_SCHEDULABLE) == "false" {
-        set(
-            conditions,
-            Type::Running,
-            False,
+        (
+            ConditionStatus::False,
             "Importer pod cannot be scheduled",
             "Unschedulable",
-            now,
-        );
-    } else if get(ann::CLONE_PHASE) == crate::clonepop::phase::ERROR {
+        )
+    } else if get(ann::CLONE_PHASE) == crate::clone::populator::phase::ERROR {
         // The clone populator stopped for good (a target too small, a refused token): its
         // phase keeps the DataVolume's, so the reason is said here, as upstream's populator
         // writes cloneError as the claim's running condition.
-        set(
-            conditions,
-            Type::Running,
-            False,
-            get(ann::CLONE_ERROR),
-            "Error",
-            now,
-        );
+        (ConditionStatus::False, get(ann::CLONE_ERROR), "Error")
     } else if let Some(v) = anns.get(ann::RUNNING_CONDITION) {
-        match condition_status(v) {
-            True => {
-                set(
-                    conditions,
-                    Type::Running,
-                    True,
-                    running_message,
-                    running_reason,
-                    now,
-                );
-                set(conditions, Type::Ready, False, "", "TransferRunning", now);
-            }
-            False => set(
-                conditions,
-                Type::Running,
-                False,
-                running_message,
-                running_reason,
-                now,
-            ),
-            Unknown => set(
-                conditions,
-                Type::Running,
-                Unknown,
-                running_message,
-                running_reason,
-                now,
-            ),
-        }
+        (condition_status(v), running_message, running_reason)
     } else {
-        set(
-            conditions,
-            Type::Running,
-            False,
-            running_message,
-            running_reason,
-            now,
-        );
+        (ConditionStatus::False, running_message, running_reason)
     }
 }
 
@@ -608,7 +529,7 @@ fn worker_status(o: &Observed<'_>, worker_phase: WorkerPhase) -> Computed {
 
 /// `<namespace>/<name>` of a clone DataVolume's source and of the DataVolume, for its events.
 fn clone_names(dv: &DataVolume) -> (String, String) {
-    let (ns, name) = crate::datavolume::clone_source_of(dv).unwrap_or_default();
+    let (ns, name) = crate::datavolume::refs::clone_source_of(dv).unwrap_or_default();
     let own = format!(
         "{}/{}",
         dv.metadata.namespace.as_deref().unwrap_or(""),
@@ -758,45 +679,19 @@ pub fn external_status(o: &Observed<'_>, external: External) -> Computed {
 fn computed(o: &Observed<'_>, kind_phase: KindPhase<'_>) -> Computed {
     let current = o.dv.status.clone().unwrap_or_default();
     let mut status = current.clone();
-    let now = Time(o.now);
     let anns = annotations(o.claim);
     let mut events = Vec::new();
     let mut phase = current.phase.clone().unwrap_or(Phase::Other(String::new()));
-    let unset = matches!(&phase, Phase::Other(p) if p.is_empty());
     match o.claim {
         None => {
-            if unset {
+            if matches!(&phase, Phase::Other(p) if p.is_empty()) {
                 phase = Phase::Pending;
             }
         }
         Some(c) if c.metadata.deletion_timestamp.is_none() => {
             status.claim_name = c.metadata.name.clone();
-            let claim_phase = c.status.as_ref().and_then(|s| s.phase.as_deref());
-            let mut event = None;
-            let decided = if o.populated {
-                // Adopted or pre-populated: nothing to fill.
-                matches!(claim_phase, Some("Pending") | Some("Bound"))
-                    .then_some((Phase::Succeeded, None))
-            } else {
-                kind_phase(c, &anns, phase.clone(), unset)
-            };
-            match decided {
-                Some(d) => (phase, event) = d,
-                None => match claim_phase {
-                    Some("Lost") => {
-                        phase = Phase::Failed;
-                        let name = c.metadata.name.clone().unwrap_or_default();
-                        event = Some(Event::warning("ErrClaimLost", format!("PVC {name} lost")));
-                    }
-                    Some(p) if !p.is_empty() => phase = Phase::Unknown,
-                    _ => {}
-                },
-            }
-            // Nothing above decided (a claim and its PVC prime still waiting to be provisioned):
-            // Pending, never no phase at all.
-            if matches!(&phase, Phase::Other(p) if p.is_empty()) {
-                phase = Phase::Pending;
-            }
+            let event;
+            (phase, event) = phase_from_claim(o, c, &anns, kind_phase, phase);
             if let Some(restarts) = anns
                 .get(ann::POD_RESTARTS)
                 .and_then(|r| r.parse::<i32>().ok())
@@ -813,7 +708,67 @@ fn computed(o: &Observed<'_>, kind_phase: KindPhase<'_>) -> Computed {
         }
         Some(_) => {}
     }
-    status.progress = Some(match &phase {
+    status.progress = Some(progress(o, &phase, &anns, current.progress.as_ref()));
+    if status.restart_count.is_none() {
+        status.restart_count = Some(0);
+    }
+    let before = current.conditions.clone().unwrap_or_default();
+    let mut conditions = before.clone();
+    update_conditions(&mut conditions, &phase, o.claim, &anns, &Time(o.now));
+    events.extend(condition_events(&before, &conditions, &phase));
+    status.phase = Some(phase);
+    status.conditions = Some(conditions);
+    Computed { status, events }
+}
+
+/// The phase a claim (not being deleted) gives the DataVolume, and the event of a change: an
+/// adopted claim has nothing to fill, else the kind decides; a lost claim fails, a phase
+/// nobody knows is Unknown, and nothing decided is Pending.
+fn phase_from_claim(
+    o: &Observed<'_>,
+    c: &PersistentVolumeClaim,
+    anns: &BTreeMap<String, String>,
+    kind_phase: KindPhase<'_>,
+    mut phase: Phase,
+) -> (Phase, Option<Event>) {
+    let unset = matches!(&phase, Phase::Other(p) if p.is_empty());
+    let claim_phase = c.status.as_ref().and_then(|s| s.phase.as_deref());
+    let mut event = None;
+    let decided = if o.populated {
+        // Adopted or pre-populated: nothing to fill.
+        matches!(claim_phase, Some("Pending") | Some("Bound")).then_some((Phase::Succeeded, None))
+    } else {
+        kind_phase(c, anns, phase.clone(), unset)
+    };
+    match decided {
+        Some(d) => (phase, event) = d,
+        None => match claim_phase {
+            Some("Lost") => {
+                phase = Phase::Failed;
+                let name = c.metadata.name.clone().unwrap_or_default();
+                event = Some(Event::warning("ErrClaimLost", format!("PVC {name} lost")));
+            }
+            Some(p) if !p.is_empty() => phase = Phase::Unknown,
+            _ => {}
+        },
+    }
+    // Nothing above decided (a claim and its PVC prime still waiting to be provisioned):
+    // Pending, never no phase at all.
+    if matches!(&phase, Phase::Other(p) if p.is_empty()) {
+        phase = Phase::Pending;
+    }
+    (phase, event)
+}
+
+/// The progress shown: whole once succeeded; while in progress what the worker (or the
+/// populator, through the claim) reports, else the last known.
+fn progress(
+    o: &Observed<'_>,
+    phase: &Phase,
+    anns: &BTreeMap<String, String>,
+    last: Option<&String>,
+) -> String {
+    match phase {
         Phase::Succeeded => "100.0%".into(),
         Phase::ImportInProgress | Phase::CloneInProgress => o
             .progress
@@ -824,19 +779,22 @@ fn computed(o: &Observed<'_>, kind_phase: KindPhase<'_>) -> Computed {
                     .then(|| anns.get(ann::POPULATOR_PROGRESS).cloned())
                     .flatten()
             })
-            .or(current.progress.clone())
+            .or(last.cloned())
             .unwrap_or_else(|| "N/A".into()),
-        _ => current.progress.clone().unwrap_or_else(|| "N/A".into()),
-    });
-    if status.restart_count.is_none() {
-        status.restart_count = Some(0);
+        _ => last.cloned().unwrap_or_else(|| "N/A".into()),
     }
-    let before = current.conditions.clone().unwrap_or_default();
-    let mut conditions = before.clone();
-    update_conditions(&mut conditions, &phase, o.claim, &anns, &now);
-    // Bound condition changes are events; so is a stop that says why.
-    if let Some(b) = find(&conditions, Type::Bound) {
-        let old = find(&before, Type::Bound);
+}
+
+/// Bound condition changes are events; so is a stop that says why (Running False while the
+/// work is under way, with a new message).
+fn condition_events(
+    before: &[DataVolumeCondition],
+    conditions: &[DataVolumeCondition],
+    phase: &Phase,
+) -> Vec<Event> {
+    let mut events = Vec::new();
+    if let Some(b) = find(conditions, Type::Bound) {
+        let old = find(before, Type::Bound);
         let changed = old
             .is_none_or(|o| o.status != b.status || o.reason != b.reason || o.message != b.message);
         if changed && let (Some(r), Some(m)) = (&b.reason, &b.message) {
@@ -844,9 +802,9 @@ fn computed(o: &Observed<'_>, kind_phase: KindPhase<'_>) -> Computed {
         }
     }
     if let (Some(ready), Some(bound), Some(running)) = (
-        find(&conditions, Type::Ready),
-        find(&conditions, Type::Bound),
-        find(&conditions, Type::Running),
+        find(conditions, Type::Ready),
+        find(conditions, Type::Bound),
+        find(conditions, Type::Running),
     ) {
         let in_progress = bound.status == ConditionStatus::True
             || matches!(
@@ -857,7 +815,7 @@ fn computed(o: &Observed<'_>, kind_phase: KindPhase<'_>) -> Computed {
                     | Phase::UploadScheduled
                     | Phase::UploadReady
             );
-        let old_message = find(&before, Type::Running).and_then(|c| c.message.clone());
+        let old_message = find(before, Type::Running).and_then(|c| c.message.clone());
         if ready.status == ConditionStatus::False
             && running.status == ConditionStatus::False
             && in_progress
@@ -873,9 +831,7 @@ fn computed(o: &Observed<'_>, kind_phase: KindPhase<'_>) -> Computed {
             events.push(Event::warning(&reason, m.clone()));
         }
     }
-    status.phase = Some(phase);
-    status.conditions = Some(conditions);
-    Computed { status, events }
+    events
 }
 
 #[cfg(test)]

@@ -102,7 +102,7 @@ pub fn pod(dv: &DataVolume, claim: &str, t: &Template, image: &str) -> Pod {
                     crate::naming::label_name(dv.metadata.name.as_deref().unwrap_or("")),
                 ),
             ])),
-            owner_references: crate::datavolume::owner_reference(dv).map(|o| vec![o]),
+            owner_references: crate::datavolume::refs::owner_reference(dv).map(|o| vec![o]),
             ..Default::default()
         },
         spec: Some(PodSpec {

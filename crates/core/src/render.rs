@@ -599,44 +599,99 @@ pub fn render_claim(
         };
         return Err(RenderError::SourceKinds { dv: id, found });
     }
-    let content = dv.spec.content_type.unwrap_or_default();
     let is_clone = source.pvc.is_some() || source.snapshot.is_some();
     let mut warnings = Vec::new();
+    let mut spec = claim_spec(dv, &id, is_clone, ctx, &mut warnings)?;
+    let use_populator = uses_populator(dv, &id, &spec, ctx)?;
+    let labels = claim_labels(dv, &spec);
+    let mut annotations = claim_annotations(dv, &spec, use_populator, ctx);
+    if use_populator && !kinds.is_empty() {
+        populator_source(dv, &source, &mut spec, &mut annotations);
+    } else {
+        request_annotations(dv, &source, &mut annotations);
+    }
+    let owner = OwnerReference {
+        api_version: format!("{}/{}", cdi_api::GROUP, cdi_api::VERSION),
+        kind: "DataVolume".into(),
+        name: dv_name.clone(),
+        uid: dv.metadata.uid.clone().unwrap_or_default(),
+        controller: Some(true),
+        block_owner_deletion: Some(true),
+    };
+    let claim = PersistentVolumeClaim {
+        metadata: ObjectMeta {
+            name: Some(dv_name),
+            namespace: dv.metadata.namespace.clone(),
+            labels: Some(labels),
+            annotations: Some(annotations),
+            owner_references: Some(vec![owner]),
+            ..Default::default()
+        },
+        spec: Some(spec),
+        status: None,
+    };
+    Ok(RenderedClaim {
+        claim,
+        use_populator,
+        warnings,
+    })
+}
 
-    let spec = match (&dv.spec.pvc, &dv.spec.storage) {
-        (Some(_), Some(_)) => return Err(RenderError::BothClaimSpecs { dv: id }),
-        (None, None) => return Err(RenderError::NoClaimSpec { dv: id }),
+/// The claim's spec: `spec.pvc` as written (checked, perhaps with a size warning), or
+/// `spec.storage` completed from the profile and sized (docs/design.md#the-size-math).
+fn claim_spec(
+    dv: &DataVolume,
+    id: &str,
+    is_clone: bool,
+    ctx: &RenderContext<'_>,
+    warnings: &mut Vec<String>,
+) -> Result<PersistentVolumeClaimSpec, RenderError> {
+    let content = dv.spec.content_type.unwrap_or_default();
+    match (&dv.spec.pvc, &dv.spec.storage) {
+        (Some(_), Some(_)) => Err(RenderError::BothClaimSpecs { dv: id.into() }),
+        (None, None) => Err(RenderError::NoClaimSpec { dv: id.into() }),
         (Some(pvc), None) => {
             let spec = pvc.clone();
-            check_pvc_size(&id, &spec)?;
-            if let Some(w) = pvc_size_warning(&id, &spec, ctx) {
+            check_pvc_size(id, &spec)?;
+            if let Some(w) = pvc_size_warning(id, &spec, ctx) {
                 warnings.push(w);
             }
-            spec
+            Ok(spec)
         }
         (None, Some(storage)) => {
-            let mut spec = complete_storage(&id, "spec.storage", storage, content, ctx)?;
-            size_storage(&id, "spec.storage", &mut spec, is_clone, ctx)?;
-            spec
+            let mut spec = complete_storage(id, "spec.storage", storage, content, ctx)?;
+            size_storage(id, "spec.storage", &mut spec, is_clone, ctx)?;
+            Ok(spec)
         }
-    };
+    }
+}
 
-    // The populator decision: the DataVolume's annotation, else "the provisioner is CSI".
-    let use_populator = match annotation(&dv.metadata, ann::USE_POPULATOR) {
+/// The populator decision: the DataVolume's annotation, else "the provisioner is CSI".
+fn uses_populator(
+    dv: &DataVolume,
+    id: &str,
+    spec: &PersistentVolumeClaimSpec,
+    ctx: &RenderContext<'_>,
+) -> Result<bool, RenderError> {
+    match annotation(&dv.metadata, ann::USE_POPULATOR) {
         Some(value) => parse_bool(value).ok_or_else(|| RenderError::BadUsePopulator {
-            dv: id.clone(),
+            dv: id.into(),
             key: ann::USE_POPULATOR,
             value: value.to_string(),
-        })?,
+        }),
         None => {
             let class = match &spec.storage_class_name {
                 Some(name) => class_named(ctx.storage_classes, name),
                 None => default_storage_class(ctx.storage_classes, false),
             };
-            class.is_some_and(|c| ctx.csi_drivers.contains(&c.provisioner))
+            Ok(class.is_some_and(|c| ctx.csi_drivers.contains(&c.provisioner)))
         }
-    };
+    }
+}
 
+/// CDI's labels (a Filesystem claim's filling up is not alerted on), the DataVolume's, and the
+/// recommended ones.
+fn claim_labels(dv: &DataVolume, spec: &PersistentVolumeClaimSpec) -> BTreeMap<String, String> {
     let mode = resolve_volume_mode(spec.volume_mode.as_deref());
     let mut labels = BTreeMap::from([(label::APP.to_string(), label::APP_VALUE.to_string())]);
     if mode == VolumeMode::Filesystem {
@@ -651,7 +706,19 @@ pub fn render_claim(
         "cdi-controller".into(),
     );
     labels.insert("app.kubernetes.io/component".into(), "storage".into());
+    labels
+}
 
+/// The DataVolume's annotations, and what the claim says of itself for the controllers: the
+/// path, the content type, external population, the worker pods' priority class, account and
+/// preallocation, whose it is, and whether it binds at once.
+fn claim_annotations(
+    dv: &DataVolume,
+    spec: &PersistentVolumeClaimSpec,
+    use_populator: bool,
+    ctx: &RenderContext<'_>,
+) -> BTreeMap<String, String> {
+    let content = dv.spec.content_type.unwrap_or_default();
     let mut annotations = dv.metadata.annotations.clone().unwrap_or_default();
     annotations.remove(ann::POPULATED_FOR);
     // Recorded by the controllers when the claim's node is chosen, never taken from a user.
@@ -699,8 +766,17 @@ pub fn render_claim(
     if !gate_enabled(ctx.config, gate::HONOR_WAIT_FOR_FIRST_CONSUMER) {
         annotations.insert(ann::IMMEDIATE_BINDING.into(), String::new());
     }
+    annotations
+}
 
-    let mut spec = spec;
+/// On the populator path (docs/design.md#the-populators) the claim names its populator's source
+/// (`volume-<kind>-source-<uid>`); a clone's source in another namespace is named too.
+fn populator_source(
+    dv: &DataVolume,
+    source: &DataVolumeSource,
+    spec: &mut PersistentVolumeClaimSpec,
+    annotations: &mut BTreeMap<String, String>,
+) {
     let uid = dv.metadata.uid.clone().unwrap_or_default();
     let populator_ref = |kind: &str, prefix: &str| TypedObjectReference {
         api_group: Some(cdi_api::GROUP.into()),
@@ -708,32 +784,40 @@ pub fn render_claim(
         name: format!("{prefix}-{uid}"),
         namespace: None,
     };
-    if use_populator && !kinds.is_empty() {
-        if source.upload.is_some() {
-            spec.data_source_ref = Some(populator_ref(
-                VOLUME_UPLOAD_SOURCE_KIND,
-                name::VOLUME_UPLOAD_SOURCE_PREFIX,
-            ));
-        } else if is_clone {
-            spec.data_source_ref = Some(populator_ref(
-                VOLUME_CLONE_SOURCE_KIND,
-                name::VOLUME_CLONE_SOURCE_PREFIX,
-            ));
-            let src_ns = source
-                .pvc
-                .as_ref()
-                .map(|p| &p.namespace)
-                .or(source.snapshot.as_ref().map(|s| &s.namespace));
-            if let Some(ns) = src_ns.filter(|ns| Some(*ns) != dv.metadata.namespace.as_ref()) {
-                annotations.insert(ann::DATA_SOURCE_NAMESPACE.into(), ns.clone());
-            }
-        } else {
-            spec.data_source_ref = Some(populator_ref(
-                VOLUME_IMPORT_SOURCE_KIND,
-                name::VOLUME_IMPORT_SOURCE_PREFIX,
-            ));
+    if source.upload.is_some() {
+        spec.data_source_ref = Some(populator_ref(
+            VOLUME_UPLOAD_SOURCE_KIND,
+            name::VOLUME_UPLOAD_SOURCE_PREFIX,
+        ));
+    } else if source.pvc.is_some() || source.snapshot.is_some() {
+        spec.data_source_ref = Some(populator_ref(
+            VOLUME_CLONE_SOURCE_KIND,
+            name::VOLUME_CLONE_SOURCE_PREFIX,
+        ));
+        let src_ns = source
+            .pvc
+            .as_ref()
+            .map(|p| &p.namespace)
+            .or(source.snapshot.as_ref().map(|s| &s.namespace));
+        if let Some(ns) = src_ns.filter(|ns| Some(*ns) != dv.metadata.namespace.as_ref()) {
+            annotations.insert(ann::DATA_SOURCE_NAMESPACE.into(), ns.clone());
         }
-    } else if source.upload.is_some() {
+    } else {
+        spec.data_source_ref = Some(populator_ref(
+            VOLUME_IMPORT_SOURCE_KIND,
+            name::VOLUME_IMPORT_SOURCE_PREFIX,
+        ));
+    }
+}
+
+/// Off the populator path the claim's annotations ask its controller for the work: an upload,
+/// a clone of `namespace/name`, or an import from the source.
+fn request_annotations(
+    dv: &DataVolume,
+    source: &DataVolumeSource,
+    annotations: &mut BTreeMap<String, String>,
+) {
+    if source.upload.is_some() {
         annotations.insert(ann::UPLOAD_REQUEST.into(), String::new());
     } else if let Some(pvc) = &source.pvc {
         let ns = if pvc.namespace.is_empty() {
@@ -743,34 +827,8 @@ pub fn render_claim(
         };
         annotations.insert(ann::CLONE_REQUEST.into(), format!("{ns}/{}", pvc.name));
     } else {
-        source_annotations(&source, &mut annotations);
+        source_annotations(source, annotations);
     }
-
-    let owner = OwnerReference {
-        api_version: format!("{}/{}", cdi_api::GROUP, cdi_api::VERSION),
-        kind: "DataVolume".into(),
-        name: dv_name.clone(),
-        uid,
-        controller: Some(true),
-        block_owner_deletion: Some(true),
-    };
-    let claim = PersistentVolumeClaim {
-        metadata: ObjectMeta {
-            name: Some(dv_name),
-            namespace: dv.metadata.namespace.clone(),
-            labels: Some(labels),
-            annotations: Some(annotations),
-            owner_references: Some(vec![owner]),
-            ..Default::default()
-        },
-        spec: Some(spec),
-        status: None,
-    };
-    Ok(RenderedClaim {
-        claim,
-        use_populator,
-        warnings,
-    })
 }
 
 /// A size warning (docs/design.md#size-warnings): a `spec.pvc` Filesystem claim yields a disk smaller than its request.

@@ -3,7 +3,7 @@
 //! (same rules, same wording); the controller checks again because a DataVolume can reach it
 //! without the webhook (none installed yet, or created while it was down).
 
-use cdi_api::datavolume::{DataVolume, SourceKind};
+use cdi_api::datavolume::{DataVolume, DataVolumeSource, SourceKind};
 
 /// What fills the DataVolume's claim.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -165,77 +165,30 @@ pub(crate) fn check_checksum(checksum: &str) -> Result<(), String> {
 
 /// The DataVolume's source, or why it is refused.
 pub fn check(dv: &DataVolume) -> Result<Filled, Refusal> {
-    let ns = dv.metadata.namespace.as_deref().unwrap_or("");
-    let name = dv.metadata.name.as_deref().unwrap_or("");
-    let invalid = |what: &str, fix: &str| Refusal {
-        reason: INVALID_SOURCE,
-        message: format!("DataVolume {ns}/{name}: {what}; {fix}"),
-    };
-    let source = dv.spec.source.as_ref();
-    let has_ref = dv.spec.source_ref.is_some();
     if external(dv) {
-        if source.is_some() || has_ref {
+        if dv.spec.source.is_some() || dv.spec.source_ref.is_some() {
             return Err(invalid(
+                dv,
                 "External population is incompatible with Source and SourceRef",
                 "remove spec.source and spec.sourceRef, or the dataSource/dataSourceRef of the claim spec",
             ));
         }
         return Ok(Filled::External);
     }
-    let either = "Data volume should have either Source or SourceRef, or be externally populated";
-    let source = match (source, has_ref) {
-        (None, false) => {
-            return Err(invalid(
-                either,
-                "set spec.source (http, blank, ...) or spec.sourceRef",
-            ));
-        }
-        (Some(_), true) => {
-            return Err(invalid(
-                either,
-                "it has both: keep spec.source or spec.sourceRef, not both",
-            ));
-        }
-        // The controller decides a DataVolume with a sourceRef as the source its DataSource
-        // names (`datasource::source_of_ref`); one that reaches here was not resolved.
-        (None, true) => {
-            return Err(Refusal {
-                reason: UNSUPPORTED_SOURCE,
-                message: format!(
-                    "DataVolume {ns}/{name}: spec.sourceRef is decided as the source its DataSource names, and it was not resolved"
-                ),
-            });
-        }
-        (Some(s), false) => s,
-    };
+    let source = written_source(dv)?;
     match source.kinds().as_slice() {
         [] => Err(invalid(
+            dv,
             "Missing Data volume source",
             "spec.source names no source: set one of http, blank, ...",
         )),
-        [SourceKind::Http] => {
-            let http = source.http.as_ref();
-            let url = http.map(|h| h.url.as_str()).unwrap_or("");
-            if let Err(e) = check_url(url, &["http", "https"]) {
-                return Err(invalid(
-                    &format!("spec.source {e}"),
-                    "use an http:// or https:// URL",
-                ));
-            }
-            let checksum = http.and_then(|h| h.checksum.as_deref()).unwrap_or("");
-            if let Err(e) = check_checksum(checksum) {
-                return Err(invalid(
-                    &format!("Invalid checksum format: {e}"),
-                    "write it as algorithm:hex with md5, sha1, sha256 or sha512",
-                ));
-            }
-            Ok(Filled::Import(SourceKind::Http))
-        }
+        [SourceKind::Http] => check_http(dv, source),
         [SourceKind::S3] => {
             let url = source.s3.as_ref().map(|s| s.url.as_str()).unwrap_or("");
             // Upstream takes http and https; s3://bucket/key (AWS) as well here.
             if let Err(e) = check_url(url, &["http", "https", "s3"]) {
                 return Err(invalid(
+                    dv,
                     &format!("spec.source {e}"),
                     "use http(s)://host/bucket/key or s3://bucket/key",
                 ));
@@ -246,50 +199,21 @@ pub fn check(dv: &DataVolume) -> Result<Filled, Refusal> {
             let url = source.gcs.as_ref().map(|g| g.url.as_str()).unwrap_or("");
             if let Err(e) = check_url(url, &["gs", "http", "https"]) {
                 return Err(invalid(
+                    dv,
                     &format!("spec.source {e}"),
                     "use gs://bucket/object or http(s)://host/bucket/object",
                 ));
             }
             Ok(Filled::Import(SourceKind::Gcs))
         }
-        [SourceKind::Registry] => {
-            let reg = source.registry.as_ref();
-            registry(dv, reg).map_err(|(what, fix)| invalid(&what, fix))?;
-            let url = reg.and_then(|r| r.url.as_deref()).unwrap_or("");
-            if let Some(location) = url.strip_prefix("oci-archive:")
-                && archive_host(location).is_none()
-            {
-                return Err(Refusal {
-                    reason: UNSUPPORTED_SOURCE,
-                    message: format!(
-                        "DataVolume {ns}/{name}: spec.source.registry.url {url}: upstream reads \
-                         an oci-archive from the importer pod's own filesystem, where nothing \
-                         puts one; serve the archive over HTTP(S) and name it \
-                         oci-archive:https://host/path/image.tar (or oci-archive://host/path/image.tar)"
-                    ),
-                });
-            }
-            let method = reg.and_then(|r| r.pull_method);
-            if method == Some(cdi_api::enums::RegistryPullMethod::Node) {
-                return Err(Refusal {
-                    reason: UNSUPPORTED_SOURCE,
-                    message: format!(
-                        "DataVolume {ns}/{name}: spec.source.registry.pullMethod node is not \
-                         supported by this version of cdi-rs: the node's container runtime would \
-                         pull the image, and the development cluster's kubelet runs pods as \
-                         processes and pulls no images; remove pullMethod (the importer pod \
-                         pulls the image itself)"
-                    ),
-                });
-            }
-            Ok(Filled::Import(SourceKind::Registry))
-        }
+        [SourceKind::Registry] => check_registry(dv, source),
         [SourceKind::Blank] => Ok(Filled::Import(SourceKind::Blank)),
         [SourceKind::Upload] => Ok(Filled::Import(SourceKind::Upload)),
         [SourceKind::Pvc] => {
             let pvc = source.pvc.as_ref();
             if pvc.is_none_or(|p| p.name.is_empty()) {
                 return Err(invalid(
+                    dv,
                     "spec.source.pvc.name source PVC is not valid",
                     "name the claim to clone in spec.source.pvc.name",
                 ));
@@ -299,27 +223,127 @@ pub fn check(dv: &DataVolume) -> Result<Filled, Refusal> {
         [SourceKind::Snapshot] => {
             if source.snapshot.as_ref().is_none_or(|s| s.name.is_empty()) {
                 return Err(invalid(
+                    dv,
                     "spec.source.snapshot.name source snapshot is not valid",
                     "name the VolumeSnapshot to clone in spec.source.snapshot.name",
                 ));
             }
             Ok(Filled::Import(SourceKind::Snapshot))
         }
-        [kind] => Err(Refusal {
-            reason: UNSUPPORTED_SOURCE,
-            message: format!(
-                "DataVolume {ns}/{name}: {} sources are not supported by this version of cdi-rs yet",
+        [kind] => Err(unsupported(
+            dv,
+            &format!(
+                "{} sources are not supported by this version of cdi-rs yet",
                 kind.field()
             ),
-        }),
+        )),
         kinds => {
             let names: Vec<&str> = kinds.iter().map(|k| k.field()).collect();
             Err(invalid(
+                dv,
                 "Multiple Data volume sources",
                 &format!("spec.source sets {}: keep exactly one", names.join(" and ")),
             ))
         }
     }
+}
+
+/// `DataVolume <namespace>/<name>`'s refusal of a spec written wrong: what, and the fix.
+fn invalid(dv: &DataVolume, what: &str, fix: &str) -> Refusal {
+    let ns = dv.metadata.namespace.as_deref().unwrap_or("");
+    let name = dv.metadata.name.as_deref().unwrap_or("");
+    Refusal {
+        reason: INVALID_SOURCE,
+        message: format!("DataVolume {ns}/{name}: {what}; {fix}"),
+    }
+}
+
+/// `DataVolume <namespace>/<name>`'s refusal of what this version does not fill.
+fn unsupported(dv: &DataVolume, why: &str) -> Refusal {
+    let ns = dv.metadata.namespace.as_deref().unwrap_or("");
+    let name = dv.metadata.name.as_deref().unwrap_or("");
+    Refusal {
+        reason: UNSUPPORTED_SOURCE,
+        message: format!("DataVolume {ns}/{name}: {why}"),
+    }
+}
+
+/// `spec.source`, which must be there, alone: a `sourceRef` is resolved by the controller
+/// before (`datasource::source_of_ref`), so one that reaches here was not.
+fn written_source(dv: &DataVolume) -> Result<&DataVolumeSource, Refusal> {
+    let either = "Data volume should have either Source or SourceRef, or be externally populated";
+    match (dv.spec.source.as_ref(), dv.spec.source_ref.is_some()) {
+        (None, false) => Err(invalid(
+            dv,
+            either,
+            "set spec.source (http, blank, ...) or spec.sourceRef",
+        )),
+        (Some(_), true) => Err(invalid(
+            dv,
+            either,
+            "it has both: keep spec.source or spec.sourceRef, not both",
+        )),
+        (None, true) => Err(unsupported(
+            dv,
+            "spec.sourceRef is decided as the source its DataSource names, and it was not resolved",
+        )),
+        (Some(s), false) => Ok(s),
+    }
+}
+
+/// An http source: an http(s) URL, and a checksum as `algorithm:hex` when it has one.
+fn check_http(dv: &DataVolume, source: &DataVolumeSource) -> Result<Filled, Refusal> {
+    let http = source.http.as_ref();
+    let url = http.map(|h| h.url.as_str()).unwrap_or("");
+    if let Err(e) = check_url(url, &["http", "https"]) {
+        return Err(invalid(
+            dv,
+            &format!("spec.source {e}"),
+            "use an http:// or https:// URL",
+        ));
+    }
+    let checksum = http.and_then(|h| h.checksum.as_deref()).unwrap_or("");
+    if let Err(e) = check_checksum(checksum) {
+        return Err(invalid(
+            dv,
+            &format!("Invalid checksum format: {e}"),
+            "write it as algorithm:hex with md5, sha1, sha256 or sha512",
+        ));
+    }
+    Ok(Filled::Import(SourceKind::Http))
+}
+
+/// A registry source as upstream takes it, and as this version reads it: an oci-archive over
+/// HTTP(S), pulled by the importer pod (not by the node).
+fn check_registry(dv: &DataVolume, source: &DataVolumeSource) -> Result<Filled, Refusal> {
+    let reg = source.registry.as_ref();
+    registry(dv, reg).map_err(|(what, fix)| invalid(dv, &what, fix))?;
+    let url = reg.and_then(|r| r.url.as_deref()).unwrap_or("");
+    if let Some(location) = url.strip_prefix("oci-archive:")
+        && archive_host(location).is_none()
+    {
+        return Err(unsupported(
+            dv,
+            &format!(
+                "spec.source.registry.url {url}: upstream reads \
+                 an oci-archive from the importer pod's own filesystem, where nothing \
+                 puts one; serve the archive over HTTP(S) and name it \
+                 oci-archive:https://host/path/image.tar (or oci-archive://host/path/image.tar)"
+            ),
+        ));
+    }
+    let method = reg.and_then(|r| r.pull_method);
+    if method == Some(cdi_api::enums::RegistryPullMethod::Node) {
+        return Err(unsupported(
+            dv,
+            "spec.source.registry.pullMethod node is not \
+             supported by this version of cdi-rs: the node's container runtime would \
+             pull the image, and the development cluster's kubelet runs pods as \
+             processes and pulls no images; remove pullMethod (the importer pod \
+             pulls the image itself)",
+        ));
+    }
+    Ok(Filled::Import(SourceKind::Registry))
 }
 
 #[cfg(test)]

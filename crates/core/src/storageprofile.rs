@@ -118,13 +118,47 @@ pub fn resolve(
     let provisioner = class.provisioner.clone();
     let params = class.parameters.clone().unwrap_or_default();
     let key = capabilities::provisioner_key(&provisioner, &params);
+    let claim_property_sets = claim_property_sets(&name, &key, spec, static_volumes)?;
+    let snapshot_class = snapshot_class_for(
+        &name,
+        &provisioner,
+        spec.snapshot_class.as_deref(),
+        snapshot_classes,
+    )?;
+    let clone_strategy = clone_strategy(class, spec, &key, snapshot_class.is_some());
+    let data_import_cron_source_format = spec.data_import_cron_source_format.unwrap_or_else(|| {
+        match capabilities::advised_source_format(&key) {
+            Some(DataImportCronSourceFormat::Snapshot) if snapshot_class.is_some() => {
+                DataImportCronSourceFormat::Snapshot
+            }
+            _ => DataImportCronSourceFormat::Pvc,
+        }
+    });
+    Ok(ResolvedProfile {
+        provisioner,
+        recognized: recognized(&key),
+        default_annotations: default_annotations(&key),
+        key,
+        claim_property_sets,
+        clone_strategy,
+        data_import_cron_source_format,
+        snapshot_class,
+    })
+}
 
-    // claimPropertySets: the spec's wholesale, else the table's, one set per capability.
-    let claim_property_sets = match spec.claim_property_sets.as_deref() {
+/// claimPropertySets: the spec's wholesale, else the table's, one set per capability (for
+/// `kubernetes.io/no-provisioner`, what the class's volumes offer).
+fn claim_property_sets(
+    name: &str,
+    key: &str,
+    spec: &StorageProfileSpec,
+    static_volumes: &[StaticVolume],
+) -> Result<Vec<ClaimPropertySet>, ProfileError> {
+    Ok(match spec.claim_property_sets.as_deref() {
         Some(sets) if !sets.is_empty() => {
             if let Some(index) = sets.iter().position(|s| s.access_modes.is_empty()) {
                 return Err(ProfileError::IncompleteClaimPropertySet {
-                    profile: name,
+                    profile: name.to_string(),
                     index,
                 });
             }
@@ -146,56 +180,50 @@ pub fn resolve(
             }
             sets_from(&caps)
         }
-        _ => capabilities::capabilities(&key)
+        _ => capabilities::capabilities(key)
             .map(sets_from)
             .unwrap_or_default(),
-    };
+    })
+}
 
-    let snapshot_class = snapshot_class_for(
-        &name,
-        &provisioner,
-        spec.snapshot_class.as_deref(),
-        snapshot_classes,
-    )?;
-
-    // cloneStrategy: spec → class annotation → advised/default (snapshot needs a class).
+/// cloneStrategy: spec → class annotation → advised/default (snapshot needs a class).
+fn clone_strategy(
+    class: &StorageClass,
+    spec: &StorageProfileSpec,
+    key: &str,
+    has_snapshot_class: bool,
+) -> Option<CloneStrategy> {
     let annotation = class
         .metadata
         .annotations
         .as_ref()
         .and_then(|a| a.get(cdi_api::ann::CLONE_STRATEGY));
-    let clone_strategy = if let Some(strategy) = spec.clone_strategy {
+    if let Some(strategy) = spec.clone_strategy {
         Some(strategy)
     } else if let Some(value) = annotation {
         // Upstream turns an unknown annotation value into an empty strategy; we leave it unset.
         value.parse().ok()
     } else {
-        let default = if snapshot_class.is_some() {
+        let default = if has_snapshot_class {
             CloneStrategy::Snapshot
         } else {
             CloneStrategy::Copy
         };
-        let strategy = capabilities::advised_clone_strategy(&key).unwrap_or(default);
+        let strategy = capabilities::advised_clone_strategy(key).unwrap_or(default);
         Some(
-            if strategy == CloneStrategy::Snapshot && snapshot_class.is_none() {
+            if strategy == CloneStrategy::Snapshot && !has_snapshot_class {
                 CloneStrategy::Copy
             } else {
                 strategy
             },
         )
-    };
+    }
+}
 
-    let data_import_cron_source_format = spec.data_import_cron_source_format.unwrap_or_else(|| {
-        match capabilities::advised_source_format(&key) {
-            Some(DataImportCronSourceFormat::Snapshot) if snapshot_class.is_some() => {
-                DataImportCronSourceFormat::Snapshot
-            }
-            _ => DataImportCronSourceFormat::Pvc,
-        }
-    });
-
-    let reason = capabilities::recognition(&key);
-    let recognized = match reason {
+/// The `Recognized` condition: whether the provisioner (and its parameters) are in the table.
+fn recognized(key: &str) -> (ConditionStatus, StorageProfileReason, &'static str) {
+    let reason = capabilities::recognition(key);
+    match reason {
         StorageProfileReason::RecognizedProvisioner => {
             (ConditionStatus::True, reason, "Provisioner is recognized")
         }
@@ -209,32 +237,26 @@ pub fn resolve(
             reason,
             "Provisioner is not recognized",
         ),
-    };
+    }
+}
 
+/// The annotations the table gives a provisioner: its minimum claim size, and whether crons
+/// import ReadWriteOnce.
+fn default_annotations(key: &str) -> BTreeMap<String, String> {
     let mut default_annotations = BTreeMap::new();
-    if let Some(min) = capabilities::minimum_pvc_size(&key) {
+    if let Some(min) = capabilities::minimum_pvc_size(key) {
         default_annotations.insert(
             cdi_api::ann::MINIMUM_SUPPORTED_PVC_SIZE.to_string(),
             min.to_string(),
         );
     }
-    if capabilities::read_write_once_for_data_import_cron(&key) {
+    if capabilities::read_write_once_for_data_import_cron(key) {
         default_annotations.insert(
             cdi_api::ann::USE_READ_WRITE_ONCE_FOR_DATA_IMPORT_CRON.to_string(),
             "true".to_string(),
         );
     }
-
-    Ok(ResolvedProfile {
-        provisioner,
-        key,
-        claim_property_sets,
-        clone_strategy,
-        data_import_cron_source_format,
-        snapshot_class,
-        recognized,
-        default_annotations,
-    })
+    default_annotations
 }
 
 /// The labels of upstream's `kubevirt_cdi_storageprofile_info` gauge for one profile.

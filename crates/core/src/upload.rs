@@ -7,9 +7,9 @@ use std::collections::BTreeMap;
 
 use cdi_api::{ann, label};
 use k8s_openapi::api::core::v1::{
-    Container, HTTPGetAction, PersistentVolumeClaim, PersistentVolumeClaimVolumeSource, Pod, Probe,
-    Secret, SecretVolumeSource, Service, ServicePort, ServiceSpec, Volume, VolumeDevice,
-    VolumeMount,
+    Container, EnvVar, HTTPGetAction, PersistentVolumeClaim, PersistentVolumeClaimVolumeSource,
+    Pod, Probe, Secret, SecretVolumeSource, Service, ServicePort, ServiceSpec, Volume,
+    VolumeDevice, VolumeMount,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
@@ -136,110 +136,8 @@ fn component_labels() -> BTreeMap<String, String> {
 pub fn upload_pod(claim: &PersistentVolumeClaim, s: &Settings, deadline: Timestamp) -> Pod {
     let anns = annotations(claim);
     let name = pod_name(claim);
-    let claim_name = claim.metadata.name.clone().unwrap_or_default();
-    let size = claim
-        .spec
-        .as_ref()
-        .and_then(|sp| sp.resources.as_ref()?.requests.as_ref()?.get("storage"))
-        .map(|q| q.0.clone())
-        .unwrap_or_default();
-    let preallocation = match get(&anns, ann::PREALLOCATION_REQUESTED) {
-        Some(v) => v == "true",
-        None => s.preallocation,
-    };
-    let block = claim.spec.as_ref().and_then(|sp| sp.volume_mode.as_deref()) == Some("Block");
-    let mut env = vec![
-        import::var("TLS_KEY_FILE", format!("{CERT_DIR}tls.key")),
-        import::var("TLS_CERT_FILE", format!("{CERT_DIR}tls.crt")),
-        import::var("CLIENT_CERT_FILE", format!("{CERT_DIR}ca.crt")),
-        import::var(
-            cdi_api::env::FILESYSTEM_OVERHEAD,
-            s.filesystem_overhead.clone(),
-        ),
-        import::var("UPLOAD_IMAGE_SIZE", size),
-        import::var(
-            "CLIENT_NAME",
-            get(&anns, ann::UPLOAD_CLIENT_NAME).unwrap_or(CLIENT_NAME),
-        ),
-        import::var(cdi_api::env::PREALLOCATION, preallocation.to_string()),
-        import::var("DEADLINE", deadline.to_string()),
-    ];
-    let mut mounts = vec![VolumeMount {
-        name: CERT_VOLUME.into(),
-        mount_path: CERT_DIR.into(),
-        ..Default::default()
-    }];
-    let mut devices = None;
-    if block {
-        devices = Some(vec![VolumeDevice {
-            name: import::DATA_VOLUME_NAME.into(),
-            device_path: import::BLOCK_DEVICE.into(),
-        }]);
-        env.push(import::var("DESTINATION", import::BLOCK_DEVICE));
-    } else {
-        mounts.push(VolumeMount {
-            name: import::DATA_VOLUME_NAME.into(),
-            mount_path: import::DATA_MOUNT.into(),
-            ..Default::default()
-        });
-    }
-    let scratch = wants_scratch(claim);
-    if scratch {
-        mounts.push(VolumeMount {
-            name: import::SCRATCH_VOLUME_NAME.into(),
-            mount_path: SCRATCH_MOUNT.into(),
-            ..Default::default()
-        });
-    }
-    let claim_volume = |volume: &str, claim: String| Volume {
-        name: volume.into(),
-        persistent_volume_claim: Some(PersistentVolumeClaimVolumeSource {
-            claim_name: claim,
-            read_only: Some(false),
-        }),
-        ..Default::default()
-    };
-    let mut volumes = vec![
-        Volume {
-            name: CERT_VOLUME.into(),
-            secret: Some(SecretVolumeSource {
-                secret_name: Some(name.clone()),
-                ..Default::default()
-            }),
-            ..Default::default()
-        },
-        claim_volume(import::DATA_VOLUME_NAME, claim_name),
-    ];
-    if scratch {
-        volumes.push(claim_volume(
-            import::SCRATCH_VOLUME_NAME,
-            import::scratch_name(claim),
-        ));
-    }
-    let container = Container {
-        name: CONTAINER.into(),
-        image: Some(s.image.clone()),
-        image_pull_policy: Some(s.pull_policy.clone()).filter(|p| !p.is_empty()),
-        args: Some(vec![format!("-v={}", s.verbosity)]),
-        env: Some(env),
-        readiness_probe: Some(Probe {
-            http_get: Some(HTTPGetAction {
-                path: Some("/healthz".into()),
-                port: IntOrString::Int(PORT),
-                scheme: Some("HTTPS".into()),
-                ..Default::default()
-            }),
-            initial_delay_seconds: Some(2),
-            period_seconds: Some(5),
-            ..Default::default()
-        }),
-        termination_message_policy: Some("FallbackToLogsOnError".into()),
-        volume_devices: devices,
-        volume_mounts: Some(mounts),
-        resources: s.resources.clone(),
-        security_context: Some(import::worker_security_context()),
-        ..Default::default()
-    };
+    let container = upload_container(claim, s, deadline);
+    let volumes = upload_volumes(claim, &name);
     let mut pod_anns = import::worker_pod_annotations(&anns, ann::CREATED_BY_UPLOAD);
     pod_anns.insert(
         "k8s.ovn.org/open-default-ports".into(),
@@ -266,6 +164,129 @@ pub fn upload_pod(claim: &PersistentVolumeClaim, s: &Settings, deadline: Timesta
         spec: Some(import::worker_pod_spec(claim, s, vec![container], volumes)),
         status: None,
     }
+}
+
+/// The upload server's environment: its certificates, the overhead and size to write, the
+/// client it accepts, preallocation, and its deadline.
+fn environment(claim: &PersistentVolumeClaim, s: &Settings, deadline: Timestamp) -> Vec<EnvVar> {
+    let anns = annotations(claim);
+    let size = claim
+        .spec
+        .as_ref()
+        .and_then(|sp| sp.resources.as_ref()?.requests.as_ref()?.get("storage"))
+        .map(|q| q.0.clone())
+        .unwrap_or_default();
+    let preallocation = match get(&anns, ann::PREALLOCATION_REQUESTED) {
+        Some(v) => v == "true",
+        None => s.preallocation,
+    };
+    vec![
+        import::var("TLS_KEY_FILE", format!("{CERT_DIR}tls.key")),
+        import::var("TLS_CERT_FILE", format!("{CERT_DIR}tls.crt")),
+        import::var("CLIENT_CERT_FILE", format!("{CERT_DIR}ca.crt")),
+        import::var(
+            cdi_api::env::FILESYSTEM_OVERHEAD,
+            s.filesystem_overhead.clone(),
+        ),
+        import::var("UPLOAD_IMAGE_SIZE", size),
+        import::var(
+            "CLIENT_NAME",
+            get(&anns, ann::UPLOAD_CLIENT_NAME).unwrap_or(CLIENT_NAME),
+        ),
+        import::var(cdi_api::env::PREALLOCATION, preallocation.to_string()),
+        import::var("DEADLINE", deadline.to_string()),
+    ]
+}
+
+/// The upload server container: the certificates, the claim as the block device (its
+/// destination) or at `/data`, scratch space once asked for, the readiness probe.
+fn upload_container(claim: &PersistentVolumeClaim, s: &Settings, deadline: Timestamp) -> Container {
+    let mut env = environment(claim, s, deadline);
+    let block = claim.spec.as_ref().and_then(|sp| sp.volume_mode.as_deref()) == Some("Block");
+    let mut mounts = vec![VolumeMount {
+        name: CERT_VOLUME.into(),
+        mount_path: CERT_DIR.into(),
+        ..Default::default()
+    }];
+    let mut devices = None;
+    if block {
+        devices = Some(vec![VolumeDevice {
+            name: import::DATA_VOLUME_NAME.into(),
+            device_path: import::BLOCK_DEVICE.into(),
+        }]);
+        env.push(import::var("DESTINATION", import::BLOCK_DEVICE));
+    } else {
+        mounts.push(VolumeMount {
+            name: import::DATA_VOLUME_NAME.into(),
+            mount_path: import::DATA_MOUNT.into(),
+            ..Default::default()
+        });
+    }
+    if wants_scratch(claim) {
+        mounts.push(VolumeMount {
+            name: import::SCRATCH_VOLUME_NAME.into(),
+            mount_path: SCRATCH_MOUNT.into(),
+            ..Default::default()
+        });
+    }
+    Container {
+        name: CONTAINER.into(),
+        image: Some(s.image.clone()),
+        image_pull_policy: Some(s.pull_policy.clone()).filter(|p| !p.is_empty()),
+        args: Some(vec![format!("-v={}", s.verbosity)]),
+        env: Some(env),
+        readiness_probe: Some(Probe {
+            http_get: Some(HTTPGetAction {
+                path: Some("/healthz".into()),
+                port: IntOrString::Int(PORT),
+                scheme: Some("HTTPS".into()),
+                ..Default::default()
+            }),
+            initial_delay_seconds: Some(2),
+            period_seconds: Some(5),
+            ..Default::default()
+        }),
+        termination_message_policy: Some("FallbackToLogsOnError".into()),
+        volume_devices: devices,
+        volume_mounts: Some(mounts),
+        resources: s.resources.clone(),
+        security_context: Some(import::worker_security_context()),
+        ..Default::default()
+    }
+}
+
+/// The pod's volumes: the certificate Secret named as the pod, the claim, and the scratch claim
+/// once asked for.
+fn upload_volumes(claim: &PersistentVolumeClaim, pod_name: &str) -> Vec<Volume> {
+    let claim_volume = |volume: &str, claim: String| Volume {
+        name: volume.into(),
+        persistent_volume_claim: Some(PersistentVolumeClaimVolumeSource {
+            claim_name: claim,
+            read_only: Some(false),
+        }),
+        ..Default::default()
+    };
+    let mut volumes = vec![
+        Volume {
+            name: CERT_VOLUME.into(),
+            secret: Some(SecretVolumeSource {
+                secret_name: Some(pod_name.to_string()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        },
+        claim_volume(
+            import::DATA_VOLUME_NAME,
+            claim.metadata.name.clone().unwrap_or_default(),
+        ),
+    ];
+    if wants_scratch(claim) {
+        volumes.push(claim_volume(
+            import::SCRATCH_VOLUME_NAME,
+            import::scratch_name(claim),
+        ));
+    }
+    volumes
 }
 
 /// The upload pod's Service (upstream's `makeUploadServiceSpec`): headless, port 8443 to the pod

@@ -7,9 +7,9 @@ use k8s_openapi::api::core::v1::{Event, PersistentVolumeClaim};
 use k8s_openapi::jiff::Timestamp;
 
 use super::{Cause, Finding, Scene, clause, finding, finished, name_of};
-use crate::clonewait::{CLONE_WITHOUT_SOURCE, source_needed};
+use crate::clone::wait::{CLONE_WITHOUT_SOURCE, source_needed};
 
-use crate::hostclone::CLONE_SOURCE_IN_USE;
+use crate::clone::host::CLONE_SOURCE_IN_USE;
 
 /// The events of `reason` about any of `on` (kind, name), newest first.
 pub(super) fn events_on<'a>(s: &Scene<'a>, on: &[(&str, &str)], reason: &str) -> Vec<&'a Event> {
@@ -250,10 +250,10 @@ fn source_unpopulated(
         .iter()
         .map(|c| ("PersistentVolumeClaim", name_of(&c.metadata)))
         .collect();
-    let events = events_on(s, &on, crate::hostclone::CLONE_SOURCE_NOT_POPULATED);
+    let events = events_on(s, &on, crate::clone::host::CLONE_SOURCE_NOT_POPULATED);
     let message = events.first()?.message.as_deref()?;
     let source = message
-        .strip_prefix(crate::hostclone::SOURCE_NOT_POPULATED)?
+        .strip_prefix(crate::clone::host::SOURCE_NOT_POPULATED)?
         .split(':')
         .next()?
         .trim();

@@ -422,7 +422,7 @@ fn a_copy_waiting_for_its_source_to_be_filled_says_so() {
     let waits = event(
         "PersistentVolumeClaim",
         "disk",
-        crate::hostclone::CLONE_SOURCE_NOT_POPULATED,
+        crate::clone::host::CLONE_SOURCE_NOT_POPULATED,
         "waits for its source to be populated: PVC vms/golden: the copy starts once it is",
     );
     let filled: PersistentVolumeClaim = of(json!({"metadata": {"name": "golden",

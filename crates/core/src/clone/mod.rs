@@ -1,5 +1,13 @@
 //! The clone strategy for a PVC source (docs/cloning.md#clone-strategies): which of snapshot, csi-clone and host-assisted
 //! copy a clone uses, and why it fell back to copy when it did.
+//!
+//! The clone decisions live here: the strategy (this module), the host-assisted copy
+//! ([`host`]), the clone populator ([`populator`]) and a clone waiting for its source
+//! ([`wait`]).
+
+pub mod host;
+pub mod populator;
+pub mod wait;
 
 use cdi_api::enums::CloneStrategy;
 
