@@ -109,8 +109,7 @@ fn json_response(status: StatusCode, v: &Value) -> Response {
         .into_response()
 }
 
-/// Request bodies over this are refused (kube-apiserver's MaxRequestBodyBytes, 3 MiB).
-pub const MAX_BODY: usize = 3 << 20;
+pub use super::http::MAX_BODY;
 
 /// The finalizers of kube's in-use protection: a claim stays until no running pod mounts it, a
 /// volume until no claim is bound to it.
@@ -262,42 +261,12 @@ fn query(req: &Request) -> Query {
         .filter(|p| !p.is_empty())
     {
         let (k, v) = p.split_once('=').unwrap_or((p, ""));
-        q.all.entry(decode(k)).or_default().push(decode(v));
+        q.all
+            .entry(super::http::decode(k))
+            .or_default()
+            .push(super::http::decode(v));
     }
     q
-}
-
-/// Percent-decoding of a path segment (no `+` for spaces there).
-pub(crate) fn decode_segment(s: &str) -> String {
-    decode(&s.replace('+', "%2B"))
-}
-
-/// Percent-decoding of query components (`+` is a space).
-fn decode(s: &str) -> String {
-    let bytes = s.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        match bytes[i] {
-            b'%' if i + 2 < bytes.len() => {
-                match u8::from_str_radix(
-                    std::str::from_utf8(&bytes[i + 1..i + 3]).unwrap_or("zz"),
-                    16,
-                ) {
-                    Ok(b) => {
-                        out.push(b);
-                        i += 3;
-                        continue;
-                    }
-                    Err(_) => out.push(b'%'),
-                }
-            }
-            b'+' => out.push(b' '),
-            b => out.push(b),
-        }
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
 }
 
 impl ApiServer {
@@ -407,10 +376,10 @@ impl ApiServer {
 
     /// A kubeconfig for the admin of this server, listening at `url`.
     pub fn kubeconfig(&self, url: &str) -> String {
-        super::kubeconfig(
+        super::kubeconfig::kubeconfig(
             url,
             Some(self.ca_pem()),
-            &super::KubeconfigUser::Token(self.admin_token()),
+            &super::kubeconfig::KubeconfigUser::Token(self.admin_token()),
         )
     }
 
@@ -538,8 +507,8 @@ impl ApiServer {
         };
         match &mut target {
             Target::Item { ns, name, .. } => {
-                *ns = decode_segment(ns);
-                *name = decode_segment(name);
+                *ns = super::http::decode_segment(ns);
+                *name = super::http::decode_segment(name);
                 // As the registry's key function: a name must be usable as a path segment.
                 let problems = super::validation::is_path_segment_name(name);
                 if !problems.is_empty() {
@@ -550,7 +519,7 @@ impl ApiServer {
                     )));
                 }
             }
-            Target::Collection { ns: Some(ns), .. } => *ns = decode_segment(ns),
+            Target::Collection { ns: Some(ns), .. } => *ns = super::http::decode_segment(ns),
             _ => {}
         }
         Ok(target)
