@@ -11,7 +11,6 @@ use std::collections::{BTreeMap, BTreeSet};
 use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim};
 use k8s_openapi::api::storage::v1::StorageClass;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity as K8sQuantity;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use k8s_rules::Quantity;
 
 use super::scheduler::selector_matches;
@@ -95,26 +94,6 @@ fn storage(map: Option<&BTreeMap<String, K8sQuantity>>) -> Option<i128> {
         .map(|q| q.milli_value())
 }
 
-fn label_selector_matches(sel: &LabelSelector, labels: &BTreeMap<String, String>) -> bool {
-    let labels_ok = sel
-        .match_labels
-        .iter()
-        .flatten()
-        .all(|(k, v)| labels.get(k) == Some(v));
-    let exprs_ok = sel.match_expressions.iter().flatten().all(|e| {
-        let values = e.values.as_deref().unwrap_or_default();
-        let value = labels.get(&e.key);
-        match e.operator.as_str() {
-            "In" => value.is_some_and(|v| values.contains(v)),
-            "NotIn" => value.is_none_or(|v| !values.contains(v)),
-            "Exists" => value.is_some(),
-            "DoesNotExist" => value.is_none(),
-            _ => false,
-        }
-    });
-    labels_ok && exprs_ok
-}
-
 fn volume_mode(mode: Option<&String>) -> &str {
     mode.map(String::as_str).unwrap_or("Filesystem")
 }
@@ -150,7 +129,7 @@ pub fn misfit(claim: &PersistentVolumeClaim, volume: &PersistentVolume) -> Optio
     }
     if let Some(sel) = &cs.selector {
         let labels = volume.metadata.labels.clone().unwrap_or_default();
-        if !label_selector_matches(sel, &labels) {
+        if !crate::apiserver::selector::selects(sel, &labels) {
             return Some("labels do not match the claim's selector".into());
         }
     }

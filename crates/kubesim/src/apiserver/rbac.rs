@@ -209,7 +209,7 @@ impl Policy {
                         .cluster_role_selectors
                         .iter()
                         .flatten()
-                        .any(|s| selects(s, &labels))
+                        .any(|s| super::selector::selects(s, &labels))
                 })
                 .collect();
             sources.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
@@ -225,29 +225,6 @@ impl Policy {
         }
         changed
     }
-}
-
-/// Whether a label selector (matchLabels and matchExpressions) selects `labels`.
-pub(crate) fn selects(
-    s: &k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector,
-    labels: &std::collections::BTreeMap<String, String>,
-) -> bool {
-    let plain = s
-        .match_labels
-        .iter()
-        .flatten()
-        .all(|(k, v)| labels.get(k) == Some(v));
-    let expressions = s.match_expressions.iter().flatten().all(|e| {
-        let values = e.values.clone().unwrap_or_default();
-        match e.operator.as_str() {
-            "In" => labels.get(&e.key).is_some_and(|v| values.contains(v)),
-            "NotIn" => labels.get(&e.key).is_none_or(|v| !values.contains(v)),
-            "Exists" => labels.contains_key(&e.key),
-            "DoesNotExist" => !labels.contains_key(&e.key),
-            _ => false,
-        }
-    });
-    plain && expressions
 }
 
 /// The subject a binding matched, as kube's reason names it.
