@@ -23,44 +23,19 @@ use std::path::{Component, Path, PathBuf};
 
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
 use k8s_openapi::api::storage::v1::StorageClass;
-use k8s_openapi::apimachinery::pkg::api::resource::Quantity as K8sQuantity;
 use serde_json::json;
 
 use super::nodes::HOSTNAME_LABEL;
 use super::pvcontroller::{
     BETA_STORAGE_PROVISIONER, PROVISIONED_BY, SELECTED_NODE, STORAGE_PROVISIONER,
 };
+pub use super::volumes::{CSI_DRIVER, Driver, NodeDirs, PROVISIONER, SHARED_DRIVER};
+use super::volumes::{ours, storage_bytes, volume_node, volume_path};
 use super::{Snapshot, name, snapshots};
 
-/// The provisioner name local-path classes use.
-pub const PROVISIONER: &str = "rancher.io/local-path";
-/// The CSI-like driver's name (its classes' provisioner, and its CSIDriver object).
-pub const CSI_DRIVER: &str = "csi.cdi-rs.dev";
-/// The second CSI driver's name: it neither clones nor restores.
-pub const SHARED_DRIVER: &str = "shared.cdi-rs.dev";
 /// Held on the volumes a provisioner made until it has removed their storage, as
 /// external-provisioner does: a volume deleted by hand still gets its directory removed.
 pub const PROVISIONER_FINALIZER: &str = "external-provisioner.volume.kubernetes.io/finalizer";
-
-/// Which provisioner.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Driver {
-    LocalPath,
-    Csi,
-    Shared,
-}
-
-impl Driver {
-    pub const ALL: [Driver; 3] = [Driver::LocalPath, Driver::Csi, Driver::Shared];
-
-    pub fn name(self) -> &'static str {
-        match self {
-            Driver::LocalPath => PROVISIONER,
-            Driver::Csi => CSI_DRIVER,
-            Driver::Shared => SHARED_DRIVER,
-        }
-    }
-}
 
 /// What a new volume starts with.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -74,18 +49,6 @@ pub enum Content {
 }
 /// Where volumes go inside a node's data directory unless the class says `nodePath`.
 pub const DEFAULT_NODE_PATH: &str = "/opt/local-path-provisioner";
-
-/// Where each node's data directory is: `root/<node name>`.
-#[derive(Debug, Clone)]
-pub struct NodeDirs {
-    pub root: PathBuf,
-}
-
-impl NodeDirs {
-    pub fn node(&self, node: &str) -> PathBuf {
-        self.root.join(node)
-    }
-}
 
 /// One change the provisioner wants made.
 #[derive(Debug, Clone, PartialEq)]
@@ -223,57 +186,6 @@ fn selected_node(claim: &PersistentVolumeClaim) -> Option<&str> {
         .as_ref()?
         .get(SELECTED_NODE)
         .map(String::as_str)
-}
-
-pub(crate) fn volume_node(v: &PersistentVolume) -> Option<&str> {
-    let term = v
-        .spec
-        .as_ref()?
-        .node_affinity
-        .as_ref()?
-        .required
-        .as_ref()?
-        .node_selector_terms
-        .first()?;
-    let req = term
-        .match_expressions
-        .as_ref()?
-        .iter()
-        .find(|r| r.key == HOSTNAME_LABEL)?;
-    req.values.as_ref()?.first().map(String::as_str)
-}
-
-pub(crate) fn ours(driver: Driver, v: &PersistentVolume) -> bool {
-    v.metadata
-        .annotations
-        .as_ref()
-        .and_then(|a| a.get(PROVISIONED_BY))
-        .is_some_and(|p| p == driver.name())
-}
-
-/// Where a volume keeps its data on the host: hostPath, local, or a CSI driver's path.
-pub(crate) fn volume_path(v: &PersistentVolume) -> Option<PathBuf> {
-    let spec = v.spec.as_ref()?;
-    if let Some(h) = &spec.host_path {
-        return Some(PathBuf::from(&h.path));
-    }
-    if let Some(l) = &spec.local {
-        return Some(PathBuf::from(&l.path));
-    }
-    spec.csi
-        .as_ref()
-        .filter(|c| c.driver == CSI_DRIVER || c.driver == SHARED_DRIVER)?
-        .volume_attributes
-        .as_ref()?
-        .get("path")
-        .map(PathBuf::from)
-}
-
-/// The `storage` entry of a requests or capacity map, in bytes.
-pub(crate) fn storage_bytes(map: Option<&BTreeMap<String, K8sQuantity>>) -> u64 {
-    map.and_then(|m| m.get("storage"))
-        .and_then(|q| k8s_rules::Quantity::try_from(q).ok())
-        .map_or(0, |q| q.value().max(0) as u64)
 }
 
 fn requested_bytes(claim: &PersistentVolumeClaim) -> u64 {
@@ -742,61 +654,7 @@ pub mod agent {
     use super::{Action, Content, Driver, NodeDirs, Snapshot, plan};
     use crate::agents::Reader;
     use crate::agents::retry::{Backoff, Retries, warn};
-
-    /// Copy a volume's directory tree (or its file) for a clone.
-    pub(crate) fn copy_tree(from: &std::path::Path, to: &std::path::Path) -> std::io::Result<()> {
-        if from.is_dir() {
-            std::fs::create_dir_all(to)?;
-            for entry in std::fs::read_dir(from)? {
-                let entry = entry?;
-                copy_tree(&entry.path(), &to.join(entry.file_name()))?;
-            }
-            Ok(())
-        } else {
-            copy_sparse(from, to)
-        }
-    }
-
-    /// Copy only the data extents of a file, so a clone of a sparse block volume stays sparse.
-    fn copy_sparse(from: &std::path::Path, to: &std::path::Path) -> std::io::Result<()> {
-        use rustix::fs::{SeekFrom, seek};
-        use std::os::unix::fs::FileExt;
-        let src = std::fs::File::open(from)?;
-        let dst = std::fs::File::create(to)?;
-        let len = src.metadata()?.len();
-        dst.set_len(len)?;
-        let mut buf = vec![0u8; 1 << 20];
-        let mut offset = 0u64;
-        while offset < len {
-            // ENXIO: no data after `offset`, the rest is a hole.
-            let Ok(start) = seek(&src, SeekFrom::Data(offset)) else {
-                break;
-            };
-            let end = seek(&src, SeekFrom::Hole(start)).map_err(std::io::Error::from)?;
-            let mut at = start;
-            while at < end {
-                let n = ((end - at) as usize).min(buf.len());
-                src.read_exact_at(&mut buf[..n], at)?;
-                dst.write_all_at(&buf[..n], at)?;
-                at += n as u64;
-            }
-            offset = end;
-        }
-        Ok(())
-    }
-
-    /// Remove a volume's (or a snapshot's) directory or file; already gone is fine.
-    pub(crate) fn remove(path: &std::path::Path) -> std::io::Result<()> {
-        let removed = if path.is_dir() {
-            std::fs::remove_dir_all(path)
-        } else {
-            std::fs::remove_file(path)
-        };
-        match removed {
-            Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
-            _ => Ok(()),
-        }
-    }
+    use crate::agents::volume_data::{copy_tree, remove};
 
     fn make(path: &std::path::Path, content: &Content) -> std::io::Result<()> {
         if let Some(parent) = path.parent() {

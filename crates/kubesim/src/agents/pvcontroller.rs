@@ -11,9 +11,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim};
 use k8s_openapi::api::storage::v1::StorageClass;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity as K8sQuantity;
-use k8s_rules::Quantity;
 
-use super::scheduler::selector_matches;
+pub use super::placement::misfit;
+use super::placement::{selector_matches, storage};
 use super::{Snapshot, name, namespace};
 
 /// Set on a claim once the controller has finished binding it.
@@ -86,54 +86,6 @@ fn uid<T: kube::Resource>(o: &T) -> &str {
 
 fn annotation<'a, T: kube::Resource>(o: &'a T, key: &str) -> Option<&'a str> {
     o.meta().annotations.as_ref()?.get(key).map(String::as_str)
-}
-
-fn storage(map: Option<&BTreeMap<String, K8sQuantity>>) -> Option<i128> {
-    map?.get("storage")
-        .and_then(|q| Quantity::try_from(q).ok())
-        .map(|q| q.milli_value())
-}
-
-fn volume_mode(mode: Option<&String>) -> &str {
-    mode.map(String::as_str).unwrap_or("Filesystem")
-}
-
-/// Why `volume` cannot hold `claim`, or `None` when it can (ignoring who it is bound to).
-pub fn misfit(claim: &PersistentVolumeClaim, volume: &PersistentVolume) -> Option<String> {
-    let (Some(cs), Some(vs)) = (claim.spec.as_ref(), volume.spec.as_ref()) else {
-        return Some("no spec".into());
-    };
-    let claim_class = cs.storage_class_name.as_deref().unwrap_or("");
-    let volume_class = vs.storage_class_name.as_deref().unwrap_or("");
-    if claim_class != volume_class {
-        return Some(format!(
-            "storage class {volume_class:?} is not the claim's {claim_class:?}"
-        ));
-    }
-    let wanted = storage(cs.resources.as_ref().and_then(|r| r.requests.as_ref())).unwrap_or(0);
-    let offered = storage(vs.capacity.as_ref()).unwrap_or(0);
-    if offered < wanted {
-        return Some("capacity is smaller than the claim's request".into());
-    }
-    let modes = vs.access_modes.as_deref().unwrap_or_default();
-    if let Some(m) = cs
-        .access_modes
-        .iter()
-        .flatten()
-        .find(|m| !modes.contains(m))
-    {
-        return Some(format!("access mode {m} is not offered"));
-    }
-    if volume_mode(cs.volume_mode.as_ref()) != volume_mode(vs.volume_mode.as_ref()) {
-        return Some("volume mode differs".into());
-    }
-    if let Some(sel) = &cs.selector {
-        let labels = volume.metadata.labels.clone().unwrap_or_default();
-        if !crate::apiserver::selector::selects(sel, &labels) {
-            return Some("labels do not match the claim's selector".into());
-        }
-    }
-    None
 }
 
 fn is_wffc(claim: &PersistentVolumeClaim, classes: &[StorageClass]) -> bool {

@@ -6,13 +6,13 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{
-    Node, NodeSelector, NodeSelectorRequirement, PersistentVolume, PersistentVolumeClaim, Pod,
-    Taint, Toleration,
+    Node, PersistentVolume, PersistentVolumeClaim, Pod, Taint, Toleration,
 };
 use k8s_openapi::api::storage::v1::StorageClass;
 use k8s_rules::Quantity;
 
-use super::pvcontroller::misfit;
+use super::placement::misfit;
+pub use super::placement::selector_matches;
 
 /// What the scheduler sees.
 #[derive(Debug, Clone, Copy)]
@@ -99,40 +99,6 @@ pub enum Decision {
 
 fn node_name(n: &Node) -> &str {
     n.metadata.name.as_deref().unwrap_or("")
-}
-
-fn requirement_matches(req: &NodeSelectorRequirement, value: Option<&str>) -> bool {
-    let values = req.values.as_deref().unwrap_or_default();
-    let number = |s: &str| s.parse::<i64>().ok();
-    match req.operator.as_str() {
-        "In" => value.is_some_and(|v| values.iter().any(|x| x == v)),
-        "NotIn" => value.is_none_or(|v| !values.iter().any(|x| x == v)),
-        "Exists" => value.is_some(),
-        "DoesNotExist" => value.is_none(),
-        "Gt" => {
-            matches!((value.and_then(number), values.first().and_then(|x| number(x))), (Some(v), Some(x)) if v > x)
-        }
-        "Lt" => {
-            matches!((value.and_then(number), values.first().and_then(|x| number(x))), (Some(v), Some(x)) if v < x)
-        }
-        _ => false,
-    }
-}
-
-/// Whether `node` satisfies a node selector (terms ORed, requirements within a term ANDed).
-pub fn selector_matches(selector: &NodeSelector, node: &Node) -> bool {
-    let labels = node.metadata.labels.clone().unwrap_or_default();
-    selector.node_selector_terms.iter().any(|term| {
-        let exprs = term.match_expressions.as_deref().unwrap_or_default();
-        let fields = term.match_fields.as_deref().unwrap_or_default();
-        (!exprs.is_empty() || !fields.is_empty())
-            && exprs
-                .iter()
-                .all(|r| requirement_matches(r, labels.get(&r.key).map(String::as_str)))
-            && fields
-                .iter()
-                .all(|r| r.key == "metadata.name" && requirement_matches(r, Some(node_name(node))))
-    })
 }
 
 fn tolerates(tolerations: &[Toleration], taint: &Taint) -> bool {
@@ -772,7 +738,7 @@ pub mod agent {
                             .await?;
                         tracing::info!(pod = %format!("{ns}/{name}"), %message, "unschedulable");
                         // As kube-scheduler says it: `kubectl describe pod` shows why.
-                        crate::agents::kubelet::worker::event_from(
+                        crate::agents::events::event_from(
                             client,
                             "default-scheduler",
                             pod,

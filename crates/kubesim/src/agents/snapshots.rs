@@ -13,13 +13,9 @@ use std::path::PathBuf;
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
 use serde_json::{Value, json};
 
-use super::localpath::{CSI_DRIVER, Driver, NodeDirs};
+pub use super::snapshot_api::{API_VERSION, DEFAULT_CLASS, GROUP};
+use super::volumes::{CSI_DRIVER, Driver, NodeDirs, ours, storage_bytes, volume_node, volume_path};
 use super::{Snapshot, name};
-
-pub const GROUP: &str = "snapshot.storage.k8s.io";
-pub const API_VERSION: &str = "snapshot.storage.k8s.io/v1";
-/// The annotation marking a driver's default VolumeSnapshotClass.
-pub const DEFAULT_CLASS: &str = "snapshot.storage.kubernetes.io/is-default-class";
 
 /// One change to make.
 #[derive(Debug, Clone, PartialEq)]
@@ -136,7 +132,7 @@ fn our_volume<'a>(
     let bound = claim.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Bound");
     let volume = claim.spec.as_ref()?.volume_name.as_deref()?;
     let pv = cluster.volumes.iter().find(|v| name(*v) == volume)?;
-    (bound && super::localpath::ours(Driver::Csi, pv)).then_some(pv)
+    (bound && ours(Driver::Csi, pv)).then_some(pv)
 }
 
 /// Everything the snapshotter would do now.
@@ -224,10 +220,7 @@ pub fn plan(dirs: &NodeDirs, cluster: &Snapshot, now: k8s_openapi::jiff::Timesta
             out.extend(set_status(error_status(message, &now_text)));
             continue;
         };
-        let (Some(from), Some(node)) = (
-            super::localpath::volume_path(volume),
-            super::localpath::volume_node(volume),
-        ) else {
+        let (Some(from), Some(node)) = (volume_path(volume), volume_node(volume)) else {
             continue;
         };
         let spec = volume.spec.clone().unwrap_or_default();
@@ -245,7 +238,7 @@ pub fn plan(dirs: &NodeDirs, cluster: &Snapshot, now: k8s_openapi::jiff::Timesta
             .strip_prefix(&dirs.root)
             .map(|p| p.to_string_lossy().into_owned())
             .unwrap_or_default();
-        let bytes = super::localpath::storage_bytes(spec.capacity.as_ref());
+        let bytes = storage_bytes(spec.capacity.as_ref());
         let volume_handle = spec
             .csi
             .as_ref()
@@ -304,25 +297,16 @@ pub mod agent {
     use std::collections::HashSet;
     use std::time::{Duration, Instant};
 
-    use kube::api::{ApiResource, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
+    use kube::api::{DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
     use kube::{Api, Client};
     use serde_json::json;
 
-    use super::{API_VERSION, Action, GROUP, plan};
+    use super::{API_VERSION, Action, plan};
     use crate::agents::Reader;
-    use crate::agents::localpath::NodeDirs;
-    use crate::agents::localpath::agent::{copy_tree, remove};
     use crate::agents::retry::{Backoff, Retries, warn};
-
-    pub fn resource(kind: &str, plural: &str) -> ApiResource {
-        ApiResource {
-            group: GROUP.into(),
-            version: "v1".into(),
-            api_version: API_VERSION.into(),
-            kind: kind.into(),
-            plural: plural.into(),
-        }
-    }
+    pub use crate::agents::snapshot_api::resource;
+    use crate::agents::volume_data::{copy_tree, remove};
+    use crate::agents::volumes::NodeDirs;
 
     pub async fn apply(
         client: &Client,

@@ -16,7 +16,7 @@ use k8s_openapi::api::core::v1::{
 use kube::{Api, Client};
 
 use super::images::expand;
-use crate::agents::localpath::{CSI_DRIVER, SHARED_DRIVER};
+use crate::agents::volumes::{CSI_DRIVER, SHARED_DRIVER};
 
 /// Why a pod cannot start yet: something still to come (the container stays
 /// `ContainerCreating`), a mistake in the pod (`CreateContainerConfigError`), or an image with
@@ -317,7 +317,7 @@ async fn claim_volume(client: &Client, ns: &str, claim: &str) -> Result<HostVolu
         .await
         .map_err(|e| Blocked::Waiting(format!("reading volume {name}: {e}")))?
         .ok_or_else(|| Blocked::Waiting(format!("persistentvolume \"{name}\" not found")))?;
-    let path = crate::agents::localpath::volume_path(&pv).ok_or_else(|| {
+    let path = crate::agents::volumes::volume_path(&pv).ok_or_else(|| {
         Blocked::Config(format!(
             "persistentvolume \"{name}\" (of claim \"{claim}\") has no source the cdi dev \
              kubelet can mount: it mounts hostPath, local, {CSI_DRIVER} and {SHARED_DRIVER} volumes"

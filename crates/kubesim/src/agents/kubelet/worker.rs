@@ -17,6 +17,9 @@ use kube::{Api, Client};
 use serde_json::json;
 use tokio::sync::{Notify, watch};
 
+pub use crate::agents::events::event_from;
+
+use super::config::PodEnv;
 use super::images::{self, ImageMap};
 use super::probe;
 use super::setup::{self, Blocked, PodDir};
@@ -32,7 +35,7 @@ pub struct Ctx {
     pub every: Duration,
     pub host_ip: Ipv4Addr,
     pub dns: Option<Ipv4Addr>,
-    pub pod_env: super::PodEnv,
+    pub pod_env: PodEnv,
 }
 
 /// `None` while the pod runs; the grace period once it is to stop.
@@ -120,39 +123,6 @@ pub async fn event(client: &Client, pod: &Pod, type_: &str, reason: &str, messag
     event_from(client, "kubelet", pod, type_, reason, message).await
 }
 
-/// Post an event about the pod from `component` (the kubelet, the scheduler).
-pub async fn event_from(
-    client: &Client,
-    component: &str,
-    pod: &Pod,
-    type_: &str,
-    reason: &str,
-    message: &str,
-) {
-    let (ns, name) = full_name(pod);
-    let now = Timestamp::now().to_string();
-    let e = json!({
-        "apiVersion": "v1", "kind": "Event",
-        // Named as kube's recorder names events (a generateName ending in '.' is invalid).
-        "metadata": {"name": crate::agents::event_name(&name, &crate::agents::unique_suffix()),
-            "namespace": ns},
-        "involvedObject": {"apiVersion": "v1", "kind": "Pod", "namespace": ns, "name": name,
-            "uid": pod.metadata.uid},
-        "type": type_, "reason": reason, "message": message,
-        "source": {"component": component},
-        "firstTimestamp": now, "lastTimestamp": now, "count": 1,
-    });
-    let events: Api<k8s_openapi::api::core::v1::Event> = Api::namespaced(client.clone(), &ns);
-    match serde_json::from_value(e) {
-        Ok(e) => {
-            if let Err(err) = events.create(&Default::default(), &e).await {
-                tracing::debug!(error = %err, "posting an event");
-            }
-        }
-        Err(err) => tracing::warn!(error = %err, "building an event"),
-    }
-}
-
 async fn prepare(ctx: &Ctx, pod: &Pod, dir: &PodDir, ip: Ipv4Addr) -> Result<Vec<Launch>, Blocked> {
     // Before anything is made from the pod's names and paths.
     setup::check(pod)?;
@@ -161,7 +131,7 @@ async fn prepare(ctx: &Ctx, pod: &Pod, dir: &PodDir, ip: Ipv4Addr) -> Result<Vec
         .map_err(|e| Blocked::Config(format!("writing the pod's resolv.conf: {e}")))?;
     let spec = pod.spec.clone().unwrap_or_default();
     let (_, name) = full_name(pod);
-    let super::PodEnv {
+    let PodEnv {
         root: root_env,
         ip: ip_env,
         capacity: capacity_env,
