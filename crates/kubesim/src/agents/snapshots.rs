@@ -137,138 +137,12 @@ fn our_volume<'a>(
 
 /// Everything the snapshotter would do now.
 pub fn plan(dirs: &NodeDirs, cluster: &Snapshot, now: k8s_openapi::jiff::Timestamp) -> Vec<Action> {
-    let now_text = now.to_string();
     let mut out = Vec::new();
     for snap in &cluster.volume_snapshots {
         if !snap["metadata"]["deletionTimestamp"].is_null() {
             continue;
         }
-        let ns = s(snap, &["metadata", "namespace"]);
-        let snap_name = s(snap, &["metadata", "name"]);
-        let uid = s(snap, &["metadata", "uid"]);
-        let set_status = |status: Value| {
-            (!same_status(&snap["status"], &status)).then(|| Action::Status {
-                namespace: ns.into(),
-                name: snap_name.into(),
-                status,
-            })
-        };
-        // Pre-provisioned: bind to the named content if it is ours and points back here.
-        let pre = s(snap, &["spec", "source", "volumeSnapshotContentName"]);
-        if !pre.is_empty() {
-            let content = cluster.snapshot_contents.iter().find(|c| {
-                s(c, &["metadata", "name"]) == pre
-                    && s(c, &["spec", "driver"]) == CSI_DRIVER
-                    && s(c, &["spec", "volumeSnapshotRef", "name"]) == snap_name
-                    && s(c, &["spec", "volumeSnapshotRef", "namespace"]) == ns
-            });
-            if let Some(c) = content {
-                out.extend(set_status(bound_status(c)));
-            }
-            continue;
-        }
-        let claim_name = s(snap, &["spec", "source", "persistentVolumeClaimName"]);
-        let content_name = format!("snapcontent-{uid}");
-        if let Some(c) = cluster
-            .snapshot_contents
-            .iter()
-            .find(|c| s(c, &["metadata", "name"]) == content_name)
-        {
-            if c["status"]["readyToUse"] == true {
-                out.extend(set_status(bound_status(c)));
-            }
-            continue;
-        }
-        let named = snap["spec"]["volumeSnapshotClassName"].as_str();
-        let claim = cluster
-            .claims
-            .iter()
-            .find(|c| c.metadata.namespace.as_deref() == Some(ns) && name(*c) == claim_name);
-        let volume = claim.and_then(|c| our_volume(cluster, c));
-        // Ours when our class is named, or when no class is named and the volume is ours.
-        let class = match class_for(&cluster.snapshot_classes, named) {
-            Ok(Some(c)) => c,
-            Ok(None) => continue,
-            Err(message) => {
-                if volume.is_some() || named.is_some() {
-                    out.extend(set_status(error_status(message, &now_text)));
-                }
-                continue;
-            }
-        };
-        let Some(claim) = claim else {
-            let message = format!(
-                "failed to get input parameters to create snapshot {snap_name}: \
-                 persistentvolumeclaims \"{claim_name}\" not found"
-            );
-            out.extend(set_status(error_status(message, &now_text)));
-            continue;
-        };
-        let Some(volume) = volume else {
-            let bound = claim.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Bound");
-            let message = if bound {
-                format!(
-                    "the volume of claim \"{claim_name}\" is not one of {CSI_DRIVER}'s: \
-                     snapshot class \"{}\" cannot snapshot it",
-                    s(class, &["metadata", "name"])
-                )
-            } else {
-                format!(
-                    "the PVC {claim_name} is not yet bound to a PV, will not attempt to take a snapshot"
-                )
-            };
-            out.extend(set_status(error_status(message, &now_text)));
-            continue;
-        };
-        let (Some(from), Some(node)) = (volume_path(volume), volume_node(volume)) else {
-            continue;
-        };
-        let spec = volume.spec.clone().unwrap_or_default();
-        let mode = spec
-            .volume_mode
-            .clone()
-            .unwrap_or_else(|| "Filesystem".into());
-        let file = if mode == "Block" {
-            format!("{content_name}.img")
-        } else {
-            content_name.clone()
-        };
-        let to = dirs.node(node).join("csi").join("snapshots").join(file);
-        let handle = to
-            .strip_prefix(&dirs.root)
-            .map(|p| p.to_string_lossy().into_owned())
-            .unwrap_or_default();
-        let bytes = storage_bytes(spec.capacity.as_ref());
-        let volume_handle = spec
-            .csi
-            .as_ref()
-            .map(|c| c.volume_handle.clone())
-            .unwrap_or_default();
-        let content = json!({
-            "apiVersion": API_VERSION, "kind": "VolumeSnapshotContent",
-            "metadata": {"name": content_name},
-            "spec": {
-                "deletionPolicy": class["deletionPolicy"].as_str().unwrap_or("Delete"),
-                "driver": CSI_DRIVER,
-                "source": {"volumeHandle": volume_handle},
-                "sourceVolumeMode": mode,
-                "volumeSnapshotClassName": s(class, &["metadata", "name"]),
-                "volumeSnapshotRef": {"apiVersion": API_VERSION, "kind": "VolumeSnapshot",
-                    "name": snap_name, "namespace": ns, "uid": uid},
-            },
-        });
-        let status = json!({
-            "snapshotHandle": handle,
-            "creationTime": now.as_nanosecond() as i64,
-            "readyToUse": true,
-            "restoreSize": bytes,
-        });
-        out.push(Action::Take {
-            from,
-            to,
-            content,
-            status,
-        });
+        out.extend(plan_snapshot(dirs, cluster, snap, now));
     }
     // Contents whose snapshot is gone: Delete removes them and their copy; Retain keeps both.
     for c in &cluster.snapshot_contents {
@@ -290,6 +164,152 @@ pub fn plan(dirs: &NodeDirs, cluster: &Snapshot, now: k8s_openapi::jiff::Timesta
         }
     }
     out
+}
+
+/// What one VolumeSnapshot needs now: its status once bound to a ready content (pre-provisioned
+/// or taken), its copy taken, or why it cannot be, in its status. Snapshots of other drivers'
+/// classes and volumes are left alone.
+fn plan_snapshot(
+    dirs: &NodeDirs,
+    cluster: &Snapshot,
+    snap: &Value,
+    now: k8s_openapi::jiff::Timestamp,
+) -> Option<Action> {
+    let now_text = now.to_string();
+    let ns = s(snap, &["metadata", "namespace"]);
+    let snap_name = s(snap, &["metadata", "name"]);
+    let uid = s(snap, &["metadata", "uid"]);
+    let set_status = |status: Value| {
+        (!same_status(&snap["status"], &status)).then(|| Action::Status {
+            namespace: ns.into(),
+            name: snap_name.into(),
+            status,
+        })
+    };
+    // Pre-provisioned: bind to the named content if it is ours and points back here.
+    let pre = s(snap, &["spec", "source", "volumeSnapshotContentName"]);
+    if !pre.is_empty() {
+        let content = cluster.snapshot_contents.iter().find(|c| {
+            s(c, &["metadata", "name"]) == pre
+                && s(c, &["spec", "driver"]) == CSI_DRIVER
+                && s(c, &["spec", "volumeSnapshotRef", "name"]) == snap_name
+                && s(c, &["spec", "volumeSnapshotRef", "namespace"]) == ns
+        });
+        return content.and_then(|c| set_status(bound_status(c)));
+    }
+    let claim_name = s(snap, &["spec", "source", "persistentVolumeClaimName"]);
+    let content_name = format!("snapcontent-{uid}");
+    if let Some(c) = cluster
+        .snapshot_contents
+        .iter()
+        .find(|c| s(c, &["metadata", "name"]) == content_name)
+    {
+        return (c["status"]["readyToUse"] == true)
+            .then(|| set_status(bound_status(c)))
+            .flatten();
+    }
+    let named = snap["spec"]["volumeSnapshotClassName"].as_str();
+    let claim = cluster
+        .claims
+        .iter()
+        .find(|c| c.metadata.namespace.as_deref() == Some(ns) && name(*c) == claim_name);
+    let volume = claim.and_then(|c| our_volume(cluster, c));
+    // Ours when our class is named, or when no class is named and the volume is ours.
+    let class = match class_for(&cluster.snapshot_classes, named) {
+        Ok(Some(c)) => c,
+        Ok(None) => return None,
+        Err(message) => {
+            return (volume.is_some() || named.is_some())
+                .then(|| set_status(error_status(message, &now_text)))
+                .flatten();
+        }
+    };
+    let Some(claim) = claim else {
+        let message = format!(
+            "failed to get input parameters to create snapshot {snap_name}: \
+             persistentvolumeclaims \"{claim_name}\" not found"
+        );
+        return set_status(error_status(message, &now_text));
+    };
+    let Some(volume) = volume else {
+        let bound = claim.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Bound");
+        let message = if bound {
+            format!(
+                "the volume of claim \"{claim_name}\" is not one of {CSI_DRIVER}'s: \
+                 snapshot class \"{}\" cannot snapshot it",
+                s(class, &["metadata", "name"])
+            )
+        } else {
+            format!(
+                "the PVC {claim_name} is not yet bound to a PV, will not attempt to take a snapshot"
+            )
+        };
+        return set_status(error_status(message, &now_text));
+    };
+    take(dirs, snap, class, volume, &content_name, now)
+}
+
+/// Taking the snapshot: a copy of `volume`'s data under its node's `csi/snapshots/`, and the
+/// VolumeSnapshotContent (named `content_name`) that says where it is and what it restores to.
+fn take(
+    dirs: &NodeDirs,
+    snap: &Value,
+    class: &Value,
+    volume: &PersistentVolume,
+    content_name: &str,
+    now: k8s_openapi::jiff::Timestamp,
+) -> Option<Action> {
+    let (Some(from), Some(node)) = (volume_path(volume), volume_node(volume)) else {
+        return None;
+    };
+    let spec = volume.spec.clone().unwrap_or_default();
+    let mode = spec
+        .volume_mode
+        .clone()
+        .unwrap_or_else(|| "Filesystem".into());
+    let file = if mode == "Block" {
+        format!("{content_name}.img")
+    } else {
+        content_name.to_string()
+    };
+    let to = dirs.node(node).join("csi").join("snapshots").join(file);
+    let handle = to
+        .strip_prefix(&dirs.root)
+        .map(|p| p.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let bytes = storage_bytes(spec.capacity.as_ref());
+    let volume_handle = spec
+        .csi
+        .as_ref()
+        .map(|c| c.volume_handle.clone())
+        .unwrap_or_default();
+    let content = json!({
+        "apiVersion": API_VERSION, "kind": "VolumeSnapshotContent",
+        "metadata": {"name": content_name},
+        "spec": {
+            "deletionPolicy": class["deletionPolicy"].as_str().unwrap_or("Delete"),
+            "driver": CSI_DRIVER,
+            "source": {"volumeHandle": volume_handle},
+            "sourceVolumeMode": mode,
+            "volumeSnapshotClassName": s(class, &["metadata", "name"]),
+            "volumeSnapshotRef": {"apiVersion": API_VERSION, "kind": "VolumeSnapshot",
+                "name": s(snap, &["metadata", "name"]),
+                "namespace": s(snap, &["metadata", "namespace"]),
+                "uid": s(snap, &["metadata", "uid"])},
+        },
+    });
+    let status = json!({
+        "snapshotHandle": handle,
+        "creationTime": now.as_nanosecond() as i64,
+        "readyToUse": true,
+        "restoreSize": bytes,
+    });
+    Some(Action::Take {
+        from,
+        to,
+        content,
+        status,
+    })
 }
 
 /// The snapshotter as a loop over the API server.
