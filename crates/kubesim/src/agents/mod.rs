@@ -41,7 +41,6 @@ pub(crate) fn due_by(at: std::time::Instant) {
     let _ = DUE.try_with(|d| d.set(Some(d.get().map_or(at, |was| was.min(at)))));
 }
 
-mod events;
 pub mod kubelet;
 pub mod localpath;
 pub mod nodes;

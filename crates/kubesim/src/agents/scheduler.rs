@@ -754,7 +754,7 @@ pub mod agent {
                             .await?;
                         tracing::info!(pod = %format!("{ns}/{name}"), %message, "unschedulable");
                         // As kube-scheduler says it: `kubectl describe pod` shows why.
-                        crate::agents::events::event_from(
+                        crate::agents::kubelet::events::event_from(
                             client,
                             "default-scheduler",
                             pod,

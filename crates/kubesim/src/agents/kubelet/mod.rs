@@ -5,6 +5,7 @@
 //! stops the containers and then deletes it with a zero grace period.
 
 mod config;
+pub(crate) mod events;
 pub mod images;
 pub mod probe;
 pub mod setup;

@@ -17,7 +17,7 @@ use kube::{Api, Client};
 use serde_json::json;
 use tokio::sync::{Notify, watch};
 
-pub use crate::agents::events::event_from;
+pub use super::events::event_from;
 
 use super::config::PodEnv;
 use super::images::{self, ImageMap};

@@ -1,12 +1,13 @@
 //! Events about pods, as the kubelet and the scheduler post them (`kubectl describe pod` shows
-//! them).
+//! them). Here, beside the kubelet, so that what goes wrong posting them is in the kubelet's
+//! log, as it always was.
 
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::jiff::Timestamp;
 use kube::{Api, Client};
 use serde_json::json;
 
-use super::{event_name, unique_suffix};
+use crate::agents::{event_name, unique_suffix};
 
 /// Post an event about the pod from `component` (the kubelet, the scheduler).
 pub async fn event_from(
