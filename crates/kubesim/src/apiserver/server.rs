@@ -23,6 +23,7 @@ use axum::extract::{Request, State};
 use axum::http::{Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 
+pub use super::http::MAX_BODY;
 pub use call::PodLogs;
 pub use plugins::{PV_PROTECTION, PVC_PROTECTION, SERVICE_ACCOUNT_DIR, SERVICE_RANGE};
 
