@@ -107,6 +107,8 @@ fn json_len(v: &Value) -> usize {
 /// A subscription: retained changes after the asked version, a receiver that wakes on every
 /// new version (read the changes with [`Store::changes_after`]), and the version at
 /// subscription.
+///
+/// [`Store::changes_after`]: super::Store::changes_after
 pub type Watch = (Vec<Arc<Change>>, tokio::sync::watch::Receiver<u64>, u64);
 
 #[cfg(test)]
