@@ -128,11 +128,17 @@ pub(super) fn route(store: &Store, path: &str) -> ApiResult<Target> {
         },
         _ => return Err(ApiError::path_not_found()),
     };
-    match &mut target {
+    decode_names(&mut target)?;
+    Ok(target)
+}
+
+/// Percent-decode the namespace and name a target carries, and check the name as the
+/// registry's key function does: it must be usable as a path segment.
+fn decode_names(target: &mut Target) -> ApiResult<()> {
+    match target {
         Target::Item { ns, name, .. } => {
             *ns = decode_segment(ns);
             *name = decode_segment(name);
-            // As the registry's key function: a name must be usable as a path segment.
             let problems = crate::apiserver::validation::is_path_segment_name(name);
             if !problems.is_empty() {
                 return Err(ApiError::bad_request(format!(
@@ -145,7 +151,7 @@ pub(super) fn route(store: &Store, path: &str) -> ApiResult<Target> {
         Target::Collection { ns: Some(ns), .. } => *ns = decode_segment(ns),
         _ => {}
     }
-    Ok(target)
+    Ok(())
 }
 /// How kube-apiserver's request metrics label a request: the verb as its authorizer names it,
 /// and the resource it reaches.
