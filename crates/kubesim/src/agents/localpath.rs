@@ -23,44 +23,19 @@ use std::path::{Component, Path, PathBuf};
 
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
 use k8s_openapi::api::storage::v1::StorageClass;
-use k8s_openapi::apimachinery::pkg::api::resource::Quantity as K8sQuantity;
 use serde_json::json;
 
 use super::nodes::HOSTNAME_LABEL;
 use super::pvcontroller::{
     BETA_STORAGE_PROVISIONER, PROVISIONED_BY, SELECTED_NODE, STORAGE_PROVISIONER,
 };
+pub use super::volumes::{CSI_DRIVER, Driver, NodeDirs, PROVISIONER, SHARED_DRIVER};
+use super::volumes::{ours, storage_bytes, volume_node, volume_path};
 use super::{Snapshot, name, snapshots};
 
-/// The provisioner name local-path classes use.
-pub const PROVISIONER: &str = "rancher.io/local-path";
-/// The CSI-like driver's name (its classes' provisioner, and its CSIDriver object).
-pub const CSI_DRIVER: &str = "csi.cdi-rs.dev";
-/// The second CSI driver's name: it neither clones nor restores.
-pub const SHARED_DRIVER: &str = "shared.cdi-rs.dev";
 /// Held on the volumes a provisioner made until it has removed their storage, as
 /// external-provisioner does: a volume deleted by hand still gets its directory removed.
 pub const PROVISIONER_FINALIZER: &str = "external-provisioner.volume.kubernetes.io/finalizer";
-
-/// Which provisioner.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Driver {
-    LocalPath,
-    Csi,
-    Shared,
-}
-
-impl Driver {
-    pub const ALL: [Driver; 3] = [Driver::LocalPath, Driver::Csi, Driver::Shared];
-
-    pub fn name(self) -> &'static str {
-        match self {
-            Driver::LocalPath => PROVISIONER,
-            Driver::Csi => CSI_DRIVER,
-            Driver::Shared => SHARED_DRIVER,
-        }
-    }
-}
 
 /// What a new volume starts with.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -74,18 +49,6 @@ pub enum Content {
 }
 /// Where volumes go inside a node's data directory unless the class says `nodePath`.
 pub const DEFAULT_NODE_PATH: &str = "/opt/local-path-provisioner";
-
-/// Where each node's data directory is: `root/<node name>`.
-#[derive(Debug, Clone)]
-pub struct NodeDirs {
-    pub root: PathBuf,
-}
-
-impl NodeDirs {
-    pub fn node(&self, node: &str) -> PathBuf {
-        self.root.join(node)
-    }
-}
 
 /// One change the provisioner wants made.
 #[derive(Debug, Clone, PartialEq)]
@@ -223,57 +186,6 @@ fn selected_node(claim: &PersistentVolumeClaim) -> Option<&str> {
         .as_ref()?
         .get(SELECTED_NODE)
         .map(String::as_str)
-}
-
-pub(crate) fn volume_node(v: &PersistentVolume) -> Option<&str> {
-    let term = v
-        .spec
-        .as_ref()?
-        .node_affinity
-        .as_ref()?
-        .required
-        .as_ref()?
-        .node_selector_terms
-        .first()?;
-    let req = term
-        .match_expressions
-        .as_ref()?
-        .iter()
-        .find(|r| r.key == HOSTNAME_LABEL)?;
-    req.values.as_ref()?.first().map(String::as_str)
-}
-
-pub(crate) fn ours(driver: Driver, v: &PersistentVolume) -> bool {
-    v.metadata
-        .annotations
-        .as_ref()
-        .and_then(|a| a.get(PROVISIONED_BY))
-        .is_some_and(|p| p == driver.name())
-}
-
-/// Where a volume keeps its data on the host: hostPath, local, or a CSI driver's path.
-pub(crate) fn volume_path(v: &PersistentVolume) -> Option<PathBuf> {
-    let spec = v.spec.as_ref()?;
-    if let Some(h) = &spec.host_path {
-        return Some(PathBuf::from(&h.path));
-    }
-    if let Some(l) = &spec.local {
-        return Some(PathBuf::from(&l.path));
-    }
-    spec.csi
-        .as_ref()
-        .filter(|c| c.driver == CSI_DRIVER || c.driver == SHARED_DRIVER)?
-        .volume_attributes
-        .as_ref()?
-        .get("path")
-        .map(PathBuf::from)
-}
-
-/// The `storage` entry of a requests or capacity map, in bytes.
-pub(crate) fn storage_bytes(map: Option<&BTreeMap<String, K8sQuantity>>) -> u64 {
-    map.and_then(|m| m.get("storage"))
-        .and_then(|q| k8s_rules::Quantity::try_from(q).ok())
-        .map_or(0, |q| q.value().max(0) as u64)
 }
 
 fn requested_bytes(claim: &PersistentVolumeClaim) -> u64 {
@@ -503,73 +415,142 @@ fn expansions(cluster: &Snapshot) -> Vec<Action> {
 
 /// Everything the provisioner would do, given the cluster's claims, volumes, classes and nodes.
 pub fn plan(driver: Driver, dirs: &NodeDirs, cluster: &Snapshot) -> Vec<Action> {
-    let Snapshot {
-        claims,
-        volumes,
-        classes,
-        nodes,
-        ..
-    } = cluster;
     let mut out = Vec::new();
     // How many of our volumes each node holds, for spreading Immediate volumes.
-    let mut load: BTreeMap<&str, usize> = nodes.iter().map(|n| (name(n), 0)).collect();
-    for v in volumes.iter().filter(|v| ours(driver, v)) {
+    let mut load: BTreeMap<&str, usize> = cluster.nodes.iter().map(|n| (name(n), 0)).collect();
+    for v in cluster.volumes.iter().filter(|v| ours(driver, v)) {
         if let Some(n) = volume_node(v).and_then(|n| load.get_mut(n)) {
             *n += 1;
         }
     }
-    for c in claims {
-        let spec = c.spec.as_ref();
-        let class_name = spec.and_then(|s| s.storage_class_name.as_deref());
-        let Some(class) = classes
+    for c in &cluster.claims {
+        let Some(class) = handed_to(driver, cluster, c) else {
+            continue;
+        };
+        match provision(driver, dirs, cluster, c, class, &mut load) {
+            Ok(Some(action)) => out.push(action),
+            Ok(None) => {}
+            Err(message) => out.push(Action::Refuse {
+                namespace: c.metadata.namespace.clone().unwrap_or_default(),
+                claim: name(c).into(),
+                message,
+            }),
+        }
+    }
+    if driver == Driver::Csi {
+        out.extend(expansions(cluster));
+    }
+    for v in cluster.volumes.iter().filter(|v| ours(driver, v)) {
+        if reclaiming(v) {
+            // Never remove anything outside the node data directories.
+            let path = volume_path(v)
+                .filter(|d| d.starts_with(&dirs.root))
+                .filter(|_| deletes(v));
+            out.push(Action::Reclaim {
+                volume: name(v).into(),
+                path,
+            });
+        }
+    }
+    out
+}
+
+/// The name of the volume made for a claim.
+fn volume_name_for(claim: &PersistentVolumeClaim) -> String {
+    format!("pvc-{}", claim.metadata.uid.as_deref().unwrap_or(""))
+}
+
+fn is_block(claim: &PersistentVolumeClaim) -> bool {
+    claim.spec.as_ref().and_then(|s| s.volume_mode.as_deref()) == Some("Block")
+}
+
+/// The class of `c` when `driver` is to provision it: a claim of one of its classes, unbound,
+/// neither Lost nor being deleted, handed to it by the PV controller, and without the volume
+/// made for it yet.
+fn handed_to<'a>(
+    driver: Driver,
+    cluster: &'a Snapshot,
+    c: &PersistentVolumeClaim,
+) -> Option<&'a StorageClass> {
+    let spec = c.spec.as_ref();
+    let class_name = spec.and_then(|s| s.storage_class_name.as_deref());
+    let class = cluster
+        .classes
+        .iter()
+        .find(|k| Some(name(*k)) == class_name && k.provisioner == driver.name())?;
+    let unbound = spec
+        .and_then(|s| s.volume_name.as_deref())
+        .is_none_or(str::is_empty);
+    let phase = c.status.as_ref().and_then(|s| s.phase.as_deref());
+    if !unbound || phase == Some("Lost") || c.metadata.deletion_timestamp.is_some() {
+        return None;
+    }
+    // As external provisioners do: only claims the PV controller handed to us.
+    let handed = c.metadata.annotations.as_ref().is_some_and(|a| {
+        [STORAGE_PROVISIONER, BETA_STORAGE_PROVISIONER]
             .iter()
-            .find(|k| Some(name(*k)) == class_name && k.provisioner == driver.name())
-        else {
-            continue;
-        };
-        let unbound = spec
-            .and_then(|s| s.volume_name.as_deref())
-            .is_none_or(str::is_empty);
-        let phase = c.status.as_ref().and_then(|s| s.phase.as_deref());
-        if !unbound || phase == Some("Lost") || c.metadata.deletion_timestamp.is_some() {
-            continue;
-        }
-        // As external provisioners do: only claims the PV controller handed to us.
-        let handed = c.metadata.annotations.as_ref().is_some_and(|a| {
-            [STORAGE_PROVISIONER, BETA_STORAGE_PROVISIONER]
-                .iter()
-                .any(|k| a.get(*k).map(String::as_str) == Some(driver.name()))
-        });
-        if !handed {
-            continue;
-        }
-        let uid = c.metadata.uid.as_deref().unwrap_or("");
-        let pv_name = format!("pvc-{uid}");
-        if volumes.iter().any(|v| name(v) == pv_name) {
-            continue;
-        }
-        let refuse = |message: String| Action::Refuse {
-            namespace: c.metadata.namespace.clone().unwrap_or_default(),
-            claim: name(c).into(),
-            message,
-        };
-        let block = spec.and_then(|s| s.volume_mode.as_deref()) == Some("Block");
-        if block && driver == Driver::LocalPath {
-            out.push(refuse(format!(
-                "{PROVISIONER} makes only Filesystem volumes; use a class whose provisioner \
-                 supports Block (such as {CSI_DRIVER}) for claim {:?}",
-                name(c)
-            )));
-            continue;
-        }
-        let bytes = requested_bytes(c);
-        let mut content = if block {
-            Content::BlockFile { bytes }
-        } else {
-            Content::Directory
-        };
-        // dataSourceRef wins; the older dataSource says the same in fewer words.
-        let source = spec.and_then(|s| match (&s.data_source_ref, &s.data_source) {
+            .any(|k| a.get(*k).map(String::as_str) == Some(driver.name()))
+    });
+    let pv_name = volume_name_for(c);
+    let made = cluster.volumes.iter().any(|v| name(v) == pv_name);
+    (handed && !made).then_some(class)
+}
+
+/// The volume to make for `c` now (counted on its node in `load`); `Ok(None)` while it waits
+/// (for its source, its node, or an old volume's reclaim), `Err` why it cannot be made.
+fn provision(
+    driver: Driver,
+    dirs: &NodeDirs,
+    cluster: &Snapshot,
+    c: &PersistentVolumeClaim,
+    class: &StorageClass,
+    load: &mut BTreeMap<&str, usize>,
+) -> Result<Option<Action>, String> {
+    let block = is_block(c);
+    if block && driver == Driver::LocalPath {
+        return Err(format!(
+            "{PROVISIONER} makes only Filesystem volumes; use a class whose provisioner \
+             supports Block (such as {CSI_DRIVER}) for claim {:?}",
+            name(c)
+        ));
+    }
+    let Some(content) = content(driver, dirs, cluster, c, block, requested_bytes(c))? else {
+        return Ok(None);
+    };
+    let Some(node) = node_for(c, class, load)? else {
+        return Ok(None);
+    };
+    let Some(path) = volume_location(driver, dirs, &node, class, c, &cluster.volumes)? else {
+        return Ok(None);
+    };
+    if let Some(n) = load.get_mut(node.as_str()) {
+        *n += 1;
+    }
+    let volume = Box::new(volume_for(driver, c, class, &node, &path));
+    Ok(Some(Action::Provision {
+        path,
+        content,
+        volume,
+    }))
+}
+
+/// What a new volume of `c` starts with: empty (a directory, or a block file of `bytes`), or a
+/// copy of the claim or snapshot its data source names once that is ready. `Ok(None)` while
+/// the source is not ready, and for data sources that are not this driver's to fill (other
+/// kinds are a populator's).
+fn content(
+    driver: Driver,
+    dirs: &NodeDirs,
+    cluster: &Snapshot,
+    c: &PersistentVolumeClaim,
+    block: bool,
+    bytes: u64,
+) -> Result<Option<Content>, String> {
+    // dataSourceRef wins; the older dataSource says the same in fewer words.
+    let source = c
+        .spec
+        .as_ref()
+        .and_then(|s| match (&s.data_source_ref, &s.data_source) {
             (Some(r), _) => Some((
                 r.kind.clone(),
                 r.api_group.clone().unwrap_or_default(),
@@ -584,125 +565,105 @@ pub fn plan(driver: Driver, dirs: &NodeDirs, cluster: &Snapshot) -> Vec<Action> 
             )),
             (None, None) => None,
         });
-        if let Some((kind, group, source_name, source_ns)) = source {
-            // Local-path cannot fill a volume from anything; other kinds are a populator's.
-            let known = matches!(
-                (kind.as_str(), group.as_str()),
-                ("PersistentVolumeClaim", "") | ("VolumeSnapshot", snapshots::GROUP)
-            );
-            if driver == Driver::LocalPath || !known {
-                continue;
-            }
-            if driver == Driver::Shared {
-                out.push(refuse(format!(
-                    "{SHARED_DRIVER} does not clone volumes or restore snapshots: claim {:?} \
-                     names {kind} {source_name:?}",
-                    name(c)
-                )));
-                continue;
-            }
-            let ns = c.metadata.namespace.as_deref().unwrap_or("");
-            if source_ns.as_deref().is_some_and(|s| s != ns) {
-                out.push(refuse(format!(
-                    "claim {:?} fills from another namespace, which needs a ReferenceGrant; \
-                     the development cluster does not support those",
-                    name(c)
-                )));
-                continue;
-            }
-            let filled = if kind == "VolumeSnapshot" {
-                restore_source(dirs, cluster, c, &source_name, block, bytes)
-            } else {
-                clone_source(driver, cluster, c, &source_name, block, bytes)
-            };
-            match filled {
-                Ok(Some(filled)) => content = filled,
-                // The source is not ready yet.
-                Ok(None) => continue,
-                Err(message) => {
-                    out.push(refuse(message));
-                    continue;
-                }
-            }
-        }
-        let wffc = class.volume_binding_mode.as_deref() == Some("WaitForFirstConsumer");
-        let node = if wffc {
-            match selected_node(c) {
-                Some(n) => n.to_string(),
-                None => continue,
-            }
+    let Some((kind, group, source_name, source_ns)) = source else {
+        return Ok(Some(if block {
+            Content::BlockFile { bytes }
         } else {
-            match load.iter().min_by_key(|(n, count)| (**count, **n)) {
-                Some((n, _)) => n.to_string(),
-                None => {
-                    out.push(refuse("no nodes to put a local-path volume on".into()));
-                    continue;
-                }
-            }
-        };
-        let path = match driver {
-            Driver::LocalPath => volume_dir(dirs, &node, class, &pv_name, c),
-            Driver::Csi | Driver::Shared => {
-                let file = if block {
-                    format!("{pv_name}.img")
-                } else {
-                    pv_name.clone()
-                };
-                let dir = if driver == Driver::Csi {
-                    "csi"
-                } else {
-                    "shared"
-                };
-                Ok(dirs.node(&node).join(dir).join(file))
-            }
-        };
-        // A pathPattern gives a claim made again under the same name the directory of its
-        // predecessor: wait for that volume's reclaim to remove it rather than share it (or
-        // lose the new volume's directory to the old one's removal); one that keeps it is a
-        // conflict to show.
-        let path = path.and_then(|path| match volumes.iter().find(|v| volume_path(v).as_ref() == Some(&path)) {
-            None => Ok(Some(path)),
-            Some(v) if reclaiming(v) => Ok(None),
-            Some(v) => Err(format!(
-                "the directory {} for claim {:?} is still the volume {}'s; delete that volume or \
-                 change the class's pathPattern",
-                path.display(),
-                name(c),
-                name(v)
-            )),
-        });
-        match path {
-            Ok(None) => {}
-            Ok(Some(path)) => {
-                if let Some(n) = load.get_mut(node.as_str()) {
-                    *n += 1;
-                }
-                let volume = Box::new(volume_for(driver, c, class, &node, &path));
-                out.push(Action::Provision {
-                    path,
-                    content,
-                    volume,
-                });
-            }
-            Err(message) => out.push(refuse(message)),
+            Content::Directory
+        }));
+    };
+    // Local-path cannot fill a volume from anything; other kinds are a populator's.
+    let known = matches!(
+        (kind.as_str(), group.as_str()),
+        ("PersistentVolumeClaim", "") | ("VolumeSnapshot", snapshots::GROUP)
+    );
+    if driver == Driver::LocalPath || !known {
+        return Ok(None);
+    }
+    if driver == Driver::Shared {
+        return Err(format!(
+            "{SHARED_DRIVER} does not clone volumes or restore snapshots: claim {:?} \
+             names {kind} {source_name:?}",
+            name(c)
+        ));
+    }
+    let ns = c.metadata.namespace.as_deref().unwrap_or("");
+    if source_ns.as_deref().is_some_and(|s| s != ns) {
+        return Err(format!(
+            "claim {:?} fills from another namespace, which needs a ReferenceGrant; \
+             the development cluster does not support those",
+            name(c)
+        ));
+    }
+    if kind == "VolumeSnapshot" {
+        restore_source(dirs, cluster, c, &source_name, block, bytes)
+    } else {
+        clone_source(driver, cluster, c, &source_name, block, bytes)
+    }
+}
+
+/// The node a volume of `c` goes on: the scheduler's pick for WaitForFirstConsumer classes
+/// (`Ok(None)` until it picks), else the one with fewest of our volumes.
+fn node_for(
+    c: &PersistentVolumeClaim,
+    class: &StorageClass,
+    load: &BTreeMap<&str, usize>,
+) -> Result<Option<String>, String> {
+    if class.volume_binding_mode.as_deref() == Some("WaitForFirstConsumer") {
+        return Ok(selected_node(c).map(str::to_string));
+    }
+    match load.iter().min_by_key(|(n, count)| (**count, **n)) {
+        Some((n, _)) => Ok(Some(n.to_string())),
+        None => Err("no nodes to put a local-path volume on".into()),
+    }
+}
+
+/// Where on `node` the volume of `c` keeps its data: the class's directory layout for
+/// local-path, the driver's directory for the CSI-like ones. `Ok(None)` while a volume being
+/// reclaimed still holds that place.
+fn volume_location(
+    driver: Driver,
+    dirs: &NodeDirs,
+    node: &str,
+    class: &StorageClass,
+    c: &PersistentVolumeClaim,
+    volumes: &[PersistentVolume],
+) -> Result<Option<PathBuf>, String> {
+    let pv_name = volume_name_for(c);
+    let path = match driver {
+        Driver::LocalPath => volume_dir(dirs, node, class, &pv_name, c)?,
+        Driver::Csi | Driver::Shared => {
+            let file = if is_block(c) {
+                format!("{pv_name}.img")
+            } else {
+                pv_name.clone()
+            };
+            let dir = if driver == Driver::Csi {
+                "csi"
+            } else {
+                "shared"
+            };
+            dirs.node(node).join(dir).join(file)
         }
+    };
+    // A pathPattern gives a claim made again under the same name the directory of its
+    // predecessor: wait for that volume's reclaim to remove it rather than share it (or
+    // lose the new volume's directory to the old one's removal); one that keeps it is a
+    // conflict to show.
+    match volumes
+        .iter()
+        .find(|v| volume_path(v).as_ref() == Some(&path))
+    {
+        None => Ok(Some(path)),
+        Some(v) if reclaiming(v) => Ok(None),
+        Some(v) => Err(format!(
+            "the directory {} for claim {:?} is still the volume {}'s; delete that volume or \
+             change the class's pathPattern",
+            path.display(),
+            name(c),
+            name(v)
+        )),
     }
-    if driver == Driver::Csi {
-        out.extend(expansions(cluster));
-    }
-    for v in volumes.iter().filter(|v| ours(driver, v)) {
-        if reclaiming(v) {
-            // Never remove anything outside the node data directories.
-            let path = volume_path(v)
-                .filter(|d| d.starts_with(&dirs.root))
-                .filter(|_| deletes(v));
-            out.push(Action::Reclaim {
-                volume: name(v).into(),
-                path,
-            });
-        }
-    }
-    out
 }
 
 /// Whether a volume's storage is to go now: released under Delete, or deleted by hand while no
@@ -742,61 +703,7 @@ pub mod agent {
     use super::{Action, Content, Driver, NodeDirs, Snapshot, plan};
     use crate::agents::Reader;
     use crate::agents::retry::{Backoff, Retries, warn};
-
-    /// Copy a volume's directory tree (or its file) for a clone.
-    pub(crate) fn copy_tree(from: &std::path::Path, to: &std::path::Path) -> std::io::Result<()> {
-        if from.is_dir() {
-            std::fs::create_dir_all(to)?;
-            for entry in std::fs::read_dir(from)? {
-                let entry = entry?;
-                copy_tree(&entry.path(), &to.join(entry.file_name()))?;
-            }
-            Ok(())
-        } else {
-            copy_sparse(from, to)
-        }
-    }
-
-    /// Copy only the data extents of a file, so a clone of a sparse block volume stays sparse.
-    fn copy_sparse(from: &std::path::Path, to: &std::path::Path) -> std::io::Result<()> {
-        use rustix::fs::{SeekFrom, seek};
-        use std::os::unix::fs::FileExt;
-        let src = std::fs::File::open(from)?;
-        let dst = std::fs::File::create(to)?;
-        let len = src.metadata()?.len();
-        dst.set_len(len)?;
-        let mut buf = vec![0u8; 1 << 20];
-        let mut offset = 0u64;
-        while offset < len {
-            // ENXIO: no data after `offset`, the rest is a hole.
-            let Ok(start) = seek(&src, SeekFrom::Data(offset)) else {
-                break;
-            };
-            let end = seek(&src, SeekFrom::Hole(start)).map_err(std::io::Error::from)?;
-            let mut at = start;
-            while at < end {
-                let n = ((end - at) as usize).min(buf.len());
-                src.read_exact_at(&mut buf[..n], at)?;
-                dst.write_all_at(&buf[..n], at)?;
-                at += n as u64;
-            }
-            offset = end;
-        }
-        Ok(())
-    }
-
-    /// Remove a volume's (or a snapshot's) directory or file; already gone is fine.
-    pub(crate) fn remove(path: &std::path::Path) -> std::io::Result<()> {
-        let removed = if path.is_dir() {
-            std::fs::remove_dir_all(path)
-        } else {
-            std::fs::remove_file(path)
-        };
-        match removed {
-            Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
-            _ => Ok(()),
-        }
-    }
+    use crate::agents::volume_data::{copy_tree, remove};
 
     fn make(path: &std::path::Path, content: &Content) -> std::io::Result<()> {
         if let Some(parent) = path.parent() {

@@ -44,12 +44,16 @@ pub(crate) fn due_by(at: std::time::Instant) {
 pub mod kubelet;
 pub mod localpath;
 pub mod nodes;
+mod placement;
 pub mod protection;
 pub mod pvcontroller;
 pub mod retry;
 pub mod scheduler;
 pub mod services;
+mod snapshot_api;
 pub mod snapshots;
+mod volume_data;
+mod volumes;
 pub mod workloads;
 
 use std::sync::Arc;
@@ -209,7 +213,7 @@ impl Changes {
             ("VolumeSnapshotContent", "volumesnapshotcontents"),
             ("VolumeSnapshotClass", "volumesnapshotclasses"),
         ] {
-            let resource = snapshots::agent::resource(kind, plural);
+            let resource = snapshot_api::resource(kind, plural);
             let api: Api<kube::api::DynamicObject> = Api::all_with(client.clone(), &resource);
             tasks.push(forward(watcher(api, watcher::Config::default()), &tx));
         }
@@ -352,7 +356,7 @@ async fn list_dynamic(
     kind: &str,
     plural: &str,
 ) -> Result<Vec<serde_json::Value>, kube::Error> {
-    let resource = snapshots::agent::resource(kind, plural);
+    let resource = snapshot_api::resource(kind, plural);
     let api: Api<kube::api::DynamicObject> = Api::all_with(client.clone(), &resource);
     Ok(api
         .list(&ListParams::default())

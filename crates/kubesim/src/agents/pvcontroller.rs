@@ -11,10 +11,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim};
 use k8s_openapi::api::storage::v1::StorageClass;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity as K8sQuantity;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
-use k8s_rules::Quantity;
 
-use super::scheduler::selector_matches;
+pub use super::placement::misfit;
+use super::placement::{selector_matches, storage};
 use super::{Snapshot, name, namespace};
 
 /// Set on a claim once the controller has finished binding it.
@@ -87,74 +86,6 @@ fn uid<T: kube::Resource>(o: &T) -> &str {
 
 fn annotation<'a, T: kube::Resource>(o: &'a T, key: &str) -> Option<&'a str> {
     o.meta().annotations.as_ref()?.get(key).map(String::as_str)
-}
-
-fn storage(map: Option<&BTreeMap<String, K8sQuantity>>) -> Option<i128> {
-    map?.get("storage")
-        .and_then(|q| Quantity::try_from(q).ok())
-        .map(|q| q.milli_value())
-}
-
-fn label_selector_matches(sel: &LabelSelector, labels: &BTreeMap<String, String>) -> bool {
-    let labels_ok = sel
-        .match_labels
-        .iter()
-        .flatten()
-        .all(|(k, v)| labels.get(k) == Some(v));
-    let exprs_ok = sel.match_expressions.iter().flatten().all(|e| {
-        let values = e.values.as_deref().unwrap_or_default();
-        let value = labels.get(&e.key);
-        match e.operator.as_str() {
-            "In" => value.is_some_and(|v| values.contains(v)),
-            "NotIn" => value.is_none_or(|v| !values.contains(v)),
-            "Exists" => value.is_some(),
-            "DoesNotExist" => value.is_none(),
-            _ => false,
-        }
-    });
-    labels_ok && exprs_ok
-}
-
-fn volume_mode(mode: Option<&String>) -> &str {
-    mode.map(String::as_str).unwrap_or("Filesystem")
-}
-
-/// Why `volume` cannot hold `claim`, or `None` when it can (ignoring who it is bound to).
-pub fn misfit(claim: &PersistentVolumeClaim, volume: &PersistentVolume) -> Option<String> {
-    let (Some(cs), Some(vs)) = (claim.spec.as_ref(), volume.spec.as_ref()) else {
-        return Some("no spec".into());
-    };
-    let claim_class = cs.storage_class_name.as_deref().unwrap_or("");
-    let volume_class = vs.storage_class_name.as_deref().unwrap_or("");
-    if claim_class != volume_class {
-        return Some(format!(
-            "storage class {volume_class:?} is not the claim's {claim_class:?}"
-        ));
-    }
-    let wanted = storage(cs.resources.as_ref().and_then(|r| r.requests.as_ref())).unwrap_or(0);
-    let offered = storage(vs.capacity.as_ref()).unwrap_or(0);
-    if offered < wanted {
-        return Some("capacity is smaller than the claim's request".into());
-    }
-    let modes = vs.access_modes.as_deref().unwrap_or_default();
-    if let Some(m) = cs
-        .access_modes
-        .iter()
-        .flatten()
-        .find(|m| !modes.contains(m))
-    {
-        return Some(format!("access mode {m} is not offered"));
-    }
-    if volume_mode(cs.volume_mode.as_ref()) != volume_mode(vs.volume_mode.as_ref()) {
-        return Some("volume mode differs".into());
-    }
-    if let Some(sel) = &cs.selector {
-        let labels = volume.metadata.labels.clone().unwrap_or_default();
-        if !label_selector_matches(sel, &labels) {
-            return Some("labels do not match the claim's selector".into());
-        }
-    }
-    None
 }
 
 fn is_wffc(claim: &PersistentVolumeClaim, classes: &[StorageClass]) -> bool {
@@ -243,226 +174,253 @@ fn claim_status(
 
 /// Everything the controller would change, given all claims, volumes, classes and nodes.
 pub fn reconcile(cluster: &Snapshot) -> Vec<Action> {
-    let Snapshot {
-        claims,
-        volumes,
-        classes,
-        nodes,
-        ..
-    } = cluster;
     let mut out = Vec::new();
-    let find_claim =
-        |ns: &str, n: &str| claims.iter().find(|c| namespace(*c) == ns && name(*c) == n);
     // Volumes given to a claim in this pass, so two claims never get the same one.
     let mut taken: BTreeSet<&str> = BTreeSet::new();
-
     // Volumes being deleted too: one kept by a finalizer still moves to Released when its claim
     // goes, which is what lets the protection and the provisioner finish with it.
-    for v in volumes {
-        let Some((ns, claim_name, ref_uid)) = claim_ref_of(v) else {
-            volume_status(&mut out, v, "Available", "");
-            continue;
-        };
-        taken.insert(name(v));
-        match find_claim(ns, claim_name) {
-            Some(c) if ref_uid.is_empty() || ref_uid == uid(c) => {
-                if ref_uid.is_empty() {
-                    out.push(Action::SetClaimRef {
-                        volume: name(v).into(),
-                        namespace: ns.into(),
-                        claim: claim_name.into(),
-                        uid: uid(c).into(),
-                        by_controller: annotation(v, BOUND_BY_CONTROLLER).is_some(),
-                    });
-                }
-                let claim_volume = c
-                    .spec
-                    .as_ref()
-                    .and_then(|s| s.volume_name.as_deref())
-                    .unwrap_or("");
-                if claim_volume.is_empty() {
-                    // Only a claim that is not Lost may take a volume (as upstream: a Lost
-                    // claim stays Lost until its owner deletes it).
-                    if phase_of_claim(c) != "Lost" {
-                        out.push(Action::BindClaim {
-                            namespace: ns.into(),
-                            claim: claim_name.into(),
-                            volume: name(v).into(),
-                            by_controller: true,
-                        });
-                    }
-                    volume_status(&mut out, v, "Available", "");
-                } else if claim_volume == name(v) {
-                    volume_status(&mut out, v, "Bound", "");
-                } else if annotation(v, BOUND_BY_CONTROLLER).is_some() {
-                    // The claim went to another volume; we bound this one, so we undo it.
-                    out.push(Action::ClearClaimRef {
-                        volume: name(v).into(),
-                    });
-                } else {
-                    volume_status(&mut out, v, "Available", "");
-                }
-            }
-            // Pre-bound by a user to a claim that does not exist yet: it waits for it.
-            None if ref_uid.is_empty() => volume_status(&mut out, v, "Available", ""),
-            // The claim it was bound to is gone (deleted, or deleted and made again).
-            _ => {
-                let policy = v
-                    .spec
-                    .as_ref()
-                    .and_then(|s| s.persistent_volume_reclaim_policy.as_deref())
-                    .unwrap_or("Retain");
-                match policy {
-                    "Retain" => volume_status(&mut out, v, "Released", ""),
-                    // The provisioner that made it deletes the storage and the object.
-                    "Delete" if annotation(v, PROVISIONED_BY).is_some() => {
-                        volume_status(&mut out, v, "Released", "")
-                    }
-                    _ => volume_status(
-                        &mut out,
-                        v,
-                        "Failed",
-                        &format!(
-                            "no provisioner of this cluster made volume {:?}, so nothing can \
-                             reclaim its storage ({policy}); clean it up and delete the \
-                             PersistentVolume by hand",
-                            name(v)
-                        ),
-                    ),
-                }
-            }
+    for v in &cluster.volumes {
+        if claim_ref_of(v).is_some() {
+            taken.insert(name(v));
         }
+        reconcile_volume(v, &cluster.claims, &mut out);
     }
-
-    let mut by_volume: BTreeMap<&str, &PersistentVolume> = BTreeMap::new();
-    for v in volumes {
-        by_volume.insert(name(v), v);
-    }
-    for c in claims {
+    let by_volume: BTreeMap<&str, &PersistentVolume> =
+        cluster.volumes.iter().map(|v| (name(v), v)).collect();
+    for c in &cluster.claims {
         if c.metadata.deletion_timestamp.is_some() {
             continue;
         }
-        let (ns, cn) = (namespace(c), name(c));
         let volume_name = c
             .spec
             .as_ref()
             .and_then(|s| s.volume_name.as_deref())
             .unwrap_or("");
         if !volume_name.is_empty() {
-            let volume = by_volume.get(volume_name).copied();
-            let points_here = volume.and_then(claim_ref_of).is_some_and(|(rns, rn, ru)| {
-                rns == ns && rn == cn && (ru.is_empty() || ru == uid(c))
-            });
-            if points_here {
-                claim_status(&mut out, c, "Bound", volume);
-            } else if phase_of_claim(c) == "Bound" || phase_of_claim(c) == "Lost" {
-                // Its volume was deleted or handed to another claim.
-                claim_status(&mut out, c, "Lost", None);
-            } else if let Some(v) = volume.filter(|v| claim_ref_of(v).is_none()) {
-                // Pre-bound by a user to a free volume: bind it from the volume's side.
-                if misfit(c, v).is_none() {
-                    out.push(Action::SetClaimRef {
-                        volume: volume_name.into(),
-                        namespace: ns.into(),
-                        claim: cn.into(),
-                        uid: uid(c).into(),
-                        by_controller: true,
-                    });
-                }
-                claim_status(&mut out, c, "Pending", None);
-            } else {
-                claim_status(&mut out, c, "Pending", None);
-            }
+            reconcile_named_volume(c, volume_name, &by_volume, &mut out);
             continue;
         }
         if phase_of_claim(c) == "Lost" {
             continue;
         }
-        let claimed_by_a_volume = volumes.iter().any(|v| {
+        let (ns, cn) = (namespace(c), name(c));
+        let claimed_by_a_volume = cluster.volumes.iter().any(|v| {
             claim_ref_of(v).is_some_and(|(rns, rn, ru)| {
                 rns == ns && rn == cn && (ru.is_empty() || ru == uid(c))
             })
         });
         if !claimed_by_a_volume {
-            // WaitForFirstConsumer: only once the scheduler has chosen a node, and only
-            // volumes usable there (others are for the provisioner to make).
-            let selected = annotation(c, SELECTED_NODE);
-            let wffc = is_wffc(c, classes);
-            let best = volumes
-                .iter()
-                .filter(|v| claim_ref_of(v).is_none() && !taken.contains(name(*v)))
-                .filter(|v| v.metadata.deletion_timestamp.is_none())
-                .filter(|v| misfit(c, v).is_none())
-                .filter(|v| !wffc || selected.is_some_and(|n| reachable_from(v, n, nodes)))
-                .min_by_key(|v| {
-                    let size = storage(v.spec.as_ref().and_then(|s| s.capacity.as_ref()));
-                    (size.unwrap_or(0), name(*v).to_string())
-                });
-            let class = c
-                .spec
-                .as_ref()
-                .and_then(|s| s.storage_class_name.as_deref())
-                .and_then(|n| classes.iter().find(|k| name(*k) == n));
-            let provisioner = class
-                .map(|k| k.provisioner.as_str())
-                .filter(|p| *p != "kubernetes.io/no-provisioner");
-            if let Some(p) = provisioner
-                && best.is_none()
-                && (!wffc || selected.is_some())
-                && annotation(c, STORAGE_PROVISIONER) != Some(p)
-            {
-                out.push(Action::AnnotateProvisioner {
-                    namespace: ns.into(),
-                    claim: cn.into(),
-                    provisioner: p.into(),
-                });
-            }
-            if wffc && selected.is_none() {
-                out.push(Action::ClaimEvent {
-                    namespace: ns.into(),
-                    claim: cn.into(),
-                    uid: uid(c).into(),
-                    reason: "WaitForFirstConsumer",
-                    message: "waiting for first consumer to be created before binding".into(),
-                    warning: false,
-                });
-            }
-            // A class that does not exist: nothing can provision the claim, and kube says so.
-            let class_name = c
-                .spec
-                .as_ref()
-                .and_then(|s| s.storage_class_name.as_deref())
-                .filter(|n| !n.is_empty());
-            if let Some(missing) = class_name.filter(|_| class.is_none() && best.is_none()) {
-                out.push(Action::ClaimEvent {
-                    namespace: ns.into(),
-                    claim: cn.into(),
-                    uid: uid(c).into(),
-                    reason: "ProvisioningFailed",
-                    message: format!("storageclass.storage.k8s.io \"{missing}\" not found"),
-                    warning: true,
-                });
-            }
-            if let Some(v) = best {
-                taken.insert(name(v));
-                out.push(Action::SetClaimRef {
-                    volume: name(v).into(),
-                    namespace: ns.into(),
-                    claim: cn.into(),
-                    uid: uid(c).into(),
-                    by_controller: true,
-                });
-                out.push(Action::BindClaim {
-                    namespace: ns.into(),
-                    claim: cn.into(),
-                    volume: name(v).into(),
-                    by_controller: true,
-                });
-            }
+            find_volume(c, cluster, &mut taken, &mut out);
         }
         claim_status(&mut out, c, "Pending", None);
     }
     out
+}
+
+/// A volume's side: complete the binding its `claimRef` names, undo one its claim left, or
+/// release it when its claim is gone (by its reclaim policy).
+fn reconcile_volume(v: &PersistentVolume, claims: &[PersistentVolumeClaim], out: &mut Vec<Action>) {
+    let Some((ns, claim_name, ref_uid)) = claim_ref_of(v) else {
+        volume_status(out, v, "Available", "");
+        return;
+    };
+    let found = claims
+        .iter()
+        .find(|c| namespace(*c) == ns && name(*c) == claim_name);
+    match found {
+        Some(c) if ref_uid.is_empty() || ref_uid == uid(c) => {
+            if ref_uid.is_empty() {
+                out.push(Action::SetClaimRef {
+                    volume: name(v).into(),
+                    namespace: ns.into(),
+                    claim: claim_name.into(),
+                    uid: uid(c).into(),
+                    by_controller: annotation(v, BOUND_BY_CONTROLLER).is_some(),
+                });
+            }
+            let claim_volume = c
+                .spec
+                .as_ref()
+                .and_then(|s| s.volume_name.as_deref())
+                .unwrap_or("");
+            if claim_volume.is_empty() {
+                // Only a claim that is not Lost may take a volume (as upstream: a Lost
+                // claim stays Lost until its owner deletes it).
+                if phase_of_claim(c) != "Lost" {
+                    out.push(Action::BindClaim {
+                        namespace: ns.into(),
+                        claim: claim_name.into(),
+                        volume: name(v).into(),
+                        by_controller: true,
+                    });
+                }
+                volume_status(out, v, "Available", "");
+            } else if claim_volume == name(v) {
+                volume_status(out, v, "Bound", "");
+            } else if annotation(v, BOUND_BY_CONTROLLER).is_some() {
+                // The claim went to another volume; we bound this one, so we undo it.
+                out.push(Action::ClearClaimRef {
+                    volume: name(v).into(),
+                });
+            } else {
+                volume_status(out, v, "Available", "");
+            }
+        }
+        // Pre-bound by a user to a claim that does not exist yet: it waits for it.
+        None if ref_uid.is_empty() => volume_status(out, v, "Available", ""),
+        // The claim it was bound to is gone (deleted, or deleted and made again).
+        _ => release(v, out),
+    }
+}
+
+/// A volume whose claim is gone: Released for its provisioner (or to keep), Failed when
+/// nothing of this cluster can reclaim it.
+fn release(v: &PersistentVolume, out: &mut Vec<Action>) {
+    let policy = v
+        .spec
+        .as_ref()
+        .and_then(|s| s.persistent_volume_reclaim_policy.as_deref())
+        .unwrap_or("Retain");
+    match policy {
+        "Retain" => volume_status(out, v, "Released", ""),
+        // The provisioner that made it deletes the storage and the object.
+        "Delete" if annotation(v, PROVISIONED_BY).is_some() => {
+            volume_status(out, v, "Released", "")
+        }
+        _ => volume_status(
+            out,
+            v,
+            "Failed",
+            &format!(
+                "no provisioner of this cluster made volume {:?}, so nothing can \
+                 reclaim its storage ({policy}); clean it up and delete the \
+                 PersistentVolume by hand",
+                name(v)
+            ),
+        ),
+    }
+}
+
+/// A claim naming its volume: Bound once the volume points back, Lost when the volume went
+/// away or to another claim, else Pending (binding a free volume a user pre-bound it to).
+fn reconcile_named_volume(
+    c: &PersistentVolumeClaim,
+    volume_name: &str,
+    by_volume: &BTreeMap<&str, &PersistentVolume>,
+    out: &mut Vec<Action>,
+) {
+    let (ns, cn) = (namespace(c), name(c));
+    let volume = by_volume.get(volume_name).copied();
+    let points_here = volume
+        .and_then(claim_ref_of)
+        .is_some_and(|(rns, rn, ru)| rns == ns && rn == cn && (ru.is_empty() || ru == uid(c)));
+    if points_here {
+        claim_status(out, c, "Bound", volume);
+    } else if phase_of_claim(c) == "Bound" || phase_of_claim(c) == "Lost" {
+        // Its volume was deleted or handed to another claim.
+        claim_status(out, c, "Lost", None);
+    } else if let Some(v) = volume.filter(|v| claim_ref_of(v).is_none()) {
+        // Pre-bound by a user to a free volume: bind it from the volume's side.
+        if misfit(c, v).is_none() {
+            out.push(Action::SetClaimRef {
+                volume: volume_name.into(),
+                namespace: ns.into(),
+                claim: cn.into(),
+                uid: uid(c).into(),
+                by_controller: true,
+            });
+        }
+        claim_status(out, c, "Pending", None);
+    } else {
+        claim_status(out, c, "Pending", None);
+    }
+}
+
+/// An unbound claim: the smallest free volume that fits (for WaitForFirstConsumer, once a node
+/// is selected, one usable there), or else the provisioner it waits for, and what it waits for
+/// said in events.
+fn find_volume<'a>(
+    c: &PersistentVolumeClaim,
+    cluster: &'a Snapshot,
+    taken: &mut BTreeSet<&'a str>,
+    out: &mut Vec<Action>,
+) {
+    let (ns, cn) = (namespace(c), name(c));
+    let classes = &cluster.classes;
+    let selected = annotation(c, SELECTED_NODE);
+    let wffc = is_wffc(c, classes);
+    let best = cluster
+        .volumes
+        .iter()
+        .filter(|v| claim_ref_of(v).is_none() && !taken.contains(name(*v)))
+        .filter(|v| v.metadata.deletion_timestamp.is_none())
+        .filter(|v| misfit(c, v).is_none())
+        .filter(|v| !wffc || selected.is_some_and(|n| reachable_from(v, n, &cluster.nodes)))
+        .min_by_key(|v| {
+            let size = storage(v.spec.as_ref().and_then(|s| s.capacity.as_ref()));
+            (size.unwrap_or(0), name(*v).to_string())
+        });
+    let class = c
+        .spec
+        .as_ref()
+        .and_then(|s| s.storage_class_name.as_deref())
+        .and_then(|n| classes.iter().find(|k| name(*k) == n));
+    let provisioner = class
+        .map(|k| k.provisioner.as_str())
+        .filter(|p| *p != "kubernetes.io/no-provisioner");
+    if let Some(p) = provisioner
+        && best.is_none()
+        && (!wffc || selected.is_some())
+        && annotation(c, STORAGE_PROVISIONER) != Some(p)
+    {
+        out.push(Action::AnnotateProvisioner {
+            namespace: ns.into(),
+            claim: cn.into(),
+            provisioner: p.into(),
+        });
+    }
+    if wffc && selected.is_none() {
+        out.push(Action::ClaimEvent {
+            namespace: ns.into(),
+            claim: cn.into(),
+            uid: uid(c).into(),
+            reason: "WaitForFirstConsumer",
+            message: "waiting for first consumer to be created before binding".into(),
+            warning: false,
+        });
+    }
+    // A class that does not exist: nothing can provision the claim, and kube says so.
+    let class_name = c
+        .spec
+        .as_ref()
+        .and_then(|s| s.storage_class_name.as_deref())
+        .filter(|n| !n.is_empty());
+    if let Some(missing) = class_name.filter(|_| class.is_none() && best.is_none()) {
+        out.push(Action::ClaimEvent {
+            namespace: ns.into(),
+            claim: cn.into(),
+            uid: uid(c).into(),
+            reason: "ProvisioningFailed",
+            message: format!("storageclass.storage.k8s.io \"{missing}\" not found"),
+            warning: true,
+        });
+    }
+    if let Some(v) = best {
+        taken.insert(name(v));
+        out.push(Action::SetClaimRef {
+            volume: name(v).into(),
+            namespace: ns.into(),
+            claim: cn.into(),
+            uid: uid(c).into(),
+            by_controller: true,
+        });
+        out.push(Action::BindClaim {
+            namespace: ns.into(),
+            claim: cn.into(),
+            volume: name(v).into(),
+            by_controller: true,
+        });
+    }
 }
 
 /// The controller as a loop over the API server.

@@ -6,13 +6,13 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{
-    Node, NodeSelector, NodeSelectorRequirement, PersistentVolume, PersistentVolumeClaim, Pod,
-    Taint, Toleration,
+    Node, PersistentVolume, PersistentVolumeClaim, Pod, PodSpec, Taint, Toleration,
 };
 use k8s_openapi::api::storage::v1::StorageClass;
 use k8s_rules::Quantity;
 
-use super::pvcontroller::misfit;
+use super::placement::misfit;
+pub use super::placement::selector_matches;
 
 /// What the scheduler sees.
 #[derive(Debug, Clone, Copy)]
@@ -101,40 +101,6 @@ fn node_name(n: &Node) -> &str {
     n.metadata.name.as_deref().unwrap_or("")
 }
 
-fn requirement_matches(req: &NodeSelectorRequirement, value: Option<&str>) -> bool {
-    let values = req.values.as_deref().unwrap_or_default();
-    let number = |s: &str| s.parse::<i64>().ok();
-    match req.operator.as_str() {
-        "In" => value.is_some_and(|v| values.iter().any(|x| x == v)),
-        "NotIn" => value.is_none_or(|v| !values.iter().any(|x| x == v)),
-        "Exists" => value.is_some(),
-        "DoesNotExist" => value.is_none(),
-        "Gt" => {
-            matches!((value.and_then(number), values.first().and_then(|x| number(x))), (Some(v), Some(x)) if v > x)
-        }
-        "Lt" => {
-            matches!((value.and_then(number), values.first().and_then(|x| number(x))), (Some(v), Some(x)) if v < x)
-        }
-        _ => false,
-    }
-}
-
-/// Whether `node` satisfies a node selector (terms ORed, requirements within a term ANDed).
-pub fn selector_matches(selector: &NodeSelector, node: &Node) -> bool {
-    let labels = node.metadata.labels.clone().unwrap_or_default();
-    selector.node_selector_terms.iter().any(|term| {
-        let exprs = term.match_expressions.as_deref().unwrap_or_default();
-        let fields = term.match_fields.as_deref().unwrap_or_default();
-        (!exprs.is_empty() || !fields.is_empty())
-            && exprs
-                .iter()
-                .all(|r| requirement_matches(r, labels.get(&r.key).map(String::as_str)))
-            && fields
-                .iter()
-                .all(|r| r.key == "metadata.name" && requirement_matches(r, Some(node_name(node))))
-    })
-}
-
 fn tolerates(tolerations: &[Toleration], taint: &Taint) -> bool {
     tolerations
         .iter()
@@ -190,167 +156,96 @@ pub fn claim_names(pod: &Pod) -> Vec<String> {
         .collect()
 }
 
+/// The claims of a pod, as scheduling sees them.
+struct PodClaims<'a> {
+    /// Unbound claims of WaitForFirstConsumer classes: to be given the chosen node.
+    select_for: Vec<String>,
+    /// Those of classes without a provisioner: only a node with a free volume that fits will do
+    /// (nothing will be made for them).
+    static_claims: Vec<&'a PersistentVolumeClaim>,
+    /// The volumes of the bound ones, whose node affinity the node must satisfy.
+    bound_volumes: Vec<&'a PersistentVolume>,
+}
+
+impl<'a> PodClaims<'a> {
+    /// The pod's claims, or why no node will do: a missing claim, one being deleted, or an
+    /// unbound Immediate claim stops the pod everywhere.
+    fn of(pod: &Pod, view: &ClusterView<'a>) -> Result<PodClaims<'a>, String> {
+        let mut claims = PodClaims {
+            select_for: Vec::new(),
+            static_claims: Vec::new(),
+            bound_volumes: Vec::new(),
+        };
+        for name in claim_names(pod) {
+            let Some(claim) = view
+                .claims
+                .iter()
+                .find(|c| c.metadata.name.as_deref() == Some(name.as_str()))
+            else {
+                return Err(format!("persistentvolumeclaim \"{name}\" not found."));
+            };
+            if claim.metadata.deletion_timestamp.is_some() {
+                return Err(format!(
+                    "persistentvolumeclaim \"{name}\" is being deleted."
+                ));
+            }
+            let volume_name = claim
+                .spec
+                .as_ref()
+                .and_then(|s| s.volume_name.as_deref())
+                .filter(|v| !v.is_empty());
+            let bound = volume_name.and_then(|v| {
+                view.volumes
+                    .iter()
+                    .find(|pv| pv.metadata.name.as_deref() == Some(v))
+            });
+            if let Some(pv) = bound {
+                claims.bound_volumes.push(pv);
+                continue;
+            }
+            let class = claim
+                .spec
+                .as_ref()
+                .and_then(|s| s.storage_class_name.as_deref());
+            let class = class.and_then(|c| {
+                view.classes
+                    .iter()
+                    .find(|sc| sc.metadata.name.as_deref() == Some(c))
+            });
+            let wffc = class.and_then(|sc| sc.volume_binding_mode.as_deref())
+                == Some("WaitForFirstConsumer");
+            if class.is_some_and(|sc| sc.provisioner == "kubernetes.io/no-provisioner") {
+                claims.static_claims.push(claim);
+            }
+            if !wffc {
+                return Err("pod has unbound immediate PersistentVolumeClaims.".into());
+            }
+            claims.select_for.push(name);
+        }
+        Ok(claims)
+    }
+}
+
 /// Decide where `pod` goes.
 pub fn schedule(pod: &Pod, view: &ClusterView<'_>) -> Decision {
-    let spec = pod.spec.clone().unwrap_or_default();
     let total = view.nodes.len();
     let unschedulable = |message: String| Decision::Unschedulable { message };
-
-    // Claims first: a missing claim or an unbound Immediate claim stops the pod everywhere.
-    let mut select_for = Vec::new();
-    // WaitForFirstConsumer claims of classes without a provisioner: only a node with a free
-    // volume that fits will do (nothing will be made for them).
-    let mut static_claims: Vec<&PersistentVolumeClaim> = Vec::new();
-    let mut bound_volumes = Vec::new();
-    for name in claim_names(pod) {
-        let Some(claim) = view
-            .claims
-            .iter()
-            .find(|c| c.metadata.name.as_deref() == Some(name.as_str()))
-        else {
-            return unschedulable(format!(
-                "0/{total} nodes are available: persistentvolumeclaim \"{name}\" not found."
-            ));
-        };
-        if claim.metadata.deletion_timestamp.is_some() {
-            return unschedulable(format!(
-                "0/{total} nodes are available: persistentvolumeclaim \"{name}\" is being deleted."
-            ));
-        }
-        let volume_name = claim
-            .spec
-            .as_ref()
-            .and_then(|s| s.volume_name.as_deref())
-            .filter(|v| !v.is_empty());
-        match volume_name.and_then(|v| {
-            view.volumes
-                .iter()
-                .find(|pv| pv.metadata.name.as_deref() == Some(v))
-        }) {
-            Some(pv) => bound_volumes.push(pv),
-            None => {
-                let class = claim
-                    .spec
-                    .as_ref()
-                    .and_then(|s| s.storage_class_name.as_deref());
-                let class = class.and_then(|c| {
-                    view.classes
-                        .iter()
-                        .find(|sc| sc.metadata.name.as_deref() == Some(c))
-                });
-                let wffc = class.and_then(|sc| sc.volume_binding_mode.as_deref())
-                    == Some("WaitForFirstConsumer");
-                if class.is_some_and(|sc| sc.provisioner == "kubernetes.io/no-provisioner") {
-                    static_claims.push(claim);
-                }
-                if !wffc {
-                    return unschedulable(format!(
-                        "0/{total} nodes are available: pod has unbound immediate PersistentVolumeClaims."
-                    ));
-                }
-                select_for.push(name);
-            }
-        }
-    }
-
-    let (cpu, mem) = requests(pod);
-    let tolerations = spec.tolerations.clone().unwrap_or_default();
+    let claims = match PodClaims::of(pod, view) {
+        Ok(claims) => claims,
+        Err(why) => return unschedulable(format!("0/{total} nodes are available: {why}")),
+    };
+    let spec = pod.spec.clone().unwrap_or_default();
+    let wanted = requests(pod);
     let mut reasons: BTreeMap<String, usize> = BTreeMap::new();
     let mut feasible: Vec<(&Node, usize)> = Vec::new();
     for node in view.nodes {
-        let name = node_name(node);
-        let reason = if let Some(wanted) = spec.node_name.as_deref().filter(|n| !n.is_empty()) {
-            (wanted != name).then(|| "node(s) didn't match the requested node name".to_string())
-        } else {
-            None
-        };
-        let labels = node.metadata.labels.clone().unwrap_or_default();
-        let reason = reason
-            .or_else(|| {
-                node.spec
-                    .as_ref()
-                    .and_then(|s| s.unschedulable)
-                    .unwrap_or(false)
-                    .then(|| "node(s) were unschedulable".to_string())
-            })
-            .or_else(|| {
-                let selector_ok = spec
-                    .node_selector
-                    .iter()
-                    .flatten()
-                    .all(|(k, v)| labels.get(k) == Some(v));
-                let affinity = spec
-                    .affinity
-                    .as_ref()
-                    .and_then(|a| a.node_affinity.as_ref())
-                    .and_then(|a| {
-                        a.required_during_scheduling_ignored_during_execution
-                            .as_ref()
-                    });
-                let affinity_ok = affinity.is_none_or(|sel| selector_matches(sel, node));
-                (!(selector_ok && affinity_ok))
-                    .then(|| "node(s) didn't match Pod's node affinity/selector".to_string())
-            })
-            .or_else(|| {
-                node.spec
-                    .as_ref()
-                    .and_then(|s| s.taints.as_ref())
-                    .into_iter()
-                    .flatten()
-                    .filter(|t| t.effect == "NoSchedule" || t.effect == "NoExecute")
-                    .find(|t| !tolerates(&tolerations, t))
-                    .map(|t| {
-                        format!(
-                            "node(s) had untolerated taint {{{}: {}}}",
-                            t.key,
-                            t.value.as_deref().unwrap_or("")
-                        )
-                    })
-            })
-            .or_else(|| {
-                let Used {
-                    pods: used_pods,
-                    cpu: used_cpu,
-                    memory: used_mem,
-                } = view.usage.on(name);
-                if allocatable(node, "pods").is_some_and(|max| used_pods + 1 > max.value()) {
-                    Some("Too many pods".to_string())
-                } else if allocatable(node, "cpu")
-                    .is_some_and(|max| used_cpu + cpu > max.milli_value())
-                {
-                    Some("Insufficient cpu".to_string())
-                } else if allocatable(node, "memory")
-                    .is_some_and(|max| used_mem + mem > max.value() as i128)
-                {
-                    Some("Insufficient memory".to_string())
-                } else {
-                    None
-                }
-            })
-            .or_else(|| {
-                bound_volumes
-                    .iter()
-                    .filter_map(|pv| pv.spec.as_ref()?.node_affinity.as_ref()?.required.as_ref())
-                    .any(|sel| !selector_matches(sel, node))
-                    .then(|| "node(s) had volume node affinity conflict".to_string())
-            })
-            .or_else(|| {
-                let free_here = |claim: &PersistentVolumeClaim| {
-                    view.volumes.iter().any(|pv| {
-                        let spec = pv.spec.as_ref();
-                        spec.is_some_and(|s| s.claim_ref.is_none())
-                            && misfit(claim, pv).is_none()
-                            && spec
-                                .and_then(|s| s.node_affinity.as_ref()?.required.as_ref())
-                                .is_none_or(|sel| selector_matches(sel, node))
-                    })
-                };
-                (!static_claims.iter().all(|c| free_here(c)))
-                    .then(|| "node(s) didn't find available persistent volumes to bind".to_string())
-            });
+        let used = view.usage.on(node_name(node));
+        let reason = placement_conflict(node, &spec)
+            .or_else(|| shortage(node, used, wanted))
+            .or_else(|| volume_conflict(node, view, &claims));
         match reason {
             Some(r) => *reasons.entry(r).or_default() += 1,
-            None => feasible.push((node, view.usage.on(name).pods as usize)),
+            None => feasible.push((node, used.pods as usize)),
         }
     }
     // Fewest pods first, then by name: simple and deterministic.
@@ -361,7 +256,7 @@ pub fn schedule(pod: &Pod, view: &ClusterView<'_>) -> Decision {
     match feasible.first() {
         Some((node, _)) => Decision::Bind {
             node: node_name(node).to_string(),
-            select_for,
+            select_for: claims.select_for,
         },
         None => {
             let parts: Vec<String> = reasons.iter().map(|(r, n)| format!("{n} {r}")).collect();
@@ -371,6 +266,93 @@ pub fn schedule(pod: &Pod, view: &ClusterView<'_>) -> Decision {
             ))
         }
     }
+}
+
+/// Why the pod may not go to `node` by its own placement rules (the node it names, the node
+/// being cordoned, its node selector and required affinity, untolerated taints), in
+/// kube-scheduler's words.
+fn placement_conflict(node: &Node, spec: &PodSpec) -> Option<String> {
+    let name = node_name(node);
+    if let Some(wanted) = spec.node_name.as_deref().filter(|n| !n.is_empty())
+        && wanted != name
+    {
+        return Some("node(s) didn't match the requested node name".to_string());
+    }
+    let node_spec = node.spec.as_ref();
+    if node_spec.and_then(|s| s.unschedulable).unwrap_or(false) {
+        return Some("node(s) were unschedulable".to_string());
+    }
+    let labels = node.metadata.labels.clone().unwrap_or_default();
+    let selector_ok = spec
+        .node_selector
+        .iter()
+        .flatten()
+        .all(|(k, v)| labels.get(k) == Some(v));
+    let affinity = spec
+        .affinity
+        .as_ref()
+        .and_then(|a| a.node_affinity.as_ref())
+        .and_then(|a| {
+            a.required_during_scheduling_ignored_during_execution
+                .as_ref()
+        });
+    let affinity_ok = affinity.is_none_or(|sel| selector_matches(sel, node));
+    if !(selector_ok && affinity_ok) {
+        return Some("node(s) didn't match Pod's node affinity/selector".to_string());
+    }
+    let tolerations = spec.tolerations.clone().unwrap_or_default();
+    node_spec
+        .and_then(|s| s.taints.as_ref())
+        .into_iter()
+        .flatten()
+        .filter(|t| t.effect == "NoSchedule" || t.effect == "NoExecute")
+        .find(|t| !tolerates(&tolerations, t))
+        .map(|t| {
+            format!(
+                "node(s) had untolerated taint {{{}: {}}}",
+                t.key,
+                t.value.as_deref().unwrap_or("")
+            )
+        })
+}
+
+/// What `node` lacks for the pod's requests `(milli-CPU, memory)` beside what it `used`.
+fn shortage(node: &Node, used: Used, (cpu, mem): (i128, i128)) -> Option<String> {
+    if allocatable(node, "pods").is_some_and(|max| used.pods + 1 > max.value()) {
+        Some("Too many pods".to_string())
+    } else if allocatable(node, "cpu").is_some_and(|max| used.cpu + cpu > max.milli_value()) {
+        Some("Insufficient cpu".to_string())
+    } else if allocatable(node, "memory").is_some_and(|max| used.memory + mem > max.value() as i128)
+    {
+        Some("Insufficient memory".to_string())
+    } else {
+        None
+    }
+}
+
+/// Why the pod's volumes keep it off `node`: a bound volume's node affinity, or no free volume
+/// there for a claim of a class without a provisioner.
+fn volume_conflict(node: &Node, view: &ClusterView<'_>, claims: &PodClaims<'_>) -> Option<String> {
+    let affinity_conflict = claims
+        .bound_volumes
+        .iter()
+        .filter_map(|pv| pv.spec.as_ref()?.node_affinity.as_ref()?.required.as_ref())
+        .any(|sel| !selector_matches(sel, node));
+    if affinity_conflict {
+        return Some("node(s) had volume node affinity conflict".to_string());
+    }
+    let free_here = |claim: &PersistentVolumeClaim| {
+        view.volumes.iter().any(|pv| {
+            let spec = pv.spec.as_ref();
+            spec.is_some_and(|s| s.claim_ref.is_none())
+                && misfit(claim, pv).is_none()
+                && spec
+                    .and_then(|s| s.node_affinity.as_ref()?.required.as_ref())
+                    .is_none_or(|sel| selector_matches(sel, node))
+        })
+    };
+    (!claims.static_claims.iter().all(|c| free_here(c)))
+        .then(|| "node(s) didn't find available persistent volumes to bind".to_string())
 }
 
 #[cfg(test)]
@@ -772,7 +754,7 @@ pub mod agent {
                             .await?;
                         tracing::info!(pod = %format!("{ns}/{name}"), %message, "unschedulable");
                         // As kube-scheduler says it: `kubectl describe pod` shows why.
-                        crate::agents::kubelet::worker::event_from(
+                        crate::agents::kubelet::events::event_from(
                             client,
                             "default-scheduler",
                             pod,

@@ -13,6 +13,7 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use serde_json::{Value, json};
 
 use super::{name, namespace};
+use crate::apiserver::selector::LabelSelector;
 
 /// The label that ties an EndpointSlice to its Service.
 pub const SERVICE_NAME: &str = "kubernetes.io/service-name";
@@ -66,9 +67,9 @@ fn ready(p: &Pod) -> bool {
         .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
 }
 
-fn selects(selector: &BTreeMap<String, String>, pod: &Pod) -> bool {
+fn selects(selector: &LabelSelector, pod: &Pod) -> bool {
     let labels = pod.metadata.labels.clone().unwrap_or_default();
-    selector.iter().all(|(k, v)| labels.get(k) == Some(v))
+    selector.matches(&labels)
 }
 
 /// The port a pod serves a Service port on: a number, or the pod's container port of that name.
@@ -95,8 +96,9 @@ fn members<'a>(svc: &Service, pods: &'a [Pod]) -> Vec<&'a Pod> {
     if selector.is_empty() {
         return Vec::new();
     }
+    let selector = LabelSelector::of_labels(selector);
     pods.iter()
-        .filter(|p| namespace(*p) == namespace(svc) && selects(selector, p))
+        .filter(|p| namespace(*p) == namespace(svc) && selects(&selector, p))
         .filter(|p| p.metadata.deletion_timestamp.is_none())
         .filter(|p| {
             let status = p.status.as_ref();

@@ -13,13 +13,9 @@ use std::path::PathBuf;
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
 use serde_json::{Value, json};
 
-use super::localpath::{CSI_DRIVER, Driver, NodeDirs};
+pub use super::snapshot_api::{API_VERSION, DEFAULT_CLASS, GROUP};
+use super::volumes::{CSI_DRIVER, Driver, NodeDirs, ours, storage_bytes, volume_node, volume_path};
 use super::{Snapshot, name};
-
-pub const GROUP: &str = "snapshot.storage.k8s.io";
-pub const API_VERSION: &str = "snapshot.storage.k8s.io/v1";
-/// The annotation marking a driver's default VolumeSnapshotClass.
-pub const DEFAULT_CLASS: &str = "snapshot.storage.kubernetes.io/is-default-class";
 
 /// One change to make.
 #[derive(Debug, Clone, PartialEq)]
@@ -136,146 +132,17 @@ fn our_volume<'a>(
     let bound = claim.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Bound");
     let volume = claim.spec.as_ref()?.volume_name.as_deref()?;
     let pv = cluster.volumes.iter().find(|v| name(*v) == volume)?;
-    (bound && super::localpath::ours(Driver::Csi, pv)).then_some(pv)
+    (bound && ours(Driver::Csi, pv)).then_some(pv)
 }
 
 /// Everything the snapshotter would do now.
 pub fn plan(dirs: &NodeDirs, cluster: &Snapshot, now: k8s_openapi::jiff::Timestamp) -> Vec<Action> {
-    let now_text = now.to_string();
     let mut out = Vec::new();
     for snap in &cluster.volume_snapshots {
         if !snap["metadata"]["deletionTimestamp"].is_null() {
             continue;
         }
-        let ns = s(snap, &["metadata", "namespace"]);
-        let snap_name = s(snap, &["metadata", "name"]);
-        let uid = s(snap, &["metadata", "uid"]);
-        let set_status = |status: Value| {
-            (!same_status(&snap["status"], &status)).then(|| Action::Status {
-                namespace: ns.into(),
-                name: snap_name.into(),
-                status,
-            })
-        };
-        // Pre-provisioned: bind to the named content if it is ours and points back here.
-        let pre = s(snap, &["spec", "source", "volumeSnapshotContentName"]);
-        if !pre.is_empty() {
-            let content = cluster.snapshot_contents.iter().find(|c| {
-                s(c, &["metadata", "name"]) == pre
-                    && s(c, &["spec", "driver"]) == CSI_DRIVER
-                    && s(c, &["spec", "volumeSnapshotRef", "name"]) == snap_name
-                    && s(c, &["spec", "volumeSnapshotRef", "namespace"]) == ns
-            });
-            if let Some(c) = content {
-                out.extend(set_status(bound_status(c)));
-            }
-            continue;
-        }
-        let claim_name = s(snap, &["spec", "source", "persistentVolumeClaimName"]);
-        let content_name = format!("snapcontent-{uid}");
-        if let Some(c) = cluster
-            .snapshot_contents
-            .iter()
-            .find(|c| s(c, &["metadata", "name"]) == content_name)
-        {
-            if c["status"]["readyToUse"] == true {
-                out.extend(set_status(bound_status(c)));
-            }
-            continue;
-        }
-        let named = snap["spec"]["volumeSnapshotClassName"].as_str();
-        let claim = cluster
-            .claims
-            .iter()
-            .find(|c| c.metadata.namespace.as_deref() == Some(ns) && name(*c) == claim_name);
-        let volume = claim.and_then(|c| our_volume(cluster, c));
-        // Ours when our class is named, or when no class is named and the volume is ours.
-        let class = match class_for(&cluster.snapshot_classes, named) {
-            Ok(Some(c)) => c,
-            Ok(None) => continue,
-            Err(message) => {
-                if volume.is_some() || named.is_some() {
-                    out.extend(set_status(error_status(message, &now_text)));
-                }
-                continue;
-            }
-        };
-        let Some(claim) = claim else {
-            let message = format!(
-                "failed to get input parameters to create snapshot {snap_name}: \
-                 persistentvolumeclaims \"{claim_name}\" not found"
-            );
-            out.extend(set_status(error_status(message, &now_text)));
-            continue;
-        };
-        let Some(volume) = volume else {
-            let bound = claim.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Bound");
-            let message = if bound {
-                format!(
-                    "the volume of claim \"{claim_name}\" is not one of {CSI_DRIVER}'s: \
-                     snapshot class \"{}\" cannot snapshot it",
-                    s(class, &["metadata", "name"])
-                )
-            } else {
-                format!(
-                    "the PVC {claim_name} is not yet bound to a PV, will not attempt to take a snapshot"
-                )
-            };
-            out.extend(set_status(error_status(message, &now_text)));
-            continue;
-        };
-        let (Some(from), Some(node)) = (
-            super::localpath::volume_path(volume),
-            super::localpath::volume_node(volume),
-        ) else {
-            continue;
-        };
-        let spec = volume.spec.clone().unwrap_or_default();
-        let mode = spec
-            .volume_mode
-            .clone()
-            .unwrap_or_else(|| "Filesystem".into());
-        let file = if mode == "Block" {
-            format!("{content_name}.img")
-        } else {
-            content_name.clone()
-        };
-        let to = dirs.node(node).join("csi").join("snapshots").join(file);
-        let handle = to
-            .strip_prefix(&dirs.root)
-            .map(|p| p.to_string_lossy().into_owned())
-            .unwrap_or_default();
-        let bytes = super::localpath::storage_bytes(spec.capacity.as_ref());
-        let volume_handle = spec
-            .csi
-            .as_ref()
-            .map(|c| c.volume_handle.clone())
-            .unwrap_or_default();
-        let content = json!({
-            "apiVersion": API_VERSION, "kind": "VolumeSnapshotContent",
-            "metadata": {"name": content_name},
-            "spec": {
-                "deletionPolicy": class["deletionPolicy"].as_str().unwrap_or("Delete"),
-                "driver": CSI_DRIVER,
-                "source": {"volumeHandle": volume_handle},
-                "sourceVolumeMode": mode,
-                "volumeSnapshotClassName": s(class, &["metadata", "name"]),
-                "volumeSnapshotRef": {"apiVersion": API_VERSION, "kind": "VolumeSnapshot",
-                    "name": snap_name, "namespace": ns, "uid": uid},
-            },
-        });
-        let status = json!({
-            "snapshotHandle": handle,
-            "creationTime": now.as_nanosecond() as i64,
-            "readyToUse": true,
-            "restoreSize": bytes,
-        });
-        out.push(Action::Take {
-            from,
-            to,
-            content,
-            status,
-        });
+        out.extend(plan_snapshot(dirs, cluster, snap, now));
     }
     // Contents whose snapshot is gone: Delete removes them and their copy; Retain keeps both.
     for c in &cluster.snapshot_contents {
@@ -299,30 +166,167 @@ pub fn plan(dirs: &NodeDirs, cluster: &Snapshot, now: k8s_openapi::jiff::Timesta
     out
 }
 
+/// What one VolumeSnapshot needs now: its status once bound to a ready content (pre-provisioned
+/// or taken), its copy taken, or why it cannot be, in its status. Snapshots of other drivers'
+/// classes and volumes are left alone.
+fn plan_snapshot(
+    dirs: &NodeDirs,
+    cluster: &Snapshot,
+    snap: &Value,
+    now: k8s_openapi::jiff::Timestamp,
+) -> Option<Action> {
+    let now_text = now.to_string();
+    let ns = s(snap, &["metadata", "namespace"]);
+    let snap_name = s(snap, &["metadata", "name"]);
+    let uid = s(snap, &["metadata", "uid"]);
+    let set_status = |status: Value| {
+        (!same_status(&snap["status"], &status)).then(|| Action::Status {
+            namespace: ns.into(),
+            name: snap_name.into(),
+            status,
+        })
+    };
+    // Pre-provisioned: bind to the named content if it is ours and points back here.
+    let pre = s(snap, &["spec", "source", "volumeSnapshotContentName"]);
+    if !pre.is_empty() {
+        let content = cluster.snapshot_contents.iter().find(|c| {
+            s(c, &["metadata", "name"]) == pre
+                && s(c, &["spec", "driver"]) == CSI_DRIVER
+                && s(c, &["spec", "volumeSnapshotRef", "name"]) == snap_name
+                && s(c, &["spec", "volumeSnapshotRef", "namespace"]) == ns
+        });
+        return content.and_then(|c| set_status(bound_status(c)));
+    }
+    let claim_name = s(snap, &["spec", "source", "persistentVolumeClaimName"]);
+    let content_name = format!("snapcontent-{uid}");
+    if let Some(c) = cluster
+        .snapshot_contents
+        .iter()
+        .find(|c| s(c, &["metadata", "name"]) == content_name)
+    {
+        return (c["status"]["readyToUse"] == true)
+            .then(|| set_status(bound_status(c)))
+            .flatten();
+    }
+    let named = snap["spec"]["volumeSnapshotClassName"].as_str();
+    let claim = cluster
+        .claims
+        .iter()
+        .find(|c| c.metadata.namespace.as_deref() == Some(ns) && name(*c) == claim_name);
+    let volume = claim.and_then(|c| our_volume(cluster, c));
+    // Ours when our class is named, or when no class is named and the volume is ours.
+    let class = match class_for(&cluster.snapshot_classes, named) {
+        Ok(Some(c)) => c,
+        Ok(None) => return None,
+        Err(message) => {
+            return (volume.is_some() || named.is_some())
+                .then(|| set_status(error_status(message, &now_text)))
+                .flatten();
+        }
+    };
+    let Some(claim) = claim else {
+        let message = format!(
+            "failed to get input parameters to create snapshot {snap_name}: \
+             persistentvolumeclaims \"{claim_name}\" not found"
+        );
+        return set_status(error_status(message, &now_text));
+    };
+    let Some(volume) = volume else {
+        let bound = claim.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Bound");
+        let message = if bound {
+            format!(
+                "the volume of claim \"{claim_name}\" is not one of {CSI_DRIVER}'s: \
+                 snapshot class \"{}\" cannot snapshot it",
+                s(class, &["metadata", "name"])
+            )
+        } else {
+            format!(
+                "the PVC {claim_name} is not yet bound to a PV, will not attempt to take a snapshot"
+            )
+        };
+        return set_status(error_status(message, &now_text));
+    };
+    take(dirs, snap, class, volume, &content_name, now)
+}
+
+/// Taking the snapshot: a copy of `volume`'s data under its node's `csi/snapshots/`, and the
+/// VolumeSnapshotContent (named `content_name`) that says where it is and what it restores to.
+fn take(
+    dirs: &NodeDirs,
+    snap: &Value,
+    class: &Value,
+    volume: &PersistentVolume,
+    content_name: &str,
+    now: k8s_openapi::jiff::Timestamp,
+) -> Option<Action> {
+    let (Some(from), Some(node)) = (volume_path(volume), volume_node(volume)) else {
+        return None;
+    };
+    let spec = volume.spec.clone().unwrap_or_default();
+    let mode = spec
+        .volume_mode
+        .clone()
+        .unwrap_or_else(|| "Filesystem".into());
+    let file = if mode == "Block" {
+        format!("{content_name}.img")
+    } else {
+        content_name.to_string()
+    };
+    let to = dirs.node(node).join("csi").join("snapshots").join(file);
+    let handle = to
+        .strip_prefix(&dirs.root)
+        .map(|p| p.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let bytes = storage_bytes(spec.capacity.as_ref());
+    let volume_handle = spec
+        .csi
+        .as_ref()
+        .map(|c| c.volume_handle.clone())
+        .unwrap_or_default();
+    let content = json!({
+        "apiVersion": API_VERSION, "kind": "VolumeSnapshotContent",
+        "metadata": {"name": content_name},
+        "spec": {
+            "deletionPolicy": class["deletionPolicy"].as_str().unwrap_or("Delete"),
+            "driver": CSI_DRIVER,
+            "source": {"volumeHandle": volume_handle},
+            "sourceVolumeMode": mode,
+            "volumeSnapshotClassName": s(class, &["metadata", "name"]),
+            "volumeSnapshotRef": {"apiVersion": API_VERSION, "kind": "VolumeSnapshot",
+                "name": s(snap, &["metadata", "name"]),
+                "namespace": s(snap, &["metadata", "namespace"]),
+                "uid": s(snap, &["metadata", "uid"])},
+        },
+    });
+    let status = json!({
+        "snapshotHandle": handle,
+        "creationTime": now.as_nanosecond() as i64,
+        "readyToUse": true,
+        "restoreSize": bytes,
+    });
+    Some(Action::Take {
+        from,
+        to,
+        content,
+        status,
+    })
+}
+
 /// The snapshotter as a loop over the API server.
 pub mod agent {
     use std::collections::HashSet;
     use std::time::{Duration, Instant};
 
-    use kube::api::{ApiResource, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
+    use kube::api::{DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
     use kube::{Api, Client};
     use serde_json::json;
 
-    use super::{API_VERSION, Action, GROUP, plan};
+    use super::{API_VERSION, Action, plan};
     use crate::agents::Reader;
-    use crate::agents::localpath::NodeDirs;
-    use crate::agents::localpath::agent::{copy_tree, remove};
     use crate::agents::retry::{Backoff, Retries, warn};
-
-    pub fn resource(kind: &str, plural: &str) -> ApiResource {
-        ApiResource {
-            group: GROUP.into(),
-            version: "v1".into(),
-            api_version: API_VERSION.into(),
-            kind: kind.into(),
-            plural: plural.into(),
-        }
-    }
+    pub use crate::agents::snapshot_api::resource;
+    use crate::agents::volume_data::{copy_tree, remove};
+    use crate::agents::volumes::NodeDirs;
 
     pub async fn apply(
         client: &Client,

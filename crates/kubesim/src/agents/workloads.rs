@@ -7,7 +7,7 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
+use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec, ReplicaSet};
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
@@ -299,45 +299,99 @@ fn plan_deployment(d: &Deployment, sets: &[ReplicaSet], out: &mut Vec<Action>) {
     if deleting(d) {
         return;
     }
-    let ns = namespace(d).to_string();
-    let spec = d.spec.clone().unwrap_or_default();
-    let want = spec.replicas.unwrap_or(1).max(0);
-    let template = serde_json::to_value(&spec.template).unwrap_or_default();
-    let hash = template_hash(&template);
-    let owned: Vec<&ReplicaSet> = sets
-        .iter()
-        .filter(|rs| namespace(*rs) == ns && controller_uid(*rs) == Some(uid(d)))
-        .collect();
-    let is_new = |rs: &&ReplicaSet| {
-        rs.metadata
-            .labels
-            .as_ref()
-            .and_then(|l| l.get(POD_TEMPLATE_HASH))
-            == Some(&hash)
-    };
-    let new = owned.iter().copied().find(is_new);
-    let old: Vec<&ReplicaSet> = owned.iter().copied().filter(|rs| !is_new(rs)).collect();
-    let top_revision = owned.iter().map(|rs| revision_of(rs)).max().unwrap_or(0);
-    let revision = match new {
-        Some(rs) if revision_of(rs) > 0 => revision_of(rs),
-        _ => top_revision + 1,
-    };
-    let recreate = spec.strategy.as_ref().and_then(|s| s.type_.as_deref()) == Some("Recreate");
-    let rolling = spec
-        .strategy
-        .as_ref()
-        .and_then(|s| s.rolling_update.clone())
-        .unwrap_or_default();
-    let surge = scaled(rolling.max_surge.as_ref(), "25%", want, true);
-    let mut unavailable = scaled(rolling.max_unavailable.as_ref(), "25%", want, false);
-    if surge == 0 && unavailable == 0 {
-        unavailable = 1;
-    }
-    let old_replicas: i32 = old.iter().map(|rs| replicas_of(rs)).sum();
-    let Some(new) = new else {
+    let rollout = Rollout::of(d, sets);
+    let Some(new) = rollout.new else {
         // The new template's ReplicaSet, empty while old ones still hold pods.
-        let first = if old_replicas == 0 || (!recreate && old.is_empty()) {
-            want
+        out.push(rollout.create_new());
+        return;
+    };
+    rollout.scale(new, out);
+    let status = rollout.status(new);
+    out.extend(rollout.status_change(status));
+}
+
+/// A Deployment's rollout as one pass sees it: its ReplicaSets (the current template's and the
+/// old ones), its revision, and the bounds its strategy sets.
+struct Rollout<'a> {
+    d: &'a Deployment,
+    ns: String,
+    spec: DeploymentSpec,
+    /// The replicas asked for.
+    want: i32,
+    /// The current template's hash, which names its ReplicaSet.
+    hash: String,
+    owned: Vec<&'a ReplicaSet>,
+    new: Option<&'a ReplicaSet>,
+    old: Vec<&'a ReplicaSet>,
+    revision: i64,
+    recreate: bool,
+    /// maxSurge and maxUnavailable, as numbers of replicas.
+    surge: i32,
+    unavailable: i32,
+    /// The replicas the old ReplicaSets are set to.
+    old_replicas: i32,
+}
+
+impl<'a> Rollout<'a> {
+    fn of(d: &'a Deployment, sets: &'a [ReplicaSet]) -> Rollout<'a> {
+        let ns = namespace(d).to_string();
+        let spec = d.spec.clone().unwrap_or_default();
+        let want = spec.replicas.unwrap_or(1).max(0);
+        let template = serde_json::to_value(&spec.template).unwrap_or_default();
+        let hash = template_hash(&template);
+        let owned: Vec<&ReplicaSet> = sets
+            .iter()
+            .filter(|rs| namespace(*rs) == ns && controller_uid(*rs) == Some(uid(d)))
+            .collect();
+        let is_new = |rs: &&ReplicaSet| {
+            rs.metadata
+                .labels
+                .as_ref()
+                .and_then(|l| l.get(POD_TEMPLATE_HASH))
+                == Some(&hash)
+        };
+        let new = owned.iter().copied().find(is_new);
+        let old: Vec<&ReplicaSet> = owned.iter().copied().filter(|rs| !is_new(rs)).collect();
+        let top_revision = owned.iter().map(|rs| revision_of(rs)).max().unwrap_or(0);
+        let revision = match new {
+            Some(rs) if revision_of(rs) > 0 => revision_of(rs),
+            _ => top_revision + 1,
+        };
+        let recreate = spec.strategy.as_ref().and_then(|s| s.type_.as_deref()) == Some("Recreate");
+        let rolling = spec
+            .strategy
+            .as_ref()
+            .and_then(|s| s.rolling_update.clone())
+            .unwrap_or_default();
+        let surge = scaled(rolling.max_surge.as_ref(), "25%", want, true);
+        let mut unavailable = scaled(rolling.max_unavailable.as_ref(), "25%", want, false);
+        if surge == 0 && unavailable == 0 {
+            unavailable = 1;
+        }
+        let old_replicas: i32 = old.iter().map(|rs| replicas_of(rs)).sum();
+        Rollout {
+            d,
+            ns,
+            spec,
+            want,
+            hash,
+            owned,
+            new,
+            old,
+            revision,
+            recreate,
+            surge,
+            unavailable,
+            old_replicas,
+        }
+    }
+
+    /// The ReplicaSet of the current template: all the replicas when no old one holds any
+    /// (or a rolling update has none), else none yet.
+    fn create_new(&self) -> Action {
+        let (d, spec, hash) = (self.d, &self.spec, &self.hash);
+        let first = if self.old_replicas == 0 || (!self.recreate && self.old.is_empty()) {
+            self.want
         } else {
             0
         };
@@ -354,9 +408,12 @@ fn plan_deployment(d: &Deployment, sets: &[ReplicaSet], out: &mut Vec<Action>) {
         let replica_set = ReplicaSet {
             metadata: k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
                 name: Some(super::fit(&format!("{}-{hash}", name(d)), 253)),
-                namespace: Some(ns.clone()),
+                namespace: Some(self.ns.clone()),
                 labels: meta.labels.clone(),
-                annotations: Some(BTreeMap::from([(REVISION.into(), revision.to_string())])),
+                annotations: Some(BTreeMap::from([(
+                    REVISION.into(),
+                    self.revision.to_string(),
+                )])),
                 owner_references: Some(vec![owner("apps/v1", "Deployment", name(d), uid(d))]),
                 ..Default::default()
             },
@@ -368,47 +425,62 @@ fn plan_deployment(d: &Deployment, sets: &[ReplicaSet], out: &mut Vec<Action>) {
             }),
             status: None,
         };
-        out.push(Action::CreateReplicaSet {
-            namespace: ns,
+        Action::CreateReplicaSet {
+            namespace: self.ns.clone(),
             replica_set: Box::new(replica_set),
-        });
-        return;
-    };
-    let new_replicas = replicas_of(new);
-    let scale = |out: &mut Vec<Action>, rs: &ReplicaSet, to: i32| {
-        let stale_revision = rs.metadata.uid == new.metadata.uid && revision_of(rs) != revision;
+        }
+    }
+
+    /// Set `rs` to `to` replicas, where that changes it (or the new one's revision is stale).
+    fn scale_to(&self, new: &ReplicaSet, rs: &ReplicaSet, to: i32, out: &mut Vec<Action>) {
+        let is_new = rs.metadata.uid == new.metadata.uid;
+        let stale_revision = is_new && revision_of(rs) != self.revision;
         if to != replicas_of(rs) || stale_revision {
             out.push(Action::ScaleReplicaSet {
-                namespace: ns.clone(),
+                namespace: self.ns.clone(),
                 name: name(rs).to_string(),
                 replicas: to,
-                revision: (rs.metadata.uid == new.metadata.uid).then(|| revision.to_string()),
+                revision: is_new.then(|| self.revision.to_string()),
             });
         }
-    };
-    if recreate {
-        // Everything old goes first; the new one comes up once no old pod is left.
-        for rs in &old {
-            scale(out, rs, 0);
-        }
-        let old_pods: i32 = old
-            .iter()
-            .map(|rs| rs.status.as_ref().map_or(0, |s| s.replicas))
-            .sum();
-        let target = if old_replicas == 0 && old_pods == 0 {
-            want
+    }
+
+    /// Move replicas from the old ReplicaSets to `new` as the strategy allows.
+    fn scale(&self, new: &ReplicaSet, out: &mut Vec<Action>) {
+        let (want, old_replicas) = (self.want, self.old_replicas);
+        let new_replicas = replicas_of(new);
+        if self.recreate {
+            // Everything old goes first; the new one comes up once no old pod is left.
+            for rs in &self.old {
+                self.scale_to(new, rs, 0, out);
+            }
+            let old_pods: i32 = self
+                .old
+                .iter()
+                .map(|rs| rs.status.as_ref().map_or(0, |s| s.replicas))
+                .sum();
+            let target = if old_replicas == 0 && old_pods == 0 {
+                want
+            } else {
+                new_replicas.min(want)
+            };
+            self.scale_to(new, new, target, out);
+        } else if old_replicas == 0 {
+            // Nothing to move: the new ReplicaSet holds them all (a scale).
+            self.scale_to(new, new, want, out);
         } else {
-            new_replicas.min(want)
-        };
-        scale(out, new, target);
-    } else if old_replicas == 0 {
-        // Nothing to move: the new ReplicaSet holds them all (a scale).
-        scale(out, new, want);
-    } else {
-        // Up to replicas + maxSurge in all; old ones down while the available stay at least
-        // replicas - maxUnavailable (unavailable old replicas may go at once).
-        let total = new_replicas + old_replicas;
-        let up = (want + surge - total)
+            self.roll(new, out);
+        }
+    }
+
+    /// A rolling update's step: up to replicas + maxSurge in all; old ones down while the
+    /// available stay at least replicas - maxUnavailable (unavailable old replicas may go at
+    /// once).
+    fn roll(&self, new: &ReplicaSet, out: &mut Vec<Action>) {
+        let want = self.want;
+        let new_replicas = replicas_of(new);
+        let total = new_replicas + self.old_replicas;
+        let up = (want + self.surge - total)
             .max(0)
             .min((want - new_replicas).max(0));
         let new_target = if new_replicas > want {
@@ -416,10 +488,10 @@ fn plan_deployment(d: &Deployment, sets: &[ReplicaSet], out: &mut Vec<Action>) {
         } else {
             new_replicas + up
         };
-        scale(out, new, new_target);
-        let available: i32 = owned.iter().map(|rs| available_of(rs)).sum();
-        let mut budget = (available - (want - unavailable)).max(0);
-        let mut olds = old.clone();
+        self.scale_to(new, new, new_target, out);
+        let available: i32 = self.owned.iter().map(|rs| available_of(rs)).sum();
+        let mut budget = (available - (want - self.unavailable)).max(0);
+        let mut olds = self.old.clone();
         olds.sort_by_key(|rs| revision_of(rs));
         for rs in olds {
             let have = replicas_of(rs);
@@ -429,29 +501,74 @@ fn plan_deployment(d: &Deployment, sets: &[ReplicaSet], out: &mut Vec<Action>) {
             let unhealthy = (have - available_of(rs)).max(0);
             let down = (unhealthy + budget).min(have);
             budget -= (down - unhealthy).max(0);
-            scale(out, rs, have - down);
+            self.scale_to(new, rs, have - down, out);
         }
     }
-    // Status, from the ReplicaSets' own.
-    let sum = |f: &dyn Fn(&ReplicaSet) -> i32| owned.iter().map(|rs| f(rs)).sum::<i32>();
-    let replicas = sum(&|rs| rs.status.as_ref().map_or(0, |s| s.replicas));
-    let ready_count = sum(&|rs| {
-        rs.status
-            .as_ref()
-            .and_then(|s| s.ready_replicas)
-            .unwrap_or(0)
-    });
-    let available = sum(&available_of);
-    let updated = new.status.as_ref().map_or(0, |s| s.replicas);
-    let complete = updated == want
-        && replicas == want
-        && available == want
-        && old.iter().all(|rs| replicas_of(rs) == 0);
-    let minimum = available >= want - unavailable;
-    let now = crate::apiserver::store::now();
-    let condition = |type_: &str, ok: bool, reason: &str, message: String| {
-        // The transition time stays while the status does.
-        let since = d
+
+    /// The Deployment's status, from its ReplicaSets' own.
+    fn status(&self, new: &ReplicaSet) -> Value {
+        let (d, want) = (self.d, self.want);
+        let sum = |f: &dyn Fn(&ReplicaSet) -> i32| self.owned.iter().map(|rs| f(rs)).sum::<i32>();
+        let replicas = sum(&|rs| rs.status.as_ref().map_or(0, |s| s.replicas));
+        let ready_count = sum(&|rs| {
+            rs.status
+                .as_ref()
+                .and_then(|s| s.ready_replicas)
+                .unwrap_or(0)
+        });
+        let available = sum(&available_of);
+        let updated = new.status.as_ref().map_or(0, |s| s.replicas);
+        let complete = updated == want
+            && replicas == want
+            && available == want
+            && self.old.iter().all(|rs| replicas_of(rs) == 0);
+        let minimum = available >= want - self.unavailable;
+        let now = crate::apiserver::store::now();
+        let (progress_reason, progress_message) = if complete {
+            (
+                "NewReplicaSetAvailable",
+                format!("ReplicaSet {:?} has successfully progressed.", name(new)),
+            )
+        } else {
+            (
+                "ReplicaSetUpdated",
+                format!("ReplicaSet {:?} is progressing.", name(new)),
+            )
+        };
+        let available_condition = if minimum {
+            self.condition(
+                &now,
+                "Available",
+                true,
+                "MinimumReplicasAvailable",
+                "Deployment has minimum availability.".into(),
+            )
+        } else {
+            self.condition(
+                &now,
+                "Available",
+                false,
+                "MinimumReplicasUnavailable",
+                "Deployment does not have minimum availability.".into(),
+            )
+        };
+        json!({
+            "observedGeneration": d.metadata.generation.unwrap_or(0),
+            "replicas": replicas,
+            "updatedReplicas": updated,
+            "readyReplicas": ready_count,
+            "availableReplicas": available,
+            "unavailableReplicas": (want - available).max(0),
+            "conditions": [available_condition,
+                self.condition(&now, "Progressing", true, progress_reason, progress_message)],
+        })
+    }
+
+    /// A condition of the status; its transition time stays while the condition does (else
+    /// `now`).
+    fn condition(&self, now: &str, type_: &str, ok: bool, reason: &str, message: String) -> Value {
+        let since = self
+            .d
             .status
             .as_ref()
             .and_then(|s| s.conditions.as_ref())
@@ -461,75 +578,44 @@ fn plan_deployment(d: &Deployment, sets: &[ReplicaSet], out: &mut Vec<Action>) {
             })
             .and_then(|c| c.last_transition_time.as_ref())
             .map(|t| t.0.to_string())
-            .unwrap_or_else(|| now.clone());
+            .unwrap_or_else(|| now.to_string());
         json!({"type": type_, "status": if ok { "True" } else { "False" }, "reason": reason,
             "message": message, "lastUpdateTime": since, "lastTransitionTime": since})
-    };
-    let (progress_reason, progress_message) = if complete {
-        (
-            "NewReplicaSetAvailable",
-            format!("ReplicaSet {:?} has successfully progressed.", name(new)),
-        )
-    } else {
-        (
-            "ReplicaSetUpdated",
-            format!("ReplicaSet {:?} is progressing.", name(new)),
-        )
-    };
-    let available_condition = if minimum {
-        condition(
-            "Available",
-            true,
-            "MinimumReplicasAvailable",
-            "Deployment has minimum availability.".into(),
-        )
-    } else {
-        condition(
-            "Available",
-            false,
-            "MinimumReplicasUnavailable",
-            "Deployment does not have minimum availability.".into(),
-        )
-    };
-    let status = json!({
-        "observedGeneration": d.metadata.generation.unwrap_or(0),
-        "replicas": replicas,
-        "updatedReplicas": updated,
-        "readyReplicas": ready_count,
-        "availableReplicas": available,
-        "unavailableReplicas": (want - available).max(0),
-        "conditions": [available_condition,
-            condition("Progressing", true, progress_reason, progress_message)],
-    });
-    let recorded = d
-        .metadata
-        .annotations
-        .as_ref()
-        .and_then(|a| a.get(REVISION))
-        .cloned();
-    let have = d.status.as_ref().and_then(|s| serde_json::to_value(s).ok());
-    let conditions_same = have.as_ref().is_some_and(|h| {
-        let pick = |v: &Value| -> Vec<(Value, Value, Value)> {
-            v["conditions"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .map(|c| (c["type"].clone(), c["status"].clone(), c["reason"].clone()))
-                .collect()
-        };
-        pick(h) == pick(&status)
-    });
-    let mut counts = status.clone();
-    counts.as_object_mut().map(|o| o.remove("conditions"));
-    if !(same_status(Some(have), &counts) && conditions_same)
-        || recorded.as_deref() != Some(&revision.to_string())
-    {
-        out.push(Action::DeploymentStatus {
-            namespace: ns,
-            name: name(d).to_string(),
-            status,
-            revision: revision.to_string(),
+    }
+
+    /// The write of `status` (and the revision annotation), unless the Deployment says so
+    /// already (conditions compared by type, status and reason).
+    fn status_change(&self, status: Value) -> Option<Action> {
+        let d = self.d;
+        let recorded = d
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(REVISION))
+            .cloned();
+        let have = d.status.as_ref().and_then(|s| serde_json::to_value(s).ok());
+        let conditions_same = have.as_ref().is_some_and(|h| {
+            let pick = |v: &Value| -> Vec<(Value, Value, Value)> {
+                v["conditions"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .map(|c| (c["type"].clone(), c["status"].clone(), c["reason"].clone()))
+                    .collect()
+            };
+            pick(h) == pick(&status)
         });
+        let mut counts = status.clone();
+        counts.as_object_mut().map(|o| o.remove("conditions"));
+        let unchanged = same_status(Some(have), &counts) && conditions_same;
+        (!unchanged || recorded.as_deref() != Some(&self.revision.to_string())).then(|| {
+            Action::DeploymentStatus {
+                namespace: self.ns.clone(),
+                name: name(d).to_string(),
+                status,
+                revision: self.revision.to_string(),
+            }
+        })
     }
 }
 

@@ -106,7 +106,7 @@ fn selector_matches(selector: &Value, labels: &Value) -> bool {
     };
     let labels: std::collections::BTreeMap<String, String> =
         serde_json::from_value(labels.clone()).unwrap_or_default();
-    super::rbac::selects(&selector, &labels)
+    super::selector::selects(&selector, &labels)
 }
 
 /// Whether a webhook is called for the attempt on `object` (the new object, or the old one for a

@@ -225,9 +225,9 @@ pub async fn proxy(
     if !user.uid.is_empty() {
         out = out.header("X-Remote-Uid", user.uid.as_str());
     }
-    let body = axum::body::to_bytes(req.into_body(), super::server::MAX_BODY)
+    let body = axum::body::to_bytes(req.into_body(), super::http::MAX_BODY)
         .await
-        .map_err(|_| ApiError::too_large(super::server::MAX_BODY))?;
+        .map_err(|_| ApiError::too_large(super::http::MAX_BODY))?;
     let answer = out
         .body(body)
         .send()

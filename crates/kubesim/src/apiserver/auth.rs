@@ -401,7 +401,7 @@ fn non_resource(verb: &str, path: &str) -> Attributes {
 }
 
 fn decode(segment: &str) -> String {
-    super::server::decode_segment(segment)
+    super::http::decode_segment(segment)
 }
 
 /// The user a request acts as: the authenticated one, or the one it impersonates

@@ -209,7 +209,7 @@ impl Policy {
                         .cluster_role_selectors
                         .iter()
                         .flatten()
-                        .any(|s| selects(s, &labels))
+                        .any(|s| super::selector::selects(s, &labels))
                 })
                 .collect();
             sources.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
@@ -225,29 +225,6 @@ impl Policy {
         }
         changed
     }
-}
-
-/// Whether a label selector (matchLabels and matchExpressions) selects `labels`.
-pub(crate) fn selects(
-    s: &k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector,
-    labels: &std::collections::BTreeMap<String, String>,
-) -> bool {
-    let plain = s
-        .match_labels
-        .iter()
-        .flatten()
-        .all(|(k, v)| labels.get(k) == Some(v));
-    let expressions = s.match_expressions.iter().flatten().all(|e| {
-        let values = e.values.clone().unwrap_or_default();
-        match e.operator.as_str() {
-            "In" => labels.get(&e.key).is_some_and(|v| values.contains(v)),
-            "NotIn" => labels.get(&e.key).is_none_or(|v| !values.contains(v)),
-            "Exists" => labels.contains_key(&e.key),
-            "DoesNotExist" => !labels.contains_key(&e.key),
-            _ => false,
-        }
-    });
-    plain && expressions
 }
 
 /// The subject a binding matched, as kube's reason names it.
@@ -338,6 +315,32 @@ const AGGREGATE: &str = "rbac.authorization.k8s.io/aggregate-to-";
 /// and `system:auth-delegator` for servers that delegate authentication and authorization.
 /// Aggregated rules are filled in.
 pub fn bootstrap_cluster_roles() -> Vec<ClusterRole> {
+    // The one the scheduler and PV controller of a real cluster would need is `cluster-admin`
+    // here: they run inside the server's process as the admin.
+    let mut policy = Policy {
+        cluster_roles: bootstrap_cluster_role_objects()
+            .into_iter()
+            .map(|r| serde_json::from_value(r).expect("a bootstrap ClusterRole"))
+            .collect(),
+        ..Default::default()
+    };
+    for _ in 0..4 {
+        for (name, rules) in policy.aggregated() {
+            if let Some(r) = policy
+                .cluster_roles
+                .iter_mut()
+                .find(|r| r.metadata.name.as_deref() == Some(name.as_str()))
+            {
+                r.rules = Some(rules);
+            }
+        }
+    }
+    policy.cluster_roles
+}
+
+/// The bootstrap ClusterRoles as objects, the aggregating ones still without rules.
+// layout: table
+fn bootstrap_cluster_role_objects() -> Vec<serde_json::Value> {
     use serde_json::json;
     let role = |name: &str, labels: serde_json::Value, rules: Vec<serde_json::Value>| {
         json!({"metadata": {"name": name, "labels": labels,
@@ -370,7 +373,7 @@ pub fn bootstrap_cluster_roles() -> Vec<ClusterRole> {
         "statefulsets/scale",
         "daemonsets",
     ];
-    let mut roles = vec![
+    vec![
         role(
             "cluster-admin",
             defaults(),
@@ -560,28 +563,7 @@ pub fn bootstrap_cluster_roles() -> Vec<ClusterRole> {
                 ),
             ],
         ),
-    ];
-    // The one the scheduler and PV controller of a real cluster would need is `cluster-admin`
-    // here: they run inside the server's process as the admin.
-    let mut policy = Policy {
-        cluster_roles: roles
-            .drain(..)
-            .map(|r| serde_json::from_value(r).expect("a bootstrap ClusterRole"))
-            .collect(),
-        ..Default::default()
-    };
-    for _ in 0..4 {
-        for (name, rules) in policy.aggregated() {
-            if let Some(r) = policy
-                .cluster_roles
-                .iter_mut()
-                .find(|r| r.metadata.name.as_deref() == Some(name.as_str()))
-            {
-                r.rules = Some(rules);
-            }
-        }
-    }
-    policy.cluster_roles
+    ]
 }
 
 /// The namespaced Roles kube-apiserver creates at start: who may read, in kube-system, how it

@@ -45,36 +45,13 @@ fn short(v: &Value) -> String {
 /// Prune, default and validate `value` at `path` against `schema`.
 fn walk(schema: &Value, value: &mut Value, path: &str, out: &mut Admission) {
     let preserve = schema.get("x-kubernetes-preserve-unknown-fields") == Some(&Value::Bool(true));
-    let int_or_string = schema.get("x-kubernetes-int-or-string") == Some(&Value::Bool(true));
     if value.is_null() && schema.get("nullable") == Some(&Value::Bool(true)) {
         return;
     }
-
-    // Type.
-    if let Some(want) = schema.get("type").and_then(Value::as_str) {
-        let actual = type_name(value);
-        let ok = actual == want || (want == "number" && actual == "integer");
-        if !ok {
-            out.invalid.push((
-                path.to_string(),
-                format!(
-                    "Invalid value: \"{actual}\": {path} in body must be of type {want}: {}",
-                    short(value)
-                ),
-            ));
-            return;
-        }
-    } else if int_or_string && !matches!(type_name(value), "integer" | "string") {
-        out.invalid.push((
-            path.to_string(),
-            format!(
-                "Invalid value: {}: {path} in body must be of type integer or string",
-                short(value)
-            ),
-        ));
+    if let Some(message) = wrong_type(schema, value, path) {
+        out.invalid.push((path.to_string(), message));
         return;
     }
-
     if let Some(allowed) = schema.get("enum").and_then(Value::as_array)
         && !allowed.contains(value)
     {
@@ -88,111 +65,141 @@ fn walk(schema: &Value, value: &mut Value, path: &str, out: &mut Admission) {
             ),
         ));
     }
-
     match value {
-        Value::String(s) => {
-            if let Some(p) = schema.get("pattern").and_then(Value::as_str) {
-                match regex::Regex::new(p) {
-                    Ok(re) if !re.is_match(s) => out.invalid.push((
-                        path.to_string(),
-                        format!("Invalid value: \"{s}\": {path} in body should match '{p}'"),
-                    )),
-                    _ => {}
-                }
-            }
-            let n = s.chars().count() as u64;
-            if schema
-                .get("minLength")
-                .and_then(Value::as_u64)
-                .is_some_and(|m| n < m)
-            {
-                out.invalid.push((
-                    path.to_string(),
-                    format!(
-                        "Invalid value: \"{s}\": {path} in body should be at least {} chars long",
-                        schema["minLength"]
-                    ),
-                ));
-            }
-            if schema
-                .get("maxLength")
-                .and_then(Value::as_u64)
-                .is_some_and(|m| n > m)
-            {
-                out.invalid.push((
-                    path.to_string(),
-                    format!(
-                        "Too long: may not be more than {} bytes",
-                        schema["maxLength"]
-                    ),
-                ));
-            }
-        }
-        Value::Number(n) => {
-            let x = n.as_f64().unwrap_or(0.0);
-            if schema
-                .get("minimum")
-                .and_then(Value::as_f64)
-                .is_some_and(|m| x < m)
-            {
-                out.invalid.push((
-                    path.to_string(),
-                    format!(
-                        "Invalid value: {x}: {path} in body should be greater than or equal to {}",
-                        schema["minimum"]
-                    ),
-                ));
-            }
-            if schema
-                .get("maximum")
-                .and_then(Value::as_f64)
-                .is_some_and(|m| x > m)
-            {
-                out.invalid.push((
-                    path.to_string(),
-                    format!(
-                        "Invalid value: {x}: {path} in body should be less than or equal to {}",
-                        schema["maximum"]
-                    ),
-                ));
-            }
-        }
-        Value::Array(items) => {
-            let n = items.len() as u64;
-            if schema
-                .get("maxItems")
-                .and_then(Value::as_u64)
-                .is_some_and(|m| n > m)
-            {
-                out.invalid.push((
-                    path.to_string(),
-                    format!(
-                        "Too many: {n}: must have at most {} items",
-                        schema["maxItems"]
-                    ),
-                ));
-            }
-            if schema
-                .get("minItems")
-                .and_then(Value::as_u64)
-                .is_some_and(|m| n < m)
-            {
-                out.invalid.push((
-                    path.to_string(),
-                    format!(
-                        "Invalid value: {n}: {path} in body should have at least {} items",
-                        schema["minItems"]
-                    ),
-                ));
-            }
-            if let Some(item_schema) = schema.get("items") {
-                for (i, item) in items.iter_mut().enumerate() {
-                    walk(item_schema, item, &format!("{path}[{i}]"), out);
-                }
-            }
-        }
+        Value::String(s) => string(schema, s, path, out),
+        Value::Number(n) => number(schema, n, path, out),
+        Value::Array(items) => array(schema, items, path, out),
         Value::Object(map) => object(schema, map, path, preserve, out),
         _ => {}
+    }
+}
+
+/// Why `value` is not of the schema's `type` (an int-or-string field takes either), if it is
+/// not.
+fn wrong_type(schema: &Value, value: &Value, path: &str) -> Option<String> {
+    let int_or_string = schema.get("x-kubernetes-int-or-string") == Some(&Value::Bool(true));
+    let actual = type_name(value);
+    if let Some(want) = schema.get("type").and_then(Value::as_str) {
+        let ok = actual == want || (want == "number" && actual == "integer");
+        return (!ok).then(|| {
+            format!(
+                "Invalid value: \"{actual}\": {path} in body must be of type {want}: {}",
+                short(value)
+            )
+        });
+    }
+    (int_or_string && !matches!(actual, "integer" | "string")).then(|| {
+        format!(
+            "Invalid value: {}: {path} in body must be of type integer or string",
+            short(value)
+        )
+    })
+}
+
+/// A string's `pattern`, `minLength` and `maxLength`.
+fn string(schema: &Value, s: &str, path: &str, out: &mut Admission) {
+    if let Some(p) = schema.get("pattern").and_then(Value::as_str) {
+        match regex::Regex::new(p) {
+            Ok(re) if !re.is_match(s) => out.invalid.push((
+                path.to_string(),
+                format!("Invalid value: \"{s}\": {path} in body should match '{p}'"),
+            )),
+            _ => {}
+        }
+    }
+    let n = s.chars().count() as u64;
+    if schema
+        .get("minLength")
+        .and_then(Value::as_u64)
+        .is_some_and(|m| n < m)
+    {
+        out.invalid.push((
+            path.to_string(),
+            format!(
+                "Invalid value: \"{s}\": {path} in body should be at least {} chars long",
+                schema["minLength"]
+            ),
+        ));
+    }
+    if schema
+        .get("maxLength")
+        .and_then(Value::as_u64)
+        .is_some_and(|m| n > m)
+    {
+        out.invalid.push((
+            path.to_string(),
+            format!(
+                "Too long: may not be more than {} bytes",
+                schema["maxLength"]
+            ),
+        ));
+    }
+}
+
+/// A number's `minimum` and `maximum`.
+fn number(schema: &Value, n: &serde_json::Number, path: &str, out: &mut Admission) {
+    let x = n.as_f64().unwrap_or(0.0);
+    if schema
+        .get("minimum")
+        .and_then(Value::as_f64)
+        .is_some_and(|m| x < m)
+    {
+        out.invalid.push((
+            path.to_string(),
+            format!(
+                "Invalid value: {x}: {path} in body should be greater than or equal to {}",
+                schema["minimum"]
+            ),
+        ));
+    }
+    if schema
+        .get("maximum")
+        .and_then(Value::as_f64)
+        .is_some_and(|m| x > m)
+    {
+        out.invalid.push((
+            path.to_string(),
+            format!(
+                "Invalid value: {x}: {path} in body should be less than or equal to {}",
+                schema["maximum"]
+            ),
+        ));
+    }
+}
+
+/// An array's `maxItems` and `minItems`, then each item against `items`.
+fn array(schema: &Value, items: &mut [Value], path: &str, out: &mut Admission) {
+    let n = items.len() as u64;
+    if schema
+        .get("maxItems")
+        .and_then(Value::as_u64)
+        .is_some_and(|m| n > m)
+    {
+        out.invalid.push((
+            path.to_string(),
+            format!(
+                "Too many: {n}: must have at most {} items",
+                schema["maxItems"]
+            ),
+        ));
+    }
+    if schema
+        .get("minItems")
+        .and_then(Value::as_u64)
+        .is_some_and(|m| n < m)
+    {
+        out.invalid.push((
+            path.to_string(),
+            format!(
+                "Invalid value: {n}: {path} in body should have at least {} items",
+                schema["minItems"]
+            ),
+        ));
+    }
+    if let Some(item_schema) = schema.get("items") {
+        for (i, item) in items.iter_mut().enumerate() {
+            walk(item_schema, item, &format!("{path}[{i}]"), out);
+        }
     }
 }
 

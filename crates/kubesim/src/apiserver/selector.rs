@@ -2,6 +2,7 @@
 
 use std::collections::BTreeMap;
 
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector as ApiLabelSelector;
 use serde_json::Value;
 
 /// One label requirement.
@@ -110,15 +111,84 @@ impl LabelSelector {
     }
 
     pub fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
-        self.0.iter().all(|r| match r {
-            Requirement::Equals(k, v) => labels.get(k) == Some(v),
-            Requirement::NotEquals(k, v) => labels.get(k) != Some(v),
-            Requirement::In(k, vs) => labels.get(k).is_some_and(|l| vs.contains(l)),
-            Requirement::NotIn(k, vs) => labels.get(k).is_none_or(|l| !vs.contains(l)),
-            Requirement::Exists(k) => labels.contains_key(k),
-            Requirement::NotExists(k) => !labels.contains_key(k),
+        self.0
+            .iter()
+            .all(|r| r.holds(labels.get(r.key()).map(String::as_str)))
+    }
+}
+
+impl Requirement {
+    /// The label it is about.
+    pub fn key(&self) -> &str {
+        match self {
+            Requirement::Equals(k, _)
+            | Requirement::NotEquals(k, _)
+            | Requirement::In(k, _)
+            | Requirement::NotIn(k, _)
+            | Requirement::Exists(k)
+            | Requirement::NotExists(k) => k,
+        }
+    }
+
+    /// Whether the label's value (`None`: the object has no such label) satisfies it.
+    pub fn holds(&self, value: Option<&str>) -> bool {
+        let listed = |vs: &[String], v: &str| vs.iter().any(|x| x == v);
+        match self {
+            Requirement::Equals(_, v) => value == Some(v.as_str()),
+            Requirement::NotEquals(_, v) => value != Some(v.as_str()),
+            Requirement::In(_, vs) => value.is_some_and(|l| listed(vs, l)),
+            Requirement::NotIn(_, vs) => value.is_none_or(|l| !listed(vs, l)),
+            Requirement::Exists(_) => value.is_some(),
+            Requirement::NotExists(_) => value.is_none(),
+        }
+    }
+
+    /// A selector expression as objects write it (`key`, `operator`, `values`, in a
+    /// LabelSelector's `matchExpressions` or a node selector term); `None` for an operator
+    /// other than In, NotIn, Exists and DoesNotExist.
+    pub fn from_expression(key: &str, operator: &str, values: &[String]) -> Option<Requirement> {
+        let key = key.to_string();
+        Some(match operator {
+            "In" => Requirement::In(key, values.to_vec()),
+            "NotIn" => Requirement::NotIn(key, values.to_vec()),
+            "Exists" => Requirement::Exists(key),
+            "DoesNotExist" => Requirement::NotExists(key),
+            _ => return None,
         })
     }
+}
+
+impl LabelSelector {
+    /// A metav1 LabelSelector (`matchLabels` and `matchExpressions`, as objects carry them) as
+    /// requirements; `None` when an expression's operator is unknown, which selects nothing.
+    pub fn from_api(s: &ApiLabelSelector) -> Option<LabelSelector> {
+        let mut reqs: Vec<Requirement> = s
+            .match_labels
+            .iter()
+            .flatten()
+            .map(|(k, v)| Requirement::Equals(k.clone(), v.clone()))
+            .collect();
+        for e in s.match_expressions.iter().flatten() {
+            let values = e.values.as_deref().unwrap_or_default();
+            reqs.push(Requirement::from_expression(&e.key, &e.operator, values)?);
+        }
+        Some(LabelSelector(reqs))
+    }
+
+    /// The equality selector of a plain label map (a Service's `spec.selector`).
+    pub fn of_labels(labels: &BTreeMap<String, String>) -> LabelSelector {
+        LabelSelector(
+            labels
+                .iter()
+                .map(|(k, v)| Requirement::Equals(k.clone(), v.clone()))
+                .collect(),
+        )
+    }
+}
+
+/// Whether a metav1 label selector selects `labels` (an unknown operator selects nothing).
+pub fn selects(s: &ApiLabelSelector, labels: &BTreeMap<String, String>) -> bool {
+    LabelSelector::from_api(s).is_some_and(|selector| selector.matches(labels))
 }
 
 /// The value at a dotted field path, as field selectors read it: a missing field is null.

@@ -4,6 +4,8 @@
 //! and finishes their deletion: the API server only marks a pod on a node as deleted; its kubelet
 //! stops the containers and then deletes it with a zero grace period.
 
+mod config;
+pub(crate) mod events;
 pub mod images;
 pub mod probe;
 pub mod setup;
@@ -20,54 +22,11 @@ use kube::api::{DeleteParams, ListParams};
 use kube::{Api, Client};
 use tokio::sync::watch;
 
+pub use config::{KubeletConfig, PodEnv};
 pub use images::ImageMap;
 pub use status::Backoff;
 
 use setup::PodDir;
-
-/// What the kubelets are told: which images run which programs, and the restart back-off.
-#[derive(Debug, Clone)]
-pub struct KubeletConfig {
-    pub images: ImageMap,
-    pub backoff: Backoff,
-    /// The cluster's DNS server (kubelet's `--cluster-dns`), which pods of the `ClusterFirst`
-    /// DNS policy resolve through.
-    pub dns: Option<Ipv4Addr>,
-    /// The variables telling a pod's programs where their container's `/` is, their address and
-    /// their volumes' sizes: the contract of this process runtime with the programs it runs.
-    pub pod_env: PodEnv,
-}
-
-/// The names of the variables a container's process is told its pod's root directory, address
-/// and volume capacities by (`PATH=BYTES,…`). Whoever composes the cluster with its programs
-/// chooses them; by default they are `KUBESIM_POD_ROOT`, `KUBESIM_POD_IP`, `KUBESIM_POD_CAPACITY`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PodEnv {
-    pub root: String,
-    pub ip: String,
-    pub capacity: String,
-}
-
-impl Default for PodEnv {
-    fn default() -> Self {
-        PodEnv {
-            root: "KUBESIM_POD_ROOT".into(),
-            ip: "KUBESIM_POD_IP".into(),
-            capacity: "KUBESIM_POD_CAPACITY".into(),
-        }
-    }
-}
-
-impl Default for KubeletConfig {
-    fn default() -> Self {
-        KubeletConfig {
-            images: ImageMap::default(),
-            backoff: Backoff::KUBELET,
-            dns: None,
-            pod_env: PodEnv::default(),
-        }
-    }
-}
 
 /// The first free address of `cidr` (`a.b.c.d/n`) from the `start`th on (wrapping), skipping
 /// the network, the node's own (the first host) and the broadcast addresses. The kubelet starts
@@ -316,7 +275,7 @@ fn pod_dir(node_dir: &std::path::Path, uid: &str) -> PodDir {
 }
 
 /// The kubelets keep containers' logs in the pods' directories: `pods/log` reads them there.
-impl crate::apiserver::server::PodLogs for crate::agents::localpath::NodeDirs {
+impl crate::apiserver::server::PodLogs for crate::agents::volumes::NodeDirs {
     fn log_file(
         &self,
         node: &str,

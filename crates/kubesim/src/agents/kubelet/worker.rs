@@ -10,13 +10,16 @@ use std::process::{ExitStatus, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{Container as ContainerSpec, Pod, PodStatus};
+use k8s_openapi::api::core::v1::{Container as ContainerSpec, Pod, PodSpec, PodStatus};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Patch, PatchParams};
 use kube::{Api, Client};
 use serde_json::json;
 use tokio::sync::{Notify, watch};
 
+pub use super::events::event_from;
+
+use super::config::PodEnv;
 use super::images::{self, ImageMap};
 use super::probe;
 use super::setup::{self, Blocked, PodDir};
@@ -32,7 +35,7 @@ pub struct Ctx {
     pub every: Duration,
     pub host_ip: Ipv4Addr,
     pub dns: Option<Ipv4Addr>,
-    pub pod_env: super::PodEnv,
+    pub pod_env: PodEnv,
 }
 
 /// `None` while the pod runs; the grace period once it is to stop.
@@ -120,39 +123,6 @@ pub async fn event(client: &Client, pod: &Pod, type_: &str, reason: &str, messag
     event_from(client, "kubelet", pod, type_, reason, message).await
 }
 
-/// Post an event about the pod from `component` (the kubelet, the scheduler).
-pub async fn event_from(
-    client: &Client,
-    component: &str,
-    pod: &Pod,
-    type_: &str,
-    reason: &str,
-    message: &str,
-) {
-    let (ns, name) = full_name(pod);
-    let now = Timestamp::now().to_string();
-    let e = json!({
-        "apiVersion": "v1", "kind": "Event",
-        // Named as kube's recorder names events (a generateName ending in '.' is invalid).
-        "metadata": {"name": crate::agents::event_name(&name, &crate::agents::unique_suffix()),
-            "namespace": ns},
-        "involvedObject": {"apiVersion": "v1", "kind": "Pod", "namespace": ns, "name": name,
-            "uid": pod.metadata.uid},
-        "type": type_, "reason": reason, "message": message,
-        "source": {"component": component},
-        "firstTimestamp": now, "lastTimestamp": now, "count": 1,
-    });
-    let events: Api<k8s_openapi::api::core::v1::Event> = Api::namespaced(client.clone(), &ns);
-    match serde_json::from_value(e) {
-        Ok(e) => {
-            if let Err(err) = events.create(&Default::default(), &e).await {
-                tracing::debug!(error = %err, "posting an event");
-            }
-        }
-        Err(err) => tracing::warn!(error = %err, "building an event"),
-    }
-}
-
 async fn prepare(ctx: &Ctx, pod: &Pod, dir: &PodDir, ip: Ipv4Addr) -> Result<Vec<Launch>, Blocked> {
     // Before anything is made from the pod's names and paths.
     setup::check(pod)?;
@@ -161,7 +131,7 @@ async fn prepare(ctx: &Ctx, pod: &Pod, dir: &PodDir, ip: Ipv4Addr) -> Result<Vec
         .map_err(|e| Blocked::Config(format!("writing the pod's resolv.conf: {e}")))?;
     let spec = pod.spec.clone().unwrap_or_default();
     let (_, name) = full_name(pod);
-    let super::PodEnv {
+    let PodEnv {
         root: root_env,
         ip: ip_env,
         capacity: capacity_env,
@@ -380,12 +350,8 @@ async fn run_container(
     mut stop: Stop,
 ) -> Ended {
     let PodWork {
-        ctx,
-        pod,
-        shared,
-        ip,
+        ctx, pod, shared, ..
     } = work;
-    let ip = *ip;
     let policy = pod
         .spec
         .as_ref()
@@ -398,69 +364,7 @@ async fn run_container(
         if is_stopping(&stop) {
             return Ended::Stopped;
         }
-        let _ = setup::empty_termination_log(&launch.termination_log);
-        let started_at = Timestamp::now();
-        let exit = match spawn(launch, restarts) {
-            Err(e) => {
-                let message = format!("failed to start {:?}: {e}", launch.argv[0]);
-                event(
-                    &ctx.client,
-                    pod,
-                    "Warning",
-                    "Failed",
-                    &format!("Error: {message}"),
-                )
-                .await;
-                Exit {
-                    exit_code: 128,
-                    signal: None,
-                    reason: "StartError".into(),
-                    message: Some(message),
-                    started_at: None,
-                    finished_at: Timestamp::now(),
-                    container_id: None,
-                }
-            }
-            Ok(mut child) => {
-                let pid = child.id().map(|p| p as i32).unwrap_or(0);
-                let _group = Group(pid);
-                let container_id = format!("process://{pid}");
-                let ready = spec.readiness_probe.is_none();
-                let id = container_id.clone();
-                shared.container(slot, move |c| {
-                    c.state = State::Running {
-                        started_at,
-                        ready,
-                        container_id: id,
-                    };
-                });
-                event(
-                    &ctx.client,
-                    pod,
-                    "Normal",
-                    "Started",
-                    &format!("Started container {}", spec.name),
-                )
-                .await;
-                let prober = tokio::spawn(readiness(
-                    shared.clone(),
-                    slot,
-                    spec.clone(),
-                    ip,
-                    ctx.clone(),
-                    pod.clone(),
-                ));
-                let status = tokio::select! {
-                    s = child.wait() => s,
-                    grace = stopping(&mut stop) => {
-                        event(&ctx.client, pod, "Normal", "Killing", &format!("Stopping container {}", spec.name)).await;
-                        terminate(&mut child, pid, grace).await
-                    }
-                };
-                prober.abort();
-                exit_of(status, spec, launch, restarts, started_at, container_id)
-            }
-        };
+        let exit = run_once(work, slot, spec, launch, restarts, &mut stop).await;
         let again = match slot {
             Slot::Init(_) => exit.exit_code != 0 && policy != "Never",
             Slot::Main(_) => status::restarts(&policy, exit.exit_code),
@@ -504,6 +408,86 @@ async fn run_container(
             }
         }
     }
+}
+
+/// One run of a container (its `instance`-th): started, probed for readiness while it runs,
+/// stopped when the pod is; how it ended (a failure to start included).
+async fn run_once(
+    work: &PodWork,
+    slot: Slot,
+    spec: &ContainerSpec,
+    launch: &Launch,
+    instance: u32,
+    stop: &mut Stop,
+) -> Exit {
+    let PodWork {
+        ctx,
+        pod,
+        shared,
+        ip,
+    } = work;
+    let _ = setup::empty_termination_log(&launch.termination_log);
+    let started_at = Timestamp::now();
+    let mut child = match spawn(launch, instance) {
+        Ok(child) => child,
+        Err(e) => {
+            let message = format!("failed to start {:?}: {e}", launch.argv[0]);
+            event(
+                &ctx.client,
+                pod,
+                "Warning",
+                "Failed",
+                &format!("Error: {message}"),
+            )
+            .await;
+            return Exit {
+                exit_code: 128,
+                signal: None,
+                reason: "StartError".into(),
+                message: Some(message),
+                started_at: None,
+                finished_at: Timestamp::now(),
+                container_id: None,
+            };
+        }
+    };
+    let pid = child.id().map(|p| p as i32).unwrap_or(0);
+    let _group = Group(pid);
+    let container_id = format!("process://{pid}");
+    let ready = spec.readiness_probe.is_none();
+    let id = container_id.clone();
+    shared.container(slot, move |c| {
+        c.state = State::Running {
+            started_at,
+            ready,
+            container_id: id,
+        };
+    });
+    event(
+        &ctx.client,
+        pod,
+        "Normal",
+        "Started",
+        &format!("Started container {}", spec.name),
+    )
+    .await;
+    let prober = tokio::spawn(readiness(
+        shared.clone(),
+        slot,
+        spec.clone(),
+        *ip,
+        ctx.clone(),
+        pod.clone(),
+    ));
+    let status = tokio::select! {
+        s = child.wait() => s,
+        grace = stopping(stop) => {
+            event(&ctx.client, pod, "Normal", "Killing", &format!("Stopping container {}", spec.name)).await;
+            terminate(&mut child, pid, grace).await
+        }
+    };
+    prober.abort();
+    exit_of(status, spec, launch, instance, started_at, container_id)
 }
 
 use crate::apiserver::server::SERVICE_ACCOUNT_DIR;
@@ -651,36 +635,9 @@ const VOLUME_SYNC: Duration = Duration::from_secs(3);
 /// The whole life of a pod on this node.
 pub async fn run_pod(ctx: Ctx, pod: Pod, dir: PodDir, ip: Ipv4Addr, mut stop: Stop) {
     let spec = pod.spec.clone().unwrap_or_default();
-    let (ns, name) = full_name(&pod);
     let init_specs: Vec<ContainerSpec> = spec.init_containers.clone().unwrap_or_default();
-    let waiting = |reason: &str, c: &ContainerSpec| {
-        Container::new(
-            &c.name,
-            c.image.as_deref().unwrap_or(""),
-            State::waiting(reason, None),
-        )
-    };
-    let first = if init_specs.is_empty() {
-        "ContainerCreating"
-    } else {
-        "PodInitializing"
-    };
     let shared = Arc::new(Shared {
-        run: Mutex::new(PodRun {
-            restart_policy: spec
-                .restart_policy
-                .clone()
-                .unwrap_or_else(|| "Always".into()),
-            init: init_specs
-                .iter()
-                .map(|c| waiting("PodInitializing", c))
-                .collect(),
-            containers: spec.containers.iter().map(|c| waiting(first, c)).collect(),
-            sandbox_ready: false,
-            pod_ip: ip,
-            host_ip: ctx.host_ip,
-            start_time: Timestamp::now(),
-        }),
+        run: Mutex::new(first_run(&ctx, &spec, ip)),
         changed: Notify::new(),
     });
     let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
@@ -690,59 +647,8 @@ pub async fn run_pod(ctx: Ctx, pod: Pod, dir: PodDir, ip: Ipv4Addr, mut stop: St
         shared.clone(),
         done.clone(),
     ));
-
-    let mut last_blocked: Option<Blocked> = None;
-    let launches = loop {
-        match prepare(&ctx, &pod, &dir, ip).await {
-            Ok(l) => break Some(l),
-            Err(blocked) => {
-                if last_blocked.as_ref() != Some(&blocked) {
-                    tracing::info!(pod = %format!("{ns}/{name}"), reason = blocked.reason(), "{}", blocked.message());
-                    if !matches!(blocked, Blocked::Waiting(_)) {
-                        event(
-                            &ctx.client,
-                            &pod,
-                            "Warning",
-                            "Failed",
-                            &format!("Error: {}", blocked.message()),
-                        )
-                        .await;
-                    }
-                    let (reason, message) = (blocked.reason(), blocked.message().to_string());
-                    shared.update(|run| {
-                        for c in run.init.iter_mut().take(1).chain(run.containers.iter_mut()) {
-                            c.state = State::waiting(reason, Some(message.clone()));
-                        }
-                    });
-                    last_blocked = Some(blocked);
-                }
-                tokio::select! {
-                    _ = tokio::time::sleep(ctx.every * 5) => {}
-                    _ = stopping(&mut stop) => break None,
-                }
-            }
-        }
-    };
-    // The kubelet renews projected tokens at 80% of their lifetime.
-    let _renewer = setup::token_lifetime(&pod).map(|seconds| {
-        let (client, pod, dir) = (ctx.client.clone(), pod.clone(), dir.clone());
-        AbortOnDrop(tokio::spawn(async move {
-            loop {
-                tokio::time::sleep(Duration::from_secs(seconds * 4 / 5)).await;
-                setup::renew_tokens(&client, &pod, &dir).await;
-            }
-        }))
-    });
-    // And keeps Secret and ConfigMap volumes up to date while the pod runs.
-    let _refresher = (launches.is_some() && setup::has_refreshed_volumes(&pod)).then(|| {
-        let (client, pod, dir) = (ctx.client.clone(), pod.clone(), dir.clone());
-        AbortOnDrop(tokio::spawn(async move {
-            loop {
-                tokio::time::sleep(VOLUME_SYNC).await;
-                setup::refresh_volumes(&client, &pod, &dir).await;
-            }
-        }))
-    });
+    let launches = prepare_until_ready(&ctx, &pod, &dir, ip, &shared, &mut stop).await;
+    let _helpers = keep_volumes_current(&ctx, &pod, &dir, launches.is_some());
     if let Some(launches) = launches {
         let (init_launches, main_launches) = launches.split_at(init_specs.len());
         shared.update(|run| {
@@ -788,4 +694,108 @@ pub async fn run_pod(ctx: Ctx, pod: Pod, dir: PodDir, ip: Ipv4Addr, mut stop: St
     done.store(true, std::sync::atomic::Ordering::SeqCst);
     shared.changed.notify_one();
     let _ = report.await;
+}
+
+/// The pod's states before anything runs: every container waiting (`PodInitializing` while
+/// init containers are to run first, else `ContainerCreating`).
+fn first_run(ctx: &Ctx, spec: &PodSpec, ip: Ipv4Addr) -> PodRun {
+    let init_specs = spec.init_containers.as_deref().unwrap_or_default();
+    let waiting = |reason: &str, c: &ContainerSpec| {
+        Container::new(
+            &c.name,
+            c.image.as_deref().unwrap_or(""),
+            State::waiting(reason, None),
+        )
+    };
+    let first = if init_specs.is_empty() {
+        "ContainerCreating"
+    } else {
+        "PodInitializing"
+    };
+    PodRun {
+        restart_policy: spec
+            .restart_policy
+            .clone()
+            .unwrap_or_else(|| "Always".into()),
+        init: init_specs
+            .iter()
+            .map(|c| waiting("PodInitializing", c))
+            .collect(),
+        containers: spec.containers.iter().map(|c| waiting(first, c)).collect(),
+        sandbox_ready: false,
+        pod_ip: ip,
+        host_ip: ctx.host_ip,
+        start_time: Timestamp::now(),
+    }
+}
+
+/// Prepare the pod until it can run, saying in its containers' states (and an event, for a
+/// mistake in the pod) what it waits for; `None` when it is stopped first.
+async fn prepare_until_ready(
+    ctx: &Ctx,
+    pod: &Pod,
+    dir: &PodDir,
+    ip: Ipv4Addr,
+    shared: &Shared,
+    stop: &mut Stop,
+) -> Option<Vec<Launch>> {
+    let (ns, name) = full_name(pod);
+    let mut last_blocked: Option<Blocked> = None;
+    loop {
+        match prepare(ctx, pod, dir, ip).await {
+            Ok(l) => return Some(l),
+            Err(blocked) => {
+                if last_blocked.as_ref() != Some(&blocked) {
+                    tracing::info!(pod = %format!("{ns}/{name}"), reason = blocked.reason(), "{}", blocked.message());
+                    if !matches!(blocked, Blocked::Waiting(_)) {
+                        event(
+                            &ctx.client,
+                            pod,
+                            "Warning",
+                            "Failed",
+                            &format!("Error: {}", blocked.message()),
+                        )
+                        .await;
+                    }
+                    let (reason, message) = (blocked.reason(), blocked.message().to_string());
+                    shared.update(|run| {
+                        for c in run.init.iter_mut().take(1).chain(run.containers.iter_mut()) {
+                            c.state = State::waiting(reason, Some(message.clone()));
+                        }
+                    });
+                    last_blocked = Some(blocked);
+                }
+                tokio::select! {
+                    _ = tokio::time::sleep(ctx.every * 5) => {}
+                    _ = stopping(stop) => return None,
+                }
+            }
+        }
+    }
+}
+
+/// The tasks that keep a pod's volumes current while it lives: its projected tokens renewed at
+/// 80% of their lifetime, and (once it `runs`) its Secret and ConfigMap volumes brought up to
+/// date. They end when the returned handles are dropped.
+fn keep_volumes_current(ctx: &Ctx, pod: &Pod, dir: &PodDir, runs: bool) -> Vec<AbortOnDrop> {
+    let mut helpers = Vec::new();
+    if let Some(seconds) = setup::token_lifetime(pod) {
+        let (client, pod, dir) = (ctx.client.clone(), pod.clone(), dir.clone());
+        helpers.push(AbortOnDrop(tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(Duration::from_secs(seconds * 4 / 5)).await;
+                setup::renew_tokens(&client, &pod, &dir).await;
+            }
+        })));
+    }
+    if runs && setup::has_refreshed_volumes(pod) {
+        let (client, pod, dir) = (ctx.client.clone(), pod.clone(), dir.clone());
+        helpers.push(AbortOnDrop(tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(VOLUME_SYNC).await;
+                setup::refresh_volumes(&client, &pod, &dir).await;
+            }
+        })));
+    }
+    helpers
 }

@@ -12,7 +12,9 @@ use std::sync::Arc;
 
 use serde_json::{Value, json};
 
-use super::{ChangeKind, Inner, Key, Propagation, Store, being_deleted, has_finalizer, now};
+use super::history::ChangeKind;
+use super::objects::{Key, being_deleted, has_finalizer, now};
+use super::{Inner, Propagation, Store};
 use crate::apiserver::errors::{ApiError, ApiResult};
 use crate::apiserver::registry::ResourceDef;
 
@@ -101,17 +103,19 @@ pub(super) fn set_terminating(crd: &mut Value, (status, reason, message): Termin
     }
 }
 
-/// kube's custom resource handler refuses to create objects of a terminating CRD's kind (they
-/// would outlive it).
-pub(super) fn refuse_create(inner: &Inner, def: &ResourceDef) -> ApiResult<()> {
-    if def.schema.is_none() {
-        return Ok(());
-    }
-    match inner.objects.get(&crd_key(&def.group, &def.plural)) {
-        Some(crd) if being_deleted(crd) => Err(ApiError::method_not_allowed(
-            "create not allowed while custom resource definition is terminating",
-        )),
-        _ => Ok(()),
+impl Inner {
+    /// kube's custom resource handler refuses to create objects of a terminating CRD's kind (they
+    /// would outlive it).
+    pub(super) fn refuse_create(&self, def: &ResourceDef) -> ApiResult<()> {
+        if def.schema.is_none() {
+            return Ok(());
+        }
+        match self.objects.get(&crd_key(&def.group, &def.plural)) {
+            Some(crd) if being_deleted(crd) => Err(ApiError::method_not_allowed(
+                "create not allowed while custom resource definition is terminating",
+            )),
+            _ => Ok(()),
+        }
     }
 }
 
@@ -129,6 +133,19 @@ pub(super) fn unserve(inner: &mut Inner, crd: &Value) {
 }
 
 impl Store {
+    /// Register (or replace) a custom resource definition's resource, while that CRD is stored:
+    /// a write that deleted it (its last finalizer removed) must not serve its kind again. The
+    /// store stops serving it when the CRD goes.
+    pub fn register(&self, def: ResourceDef) {
+        let mut inner = self.lock();
+        if inner
+            .objects
+            .contains_key(&crd_key(&def.group, &def.plural))
+        {
+            Arc::make_mut(&mut inner.registry).add(def);
+        }
+    }
+
     /// kube's CRD finalizer controller, for every terminating CRD that still holds its
     /// finalizer.
     pub(super) fn finish_crds(&self, inner: &mut Inner) {

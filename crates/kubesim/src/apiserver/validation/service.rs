@@ -6,7 +6,8 @@ use std::collections::BTreeSet;
 
 use serde_json::Value;
 
-use super::{BadValue, ErrorType, FieldError, dns1123_label_errors, go_quote, is_valid_port_num};
+use super::field::{BadValue, ErrorType, FieldError, go_quote};
+use super::names::{dns1123_label_errors, is_valid_port_num};
 
 /// supportedPortProtocols, sorted as kube lists them.
 const PROTOCOLS: [&str; 3] = ["SCTP", "TCP", "UDP"];
