@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use cdi_api::config::CDIConfig;
 use cdi_api::{ann, gate};
-use cdi_core::import::{self, Next, Settings};
+use cdi_core::import::{self, Settings};
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
 use kube::api::{Patch, PatchParams, PostParams};
 use kube::runtime::controller::{Action, Controller};
@@ -53,22 +53,9 @@ async fn start_pod(
     cfg: Option<&CDIConfig>,
 ) -> Result<Action, Error> {
     let gate_on = cfg.is_some_and(|c| c.spec.gate_enabled(gate::HONOR_WAIT_FOR_FIRST_CONSUMER));
-    let next = import::next(claim, gate_on);
-    if next == Next::Nothing {
-        return Ok(Action::await_change());
-    }
-    // While the consumer the node was selected for is still there.
-    if crate::placement::record(ctx, claim).await? || next == Next::WaitForConsumer {
-        return Ok(Action::await_change());
-    }
-    // The claim and its pod come from two watches: a finished import's claim can lag
-    // behind its pod's deletion. The claim as it is now decides (its change wakes us).
-    let Some(claim) = crate::objects::live(&ctx.client, claim).await? else {
+    let Some(claim) = crate::placement::due_claim(ctx, claim, gate_on, import::next).await? else {
         return Ok(Action::await_change());
     };
-    if import::next(&claim, gate_on) != next {
-        return Ok(Action::await_change());
-    }
     create_pod(ctx, &claim, claims, pods, pod_name, cfg).await?;
     // The pod's creation wakes this claim.
     Ok(Action::await_change())

@@ -4,6 +4,7 @@
 //! claim records through here first.
 
 use cdi_api::ext;
+use cdi_core::import::Next;
 use cdi_core::placement;
 use k8s_openapi::api::core::v1::{Node, PersistentVolumeClaim, Pod};
 use kube::api::{ListParams, Patch, PatchParams};
@@ -11,6 +12,33 @@ use kube::{Api, ResourceExt};
 use serde_json::json;
 
 use crate::runtime::context::Context;
+use crate::runtime::error::Error;
+
+/// The claim to make a worker pod for now, if one is due. `next` (the source kind's decision,
+/// with the WaitForFirstConsumer gate `gate_on`) must want a pod for the claim as cached; the
+/// inheritance from the claim's consumer is recorded first; and the claim as the API server
+/// holds it now must still want the same. A claim and its pod come from two watches: a
+/// finished import's claim can lag behind its pod's deletion, so the live claim decides (its
+/// change wakes the controller again).
+pub async fn due_claim(
+    ctx: &Context,
+    claim: &PersistentVolumeClaim,
+    gate_on: bool,
+    next: fn(&PersistentVolumeClaim, bool) -> Next,
+) -> Result<Option<PersistentVolumeClaim>, Error> {
+    let wanted = next(claim, gate_on);
+    if wanted == Next::Nothing {
+        return Ok(None);
+    }
+    // While the consumer the node was selected for is still there.
+    if record(ctx, claim).await? || wanted == Next::WaitForConsumer {
+        return Ok(None);
+    }
+    let Some(live) = crate::objects::live(&ctx.client, claim).await? else {
+        return Ok(None);
+    };
+    Ok((next(&live, gate_on) == wanted).then_some(live))
+}
 
 /// The event on the claim saying what its worker pods inherit.
 pub const INHERITED: &str = "WorkerTolerationsInherited";

@@ -16,7 +16,7 @@ use std::sync::Arc;
 
 use cdi_api::config::CDIConfig;
 use cdi_api::{ann, gate};
-use cdi_core::import::{self, Next, Settings};
+use cdi_core::import::{self, Settings};
 use cdi_core::{hostclone, upload};
 
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, Secret, Service};
@@ -171,20 +171,9 @@ async fn make_pod(
     cfg: Option<&CDIConfig>,
 ) -> Result<Action, Error> {
     let gate_on = cfg.is_some_and(|c| c.spec.gate_enabled(gate::HONOR_WAIT_FOR_FIRST_CONSUMER));
-    let next = upload::next(claim, gate_on);
-    if next == Next::Nothing {
-        return Ok(Action::await_change());
-    }
-    if crate::placement::record(ctx, claim).await? || next == Next::WaitForConsumer {
-        return Ok(Action::await_change());
-    }
-    // The claim as it is now decides (its change wakes us): see the import controller.
-    let Some(claim) = crate::objects::live(&ctx.client, claim).await? else {
+    let Some(claim) = crate::placement::due_claim(ctx, claim, gate_on, upload::next).await? else {
         return Ok(Action::await_change());
     };
-    if upload::next(&claim, gate_on) != next {
-        return Ok(Action::await_change());
-    }
     create_pod(ctx, claim, claims, pod_name, cfg).await
 }
 
