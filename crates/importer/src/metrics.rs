@@ -9,7 +9,6 @@ use std::sync::atomic::Ordering;
 use bytes::Bytes;
 use http_body_util::Full;
 use hyper::{Request, Response, StatusCode};
-use hyper_util::rt::TokioIo;
 
 use crate::convert::Progress;
 use crate::error::ImportError;
@@ -32,6 +31,20 @@ pub const CLONE_PROGRESS: Metric = Metric {
     name: "kubevirt_cdi_clone_progress_total",
     help: "The clone progress in percentage",
 };
+
+/// The answer to a request for `path`: the exposition text `body` on `/metrics`, else 404.
+fn page(path: &str, body: String) -> Response<Full<Bytes>> {
+    let response = if path == "/metrics" {
+        Response::builder()
+            .header("Content-Type", "text/plain; version=0.0.4")
+            .body(Full::new(Bytes::from(body)))
+    } else {
+        Response::builder()
+            .status(StatusCode::NOT_FOUND)
+            .body(Full::new(Bytes::new()))
+    };
+    response.expect("a static response")
+}
 
 /// The exposition text for the current progress.
 pub fn render(metric: Metric, owner_uid: &str, progress: &Progress) -> String {
@@ -111,28 +124,11 @@ pub async fn serve(
                         return;
                     }
                 };
-                let Ok(tls) = acceptor.accept(stream).await else {
-                    return;
+                let handler = move |req: Request<hyper::body::Incoming>, _| {
+                    let body = render(metric, &uid, &progress);
+                    async move { page(req.uri().path(), body) }
                 };
-                let service =
-                    hyper::service::service_fn(move |req: Request<hyper::body::Incoming>| {
-                        let body = render(metric, &uid, &progress);
-                        async move {
-                            let response = if req.uri().path() == "/metrics" {
-                                Response::builder()
-                                    .header("Content-Type", "text/plain; version=0.0.4")
-                                    .body(Full::new(Bytes::from(body)))
-                            } else {
-                                Response::builder()
-                                    .status(StatusCode::NOT_FOUND)
-                                    .body(Full::new(Bytes::new()))
-                            };
-                            Ok::<_, hyper::http::Error>(response.expect("a static response"))
-                        }
-                    });
-                let _ = hyper::server::conn::http1::Builder::new()
-                    .serve_connection(TokioIo::new(tls), service)
-                    .await;
+                cdi_pki::tls::serve_connection(stream, acceptor.clone(), handler, None).await;
             });
         }
     });
