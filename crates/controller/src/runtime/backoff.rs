@@ -5,7 +5,11 @@
 
 use std::collections::HashMap;
 use std::sync::Mutex;
-use std::time::Duration;
+use std::time::{Duration, Instant};
+
+/// How many failing objects are remembered before those that stopped failing long ago are
+/// forgotten: an object deleted while it failed is never reconciled again to say so.
+const REMEMBERED: usize = 1024;
 
 /// The delays of one controller's failing objects: `base`, doubling with each failure in a row,
 /// at most `cap`; a success forgets the object.
@@ -13,7 +17,8 @@ use std::time::Duration;
 pub struct Backoff {
     base: Duration,
     cap: Duration,
-    failures: Mutex<HashMap<String, u32>>,
+    /// Failures in a row by object, and when the last one was.
+    failures: Mutex<HashMap<String, (u32, Instant)>>,
 }
 
 impl Default for Backoff {
@@ -35,10 +40,21 @@ impl Backoff {
 
     /// Count a failure of `object` and say how long it waits before its next try.
     pub fn failed(&self, object: &str) -> Duration {
+        self.failed_at(object, Instant::now())
+    }
+
+    fn failed_at(&self, object: &str, now: Instant) -> Duration {
         let mut failures = self.failures.lock().unwrap_or_else(|e| e.into_inner());
-        let count = failures.entry(object.to_string()).or_insert(0);
+        if failures.len() >= REMEMBERED {
+            // Not tried for twice the longest delay: deleted, or fixed by a change whose pass
+            // succeeded under another name. Either way its count is stale.
+            let stale = self.cap.saturating_mul(2);
+            failures.retain(|_, (_, at)| now.saturating_duration_since(*at) < stale);
+        }
+        let (count, at) = failures.entry(object.to_string()).or_insert((0, now));
         let delay = self.delay(*count);
         *count = count.saturating_add(1);
+        *at = now;
         delay
     }
 
@@ -71,5 +87,23 @@ mod tests {
         assert_eq!(b.failed("ns/a"), Duration::from_millis(5));
         // However long it fails, the delay stays at the cap.
         assert_eq!(b.delay(u32::MAX), Duration::from_secs(1));
+    }
+
+    #[test]
+    fn objects_that_stopped_failing_long_ago_are_forgotten_once_many_are_remembered() {
+        let b = Backoff::new(Duration::from_millis(5), Duration::from_secs(1));
+        let start = Instant::now();
+        b.failed_at("ns/deleted", start);
+        b.failed_at("ns/deleted", start);
+        for i in 1..REMEMBERED {
+            b.failed_at(&format!("ns/{i}"), start + Duration::from_secs(3));
+        }
+        // Still under the bound: nothing is forgotten.
+        assert_eq!(b.failed_at("ns/deleted", start), Duration::from_millis(20));
+        // At the bound, three seconds on (twice the cap is two): only the stale one goes.
+        let later = start + Duration::from_secs(3);
+        assert_eq!(b.failed_at("ns/new", later), Duration::from_millis(5));
+        assert_eq!(b.failed_at("ns/1", later), Duration::from_millis(10));
+        assert_eq!(b.failed_at("ns/deleted", later), Duration::from_millis(5));
     }
 }
