@@ -101,6 +101,22 @@ where
 }
 
 /// The writing ends; [`Feeds::run`] keeps the stores up to date.
+/// The subscriptions of a controller woken by claims and their worker pods (import, upload,
+/// the clone source).
+pub struct ClaimsAndPods {
+    pub claims: Changes<PersistentVolumeClaim>,
+    pub pods: Changes<Pod>,
+}
+
+impl ClaimsAndPods {
+    pub fn subscribe(feeds: &mut Feeds) -> ClaimsAndPods {
+        ClaimsAndPods {
+            claims: feeds.claims.subscribe(),
+            pods: feeds.pods.subscribe(),
+        }
+    }
+}
+
 pub struct Feeds {
     pub classes: Feed<StorageClass>,
     pub profiles: Feed<StorageProfile>,

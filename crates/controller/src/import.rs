@@ -16,7 +16,6 @@ use kube::runtime::controller::{Action, Controller};
 use kube::{Api, ResourceExt};
 use serde_json::json;
 
-use crate::cache::Changes;
 use crate::runtime::context::Context;
 use crate::runtime::error::Error;
 
@@ -200,20 +199,8 @@ async fn write_outcome(
     Ok(Action::await_change())
 }
 
-/// The cache subscriptions the controller is woken by.
-pub struct Triggers {
-    claims: Changes<PersistentVolumeClaim>,
-    pods: Changes<Pod>,
-}
-
-impl Triggers {
-    pub fn subscribe(feeds: &mut crate::cache::Feeds) -> Triggers {
-        Triggers {
-            claims: feeds.claims.subscribe(),
-            pods: feeds.pods.subscribe(),
-        }
-    }
-}
+/// The controller is woken by its claims and their worker pods.
+pub type Triggers = crate::cache::ClaimsAndPods;
 
 /// Run the controller over claims and the pods they own.
 pub async fn run(ctx: Context, triggers: Triggers) -> anyhow::Result<()> {

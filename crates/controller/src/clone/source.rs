@@ -19,7 +19,6 @@ use kube::runtime::controller::{Action, Controller};
 use kube::runtime::reflector::ObjectRef;
 use kube::{Api, ResourceExt};
 
-use crate::cache::Changes;
 use crate::runtime::context::Context;
 use crate::runtime::error::Error;
 
@@ -320,20 +319,8 @@ pub async fn reconcile(
     start_source_pod(&ctx, &claim, &source).await
 }
 
-/// The cache subscriptions the controller is woken by.
-pub struct Triggers {
-    claims: Changes<PersistentVolumeClaim>,
-    pods: Changes<Pod>,
-}
-
-impl Triggers {
-    pub fn subscribe(feeds: &mut crate::cache::Feeds) -> Triggers {
-        Triggers {
-            claims: feeds.claims.subscribe(),
-            pods: feeds.pods.subscribe(),
-        }
-    }
-}
+/// The controller is woken by its claims and their worker pods.
+pub type Triggers = crate::cache::ClaimsAndPods;
 
 /// Run the controller over clone target claims; a source pod wakes the claim its
 /// `storage.ownerRef` annotation names (it has no owner reference across namespaces).
