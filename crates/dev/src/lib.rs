@@ -40,23 +40,14 @@ pub fn pod_env() -> PodEnv {
 /// What the simulator gets for KubeVirt's part: its two kinds, the VM consumer agent, and the
 /// kinds that agent reads (DataVolumes among them) as wake-ups.
 pub fn extras() -> Extras {
-    let resource = |group: &str, version: &str, kind: &str, plural: &str| {
-        ApiResource::from_gvk_with_plural(
-            &kube::api::GroupVersionKind::gvk(group, version, kind),
-            plural,
-        )
-    };
+    use cdi_api::datavolume::DataVolume;
+    use cdi_api::kubevirt::{VirtualMachine, VirtualMachineInstance};
     Extras {
         crds: kubevirt_crds(),
         watch: vec![
-            resource("cdi.kubevirt.io", "v1beta1", "DataVolume", "datavolumes"),
-            resource("kubevirt.io", "v1", "VirtualMachine", "virtualmachines"),
-            resource(
-                "kubevirt.io",
-                "v1",
-                "VirtualMachineInstance",
-                "virtualmachineinstances",
-            ),
+            ApiResource::erase::<DataVolume>(&()),
+            ApiResource::erase::<VirtualMachine>(&()),
+            ApiResource::erase::<VirtualMachineInstance>(&()),
         ],
         agents: vec![Arc::new(|client, changes, every| {
             Box::pin(vmconsumer::agent::run(client, changes, every))

@@ -41,7 +41,8 @@ impl PkiCache {
         self.made.get_or_try_init(|| ensure_pki(client, ns)).await?;
         let secrets: Api<Secret> = Api::namespaced(client.clone(), ns);
         let maps: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
-        let (server, client) = (
+        // The signers of the upload servers' certificates and of their clients'.
+        let (server, clients) = (
             secrets.get(SERVER_SIGNER).await?,
             secrets.get(CLIENT_SIGNER).await?,
         );
@@ -51,7 +52,7 @@ impl PkiCache {
         );
         let version = [
             server.resource_version(),
-            client.resource_version(),
+            clients.resource_version(),
             server_map.resource_version(),
             client_map.resource_version(),
         ]
@@ -82,7 +83,7 @@ impl PkiCache {
         };
         let pki = Arc::new(UploadPki {
             server_ca: ca(&server)?,
-            client_ca: ca(&client)?,
+            client_ca: ca(&clients)?,
             server_bundle: bundle(&server_map),
             client_bundle: bundle(&client_map),
         });

@@ -24,19 +24,24 @@ pub struct Shared<T> {
     backoff: Backoff,
 }
 
-impl<T> Shared<T> {
-    /// The error policy: count the failure, and wait the object's next backoff.
-    fn retry(&self, object: &str, error: &Error) -> Action {
-        self.metrics.failed(self.name, error.kind());
-        let delay = self.backoff.failed(object);
-        // A conflict is routine (another writer won the race) and is retried at once.
-        if matches!(error.kind(), "conflict") {
-            tracing::debug!(controller = self.name, object, %error, ?delay, "reconcile failed");
-        } else {
-            tracing::warn!(controller = self.name, object, %error, ?delay, "reconcile failed");
-        }
-        Action::requeue(delay)
+/// The one error policy: count the failure of `object` by its kind, log it, and say how long the
+/// object waits before its next try (its backoff).
+fn failed(
+    name: &'static str,
+    object: &str,
+    metrics: &Metrics,
+    backoff: &Backoff,
+    error: &Error,
+) -> std::time::Duration {
+    metrics.failed(name, error.kind());
+    let delay = backoff.failed(object);
+    // A conflict is routine (another writer won the race) and is retried at once.
+    if error.kind() == "conflict" {
+        tracing::debug!(controller = name, object, %error, ?delay, "reconcile failed");
+    } else {
+        tracing::warn!(controller = name, object, %error, ?delay, "reconcile failed");
     }
+    delay
 }
 
 /// `namespace/name`, or `name` for a cluster-scoped object.
@@ -101,7 +106,11 @@ where
                     result
                 }
             },
-            |object, error, shared| shared.retry(&key_of(object.as_ref()), error),
+            |object, error, shared| {
+                let key = key_of(object.as_ref());
+                let delay = failed(shared.name, &key, &shared.metrics, &shared.backoff, error);
+                Action::requeue(delay)
+            },
             shared,
         )
         .for_each(move |r| async move {
@@ -128,24 +137,18 @@ pub async fn run_singleton<S, P, F>(
     F: Future<Output = Result<(), Error>>,
 {
     let backoff = Backoff::default();
-    let mut tick = tokio::time::interval(period);
     loop {
-        let retry = match guarded(metrics, name, object, pass()).await {
+        // The next pass comes with a change, or after `period` (after the backoff if it failed).
+        let wait = match guarded(metrics, name, object, pass()).await {
             Ok(()) => {
                 backoff.succeeded(object);
                 period
             }
-            Err(error) => {
-                metrics.failed(name, error.kind());
-                let delay = backoff.failed(object);
-                tracing::warn!(controller = name, object, %error, ?delay, "reconcile failed");
-                delay
-            }
+            Err(error) => failed(name, object, metrics, &backoff, &error),
         };
         tokio::select! {
             _ = changes.next() => {}
-            _ = tick.tick() => {}
-            _ = tokio::time::sleep(retry) => {}
+            _ = tokio::time::sleep(wait) => {}
         }
     }
 }
